@@ -1,0 +1,61 @@
+#include "engine/cache_policy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include "engine/errors.h"
+
+namespace kvb {
+
+Budget Budget::parse(const std::string& text) {
+  const std::string fix = " (use a token count such as 512, or a fraction such as 5% or 0.05)";
+  if (text.empty()) throw InputError("budget is empty" + fix);
+  std::string number = text;
+  const bool percent = number.back() == '%';
+  if (percent) number.pop_back();
+  char* end = nullptr;
+  const double value = std::strtod(number.c_str(), &end);
+  if (end == number.c_str() || *end != '\0' || !std::isfinite(value))
+    throw InputError("budget '" + text + "' is not a number" + fix);
+  if (value <= 0) throw InputError("budget '" + text + "' must be > 0" + fix);
+  Budget budget;
+  if (percent) {
+    if (value > 100) throw InputError("budget '" + text + "' is over 100%" + fix);
+    budget.unit = Unit::kFraction;
+    budget.value = value / 100.0;
+  } else if (value < 1.0) {
+    budget.unit = Unit::kFraction;
+    budget.value = value;
+  } else {
+    if (value != std::floor(value))
+      throw InputError("budget '" + text + "' is neither a whole token count nor a fraction" + fix);
+    budget.unit = Unit::kTokens;
+    budget.value = value;
+  }
+  return budget;
+}
+
+int Budget::tokens_for(int prompt_length) const {
+  if (unit == Unit::kTokens) return static_cast<int>(value);
+  return static_cast<int>(value * prompt_length);
+}
+
+std::string Budget::to_string() const {
+  std::ostringstream out;
+  if (unit == Unit::kTokens) {
+    out << static_cast<long long>(value);
+  } else {
+    out << value * 100 << '%';
+  }
+  return out.str();
+}
+
+void CaptureRequest::merge(const CaptureRequest& other) {
+  window_queries = std::max(window_queries, other.window_queries);
+  attention_column_sums |= other.attention_column_sums;
+  output_projection |= other.output_projection;
+}
+
+}  // namespace kvb

@@ -1,0 +1,156 @@
+// The cache-policy interface the engine defines over its KvStore. Methods live in policies/ and
+// implement one of these; the engine calls them and never names a method.
+//
+// Kinds (specs/methods.md §0):
+//   A prefill eviction, query-aware     -> PrefillPolicy (uses window queries)
+//   B prefill eviction, query-agnostic  -> PrefillPolicy (keys / values / positions only)
+//   C decode-time eviction              -> DecodeEvictionPolicy
+//   D decode-time dynamic selection     -> DecodeSelector (the whole cache stays resident)
+//   E kernel-level early termination    -> EarlyExitParams handed to the decode attention kernel
+// A CachePlan bundles what one run uses; "snapkv+art" is a PrefillPolicy plus EarlyExitParams.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/kv_store.h"
+
+namespace kvb {
+
+enum class PolicyKind : char {
+  kPrefillQueryAware = 'A',
+  kPrefillQueryAgnostic = 'B',
+  kDecodeEviction = 'C',
+  kDecodeSelection = 'D',
+  kKernelWalk = 'E',
+};
+
+// A budget is an absolute token count per (layer, KV head) or a fraction of the prompt length.
+struct Budget {
+  enum class Unit { kTokens, kFraction };
+  Unit unit = Unit::kTokens;
+  double value = 0;
+
+  // "512" -> 512 tokens; "5%" or "0.05" -> fraction. Throws InputError for <= 0 or garbage.
+  static Budget parse(const std::string& text);
+  // int(r * L) for fractions (truncation, as kvpress and DropKV do); the count itself otherwise.
+  int tokens_for(int prompt_length) const;
+  std::string to_string() const;  // "512" or "5%"
+};
+
+// What the prefill observers must capture for the active policies. Observers capture nothing that
+// no policy asked for.
+struct CaptureRequest {
+  int window_queries = 0;               // last w post-RoPE queries of every query head
+  bool attention_column_sums = false;   // Σ over all prompt queries of p(query -> key) (H2O)
+  bool output_projection = false;       // expose W_o (CriticalKV)
+  void merge(const CaptureRequest& other);
+};
+
+// One layer after its full-attention prefill. Every KV head holds the whole prompt (L tokens).
+struct LayerPrefillView {
+  int layer = 0;
+  int length = 0;  // L
+  int n_query_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int d_model = 0;
+  int window = 0;                        // captured window queries w (positions L-w .. L-1)
+  const float* query_window = nullptr;   // [Hq, w, d], post-RoPE
+  std::vector<const float*> keys;        // per KV head [L, d], post-RoPE
+  std::vector<const float*> values;      // per KV head [L, d]
+  const float* column_sums = nullptr;    // [Hq, L] or nullptr
+  const float* output_projection = nullptr;  // [d_model, Hq*d] row-major (out x in) or nullptr
+
+  int group_size() const { return n_query_heads / n_kv_heads; }
+  const float* query(int q_head, int t) const {
+    return query_window + (static_cast<int64_t>(q_head) * window + t) * head_dim;
+  }
+};
+
+struct PrefillView {
+  std::vector<LayerPrefillView> layers;
+  int prompt_length() const { return layers.empty() ? 0 : layers[0].length; }
+};
+
+// kept[layer][kv_head] = strictly increasing indices into the prompt.
+using KeptIndices = std::vector<std::vector<std::vector<int32_t>>>;
+
+class PrefillPolicy {
+ public:
+  virtual ~PrefillPolicy() = default;
+  virtual std::string name() const = 0;
+  virtual PolicyKind kind() const = 0;
+  virtual CaptureRequest capture() const = 0;
+  // Chooses kept entries for every (layer, KV head) at `budget_tokens` per head on average.
+  virtual KeptIndices select(const PrefillView& view, int budget_tokens) const = 0;
+  // False for methods that evict during prefill (CAKE's cascading, chunked prefill): the sweep
+  // runner then runs them on their own instead of replaying a shared full-prefill snapshot.
+  virtual bool replays_full_prefill() const { return true; }
+};
+
+// Kind C: called after every decode step of every layer, once the new token was appended.
+struct DecodeStepView {
+  int layer = 0;
+  int step = 0;                        // 0 for the first generated token
+  const float* query = nullptr;        // [Hq, d], post-RoPE
+  // probabilities[a] = attention of query head a over its KV head's entries (store order).
+  std::vector<const float*> probabilities;
+};
+
+class DecodeEvictionPolicy {
+ public:
+  virtual ~DecodeEvictionPolicy() = default;
+  virtual std::string name() const = 0;
+  // Called once after prefill compaction, before the first decode step.
+  virtual void start(const KvStore& store, int prompt_length, int budget_tokens) = 0;
+  virtual void after_step(const DecodeStepView& step, KvStore& store) = 0;
+};
+
+// Kind D: which entries each query head attends to at one decode step.
+struct Selection {
+  // indices[a] = indices into the store sequence of query head a's KV head (any order).
+  std::vector<std::vector<int32_t>> indices;
+  // Optional per-index additive logit correction (MagicPIG's importance weights); empty if none.
+  std::vector<std::vector<float>> logit_bias;
+  bool dense = false;  // this layer attends to everything (dense layers)
+};
+
+class DecodeSelector {
+ public:
+  virtual ~DecodeSelector() = default;
+  virtual std::string name() const = 0;
+  // Builds per-layer metadata (hash codes, page bounds, ...) from the cache after prefill.
+  virtual void start(const KvStore& store, int prompt_length, int budget_tokens) = 0;
+  // Keeps metadata current after a decode token's K/V were appended to `layer`.
+  virtual void on_append(const KvStore& store, int layer) = 0;
+  virtual void select(int layer, const float* query /*[Hq, d]*/, const KvStore& store,
+                      Selection& out) = 0;
+};
+
+// Kind E (ART): the decode attention walks KV blocks (sink block first, then most recent
+// backwards) and stops once the running output is stable for `patience` blocks.
+struct EarlyExitParams {
+  float tau = 1e-5f;          // bound on d_scale
+  float phi = 1e-3f;          // bound on d_direction = 1 - cos(o_b, o_{b-1})
+  int patience = 2;
+  int block_size = 64;        // KV tile
+  int sink_tokens = 4;        // size of the first block walked
+  std::string scale_criterion = "mass";  // "mass" (ΔZ/Z) or "norm" (|Δ‖o‖|/‖o‖)
+  bool enabled = true;        // false: same walk, no termination (overhead measurement)
+};
+
+// What one generation run uses. Any member may be empty; Full KV is an empty plan.
+struct CachePlan {
+  std::string label;  // canonical policy string, e.g. "snapkv+art"
+  std::shared_ptr<const PrefillPolicy> prefill;
+  std::shared_ptr<DecodeEvictionPolicy> decode_eviction;
+  std::shared_ptr<DecodeSelector> selector;
+  std::optional<EarlyExitParams> early_exit;
+  std::optional<Budget> budget;
+};
+
+}  // namespace kvb

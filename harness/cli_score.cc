@@ -1,0 +1,11 @@
+// Placeholder until this subcommand is implemented; replaced by its real implementation.
+#include "engine/errors.h"
+#include "harness/cli.h"
+
+namespace kvb::cli {
+
+int score(const std::vector<std::string>&) {
+  throw InputError("'score' is not implemented in this build yet");
+}
+
+}  // namespace kvb::cli

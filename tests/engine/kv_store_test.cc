@@ -1,0 +1,70 @@
+#include "engine/kv_store.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+namespace kvb {
+namespace {
+
+std::vector<float> filled(int n, float base) {
+  std::vector<float> v(n);
+  std::iota(v.begin(), v.end(), base);
+  return v;
+}
+
+TEST(KvStore, AppendAndReadBackPerHead) {
+  KvStore store(/*n_layers=*/2, /*n_kv_heads=*/3, /*head_dim=*/4);
+  for (int t = 0; t < 40; ++t) {
+    auto k = filled(12, 100.0f * t);
+    auto v = filled(12, -100.0f * t);
+    store.append(1, t, k.data(), v.data());
+  }
+  EXPECT_EQ(store.length(1, 2), 40);
+  EXPECT_EQ(store.length(0, 0), 0);
+  EXPECT_FLOAT_EQ(store.keys(1, 2)[39 * 4 + 1], 100.0f * 39 + 2 * 4 + 1);
+  EXPECT_FLOAT_EQ(store.values(1, 0)[5 * 4], -500.0f);
+  EXPECT_EQ(store.positions(1, 1)[17], 17);
+}
+
+TEST(KvStore, CompactionKeepsChosenEntriesAndShrinksMemory) {
+  KvStore store(1, 2, 2);
+  for (int t = 0; t < 10; ++t) {
+    const float k[4] = {float(t), 0, float(t) + 0.5f, 0};
+    const float v[4] = {0, float(t), 0, float(t) + 0.5f};
+    store.append(0, t, k, v);
+  }
+  store.compact(0, {{1, 4, 9}, {0}}, /*spare_per_head=*/0);
+  EXPECT_EQ(store.length(0, 0), 3);
+  EXPECT_EQ(store.length(0, 1), 1);
+  EXPECT_EQ(store.positions(0, 0)[1], 4);
+  EXPECT_FLOAT_EQ(store.keys(0, 0)[2 * 2], 9.0f);
+  EXPECT_FLOAT_EQ(store.values(0, 1)[1], 0.5f);
+  EXPECT_EQ(store.entries(), 4);
+  EXPECT_EQ(store.kv_bytes(), 4 * 2 * 2 * 4);
+  EXPECT_EQ(store.allocated_bytes(), store.kv_bytes());
+}
+
+TEST(KvStore, CompactionRejectsUnsortedIndices) {
+  KvStore store(1, 1, 1);
+  const float x = 1;
+  for (int t = 0; t < 4; ++t) store.append(0, t, &x, &x);
+  EXPECT_THROW(store.compact(0, {{2, 1}}, 0), std::invalid_argument);
+  EXPECT_THROW(store.compact(0, {{0, 4}}, 0), std::invalid_argument);
+}
+
+TEST(KvStore, EraseKeepsOrder) {
+  KvStore store(1, 1, 1);
+  for (int t = 0; t < 5; ++t) {
+    const float x = float(t);
+    store.append(0, t, &x, &x);
+  }
+  store.erase(0, 0, 1);
+  ASSERT_EQ(store.length(0, 0), 4);
+  EXPECT_EQ(store.positions(0, 0)[1], 2);
+  EXPECT_FLOAT_EQ(store.keys(0, 0)[3], 4.0f);
+}
+
+}  // namespace
+}  // namespace kvb
