@@ -36,3 +36,11 @@ class Tokenizer {
 };
 
 }  // namespace kvb
+
+namespace kvb {
+class GgufFile;
+// Factories (engine/tokenizer_*.cc). Throw FormatError naming the file and field on bad input.
+std::unique_ptr<Tokenizer> tokenizer_from_gguf(const GgufFile& gguf);
+// An HF folder: tokenizer.json (byte-level BPE) or tokenizer.model (SentencePiece).
+std::unique_ptr<Tokenizer> tokenizer_from_hf_folder(const std::string& folder);
+}  // namespace kvb
