@@ -62,6 +62,7 @@ class GgufFile {
 
  private:
   GgufFile() = default;
+  void parse_image(std::span<const uint8_t> bytes);  // fills everything below from the image
   std::string label_;
   uint32_t version_ = 0;
   std::map<std::string, GgufValue, std::less<>> metadata_;
