@@ -1,0 +1,109 @@
+#include "policies/registry.h"
+
+#include <algorithm>
+#include <set>
+
+#include "engine/errors.h"
+#include "policies/methods.h"
+#include "policies/scored_policy.h"
+
+namespace kvb {
+namespace {
+
+// The factory table: one line per method.
+const std::vector<PolicyFactory>& factories() {
+  static const std::vector<PolicyFactory> table = {
+      full_factory(),
+      streamingllm_factory(),
+      snapkv_factory(),
+  };
+  return table;
+}
+
+std::string known_names() {
+  std::string names;
+  for (const auto& factory : factories()) names += (names.empty() ? "" : ", ") + factory.info.name;
+  return names;
+}
+
+std::vector<std::string> split_spec(const std::string& spec) {
+  std::vector<std::string> parts;
+  size_t begin = 0;
+  while (true) {
+    const size_t end = spec.find('+', begin);
+    std::string part = spec.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+    part.erase(0, part.find_first_not_of(" \t"));
+    part.erase(part.find_last_not_of(" \t") + 1);
+    if (part.empty())
+      throw InputError("policy '" + spec + "' has an empty component; write e.g. snapkv+art");
+    parts.push_back(part);
+    if (end == std::string::npos) break;
+    begin = end + 1;
+  }
+  return parts;
+}
+
+// The parameters of one component of a composition.
+nlohmann::json component_params(const std::vector<std::string>& parts, size_t index,
+                                const nlohmann::json& params) {
+  if (parts.size() == 1) return params;
+  if (params.is_null() || params.empty()) return nlohmann::json::object();
+  if (!params.is_object())
+    throw InputError("parameters must be a JSON object, got " + params.dump());
+  for (const auto& [key, value] : params.items())
+    if (std::find(parts.begin(), parts.end(), key) == parts.end())
+      throw InputError("parameter key '" + key + "' names no component of the composition; " +
+                       "pass parameters per component, e.g. {\"" + parts[0] + "\": {...}}");
+  return params.contains(parts[index]) ? params.at(parts[index]) : nlohmann::json::object();
+}
+
+}  // namespace
+
+std::vector<PolicyInfo> list_policies() {
+  std::vector<PolicyInfo> infos;
+  for (const auto& factory : factories()) infos.push_back(factory.info);
+  return infos;
+}
+
+const PolicyFactory& find_policy(const std::string& name) {
+  for (const auto& factory : factories())
+    if (factory.info.name == name) return factory;
+  throw InputError("unknown policy '" + name + "' (known: " + known_names() + ")");
+}
+
+std::shared_ptr<const ScoredPolicy> make_scorer(const std::string& name,
+                                                const nlohmann::json& params) {
+  const PolicyFactory& factory = find_policy(name);
+  if (!factory.make_scorer) {
+    std::string scorers;
+    for (const auto& f : factories())
+      if (f.make_scorer) scorers += (scorers.empty() ? "" : ", ") + f.info.name;
+    throw InputError("policy '" + name + "' is not a token scorer that can be wrapped (scorers: " +
+                     scorers + ")");
+  }
+  return factory.make_scorer(params);
+}
+
+CachePlan make_cache_plan(const std::string& spec, const nlohmann::json& params,
+                          std::optional<Budget> budget) {
+  const std::vector<std::string> parts = split_spec(spec);
+  CachePlan plan;
+  plan.label = spec;
+  int evicting_components = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const PolicyFactory& factory = find_policy(parts[i]);
+    if (factory.info.kind != PolicyKind::kKernelWalk && ++evicting_components > 1)
+      throw InputError("policy '" + spec + "' composes two eviction/selection methods; combine " +
+                       "one of them with kernel-walk modifiers only (e.g. snapkv+art)");
+    factory.install(component_params(parts, i, params), plan);
+  }
+  if (budget && budget->value <= 0)
+    throw InputError("budget " + budget->to_string() + " must be > 0");
+  const bool needs_budget = plan.prefill || plan.decode_eviction || plan.selector;
+  if (needs_budget && !budget)
+    throw InputError("policy '" + spec + "' needs a budget (e.g. --budget 512 or --budget 10%)");
+  plan.budget = budget;
+  return plan;
+}
+
+}  // namespace kvb

@@ -1,0 +1,53 @@
+// The policy registry: every method by name, its kind, a one-line summary, its source and its
+// default parameters; and `make_cache_plan`, which turns a policy string ("snapkv",
+// "snapkv+art", "adakv") plus JSON parameters into what one generation run uses.
+//
+// Adding a method = its file (defining `<name>_factory()`), one line in policies/methods.h, one line
+// in the table of registry.cc, a test, a README row.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/cache_policy.h"
+
+namespace kvb {
+
+class ScoredPolicy;
+
+struct PolicyInfo {
+  std::string name;
+  PolicyKind kind = PolicyKind::kPrefillQueryAware;
+  std::string summary;
+  std::string source;              // official code read (repository @commit, file)
+  nlohmann::json default_params;   // every parameter the method accepts, with its default
+};
+
+struct PolicyFactory {
+  PolicyInfo info;
+  // Fills the members of `plan` this method provides, from the user's parameters (unknown keys
+  // and wrong types are InputErrors).
+  std::function<void(const nlohmann::json& params, CachePlan& plan)> install;
+  // For score-based prefill methods only: the scorer alone, for wrappers such as AdaKV.
+  std::function<std::shared_ptr<const ScoredPolicy>(const nlohmann::json& params)> make_scorer;
+};
+
+std::vector<PolicyInfo> list_policies();
+
+// Throws InputError naming the unknown policy and listing the known ones.
+const PolicyFactory& find_policy(const std::string& name);
+
+// A score-based prefill method by name (for wrappers); InputError if `name` is not one.
+std::shared_ptr<const ScoredPolicy> make_scorer(const std::string& name, const nlohmann::json& params);
+
+// `spec` is a policy name or a '+'-composition ("snapkv+art", "full+art"). With one component the
+// parameters are that method's; with several they are keyed by component
+// ({"snapkv": {...}, "art": {...}}). A method that evicts or selects needs a budget.
+CachePlan make_cache_plan(const std::string& spec, const nlohmann::json& params,
+                          std::optional<Budget> budget);
+
+}  // namespace kvb

@@ -1,0 +1,231 @@
+#include "policies/selection.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
+#include "engine/errors.h"
+
+namespace kvb {
+
+Precision parse_precision(const std::string& text) {
+  if (text == "bf16") return Precision::kBf16;
+  if (text == "fp32") return Precision::kFp32;
+  throw InputError("precision '" + text + "' is unknown; use bf16 or fp32");
+}
+
+Pooling parse_pooling(const std::string& text) {
+  if (text == "avg") return Pooling::kAvg;
+  if (text == "max") return Pooling::kMax;
+  throw InputError("pooling '" + text + "' is unknown; use avg or max");
+}
+
+GroupReduce parse_group_reduce(const std::string& text) {
+  if (text == "mean") return GroupReduce::kMean;
+  if (text == "max") return GroupReduce::kMax;
+  throw InputError("group reduction '" + text + "' is unknown; use mean or max");
+}
+
+float round_bf16(float value) {
+  uint32_t bits = std::bit_cast<uint32_t>(value);
+  if ((bits & 0x7f800000u) == 0x7f800000u) return value;  // inf / NaN unchanged
+  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);  // nearest, ties to even
+  bits = (bits + rounding) & 0xffff0000u;
+  return std::bit_cast<float>(bits);
+}
+
+int effective_window(const LayerPrefillView& layer, int window) {
+  return std::max(0, std::min({window, layer.length, layer.window}));
+}
+
+std::vector<float> window_attention(const LayerPrefillView& layer, int q_head, int window,
+                                    Precision precision) {
+  const int w = effective_window(layer, window);
+  const int length = layer.length;
+  const int d = layer.head_dim;
+  const int kv_head = q_head / layer.group_size();
+  const float* keys = layer.keys[kv_head];
+  const bool bf16 = precision == Precision::kBf16;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const float root = std::sqrt(static_cast<float>(d));
+
+  std::vector<float> probs(static_cast<size_t>(w) * length, 0.0f);
+  std::vector<float> query(d);
+  std::vector<float> key_row(d);
+  for (int t = 0; t < w; ++t) {
+    // The captured window may be longer than this method's: take its last w rows.
+    const float* q = layer.query(q_head, layer.window - w + t);
+    for (int i = 0; i < d; ++i) query[i] = bf16 ? round_bf16(q[i]) : q[i];
+    const int visible = length - w + t + 1;
+    float* row = &probs[static_cast<size_t>(t) * length];
+    float max_logit = -std::numeric_limits<float>::infinity();
+    for (int j = 0; j < visible; ++j) {
+      const float* k = keys + static_cast<int64_t>(j) * d;
+      float dot = 0.0f;
+      if (bf16) {
+        for (int i = 0; i < d; ++i) dot += query[i] * round_bf16(k[i]);
+        row[j] = round_bf16(round_bf16(dot) / root);  // bf16 / python float: fp32 op, bf16 result
+      } else {
+        for (int i = 0; i < d; ++i) dot += query[i] * k[i];
+        row[j] = dot * scale;
+      }
+      max_logit = std::max(max_logit, row[j]);
+    }
+    float total = 0.0f;
+    for (int j = 0; j < visible; ++j) {
+      row[j] = std::exp(row[j] - max_logit);
+      total += row[j];
+    }
+    for (int j = 0; j < visible; ++j) row[j] = maybe_bf16(row[j] / total, precision);
+  }
+  return probs;
+}
+
+std::vector<float> reduce_rows(std::span<const float> matrix, int rows, int length, int columns,
+                               bool mean, Precision precision) {
+  std::vector<float> out(columns, 0.0f);
+  for (int t = 0; t < rows; ++t) {
+    const float* row = matrix.data() + static_cast<size_t>(t) * length;
+    for (int j = 0; j < columns; ++j) out[j] += row[j];
+  }
+  for (auto& value : out) {
+    if (mean && rows > 0) value /= static_cast<float>(rows);
+    value = maybe_bf16(value, precision);
+  }
+  return out;
+}
+
+std::vector<float> pool1d(std::span<const float> scores, int kernel, Pooling pooling,
+                          Precision precision) {
+  if (kernel < 1 || kernel % 2 == 0)
+    throw InputError("pooling kernel " + std::to_string(kernel) +
+                     " must be an odd number >= 1 (1 = no pooling)");
+  const int n = static_cast<int>(scores.size());
+  if (kernel == 1) return {scores.begin(), scores.end()};
+  const int half = kernel / 2;
+  std::vector<float> out(n);
+  for (int i = 0; i < n; ++i) {
+    const int lo = std::max(0, i - half);
+    const int hi = std::min(n - 1, i + half);
+    if (pooling == Pooling::kMax) {
+      float best = -std::numeric_limits<float>::infinity();
+      for (int j = lo; j <= hi; ++j) best = std::max(best, scores[j]);
+      out[i] = best;
+    } else {
+      float sum = 0.0f;
+      for (int j = lo; j <= hi; ++j) sum += scores[j];
+      out[i] = maybe_bf16(sum / static_cast<float>(kernel), precision);
+    }
+  }
+  return out;
+}
+
+std::vector<std::vector<float>> reduce_groups(const std::vector<std::vector<float>>& per_query_head,
+                                              int n_kv_heads, GroupReduce reduce) {
+  const int n_query_heads = static_cast<int>(per_query_head.size());
+  const int group = n_query_heads / n_kv_heads;
+  std::vector<std::vector<float>> out(n_kv_heads);
+  for (int h = 0; h < n_kv_heads; ++h) {
+    out[h] = per_query_head[h * group];
+    for (int a = h * group + 1; a < (h + 1) * group; ++a) {
+      const auto& scores = per_query_head[a];
+      for (size_t j = 0; j < scores.size(); ++j)
+        out[h][j] = reduce == GroupReduce::kMax ? std::max(out[h][j], scores[j])
+                                                : out[h][j] + scores[j];
+    }
+    if (reduce == GroupReduce::kMean)
+      for (auto& value : out[h]) value /= static_cast<float>(group);
+  }
+  return out;
+}
+
+std::vector<int32_t> top_k(std::span<const float> scores, int k) {
+  const int n = static_cast<int>(scores.size());
+  k = std::clamp(k, 0, n);
+  std::vector<int32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  auto better = [&](int32_t a, int32_t b) {
+    const float sa = std::isnan(scores[a]) ? -std::numeric_limits<float>::infinity() : scores[a];
+    const float sb = std::isnan(scores[b]) ? -std::numeric_limits<float>::infinity() : scores[b];
+    return sa != sb ? sa > sb : a < b;
+  };
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), better);
+  order.resize(k);
+  return order;
+}
+
+std::vector<int32_t> keep_top(std::span<const float> scores, int keep, int sinks, int window) {
+  const int n = static_cast<int>(scores.size());
+  sinks = std::clamp(sinks, 0, n);
+  window = std::clamp(window, 0, n - sinks);
+  if (keep >= n) return keep_all(n);
+  const int middle_begin = sinks;
+  const int middle_end = n - window;
+  const int rest = std::max(0, keep - sinks - window);
+  std::vector<int32_t> kept;
+  kept.reserve(std::max(keep, sinks + window));
+  for (int j = 0; j < sinks; ++j) kept.push_back(j);
+  for (int32_t j : top_k(scores.subspan(middle_begin, middle_end - middle_begin), rest))
+    kept.push_back(j + middle_begin);
+  for (int j = middle_end; j < n; ++j) kept.push_back(j);
+  std::sort(kept.begin(), kept.end());
+  return kept;
+}
+
+std::vector<int32_t> keep_all(int length) {
+  std::vector<int32_t> all(length);
+  std::iota(all.begin(), all.end(), 0);
+  return all;
+}
+
+void check_budget(const std::string& policy, int budget_tokens, int prompt_length) {
+  if (budget_tokens <= 0)
+    throw InputError("budget of policy '" + policy + "' is " + std::to_string(budget_tokens) +
+                     " tokens; it must be > 0 (use e.g. --budget 512 or --budget 10%)");
+  if (budget_tokens > prompt_length)
+    throw InputError("budget of policy '" + policy + "' is " + std::to_string(budget_tokens) +
+                     " tokens, larger than the prompt (" + std::to_string(prompt_length) +
+                     " tokens); use a budget <= the prompt length or a fraction such as 50%");
+}
+
+bool is_dense_layer(const std::vector<int>& dense_layers, int layer) {
+  return std::find(dense_layers.begin(), dense_layers.end(), layer) != dense_layers.end();
+}
+
+}  // namespace kvb
+
+namespace kvb {
+
+std::vector<std::vector<float>> window_attention_scores(const LayerPrefillView& layer,
+                                                        const WindowScoreOptions& options) {
+  const int w = effective_window(layer, options.window);
+  const int length = layer.length;
+  const int prefix = length - w;
+  std::vector<std::vector<float>> per_query_head(layer.n_query_heads);
+  for (int a = 0; a < layer.n_query_heads; ++a) {
+    const auto probs = window_attention(layer, a, w, options.precision);
+    per_query_head[a] =
+        reduce_rows(probs, w, length, prefix, options.mean_over_rows, options.precision);
+  }
+  auto pool = [&](std::vector<float>& scores) {
+    scores = pool1d(scores, options.kernel, options.pooling, options.precision);
+  };
+  std::vector<std::vector<float>> per_kv_head;
+  if (options.reduce_group_before_pooling) {
+    per_kv_head = reduce_groups(per_query_head, layer.n_kv_heads, options.group_reduce);
+    for (auto& scores : per_kv_head) pool(scores);
+  } else {
+    for (auto& scores : per_query_head) pool(scores);
+    per_kv_head = reduce_groups(per_query_head, layer.n_kv_heads, options.group_reduce);
+  }
+  for (auto& scores : per_kv_head) {
+    for (auto& value : scores) value = maybe_bf16(value, options.precision);
+    scores.resize(length, 0.0f);
+  }
+  return per_kv_head;
+}
+
+}  // namespace kvb

@@ -1,0 +1,94 @@
+// Shared machinery of the prefill-eviction methods: window attention recomputed from the captured
+// queries, 1-D pooling with PyTorch's edge semantics, GQA aggregation, deterministic top-k and the
+// budget checks. A method file combines these; none of them knows about a particular method.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/cache_policy.h"
+
+namespace kvb {
+
+// "bf16" emulates the casts of the bf16 reference implementations (specs/methods.md §0); "fp32"
+// keeps every intermediate in fp32.
+enum class Precision { kFp32, kBf16 };
+enum class Pooling { kAvg, kMax };
+// How the g query heads of one KV head are combined into one score per key.
+enum class GroupReduce { kMean, kMax };
+
+Precision parse_precision(const std::string& text);
+Pooling parse_pooling(const std::string& text);
+GroupReduce parse_group_reduce(const std::string& text);
+
+// Round-to-nearest-even to bfloat16, returned widened to float (what a bf16 tensor holds).
+float round_bf16(float value);
+inline float maybe_bf16(float value, Precision precision) {
+  return precision == Precision::kBf16 ? round_bf16(value) : value;
+}
+
+// Softmax weights of the last `window` prompt queries of query head `q_head`, row-major [w, L]:
+// row t is the query at position L-w+t and sees keys j <= L-w+t (the rest are 0). The softmax runs
+// in fp32 over every visible key, window keys included. In bf16 mode q and k are rounded to bf16,
+// the logit q.k (fp32 accumulation) is rounded to bf16, divided by sqrt(d) in bf16, and the fp32
+// probabilities are rounded to bf16 (SnapKV / PyramidKV / AdaKV / CAKE reference path).
+// `window` is clamped to min(window, L, captured window).
+std::vector<float> window_attention(const LayerPrefillView& layer, int q_head, int window,
+                                    Precision precision);
+int effective_window(const LayerPrefillView& layer, int window);
+
+// Sum (or mean) over the `rows` rows of a row-major [rows, length] matrix of the first `columns`
+// columns. In bf16 mode the result is rounded to bf16 (torch accumulates in fp32 and rounds once).
+std::vector<float> reduce_rows(std::span<const float> matrix, int rows, int length, int columns,
+                               bool mean, Precision precision);
+
+// 1-D pooling along the token axis, stride 1, padding kernel/2 (kernel must be odd; 1 = identity).
+// avg divides by `kernel` also at the edges (zero padding, count_include_pad); max pads with -inf.
+std::vector<float> pool1d(std::span<const float> scores, int kernel, Pooling pooling,
+                          Precision precision);
+
+// Combines per-query-head scores into per-KV-head scores, query head a belonging to KV head a/g.
+std::vector<std::vector<float>> reduce_groups(const std::vector<std::vector<float>>& per_query_head,
+                                              int n_kv_heads, GroupReduce reduce);
+
+// Indices of the k largest scores, ordered by score (descending) and, among equal scores, by lower
+// index first (deterministic where torch.topk leaves ties unspecified). NaN ranks lowest.
+std::vector<int32_t> top_k(std::span<const float> scores, int k);
+
+// The kept set of one head, sorted: the first `sinks` and the last `window` positions always, plus
+// the best-scoring other positions up to `keep` in total (protected ones count inside `keep`; if
+// they alone exceed it they are still all kept).
+std::vector<int32_t> keep_top(std::span<const float> scores, int keep, int sinks, int window);
+
+// All positions [0, length).
+std::vector<int32_t> keep_all(int length);
+
+// Validates a per-head budget against the prompt; throws InputError naming the policy otherwise.
+void check_budget(const std::string& policy, int budget_tokens, int prompt_length);
+
+// True when `layer` is listed in `dense_layers` (left uncompressed).
+bool is_dense_layer(const std::vector<int>& dense_layers, int layer);
+
+}  // namespace kvb
+
+namespace kvb {
+
+// The SnapKV-family score (SnapKV, PyramidKV, AdaKV's base scorer): per query head the window
+// attention on the prefix j < L-w, summed (or averaged) over the w window rows, pooled over the
+// prefix only, and reduced over the GQA group before or after pooling. Returns per KV head a vector
+// of length L whose window entries are 0 (the window is protected by the caller).
+struct WindowScoreOptions {
+  int window = 32;
+  int kernel = 5;
+  Pooling pooling = Pooling::kAvg;
+  bool mean_over_rows = false;      // official SnapKV sums; AdaKV and kvpress average
+  Precision precision = Precision::kBf16;
+  GroupReduce group_reduce = GroupReduce::kMean;
+  bool reduce_group_before_pooling = false;  // kvpress: after; AdaKV/DropKV: before
+};
+std::vector<std::vector<float>> window_attention_scores(const LayerPrefillView& layer,
+                                                        const WindowScoreOptions& options);
+
+}  // namespace kvb

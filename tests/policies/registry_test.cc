@@ -1,0 +1,90 @@
+// Registry and parameter errors: unknown names, unknown parameters, wrong types, missing budgets.
+#include "policies/registry.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/errors.h"
+#include "policies/params.h"
+
+namespace kvb {
+namespace {
+
+std::string error_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const InputError& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(Registry, UnknownPolicyListsKnownNames) {
+  const std::string message = error_of([] { make_cache_plan("snapkvv", {}, Budget::parse("64")); });
+  EXPECT_NE(message.find("unknown policy 'snapkvv'"), std::string::npos) << message;
+  EXPECT_NE(message.find("snapkv"), std::string::npos) << message;
+}
+
+TEST(Registry, UnknownParameterNamesItAndListsKnownOnes) {
+  const std::string message = error_of(
+      [] { make_cache_plan("snapkv", {{"windw", 8}}, Budget::parse("64")); });
+  EXPECT_NE(message.find("unknown parameter 'windw'"), std::string::npos) << message;
+  EXPECT_NE(message.find("window"), std::string::npos) << message;
+  EXPECT_NE(message.find("kernel"), std::string::npos) << message;
+}
+
+TEST(Registry, WrongTypeAndBadChoiceAreErrors) {
+  EXPECT_THROW(make_cache_plan("snapkv", {{"window", "eight"}}, Budget::parse("64")), InputError);
+  EXPECT_THROW(make_cache_plan("snapkv", {{"pooling", "median"}}, Budget::parse("64")), InputError);
+  EXPECT_THROW(make_cache_plan("full", {{"window", 8}}, std::nullopt), InputError);
+}
+
+TEST(Registry, EvictingPolicyNeedsABudgetAndFullDoesNot) {
+  EXPECT_THROW(make_cache_plan("snapkv", {}, std::nullopt), InputError);
+  const CachePlan full = make_cache_plan("full", {}, std::nullopt);
+  EXPECT_FALSE(full.prefill);
+  EXPECT_FALSE(full.decode_eviction);
+  const CachePlan snap = make_cache_plan("snapkv", {{"window", 8}}, Budget::parse("10%"));
+  ASSERT_TRUE(snap.prefill);
+  EXPECT_EQ(snap.prefill->name(), "snapkv");
+  EXPECT_EQ(snap.prefill->capture().window_queries, 8);
+  EXPECT_EQ(snap.label, "snapkv");
+}
+
+TEST(Registry, BudgetParsingRejectsNonPositive) {
+  EXPECT_THROW(Budget::parse("0"), InputError);
+  EXPECT_THROW(Budget::parse("-5"), InputError);
+  Budget bad;
+  bad.value = 0;
+  EXPECT_THROW(make_cache_plan("snapkv", {}, bad), InputError);
+}
+
+TEST(Registry, CompositionsTakeParametersPerComponent) {
+  EXPECT_THROW(make_cache_plan("snapkv+", {}, Budget::parse("64")), InputError);
+  EXPECT_THROW(make_cache_plan("snapkv+streamingllm", {}, Budget::parse("64")), InputError);
+  EXPECT_THROW(make_cache_plan("full+snapkv", {{"window", 8}}, Budget::parse("64")), InputError);
+}
+
+TEST(Registry, EveryPolicyHasSummarySourceAndObjectDefaults) {
+  for (const auto& info : list_policies()) {
+    EXPECT_FALSE(info.summary.empty()) << info.name;
+    EXPECT_FALSE(info.source.empty()) << info.name;
+    EXPECT_TRUE(info.default_params.is_object()) << info.name;
+    // the defaults themselves are accepted
+    if (info.kind != PolicyKind::kKernelWalk) {
+      EXPECT_NO_THROW(make_cache_plan(info.name, info.default_params, Budget::parse("64")))
+          << info.name;
+    }
+  }
+}
+
+TEST(Params, IntegerAcceptsWholeFloatsAndListsAreChecked) {
+  PolicyParams params("x", {{"window", 8.0}, {"dense_layers", {0, 1}}},
+                      {{"window", 32}, {"dense_layers", nlohmann::json::array()}});
+  EXPECT_EQ(params.integer("window"), 8);
+  EXPECT_EQ(params.integers("dense_layers"), (std::vector<int>{0, 1}));
+  EXPECT_THROW(PolicyParams("x", {{"window", 8.5}}, {{"window", 32}}), InputError);
+  EXPECT_THROW(PolicyParams("x", nlohmann::json::array(), {{"window", 32}}), InputError);
+}
+
+}  // namespace
+}  // namespace kvb

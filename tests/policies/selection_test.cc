@@ -1,0 +1,106 @@
+// Shared selection machinery against hand-computed PyTorch results and brute force.
+#include "policies/selection.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "engine/errors.h"
+#include "synthetic_prefill.h"
+
+namespace kvb {
+namespace {
+
+TEST(Pooling, AvgPoolEdgesDivideByKernelLikeTorch) {
+  // torch.nn.functional.avg_pool1d([[1,2,3,4,5]], 3, stride=1, padding=1) = [1, 2, 3, 4, 3]:
+  // the edges sum two values and still divide by 3 (count_include_pad).
+  const std::vector<float> scores = {1, 2, 3, 4, 5};
+  const auto pooled = pool1d(scores, 3, Pooling::kAvg, Precision::kFp32);
+  const std::vector<float> expected = {1.0f, 2.0f, 3.0f, 4.0f, 3.0f};
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_FLOAT_EQ(pooled[i], expected[i]) << i;
+  // kernel 5: first = (1+2+3)/5, second = (1+2+3+4)/5, last = (3+4+5)/5
+  const auto wide = pool1d(scores, 5, Pooling::kAvg, Precision::kFp32);
+  EXPECT_FLOAT_EQ(wide[0], 6.0f / 5);
+  EXPECT_FLOAT_EQ(wide[1], 10.0f / 5);
+  EXPECT_FLOAT_EQ(wide[2], 15.0f / 5);
+  EXPECT_FLOAT_EQ(wide[4], 12.0f / 5);
+}
+
+TEST(Pooling, MaxPoolPadsWithMinusInfinity) {
+  const std::vector<float> scores = {-5, -1, -7, -2, -9};
+  const auto pooled = pool1d(scores, 3, Pooling::kMax, Precision::kFp32);
+  const std::vector<float> expected = {-1, -1, -1, -2, -2};  // zero padding would give 0 at edges
+  EXPECT_EQ(pooled, expected);
+}
+
+TEST(Pooling, EvenKernelIsAnError) {
+  const std::vector<float> scores = {1, 2, 3};
+  EXPECT_THROW(pool1d(scores, 4, Pooling::kAvg, Precision::kFp32), InputError);
+}
+
+TEST(Bf16, RoundsToNearestEven) {
+  EXPECT_EQ(round_bf16(1.0f), 1.0f);
+  // 1 + 2^-8 is exactly half way between 1 and 1 + 2^-7: ties to even -> 1.
+  EXPECT_EQ(round_bf16(1.0f + std::ldexp(1.0f, -8)), 1.0f);
+  EXPECT_EQ(round_bf16(1.0f + 3 * std::ldexp(1.0f, -8)), 1.0f + std::ldexp(1.0f, -6));
+  EXPECT_EQ(round_bf16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -12)),
+            1.0f + std::ldexp(1.0f, -7));
+}
+
+TEST(TopK, TiesGoToLowerIndexAndNanRanksLast) {
+  const std::vector<float> scores = {1, 3, std::nanf(""), 3, 2, 3};
+  EXPECT_EQ(top_k(scores, 3), (std::vector<int32_t>{1, 3, 5}));
+  EXPECT_EQ(top_k(scores, 4), (std::vector<int32_t>{1, 3, 5, 4}));
+  EXPECT_EQ(top_k(scores, 6).back(), 2);
+}
+
+TEST(KeepTop, ProtectsSinksAndWindowInsideTheBudget) {
+  const std::vector<float> scores = {0, 9, 8, 1, 7, 0, 0};
+  // keep 5: sink 0, window {5, 6}, then the two best of positions 1..4 -> {1, 2}
+  EXPECT_EQ(keep_top(scores, 5, 1, 2), (std::vector<int32_t>{0, 1, 2, 5, 6}));
+  // a budget below the protected count still keeps every protected token
+  EXPECT_EQ(keep_top(scores, 1, 1, 2), (std::vector<int32_t>{0, 5, 6}));
+  EXPECT_EQ(keep_top(scores, 7, 0, 0).size(), 7u);
+}
+
+TEST(WindowAttention, RowsAreCausalSoftmaxesOverAllVisibleKeys) {
+  test::SyntheticPrefill prefill(1, 2, 1, 10, 4, 3, 7);
+  const LayerPrefillView& layer = prefill.view.layers[0];
+  const auto probs = window_attention(layer, 1, 3, Precision::kFp32);
+  for (int t = 0; t < 3; ++t) {
+    const int visible = 10 - 3 + t + 1;
+    // brute force in double
+    std::vector<double> logits(visible);
+    double max_logit = -1e300, total = 0;
+    for (int j = 0; j < visible; ++j) {
+      double dot = 0;
+      for (int i = 0; i < 4; ++i) dot += double(layer.query(1, t)[i]) * layer.keys[0][j * 4 + i];
+      logits[j] = dot / 2.0;
+      max_logit = std::max(max_logit, logits[j]);
+    }
+    for (auto& x : logits) total += std::exp(x - max_logit);
+    for (int j = 0; j < 10; ++j) {
+      const double expected = j < visible ? std::exp(logits[j] - max_logit) / total : 0.0;
+      EXPECT_NEAR(probs[t * 10 + j], expected, 1e-6) << t << "," << j;
+    }
+  }
+  // bf16 mode: every probability is a bf16 value
+  const auto rounded = window_attention(layer, 1, 3, Precision::kBf16);
+  for (float p : rounded) EXPECT_EQ(p, round_bf16(p));
+}
+
+TEST(Budget, RejectsNonPositiveAndLargerThanPrompt) {
+  EXPECT_THROW(check_budget("snapkv", 0, 100), InputError);
+  EXPECT_THROW(check_budget("snapkv", -3, 100), InputError);
+  EXPECT_THROW(check_budget("snapkv", 101, 100), InputError);
+  EXPECT_NO_THROW(check_budget("snapkv", 100, 100));
+  try {
+    check_budget("snapkv", 101, 100);
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("larger than the prompt"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace kvb
