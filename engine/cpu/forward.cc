@@ -1,0 +1,258 @@
+#include "engine/cpu/forward.h"
+
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <string>
+
+#include "engine/errors.h"
+#include "kernels/cpu/activations.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/rmsnorm.h"
+
+namespace kvb {
+namespace {
+
+const float* bias_or_null(const std::vector<float>& bias) {
+  return bias.empty() ? nullptr : bias.data();
+}
+
+int max_head_length(const KvStore& store) {
+  int longest = 0;
+  for (int l = 0; l < store.n_layers(); ++l)
+    for (int h = 0; h < store.n_kv_heads(); ++h) longest = std::max(longest, store.length(l, h));
+  return longest;
+}
+
+void add_in_place(std::vector<float>& x, const std::vector<float>& delta) {
+  for (size_t i = 0; i < x.size(); ++i) x[i] += delta[i];
+}
+
+}  // namespace
+
+int next_position(const KvStore& store) {
+  int next = 0;
+  for (int l = 0; l < store.n_layers(); ++l)
+    for (int h = 0; h < store.n_kv_heads(); ++h) {
+      const int n = store.length(l, h);
+      // Positions are increasing within a head, so the last entry is the largest.
+      if (n > 0) next = std::max(next, store.positions(l, h)[n - 1] + 1);
+    }
+  return next;
+}
+
+CpuEngine::CpuEngine(const ModelWeights& weights) : weights_(weights) {
+  const ModelConfig& c = weights.config;
+  if (c.llama3_rope_scaling) {
+    const auto& s = *c.llama3_rope_scaling;
+    inv_freq_ = kernels::rope_inverse_frequencies_llama3(
+        c.head_dim, c.rope_theta,
+        {s.factor, s.low_freq_factor, s.high_freq_factor, s.original_max_position});
+  } else {
+    inv_freq_ = kernels::rope_inverse_frequencies(c.head_dim, c.rope_theta);
+  }
+  rope_pairing_ = c.rope_interleaved_pairs ? kernels::RopePairing::kInterleavedPairs
+                                           : kernels::RopePairing::kHalves;
+}
+
+void CpuEngine::check_token(TokenId id) const {
+  if (id < 0 || id >= config().vocab_size)
+    throw InputError("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                     std::to_string(config().vocab_size) + ") of " + weights_.source);
+}
+
+void CpuEngine::check_context(int first_position, int n_tokens) const {
+  const int max_context = config().max_context;
+  if (max_context > 0 && first_position + n_tokens > max_context)
+    throw CapacityError("the sequence needs " + std::to_string(first_position + n_tokens) +
+                        " positions (" + std::to_string(first_position) + " cached + " +
+                        std::to_string(n_tokens) + " new) but " + config().name +
+                        " has a context of " + std::to_string(max_context) +
+                        " tokens; shorten the prompt or lower --max-new-tokens");
+}
+
+std::vector<float> CpuEngine::output_logits(const float* hidden) const {
+  const ModelConfig& c = config();
+  std::vector<float> normed(c.d_model);
+  kernels::rmsnorm(hidden, weights_.output_norm.data(), 1, c.d_model, c.rms_norm_eps,
+                   normed.data());
+  std::vector<float> logits(c.vocab_size);
+  kernels::matvec(weights_.output_matrix().data(), c.vocab_size, c.d_model, normed.data(), nullptr,
+                  logits.data());
+  return logits;
+}
+
+// x += W_down · swiglu(W_gate · rmsnorm(x), W_up · rmsnorm(x)) for `rows` rows of x.
+void CpuEngine::feed_forward_rows(const LayerWeights& layer, int rows,
+                                  std::vector<float>& x) const {
+  const ModelConfig& c = config();
+  std::vector<float> normed(x.size());
+  kernels::rmsnorm(x.data(), layer.ffn_norm.data(), rows, c.d_model, c.rms_norm_eps, normed.data());
+  std::vector<float> gate(static_cast<size_t>(rows) * c.ffn_dim), up(gate.size());
+  std::vector<float> down(x.size());
+  if (rows == 1) {
+    kernels::matvec(layer.w_gate.data(), c.ffn_dim, c.d_model, normed.data(), nullptr, gate.data());
+    kernels::matvec(layer.w_up.data(), c.ffn_dim, c.d_model, normed.data(), nullptr, up.data());
+    kernels::swiglu(gate.data(), up.data(), c.ffn_dim, gate.data());
+    kernels::matvec(layer.w_down.data(), c.d_model, c.ffn_dim, gate.data(), nullptr, down.data());
+  } else {
+    kernels::matmul(normed.data(), rows, c.d_model, layer.w_gate.data(), c.ffn_dim, nullptr,
+                    gate.data());
+    kernels::matmul(normed.data(), rows, c.d_model, layer.w_up.data(), c.ffn_dim, nullptr,
+                    up.data());
+    kernels::swiglu(gate.data(), up.data(), static_cast<int64_t>(gate.size()), gate.data());
+    kernels::matmul(gate.data(), rows, c.ffn_dim, layer.w_down.data(), c.d_model, nullptr,
+                    down.data());
+  }
+  add_in_place(x, down);
+}
+
+std::vector<float> CpuEngine::forward_chunk(std::span<const TokenId> ids, KvStore& store,
+                                            const CaptureRequest& request,
+                                            PrefillCapture* capture, int start_position) {
+  const ModelConfig& c = config();
+  const int T = static_cast<int>(ids.size());
+  if (T == 0) throw InputError("forward_chunk: the chunk of token ids is empty");
+  const int p0 = start_position >= 0 ? start_position : next_position(store);
+  check_context(p0, T);
+  for (TokenId id : ids) check_token(id);
+  const int D = c.d_model, d = c.head_dim, Hq = c.n_query_heads, Hkv = c.n_kv_heads;
+  const int64_t q_width = static_cast<int64_t>(Hq) * d, kv_width = static_cast<int64_t>(Hkv) * d;
+
+  std::vector<float> x(static_cast<size_t>(T) * D);
+  for (int t = 0; t < T; ++t)
+    std::copy_n(weights_.token_embedding.begin() + static_cast<int64_t>(ids[t]) * D, D,
+                x.begin() + static_cast<int64_t>(t) * D);
+  store.reserve(max_head_length(store) + T);
+
+  const bool capturing = capture != nullptr;
+  if (capturing) {
+    *capture = PrefillCapture{};
+    capture->length = T;
+    capture->window = std::min(request.window_queries, T);
+    capture->query_window.resize(c.n_layers);
+    if (request.attention_column_sums) capture->column_sums.resize(c.n_layers);
+  }
+
+  std::vector<float> normed(x.size()), q(T * q_width), k(T * kv_width), v(T * kv_width);
+  std::vector<float> attended(T * q_width), projected(x.size());
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& layer = weights_.layers[l];
+    kernels::rmsnorm(x.data(), layer.attn_norm.data(), T, D, c.rms_norm_eps, normed.data());
+    kernels::matmul(normed.data(), T, D, layer.wq.data(), q_width, bias_or_null(layer.bq), q.data());
+    kernels::matmul(normed.data(), T, D, layer.wk.data(), kv_width, bias_or_null(layer.bk), k.data());
+    kernels::matmul(normed.data(), T, D, layer.wv.data(), kv_width, bias_or_null(layer.bv), v.data());
+    tbb::parallel_for(0, T, [&](int t) {
+      kernels::apply_rope(&q[t * q_width], Hq, d, d, p0 + t, inv_freq_.data(), rope_pairing_);
+      kernels::apply_rope(&k[t * kv_width], Hkv, d, d, p0 + t, inv_freq_.data(), rope_pairing_);
+    });
+    for (int t = 0; t < T; ++t) store.append(l, p0 + t, &k[t * kv_width], &v[t * kv_width]);
+
+    kernels::CausalAttentionArgs attention;
+    attention.n_query_heads = Hq;
+    attention.n_kv_heads = Hkv;
+    attention.head_dim = d;
+    attention.n_queries = T;
+    attention.queries = q.data();
+    attention.output = attended.data();
+    for (int h = 0; h < Hkv; ++h) {
+      attention.keys.push_back(store.keys(l, h));
+      attention.values.push_back(store.values(l, h));
+      attention.prefix.push_back(store.length(l, h) - T);
+    }
+    if (capturing) {
+      const int w = capture->window;
+      auto& window = capture->query_window[l];
+      window.resize(static_cast<size_t>(Hq) * w * d);
+      for (int a = 0; a < Hq; ++a)
+        for (int t = 0; t < w; ++t)
+          std::copy_n(&q[(T - w + t) * q_width + a * d], d, &window[(a * w + t) * d]);
+      if (request.attention_column_sums) {
+        auto& sums = capture->column_sums[l];
+        sums.assign(static_cast<size_t>(Hq) * T, 0.0f);
+        for (int a = 0; a < Hq; ++a) attention.column_sums.push_back(&sums[a * T]);
+      }
+    }
+    kernels::causal_attention(attention);
+    kernels::matmul(attended.data(), T, q_width, layer.wo.data(), D, nullptr, projected.data());
+    add_in_place(x, projected);
+    feed_forward_rows(layer, T, x);
+  }
+  return output_logits(&x[static_cast<size_t>(T - 1) * D]);
+}
+
+void CpuEngine::attend_query_head(int layer, int q_head, const float* query, const KvStore& store,
+                                  const Selection* selection, const CachePlan& plan, float* output,
+                                  float* probabilities) const {
+  (void)plan;  // plan.early_exit: ART's block walk branches here (kernels/cpu/early_exit_attention)
+  const int kv_head = q_head / config().group_size();
+  kernels::DecodeAttentionArgs args;
+  args.query = query;
+  args.keys = store.keys(layer, kv_head);
+  args.values = store.values(layer, kv_head);
+  args.n_entries = store.length(layer, kv_head);
+  args.head_dim = config().head_dim;
+  args.output = output;
+  args.probabilities = probabilities;
+  if (selection != nullptr && !selection->dense && !selection->indices.empty()) {
+    args.indices = selection->indices[q_head].data();
+    args.n_indices = static_cast<int>(selection->indices[q_head].size());
+    if (!selection->logit_bias.empty() && !selection->logit_bias[q_head].empty())
+      args.logit_bias = selection->logit_bias[q_head].data();
+  }
+  kernels::decode_attention(args);
+}
+
+std::vector<float> CpuEngine::decode_step(TokenId token, int position, int step, KvStore& store,
+                                          CachePlan& plan) {
+  const ModelConfig& c = config();
+  check_token(token);
+  check_context(position, 1);
+  const int D = c.d_model, d = c.head_dim, Hq = c.n_query_heads, Hkv = c.n_kv_heads;
+  const int64_t q_width = static_cast<int64_t>(Hq) * d, kv_width = static_cast<int64_t>(Hkv) * d;
+  std::vector<float> x(weights_.token_embedding.begin() + static_cast<int64_t>(token) * D,
+                       weights_.token_embedding.begin() + static_cast<int64_t>(token + 1) * D);
+  std::vector<float> normed(D), q(q_width), k(kv_width), v(kv_width), attended(q_width);
+  std::vector<float> projected(D);
+  std::vector<std::vector<float>> probabilities(plan.decode_eviction ? Hq : 0);
+  Selection selection;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& layer = weights_.layers[l];
+    kernels::rmsnorm(x.data(), layer.attn_norm.data(), 1, D, c.rms_norm_eps, normed.data());
+    kernels::matvec(layer.wq.data(), q_width, D, normed.data(), bias_or_null(layer.bq), q.data());
+    kernels::matvec(layer.wk.data(), kv_width, D, normed.data(), bias_or_null(layer.bk), k.data());
+    kernels::matvec(layer.wv.data(), kv_width, D, normed.data(), bias_or_null(layer.bv), v.data());
+    kernels::apply_rope(q.data(), Hq, d, d, position, inv_freq_.data(), rope_pairing_);
+    kernels::apply_rope(k.data(), Hkv, d, d, position, inv_freq_.data(), rope_pairing_);
+    store.append(l, position, k.data(), v.data());
+
+    const Selection* chosen = nullptr;
+    if (plan.selector) {
+      plan.selector->on_append(store, l);
+      selection = Selection{};
+      plan.selector->select(l, q.data(), store, selection);
+      chosen = &selection;
+    }
+    for (int a = 0; a < static_cast<int>(probabilities.size()); ++a)
+      probabilities[a].assign(store.length(l, a / c.group_size()), 0.0f);
+    tbb::parallel_for(0, Hq, [&](int a) {
+      attend_query_head(l, a, &q[a * d], store, chosen, plan, &attended[a * d],
+                        probabilities.empty() ? nullptr : probabilities[a].data());
+    });
+    if (plan.decode_eviction) {
+      DecodeStepView view;
+      view.layer = l;
+      view.step = step;
+      view.query = q.data();
+      for (const auto& p : probabilities) view.probabilities.push_back(p.data());
+      plan.decode_eviction->after_step(view, store);
+    }
+    kernels::matvec(layer.wo.data(), D, q_width, attended.data(), nullptr, projected.data());
+    add_in_place(x, projected);
+    feed_forward_rows(layer, 1, x);
+  }
+  return output_logits(x.data());
+}
+
+}  // namespace kvb

@@ -1,0 +1,49 @@
+// The CPU forward pass in f32 (Llama family: RMSNorm, RoPE, GQA, SwiGLU, optional QKV bias, tied
+// embeddings). Prefill multiplies the whole chunk with OpenBLAS sgemm; decode uses TBB-threaded
+// matrix-vector products; attention is threaded over heads (kernels/cpu/attention.h).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/weights.h"
+#include "kernels/cpu/rope.h"
+
+namespace kvb {
+
+class CpuEngine final : public InferenceEngine {
+ public:
+  // `weights` must outlive the engine.
+  explicit CpuEngine(const ModelWeights& weights);
+
+  const ModelConfig& config() const override { return weights_.config; }
+  std::string backend_name() const override { return "cpu"; }
+  const ModelWeights& weights() const override { return weights_; }
+
+  std::vector<float> forward_chunk(std::span<const TokenId> ids, KvStore& store,
+                                   const CaptureRequest& request, PrefillCapture* capture,
+                                   int start_position = -1) override;
+  std::vector<float> decode_step(TokenId token, int position, int step, KvStore& store,
+                                 CachePlan& plan) override;
+
+ private:
+  struct DecodeScratch;
+  void check_token(TokenId id) const;
+  void check_context(int first_position, int n_tokens) const;
+  void feed_forward_rows(const LayerWeights& layer, int rows, std::vector<float>& x) const;
+  std::vector<float> output_logits(const float* hidden) const;
+  // Attention of one query head at one decode step: the single place where the decode path
+  // chooses how a head attends (dense, a selection, or a kernel-level walk such as ART).
+  void attend_query_head(int layer, int q_head, const float* query, const KvStore& store,
+                         const Selection* selection, const CachePlan& plan, float* output,
+                         float* probabilities) const;
+
+  const ModelWeights& weights_;
+  std::vector<float> inv_freq_;
+  kernels::RopePairing rope_pairing_;
+};
+
+}  // namespace kvb

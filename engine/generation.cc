@@ -1,0 +1,217 @@
+#include "engine/generation.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "engine/errors.h"
+
+namespace kvb {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double milliseconds_between(Clock::time_point start, Clock::time_point end) {
+  return std::chrono::duration<double, std::milli>(end - start).count();
+}
+
+// Position of the earliest stop string in `text`, or npos.
+size_t find_stop(const std::string& text, const std::vector<std::string>& stops) {
+  size_t first = std::string::npos;
+  for (const auto& stop : stops)
+    if (!stop.empty()) first = std::min(first, text.find(stop));
+  return first;
+}
+
+// The captures cut down to what `wanted` asks for: a policy sees exactly its own window even when
+// the snapshot was captured for the widest window of several policies.
+PrefillCapture captures_for(const PrefillCapture& captured, const CaptureRequest& wanted,
+                            int n_query_heads, int head_dim) {
+  PrefillCapture view = captured;
+  const int w = std::min(wanted.window_queries, captured.length);
+  if (w < captured.window) {
+    for (auto& layer : view.query_window) {
+      std::vector<float> trimmed(static_cast<size_t>(n_query_heads) * w * head_dim);
+      for (int a = 0; a < n_query_heads; ++a)
+        std::copy_n(&layer[(static_cast<size_t>(a) * captured.window + captured.window - w) * head_dim],
+                    static_cast<size_t>(w) * head_dim, &trimmed[static_cast<size_t>(a) * w * head_dim]);
+      layer = std::move(trimmed);
+    }
+    view.window = w;
+  }
+  return view;
+}
+
+void check_captures(const PrefillSnapshot& snapshot, const CaptureRequest& wanted,
+                    const std::string& policy) {
+  const int w = std::min(wanted.window_queries, snapshot.length);
+  if (w > snapshot.capture.window ||
+      (wanted.attention_column_sums && snapshot.capture.column_sums.empty()))
+    throw std::logic_error("the prefill snapshot lacks captures that policy '" + policy +
+                           "' needs; prefill with the union of the cells' CaptureRequests");
+}
+
+}  // namespace
+
+TokenId argmax(const std::vector<float>& logits) {
+  return static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+int64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+Generator::Generator(InferenceEngine& engine, const Tokenizer* tokenizer)
+    : engine_(engine), tokenizer_(tokenizer) {}
+
+PrefillSnapshot Generator::prefill(const std::vector<TokenId>& ids, const CaptureRequest& request) {
+  if (ids.empty()) throw InputError("the prompt is empty (no tokens to prefill)");
+  const auto start = Clock::now();
+  PrefillSnapshot snapshot;
+  snapshot.store = engine_.make_store();
+  snapshot.request = request;
+  snapshot.length = static_cast<int>(ids.size());
+  snapshot.last_logits = engine_.forward_chunk(ids, snapshot.store, request, &snapshot.capture, 0);
+  snapshot.prefill_ms = milliseconds_between(start, Clock::now());
+  return snapshot;
+}
+
+void Generator::compress(PrefillSnapshot& snapshot, CachePlan& plan, int spare_tokens,
+                         GenerationResult& result) const {
+  const int length = snapshot.length;
+  result.compressed_tokens = length;
+  if (!plan.budget) return;
+  const int budget = plan.budget->tokens_for(length);
+  if (budget <= 0)
+    throw InputError("budget " + plan.budget->to_string() + " of a " + std::to_string(length) +
+                     "-token prompt is 0 tokens; use a larger budget");
+  if (budget > length)
+    throw InputError("budget " + plan.budget->to_string() + " is larger than the prompt (" +
+                     std::to_string(length) + " tokens); use a budget <= the prompt length");
+  result.budget_tokens = budget;
+  if (!plan.prefill) return;
+  const CaptureRequest wanted = plan.prefill->capture();
+  check_captures(snapshot, wanted, plan.prefill->name());
+  const ModelConfig& c = engine_.config();
+  const PrefillCapture captures =
+      captures_for(snapshot.capture, wanted, c.n_query_heads, c.head_dim);
+  const PrefillView view = make_prefill_view(engine_.weights(), snapshot.store, captures, wanted);
+  const KeptIndices kept = plan.prefill->select(view, budget);
+  if (static_cast<int>(kept.size()) != c.n_layers)
+    throw std::logic_error("policy '" + plan.prefill->name() + "' returned kept indices for " +
+                           std::to_string(kept.size()) + " layers, expected " +
+                           std::to_string(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) snapshot.store.compact(l, kept[l], spare_tokens);
+  // The captures (window queries, column sums) are no longer needed: free them.
+  snapshot.capture = PrefillCapture{};
+}
+
+bool Generator::is_stop_token(TokenId id, const GenerationOptions& options) const {
+  if (std::find(options.extra_stop_ids.begin(), options.extra_stop_ids.end(), id) !=
+      options.extra_stop_ids.end())
+    return true;
+  return options.stop_at_end_of_generation && tokenizer_ != nullptr &&
+         tokenizer_->is_end_of_generation(id);
+}
+
+GenerationResult Generator::continue_generation(PrefillSnapshot snapshot, CachePlan& plan,
+                                                const std::vector<TokenId>& question_ids,
+                                                const GenerationOptions& options) {
+  if (options.max_new_tokens < 1)
+    throw InputError("max new tokens must be >= 1 (got " + std::to_string(options.max_new_tokens) +
+                     ")");
+  const auto start = Clock::now();
+  GenerationResult result;
+  result.prompt_tokens = snapshot.length + static_cast<int>(question_ids.size());
+  result.kv_bytes_full = snapshot.store.kv_bytes();
+  // Generation stops when the context is full: the last sampled token needs no position.
+  const int max_context = engine_.config().max_context;
+  if (max_context > 0 && result.prompt_tokens > max_context)
+    throw CapacityError("the prompt has " + std::to_string(result.prompt_tokens) + " tokens but " +
+                        engine_.config().name + " has a context of " +
+                        std::to_string(max_context) + " tokens; shorten the prompt");
+  const int max_new_tokens =
+      max_context > 0 ? std::min(options.max_new_tokens, max_context - result.prompt_tokens + 1)
+                      : options.max_new_tokens;
+
+  const int spare = max_new_tokens + static_cast<int>(question_ids.size());
+  compress(snapshot, plan, spare, result);
+  const auto compressed = Clock::now();
+  result.compress_ms = milliseconds_between(start, compressed);
+  result.kv_bytes = snapshot.store.kv_bytes();
+
+  std::vector<float> logits = std::move(snapshot.last_logits);
+  double question_ms = 0;
+  if (!question_ids.empty()) {
+    logits = engine_.forward_chunk(question_ids, snapshot.store, CaptureRequest{}, nullptr,
+                                   snapshot.length);
+    question_ms = milliseconds_between(compressed, Clock::now());
+  }
+  result.prefill_ms = snapshot.prefill_ms + question_ms;
+  KvStore& store = snapshot.store;
+  const int budget = result.budget_tokens > 0 ? result.budget_tokens : snapshot.length;
+  if (plan.decode_eviction) plan.decode_eviction->start(store, result.prompt_tokens, budget);
+  if (plan.selector) plan.selector->start(store, result.prompt_tokens, budget);
+
+  TokenId token = argmax(logits);
+  const auto first_token = Clock::now();
+  result.ttft_ms = snapshot.prefill_ms + milliseconds_between(start, first_token);
+  int sampled = 1;
+  int position = result.prompt_tokens;
+  result.stop_reason = "max_new_tokens";
+  for (int step = 0;; ++step) {
+    if (is_stop_token(token, options)) {
+      result.stop_reason = "eos";
+      break;
+    }
+    result.output_ids.push_back(token);
+    if (tokenizer_ != nullptr && !options.stop_strings.empty()) {
+      const std::string text = tokenizer_->decode(result.output_ids, true);
+      if (find_stop(text, options.stop_strings) != std::string::npos) {
+        result.stop_reason = "stop_string";
+        break;
+      }
+    }
+    if (static_cast<int>(result.output_ids.size()) >= max_new_tokens) {
+      if (max_new_tokens < options.max_new_tokens) result.stop_reason = "context_full";
+      break;
+    }
+    logits = engine_.decode_step(token, position, step, store, plan);
+    ++position;
+    token = argmax(logits);
+    ++sampled;
+  }
+  const auto end = Clock::now();
+  result.output_tokens = sampled;
+  result.decode_ms = milliseconds_between(first_token, end);
+  result.tpot_ms = sampled > 1 ? result.decode_ms / (sampled - 1) : 0.0;
+  if (tokenizer_ != nullptr) {
+    result.text = tokenizer_->decode(result.output_ids, true);
+    const size_t cut = find_stop(result.text, options.stop_strings);
+    if (cut != std::string::npos) result.text.resize(cut);
+  }
+  result.kv_bytes_end = store.kv_bytes();
+  result.peak_rss_bytes = peak_rss_bytes();
+  return result;
+}
+
+GenerationResult Generator::generate(const std::vector<TokenId>& prompt_ids, CachePlan& plan,
+                                     const GenerationOptions& options,
+                                     const std::vector<TokenId>& question_ids) {
+  CaptureRequest request;
+  if (plan.prefill) request = plan.prefill->capture();
+  // Check the context before the (possibly long) prefill.
+  const int max_context = engine_.config().max_context;
+  const int prompt = static_cast<int>(prompt_ids.size() + question_ids.size());
+  if (max_context > 0 && prompt > max_context)
+    throw CapacityError("the prompt has " + std::to_string(prompt) + " tokens but " +
+                        engine_.config().name + " has a context of " +
+                        std::to_string(max_context) + " tokens; shorten the prompt");
+  return continue_generation(prefill(prompt_ids, request), plan, question_ids, options);
+}
+
+}  // namespace kvb

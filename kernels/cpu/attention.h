@@ -1,0 +1,55 @@
+// Scaled dot-product attention on the CPU: the reference every CUDA attention kernel and every
+// decode-time method is checked against.
+//
+// causal_attention: a chunk of T queries per query head over its KV head's entries (GQA: query
+// head a reads KV head a / (Hq/Hkv)). The KV head holds `prefix[h]` entries from before the chunk
+// followed by the chunk's own T entries, so chunk query t sees entries [0, prefix + t]. A prefill
+// is a chunk over an empty cache (prefix 0); question-agnostic mode appends the question as a chunk
+// over a compressed cache. Threaded over (head, query block) with TBB; each block is two sgemms.
+//
+// decode_attention: one query over one KV head's entries, optionally restricted to an index list
+// and with a per-index additive logit bias (decode-time selection methods); optionally writes the
+// probabilities in store order (zeros for entries not attended), for decode-time eviction.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace kvb::kernels {
+
+struct CausalAttentionArgs {
+  int n_query_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int n_queries = 0;                 // T
+  const float* queries = nullptr;    // [T, n_query_heads * head_dim]
+  std::vector<const float*> keys;    // per KV head [prefix + T, head_dim]
+  std::vector<const float*> values;  // per KV head [prefix + T, head_dim]
+  std::vector<int> prefix;           // per KV head: entries before the chunk
+  float* output = nullptr;           // [T, n_query_heads * head_dim]
+  float* row_log_sum_exp = nullptr;  // optional [n_query_heads, T]
+  // Optional per query head [prefix + T]: Σ over the chunk's queries of p(query -> entry)
+  // (H2O's accumulated attention). Accumulated into (callers zero it).
+  std::vector<float*> column_sums;
+};
+
+void causal_attention(const CausalAttentionArgs& args);
+
+struct DecodeAttentionArgs {
+  const float* query = nullptr;   // [head_dim], post-RoPE
+  const float* keys = nullptr;    // [n_entries, head_dim]
+  const float* values = nullptr;  // [n_entries, head_dim]
+  int n_entries = 0;
+  int head_dim = 0;
+  const int32_t* indices = nullptr;  // attend only to these entries (any order); nullptr = all
+  int n_indices = 0;
+  const float* logit_bias = nullptr;  // [n_indices] (or [n_entries] without indices); may be null
+  float* output = nullptr;            // [head_dim]
+  float* probabilities = nullptr;     // optional [n_entries] in store order
+  float scale = 0;                    // 0 means 1/sqrt(head_dim)
+};
+
+// Returns the log-sum-exp of the attended logits.
+float decode_attention(const DecodeAttentionArgs& args);
+
+}  // namespace kvb::kernels

@@ -1,0 +1,188 @@
+// Test helpers: a tiny Llama-shaped model with random weights, and an independent naive forward
+// pass in double precision (full sequence, no cache, textbook loops) to check the engine against.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "engine/weights.h"
+
+namespace kvb::test {
+
+inline std::vector<float> random_vector(std::mt19937& rng, size_t n, float scale) {
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = normal(rng);
+  return v;
+}
+
+struct TinyShape {
+  int n_layers = 2, d_model = 32, n_query_heads = 4, n_kv_heads = 2, head_dim = 8, ffn_dim = 48;
+  int vocab = 61, max_context = 256;
+  bool qkv_bias = false, tied = true, interleaved = false, llama3 = false;
+};
+
+inline ModelWeights tiny_model(const TinyShape& s, unsigned seed) {
+  std::mt19937 rng(seed);
+  ModelWeights w;
+  ModelConfig& c = w.config;
+  c.name = "tiny-test";
+  c.n_layers = s.n_layers;
+  c.d_model = s.d_model;
+  c.n_query_heads = s.n_query_heads;
+  c.n_kv_heads = s.n_kv_heads;
+  c.head_dim = s.head_dim;
+  c.ffn_dim = s.ffn_dim;
+  c.vocab_size = s.vocab;
+  c.max_context = s.max_context;
+  c.rope_theta = 100.0f;  // short wavelengths so that positions in a short test matter
+  c.qkv_bias = s.qkv_bias;
+  c.tied_embeddings = s.tied;
+  c.rope_interleaved_pairs = s.interleaved;
+  if (s.llama3) c.llama3_rope_scaling = Llama3RopeScaling{4.0f, 1.0f, 4.0f, 64};
+  const int D = s.d_model, q = s.n_query_heads * s.head_dim, kv = s.n_kv_heads * s.head_dim;
+  const float ws = 1.0f / std::sqrt(static_cast<float>(D));
+  w.token_embedding = random_vector(rng, static_cast<size_t>(s.vocab) * D, 1.0f);
+  w.output_norm = random_vector(rng, D, 0.1f);
+  for (auto& x : w.output_norm) x += 1.0f;
+  if (!s.tied) w.output = random_vector(rng, static_cast<size_t>(s.vocab) * D, ws);
+  for (int l = 0; l < s.n_layers; ++l) {
+    LayerWeights L;
+    L.attn_norm = random_vector(rng, D, 0.1f);
+    L.ffn_norm = random_vector(rng, D, 0.1f);
+    for (auto& x : L.attn_norm) x += 1.0f;
+    for (auto& x : L.ffn_norm) x += 1.0f;
+    L.wq = random_vector(rng, static_cast<size_t>(q) * D, 2 * ws);
+    L.wk = random_vector(rng, static_cast<size_t>(kv) * D, 2 * ws);
+    L.wv = random_vector(rng, static_cast<size_t>(kv) * D, ws);
+    if (s.qkv_bias) {
+      L.bq = random_vector(rng, q, 0.2f);
+      L.bk = random_vector(rng, kv, 0.2f);
+      L.bv = random_vector(rng, kv, 0.2f);
+    }
+    L.wo = random_vector(rng, static_cast<size_t>(D) * q, ws);
+    L.w_gate = random_vector(rng, static_cast<size_t>(s.ffn_dim) * D, ws);
+    L.w_up = random_vector(rng, static_cast<size_t>(s.ffn_dim) * D, ws);
+    L.w_down = random_vector(rng, static_cast<size_t>(D) * s.ffn_dim, 1.0f / std::sqrt(float(s.ffn_dim)));
+    w.layers.push_back(std::move(L));
+  }
+  w.source = "test:tiny";
+  return w;
+}
+
+// Which positions each layer/KV head may attend to, besides causality. Empty = all.
+// allowed[layer][kv_head] is a sorted list of positions.
+using AllowedPositions = std::vector<std::vector<std::vector<int>>>;
+
+// Naive forward of the whole sequence; returns logits for every position [T][vocab].
+// When `allowed` is given, query t attends to allowed positions < t0 plus every position in
+// [t0, t] (the cache was compressed to `allowed` after the first t0 tokens).
+inline std::vector<std::vector<double>> reference_logits(const ModelWeights& w,
+                                                         const std::vector<int>& ids,
+                                                         const AllowedPositions& allowed = {},
+                                                         int t0 = 0) {
+  const ModelConfig& c = w.config;
+  const int T = static_cast<int>(ids.size()), D = c.d_model, d = c.head_dim;
+  const int Hq = c.n_query_heads, Hkv = c.n_kv_heads, F = c.ffn_dim;
+  auto rms = [&](const std::vector<double>& x, const std::vector<float>& g) {
+    double ss = 0;
+    for (double v : x) ss += v * v;
+    const double inv = 1.0 / std::sqrt(ss / x.size() + c.rms_norm_eps);
+    std::vector<double> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * g[i];
+    return y;
+  };
+  auto linear = [&](const std::vector<float>& W, const std::vector<float>& b, int out,
+                    const std::vector<double>& x) {
+    std::vector<double> y(out);
+    for (int r = 0; r < out; ++r) {
+      double s = b.empty() ? 0.0 : b[r];
+      for (size_t i = 0; i < x.size(); ++i) s += double(W[r * x.size() + i]) * x[i];
+      y[r] = s;
+    }
+    return y;
+  };
+  std::vector<double> inv_freq(d / 2);
+  for (int i = 0; i < d / 2; ++i) {
+    double f = std::pow(double(c.rope_theta), -2.0 * i / d);
+    if (c.llama3_rope_scaling) {
+      const auto& s = *c.llama3_rope_scaling;
+      const double wl = 2 * M_PI / f, lo = s.original_max_position / s.low_freq_factor,
+                   hi = s.original_max_position / s.high_freq_factor;
+      if (wl > lo) {
+        f /= s.factor;
+      } else if (wl >= hi) {
+        const double sm = (s.original_max_position / wl - s.low_freq_factor) /
+                          (s.high_freq_factor - s.low_freq_factor);
+        f = (1 - sm) * f / s.factor + sm * f;
+      }
+    }
+    inv_freq[i] = f;
+  }
+  auto rope = [&](std::vector<double>& v, int offset, int pos) {
+    for (int i = 0; i < d / 2; ++i) {
+      const int a = c.rope_interleaved_pairs ? offset + 2 * i : offset + i;
+      const int b = c.rope_interleaved_pairs ? offset + 2 * i + 1 : offset + i + d / 2;
+      const double ang = pos * inv_freq[i], x0 = v[a], x1 = v[b];
+      v[a] = x0 * std::cos(ang) - x1 * std::sin(ang);
+      v[b] = x0 * std::sin(ang) + x1 * std::cos(ang);
+    }
+  };
+  std::vector<std::vector<double>> x(T, std::vector<double>(D));
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < D; ++i) x[t][i] = w.token_embedding[size_t(ids[t]) * D + i];
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = w.layers[l];
+    std::vector<std::vector<double>> q(T), k(T), v(T);
+    for (int t = 0; t < T; ++t) {
+      const auto n = rms(x[t], L.attn_norm);
+      q[t] = linear(L.wq, L.bq, Hq * d, n);
+      k[t] = linear(L.wk, L.bk, Hkv * d, n);
+      v[t] = linear(L.wv, L.bv, Hkv * d, n);
+      for (int h = 0; h < Hq; ++h) rope(q[t], h * d, t);
+      for (int h = 0; h < Hkv; ++h) rope(k[t], h * d, t);
+    }
+    for (int t = 0; t < T; ++t) {
+      std::vector<double> o(Hq * d, 0.0);
+      for (int a = 0; a < Hq; ++a) {
+        const int h = a / (Hq / Hkv);
+        std::vector<int> keys;
+        for (int j = 0; j <= t; ++j) {
+          bool ok = true;
+          if (!allowed.empty() && t >= t0 && j < t0) {
+            const auto& keep = allowed[l][h];
+            ok = std::binary_search(keep.begin(), keep.end(), j);
+          }
+          if (ok) keys.push_back(j);
+        }
+        std::vector<double> s;
+        double mx = -1e300;
+        for (int j : keys) {
+          double dotp = 0;
+          for (int i = 0; i < d; ++i) dotp += q[t][a * d + i] * k[j][h * d + i];
+          s.push_back(dotp / std::sqrt(double(d)));
+          mx = std::max(mx, s.back());
+        }
+        double z = 0;
+        for (double& e : s) z += (e = std::exp(e - mx));
+        for (size_t n = 0; n < keys.size(); ++n)
+          for (int i = 0; i < d; ++i) o[a * d + i] += s[n] / z * v[keys[n]][h * d + i];
+      }
+      const auto proj = linear(L.wo, {}, D, o);
+      for (int i = 0; i < D; ++i) x[t][i] += proj[i];
+      const auto n = rms(x[t], L.ffn_norm);
+      auto g = linear(L.w_gate, {}, F, n);
+      const auto u = linear(L.w_up, {}, F, n);
+      for (int i = 0; i < F; ++i) g[i] = g[i] / (1 + std::exp(-g[i])) * u[i];
+      const auto down = linear(L.w_down, {}, D, g);
+      for (int i = 0; i < D; ++i) x[t][i] += down[i];
+    }
+  }
+  std::vector<std::vector<double>> logits(T);
+  for (int t = 0; t < T; ++t) logits[t] = linear(w.output_matrix(), {}, c.vocab_size, rms(x[t], w.output_norm));
+  return logits;
+}
+
+}  // namespace kvb::test
