@@ -41,6 +41,16 @@ PY
 fi
 echo "[setup] model: $model (sha256 ok)"
 
+# The independent reference for tests/engine/reference_logits_test.cc: the gguf reader and NumPy,
+# in a venv of their own (tests/.venv). Without it that test skips.
+venv="$root/tests/.venv"
+if ! "$venv/bin/python" -c "import gguf, numpy" 2>/dev/null; then
+  echo "[setup] creating $venv (gguf, numpy) for the reference-logits test"
+  if ! { python3 -m venv "$venv" && "$venv/bin/pip" install --quiet gguf==0.19.0 numpy; }; then
+    echo "[setup] warning: could not create $venv; tests/engine/reference_logits_test.cc will skip" >&2
+  fi
+fi
+
 # Word lists for RULER come from the wonderwords package (its assets), unpacked beside the model.
 if [ ! -f "$model_dir/wonderwords/nounlist.txt" ]; then
   tmp="$(mktemp -d)"
