@@ -1,0 +1,26 @@
+// Dequantisation of ggml tensor encodings to f32: F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K.
+// Block layouts: specs/engine-notes.md §2.4 (ggml-common.h / ggml-quants.c). Types are the ggml type
+// codes (the values of kvb::GgmlType); kernels are leaves, so they take the raw code.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kvb {
+
+// Elements per block and bytes per block of a supported type; false for any other type.
+bool dequantize_block_geometry(uint32_t ggml_type, int64_t* block_elements, int64_t* block_bytes);
+bool dequantize_supported(uint32_t ggml_type);
+
+// Decodes `n` elements (a multiple of the type's block size) from `src` into `dst`. The caller has
+// checked that `src` holds n / block_elements * block_bytes bytes. Throws std::invalid_argument for
+// an unsupported type or a partial block. Large inputs are split across threads (oneTBB).
+void dequantize(uint32_t ggml_type, const uint8_t* src, float* dst, int64_t n);
+
+// Scalar conversions (IEEE binary16 with subnormals, inf and NaN; bfloat16 = upper half of f32).
+float fp16_to_f32(uint16_t h);
+uint16_t f32_to_fp16(float f);  // round to nearest even; used by tests and writers
+float bf16_to_f32(uint16_t b);
+uint16_t f32_to_bf16(float f);  // round to nearest even
+
+}  // namespace kvb

@@ -1,0 +1,200 @@
+// Dequantisation against two kinds of truth: blocks built by hand from the layouts in
+// specs/engine-notes.md §2.4 with values computed here element by element, and random blocks plus
+// real model tensors decoded by the gguf PyPI package (tests/goldens/make_dequantize_goldens.py).
+#include "kernels/cpu/dequantize.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+
+#include "engine/gguf.h"
+#include "tests/test_paths.h"
+
+namespace kvb {
+namespace {
+
+constexpr uint32_t kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8, kQ4_K = 12, kQ6_K = 14, kBF16 = 30;
+
+void put_half(std::vector<uint8_t>& b, size_t at, uint16_t h) {
+  b[at] = h & 0xFF;
+  b[at + 1] = h >> 8;
+}
+
+std::vector<float> decode(uint32_t type, const std::vector<uint8_t>& raw, int64_t n) {
+  std::vector<float> out(n);
+  dequantize(type, raw.data(), out.data(), n);
+  return out;
+}
+
+TEST(DequantizeTest, HalfPrecisionConversions) {
+  EXPECT_EQ(fp16_to_f32(0x3C00), 1.0f);
+  EXPECT_EQ(fp16_to_f32(0xC000), -2.0f);
+  EXPECT_EQ(fp16_to_f32(0x7BFF), 65504.0f);
+  EXPECT_EQ(fp16_to_f32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(fp16_to_f32(0x03FF), std::ldexp(1023.0f, -24));  // largest subnormal
+  EXPECT_EQ(fp16_to_f32(0x3555), 0.333251953125f);
+  EXPECT_TRUE(std::isinf(fp16_to_f32(0xFC00)) && fp16_to_f32(0xFC00) < 0);
+  EXPECT_TRUE(std::isnan(fp16_to_f32(0x7E00)));
+  EXPECT_TRUE(std::signbit(fp16_to_f32(0x8000)));
+  // Every finite half survives f32 and back; halfway cases round to even.
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7C00) == 0x7C00) continue;
+    ASSERT_EQ(f32_to_fp16(fp16_to_f32(static_cast<uint16_t>(h))), h) << h;
+  }
+  EXPECT_EQ(f32_to_fp16(1.0f + std::ldexp(1.0f, -11)), 0x3C00);          // tie -> even (down)
+  EXPECT_EQ(f32_to_fp16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3C02);      // tie -> even (up)
+  EXPECT_EQ(f32_to_fp16(70000.0f), 0x7C00);
+  EXPECT_EQ(f32_to_fp16(1e-9f), 0x0000);
+}
+
+TEST(DequantizeTest, BFloat16Conversions) {
+  EXPECT_EQ(bf16_to_f32(0x3F80), 1.0f);
+  EXPECT_EQ(bf16_to_f32(0xC040), -3.0f);
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3F80);
+  EXPECT_EQ(f32_to_bf16(1.0f + std::ldexp(1.0f, -8)), 0x3F80);      // tie -> even
+  EXPECT_EQ(f32_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3F82);  // tie -> even
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(NAN))));
+}
+
+TEST(DequantizeTest, PlainFloatTypes) {
+  const std::vector<float> values = {1.5f, -0.25f, 3.0f, 0.0f};
+  std::vector<uint8_t> f32(16), f16(8), bf16(8);
+  std::memcpy(f32.data(), values.data(), 16);
+  for (int i = 0; i < 4; ++i) {
+    put_half(f16, 2 * i, f32_to_fp16(values[i]));
+    put_half(bf16, 2 * i, f32_to_bf16(values[i]));
+  }
+  EXPECT_EQ(decode(kF32, f32, 4), values);
+  EXPECT_EQ(decode(kF16, f16, 4), values);
+  EXPECT_EQ(decode(kBF16, bf16, 4), values);
+}
+
+TEST(DequantizeTest, HandBuiltQ4_0AndQ4_1AndQ8_0) {
+  // Q4_0: d = 0.5; byte j holds element j (low nibble) and element j + 16 (high nibble).
+  std::vector<uint8_t> q4_0(18);
+  put_half(q4_0, 0, 0x3800);  // 0.5
+  for (int j = 0; j < 16; ++j) q4_0[2 + j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  const auto y0 = decode(kQ4_0, q4_0, 32);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y0[j], (j - 8) * 0.5f);
+    EXPECT_EQ(y0[j + 16], (15 - j - 8) * 0.5f);
+  }
+  // Q4_1: d = 2, m = -1.
+  std::vector<uint8_t> q4_1(20);
+  put_half(q4_1, 0, 0x4000);
+  put_half(q4_1, 2, 0xBC00);
+  for (int j = 0; j < 16; ++j) q4_1[4 + j] = static_cast<uint8_t>((j * 7) % 16 | (j << 4));
+  const auto y1 = decode(kQ4_1, q4_1, 32);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y1[j], ((j * 7) % 16) * 2.0f - 1.0f);
+    EXPECT_EQ(y1[j + 16], j * 2.0f - 1.0f);
+  }
+  // Q8_0: d = 0.25, qs = -128..127 spread.
+  std::vector<uint8_t> q8(34);
+  put_half(q8, 0, 0x3400);
+  for (int j = 0; j < 32; ++j) q8[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(j * 8 - 128));
+  const auto y8 = decode(kQ8_0, q8, 32);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(y8[j], (j * 8 - 128) * 0.25f);
+}
+
+TEST(DequantizeTest, HandBuiltQ4_K) {
+  // Sub-block scales and mins chosen to use the upper 2 of the 6 bits for sub-blocks 4-7.
+  const int sc[8] = {1, 5, 17, 63, 20, 33, 2, 48};
+  const int mn[8] = {0, 3, 16, 40, 63, 1, 18, 7};
+  std::vector<uint8_t> b(144, 0);
+  put_half(b, 0, 0x3C00);  // d = 1
+  put_half(b, 2, 0x3800);  // dmin = 0.5
+  uint8_t* s = &b[4];
+  for (int j = 0; j < 4; ++j) {
+    s[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
+    s[j + 4] = static_cast<uint8_t>(mn[j] | ((mn[j + 4] >> 4) << 6));
+    s[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
+  }
+  for (int i = 0; i < 128; ++i) b[16 + i] = static_cast<uint8_t>(i * 37 + 11);
+  const auto y = decode(kQ4_K, b, 256);
+  for (int e = 0; e < 256; ++e) {
+    const int chunk = e / 64, within = e % 64, sub = 2 * chunk + within / 32;
+    const uint8_t byte = b[16 + 32 * chunk + within % 32];
+    const int q = within < 32 ? (byte & 0xF) : (byte >> 4);
+    ASSERT_EQ(y[e], 1.0f * sc[sub] * q - 0.5f * mn[sub]) << "element " << e;
+  }
+}
+
+TEST(DequantizeTest, HandBuiltQ6_K) {
+  std::vector<uint8_t> b(210, 0);
+  for (int i = 0; i < 128; ++i) b[i] = static_cast<uint8_t>(i * 29 + 3);        // ql
+  for (int i = 0; i < 64; ++i) b[128 + i] = static_cast<uint8_t>(i * 53 + 7);   // qh
+  for (int i = 0; i < 16; ++i) b[192 + i] = static_cast<uint8_t>(static_cast<int8_t>(i * 9 - 70));
+  put_half(b, 208, 0x3400);  // d = 0.25, stored last
+  const auto y = decode(kQ6_K, b, 256);
+  for (int e = 0; e < 256; ++e) {
+    const int half = e / 128, r = e % 128, k = r / 32, l = r % 32;
+    const uint8_t ql = b[half * 64 + l + (k & 1) * 32];
+    const int low = k < 2 ? (ql & 0xF) : (ql >> 4);
+    const int high = (b[128 + half * 32 + l] >> (2 * k)) & 3;
+    const int scale = static_cast<int8_t>(b[192 + half * 8 + l / 16 + 2 * k]);
+    ASSERT_EQ(y[e], 0.25f * scale * ((low | (high << 4)) - 32)) << "element " << e;
+  }
+}
+
+TEST(DequantizeTest, RejectsUnsupportedTypesAndPartialBlocks) {
+  std::vector<uint8_t> raw(64);
+  std::vector<float> out(64);
+  EXPECT_THROW(dequantize(6 /*q5_0*/, raw.data(), out.data(), 32), std::invalid_argument);
+  EXPECT_THROW(dequantize(kQ4_0, raw.data(), out.data(), 31), std::invalid_argument);
+  EXPECT_FALSE(dequantize_supported(13));
+  EXPECT_TRUE(dequantize_supported(kQ6_K));
+}
+
+nlohmann::json load_goldens() {
+  std::ifstream in(test::source_dir() / "tests" / "goldens" / "dequantize_goldens.json");
+  return nlohmann::json::parse(in);
+}
+
+std::vector<uint8_t> from_hex(const std::string& hex) {
+  std::vector<uint8_t> out(hex.size() / 2);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  return out;
+}
+
+TEST(DequantizeTest, RandomBlocksMatchTheGgufPackage) {
+  const auto goldens = load_goldens();
+  ASSERT_EQ(goldens["random_blocks"].size(), 5u);
+  for (const auto& block : goldens["random_blocks"]) {
+    SCOPED_TRACE(block["name"].get<std::string>());
+    const auto raw = from_hex(block["hex"]);
+    const auto expected = block["values"].get<std::vector<float>>();
+    const auto y = decode(block["type"].get<uint32_t>(), raw, static_cast<int64_t>(expected.size()));
+    for (size_t i = 0; i < expected.size(); ++i)
+      ASSERT_NEAR(y[i], expected[i], 1e-6f * std::max(1.0f, std::fabs(expected[i]))) << "element " << i;
+  }
+}
+
+TEST(DequantizeTest, DefaultModelTensorsMatchTheGgufPackage) {
+  const auto path = test::default_model_path();
+  KVB_REQUIRE_FILE(path);
+  const auto gguf = GgufFile::open(path);
+  for (const auto& sample : load_goldens()["model_samples"]) {
+    const std::string name = sample["tensor"];
+    SCOPED_TRACE(name);
+    const GgufTensorInfo* info = gguf->tensor(name);
+    ASSERT_NE(info, nullptr);
+    std::string type = sample["type"];  // the package spells types in upper case
+    for (char& c : type) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    EXPECT_EQ(ggml_type_name(info->type), type);
+    std::vector<float> y(info->elements());
+    dequantize(info->type, gguf->tensor_bytes(*info).data(), y.data(), info->elements());
+    const auto indices = sample["indices"].get<std::vector<int64_t>>();
+    const auto values = sample["values"].get<std::vector<float>>();
+    for (size_t i = 0; i < indices.size(); ++i)
+      EXPECT_NEAR(y[indices[i]], values[i], 1e-6f * std::max(1.0f, std::fabs(values[i]))) << "index " << indices[i];
+  }
+}
+
+}  // namespace
+}  // namespace kvb
