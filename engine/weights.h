@@ -1,6 +1,17 @@
 // Model weights in f32 for the CPU engine, loaded from a GGUF file (dequantised at load), an HF
 // folder (config.json + *.safetensors) or a dummy preset (random weights with a paper model's
 // shapes). Linear weights are stored row-major as [out, in]: y = W x.
+//
+// RoPE layout (read this before applying RoPE): for EVERY source (GGUF of any architecture, HF
+// safetensors, presets) the rows of wq/wk (and bq/bk) are in the HF transformers order, the one
+// `rotate_half` expects ("NeoX style"): within each head of head_dim rows, RoPE rotates the pair
+// (i, i + head_dim/2) by angle pos * rope_theta^(-2i/head_dim), i < head_dim/2:
+//   q'[i]          = q[i] cos - q[i + head_dim/2] sin
+//   q'[i + hd/2]   = q[i + head_dim/2] cos + q[i] sin
+// (with llama3_rope_scaling applied to the frequencies when set). llama.cpp's converter permutes the
+// Q/K rows of Llama-architecture GGUFs into adjacent-pair (GPT-J, "interleaved") order; the GGUF
+// loader undoes that permutation (weights_loader.h: unpermute_rope_rows), so do NOT use
+// adjacent-pair RoPE on these weights. Qwen2 GGUFs are stored unpermuted and need no change.
 #pragma once
 
 #include <filesystem>

@@ -1,0 +1,140 @@
+#include "engine/model.h"
+
+#include <filesystem>
+
+#include "engine/errors.h"
+#include "engine/gguf.h"
+#include "engine/presets.h"
+#include "engine/sha256.h"
+#include "engine/weights_loader.h"
+
+namespace kvb {
+namespace {
+
+constexpr std::string_view kPresetPrefix = "preset:";
+
+// For presets: token id = byte value (ids >= 256 are never produced), no special tokens but an EOS
+// at id 0 so that generation loops terminate on a NUL byte.
+class ByteTokenizer final : public Tokenizer {
+ public:
+  explicit ByteTokenizer(int vocab_size) : vocab_size_(vocab_size) {}
+  std::vector<TokenId> encode(std::string_view text, bool add_bos, bool) const override {
+    std::vector<TokenId> ids;
+    if (add_bos) ids.push_back(bos_id());
+    for (unsigned char c : text) ids.push_back(static_cast<TokenId>(c) % vocab_size_);
+    return ids;
+  }
+  std::string decode(const std::vector<TokenId>& ids, bool) const override {
+    std::string out;
+    for (TokenId id : ids) out += token_text(id);
+    return out;
+  }
+  std::string token_text(TokenId id) const override {
+    return id >= 0 && id < 256 ? std::string(1, static_cast<char>(id)) : std::string();
+  }
+  int vocab_size() const override { return vocab_size_; }
+  TokenId bos_id() const override { return 1; }
+  TokenId eos_id() const override { return 0; }
+  bool is_end_of_generation(TokenId id) const override { return id == 0; }
+  bool adds_bos_by_default() const override { return false; }
+  std::string kind() const override { return "bytes (dummy preset)"; }
+
+ private:
+  int vocab_size_;
+};
+
+bool is_preset(const std::string& s) { return s.rfind(kPresetPrefix, 0) == 0; }
+
+void require_exists(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    throw InputError(path.string() + ": no such file or folder (give a .gguf file, an HF model folder, "
+                     "or preset:NAME; the default model is fetched by harness/scripts/setup.sh)");
+}
+
+bool is_hf_folder(const std::filesystem::path& path) { return std::filesystem::is_directory(path); }
+
+std::string gguf_chat_template(const GgufFile& gguf) {
+  const GgufValue* v = gguf.find("tokenizer.chat_template");
+  const auto* s = v ? std::get_if<std::string>(v) : nullptr;
+  return s ? *s : std::string();
+}
+
+}  // namespace
+
+std::string detect_chat_template(Architecture architecture, const std::string& jinja_template) {
+  if (jinja_template.find("<|im_start|>") != std::string::npos) return "chatml";
+  if (jinja_template.find("<|start_header_id|>") != std::string::npos) return "llama3";
+  if (jinja_template.find("[INST]") != std::string::npos) return "mistral";
+  if (!jinja_template.empty()) return "plain";
+  switch (architecture) {
+    case Architecture::kQwen2: return "chatml";
+    case Architecture::kMistral: return "mistral";
+    case Architecture::kLlama: return "plain";
+  }
+  return "plain";
+}
+
+LoadedModel load_model(const std::string& path_or_preset) {
+  LoadedModel model;
+  if (is_preset(path_or_preset)) {
+    const std::string name = path_or_preset.substr(kPresetPrefix.size());
+    const ModelConfig config = preset_config(name);
+    auto weights = random_weights(config, kPresetSeed);
+    weights->source = path_or_preset;
+    model.tokenizer = std::make_shared<ByteTokenizer>(config.vocab_size);
+    model.chat_template = "plain";
+    model.sha256 = sha256_hex(path_or_preset + " seed=" + std::to_string(kPresetSeed));
+    model.weights = std::move(weights);
+    return model;
+  }
+  const std::filesystem::path path(path_or_preset);
+  require_exists(path);
+  if (is_hf_folder(path)) {
+    throw InputError(path_or_preset + ": HF folders are not supported in this build yet");
+  }
+  {
+    // The mapping lives only inside this scope: weights are f32 copies, the tokenizer copies strings.
+    const auto gguf = GgufFile::open(path);
+    model.weights = load_weights_from_gguf(*gguf);
+    model.chat_template = detect_chat_template(model.weights->config.architecture, gguf_chat_template(*gguf));
+  }
+  model.sha256 = sha256_hex_of_files({path});
+  return model;
+}
+
+ModelSummary inspect_model(const std::string& path_or_preset) {
+  ModelSummary s;
+  s.source = path_or_preset;
+  if (is_preset(path_or_preset)) {
+    s.format = "preset";
+    s.config = preset_config(path_or_preset.substr(kPresetPrefix.size()));
+    s.tokenizer_kind = "bytes (dummy preset)";
+    s.chat_template = "plain";
+    const ModelConfig& c = s.config;
+    const int64_t d = c.d_model, q = int64_t{c.n_query_heads} * c.head_dim, kv = int64_t{c.n_kv_heads} * c.head_dim;
+    const int64_t per_layer = 2 * d + 2 * d * q + 2 * d * kv + 3 * d * c.ffn_dim + (c.qkv_bias ? q + 2 * kv : 0);
+    s.n_parameters = c.n_layers * per_layer + d + int64_t{c.vocab_size} * d * (c.tied_embeddings ? 1 : 2);
+    s.dtype_counts["f32 (random)"] = static_cast<int>(c.n_layers * (c.qkv_bias ? 12 : 9) + (c.tied_embeddings ? 2 : 3));
+    return s;
+  }
+  const std::filesystem::path path(path_or_preset);
+  require_exists(path);
+  if (is_hf_folder(path)) throw InputError(path_or_preset + ": HF folders are not supported in this build yet");
+  const auto gguf = GgufFile::open(path);
+  s.format = "gguf";
+  s.config = model_config_from_gguf(*gguf);
+  const std::string tokenizer_model = gguf->has("tokenizer.ggml.model") ? gguf->get_string("tokenizer.ggml.model") : "none";
+  s.tokenizer_kind = tokenizer_model;
+  if (gguf->has("tokenizer.ggml.pre")) s.tokenizer_kind += " (pre: " + gguf->get_string("tokenizer.ggml.pre") + ")";
+  if (tokenizer_model == "llama") s.tokenizer_kind += " (sentencepiece)";
+  s.chat_template = detect_chat_template(s.config.architecture, gguf_chat_template(*gguf));
+  for (const GgufTensorInfo& t : gguf->tensors()) {
+    ++s.dtype_counts[ggml_type_name(t.type)];
+    s.n_parameters += t.elements();
+  }
+  s.file_bytes = std::filesystem::file_size(path);
+  return s;
+}
+
+}  // namespace kvb
