@@ -16,6 +16,19 @@ const std::vector<PolicyFactory>& factories() {
       full_factory(),
       streamingllm_factory(),
       snapkv_factory(),
+      pyramidkv_factory(),
+      h2o_factory(),
+      h2o_decode_factory(),
+      tova_factory(),
+      knorm_factory(),
+      keydiff_factory(),
+      cake_factory(),
+      adakv_factory(),
+      criticalkv_factory(),
+      criticaladakv_factory(),
+      andpro_factory(),
+      dropkv_factory(),
+      adadropkv_factory(),
   };
   return table;
 }

@@ -1,5 +1,7 @@
 #include "policies/scored_policy.h"
 
+#include <algorithm>
+
 #include "engine/errors.h"
 #include "policies/selection.h"
 
@@ -34,7 +36,8 @@ std::vector<std::vector<int32_t>> ScoredPolicy::select_layer(const LayerPrefillV
 
 KeptIndices ScoredPolicy::select(const PrefillView& view, int budget_tokens) const {
   const int length = view.prompt_length();
-  check_budget(name(), budget_tokens, length);
+  check_budget(name(), budget_tokens,
+               settings_.budget_may_exceed_prompt ? std::max(length, budget_tokens) : length);
   const std::vector<int> budgets = layer_budgets(view, budget_tokens);
   KeptIndices kept(view.layers.size());
   for (size_t l = 0; l < view.layers.size(); ++l) {

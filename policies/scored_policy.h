@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/cache_policy.h"
+#include "engine/errors.h"
 #include "policies/params.h"
 #include "policies/registry.h"
 
@@ -22,6 +23,9 @@ struct ScoredSettings {
   int sinks = 0;                  // first positions always kept, counted inside the budget
   std::vector<int> dense_layers;  // layers left uncompressed
   CaptureRequest capture;         // what score() reads from the prefill
+  // Decode-time evicting methods (H2O, TOVA, CAKE) accept a budget above the prompt length: the
+  // prefill then keeps everything and the cache grows until it reaches the budget.
+  bool budget_may_exceed_prompt = false;
 };
 
 // Reads the shared parameters a method declares ("window", "sinks", "dense_layers"); a window

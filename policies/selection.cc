@@ -191,6 +191,17 @@ void check_budget(const std::string& policy, int budget_tokens, int prompt_lengt
                      " tokens); use a budget <= the prompt length or a fraction such as 50%");
 }
 
+void evict_except(KvStore& store, int layer, int head, const std::vector<int32_t>& kept) {
+  size_t next = kept.size();
+  for (int index = store.length(layer, head) - 1; index >= 0; --index) {
+    if (next > 0 && kept[next - 1] == index) {
+      --next;
+    } else {
+      store.erase(layer, head, index);
+    }
+  }
+}
+
 bool is_dense_layer(const std::vector<int>& dense_layers, int layer) {
   return std::find(dense_layers.begin(), dense_layers.end(), layer) != dense_layers.end();
 }

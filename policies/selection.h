@@ -68,6 +68,10 @@ std::vector<int32_t> keep_all(int length);
 // Validates a per-head budget against the prompt; throws InputError naming the policy otherwise.
 void check_budget(const std::string& policy, int budget_tokens, int prompt_length);
 
+// Decode-time eviction: erases from one head of `store` every entry whose index is not in `kept`
+// (sorted indices into the head's current sequence).
+void evict_except(KvStore& store, int layer, int head, const std::vector<int32_t>& kept);
+
 // True when `layer` is listed in `dense_layers` (left uncompressed).
 bool is_dense_layer(const std::vector<int>& dense_layers, int layer);
 

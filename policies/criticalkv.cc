@@ -1,0 +1,132 @@
+// CriticalKV (Feng et al. 2025) — kind A, output-aware two-stage selection around a base scorer.
+//
+//   ν_j = (1/g) Σ_{a∈group(h)} ‖v_j W_o^a‖₁   (W_o^a: the d×D slice of the output projection that
+//                                             query head a feeds; L1 over the hidden dimension)
+//   stage 1: keep the top int(C·ρ) tokens by the base score s (the window counts here, as kvpress's
+//            SnapKV pads it with the maximum)
+//   stage 2: fill up to C with the best of the rest by s' = (s + ε)·ν
+//
+// Source: kvpress @8bb29b9 `criticalkv_press.py` (contributed by the CriticalKV first author, PR
+// #46; specs/methods.md §7). Defaults: ρ = first_stage_ratio = 0.5, ε = 1e−4, base scorer SnapKV
+// (its own defaults; "scorer" selects another). Needs W_o (CaptureRequest::output_projection).
+// Budget C per (layer, KV head), uniform, window included. CriticalAdaKV is in adakv.cc.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "policies/methods.h"
+#include "policies/selection.h"
+#include "policies/wrapped_scorer.h"
+
+namespace kvb {
+
+std::vector<float> projected_value_norms(const LayerPrefillView& layer, int kv_head) {
+  if (!layer.output_projection)
+    throw InputError("CriticalKV needs the output projection W_o (capture output_projection)");
+  const int length = layer.length, d = layer.head_dim, g = layer.group_size();
+  const int hidden = layer.d_model, inputs = layer.n_query_heads * d;
+  std::vector<float> nu(length, 0.0f), projected(static_cast<size_t>(length) * hidden);
+  for (int a = kv_head * g; a < (kv_head + 1) * g; ++a) {
+    // projected[j, o] = Σ_i v_j[i] · W_o[o, a·d + i]
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, length, hidden, d, 1.0f,
+                layer.values[kv_head], d, layer.output_projection + static_cast<int64_t>(a) * d,
+                inputs, 0.0f, projected.data(), hidden);
+    for (int j = 0; j < length; ++j) {
+      float l1 = 0.0f;
+      for (int o = 0; o < hidden; ++o) l1 += std::fabs(projected[static_cast<size_t>(j) * hidden + o]);
+      nu[j] += l1 / static_cast<float>(g);
+    }
+  }
+  return nu;
+}
+
+std::vector<int32_t> critical_top(const std::vector<float>& scores, const std::vector<float>& nu,
+                                  int keep, int forced, double epsilon) {
+  const int n = static_cast<int>(scores.size());
+  keep = std::clamp(keep, 0, n);
+  forced = std::clamp(forced, 0, keep);
+  std::vector<float> rescored(n);
+  for (int j = 0; j < n; ++j) rescored[j] = static_cast<float>((scores[j] + epsilon) * nu[j]);
+  for (int32_t j : top_k(scores, forced)) rescored[j] = std::numeric_limits<float>::infinity();
+  std::vector<int32_t> kept = top_k(rescored, keep);
+  std::sort(kept.begin(), kept.end());
+  return kept;
+}
+
+namespace {
+
+class CriticalKvPolicy : public ScoredPolicy {
+ public:
+  CriticalKvPolicy(std::shared_ptr<const ScoredPolicy> base, double ratio, double epsilon)
+      : ScoredPolicy(settings_for(*base)), base_(std::move(base)), ratio_(ratio), epsilon_(epsilon) {}
+
+  std::vector<std::vector<float>> score(const LayerPrefillView& layer) const override {
+    return base_->score(layer);
+  }
+  std::vector<int> layer_budgets(const PrefillView& view, int budget_tokens) const override {
+    return base_->layer_budgets(view, budget_tokens);
+  }
+
+ protected:
+  std::vector<std::vector<int32_t>> select_layer(const LayerPrefillView& layer,
+                                                 int budget) const override {
+    const int length = layer.length;
+    const int sinks = std::min(settings().sinks, length);
+    const int window = std::clamp(settings().window, 0, length - sinks);
+    const int begin = sinks, end = length - window, protect = sinks + window;
+    const int stage1 = std::max(0, static_cast<int>(budget * ratio_) - protect);
+    const auto scores = score(layer);
+    std::vector<std::vector<int32_t>> kept(layer.n_kv_heads);
+    for (int h = 0; h < layer.n_kv_heads; ++h) {
+      const auto nu = projected_value_norms(layer, h);
+      const std::vector<float> s(scores[h].begin() + begin, scores[h].begin() + end);
+      const std::vector<float> n(nu.begin() + begin, nu.begin() + end);
+      for (int j = 0; j < sinks; ++j) kept[h].push_back(j);
+      for (int32_t j : critical_top(s, n, std::max(0, budget - protect), stage1, epsilon_))
+        kept[h].push_back(j + begin);
+      for (int j = end; j < length; ++j) kept[h].push_back(j);
+    }
+    return kept;
+  }
+
+ private:
+  static ScoredSettings settings_for(const ScoredPolicy& base) {
+    ScoredSettings settings = base.settings();
+    settings.name = "criticalkv";
+    settings.capture.output_projection = true;
+    return settings;
+  }
+  std::shared_ptr<const ScoredPolicy> base_;
+  double ratio_, epsilon_;
+};
+
+nlohmann::json critical_own_defaults() {
+  return {{"first_stage_ratio", 0.5}, {"epsilon", 1e-4}};
+}
+
+}  // namespace
+
+PolicyFactory criticalkv_factory() {
+  PolicyFactory factory;
+  factory.info = {"criticalkv", PolicyKind::kPrefillQueryAware,
+                  "base score, then output-aware rescoring (s + eps) * ||v W_o||_1",
+                  "kvpress@8bb29b9 criticalkv_press.py (author PR #46)",
+                  wrapped_defaults(critical_own_defaults(), "snapkv", snapkv_defaults(),
+                                   nlohmann::json::object(), true)};
+  factory.make_scorer = [](const nlohmann::json& given) -> std::shared_ptr<const ScoredPolicy> {
+    WrappedScorer wrapped = read_wrapped_scorer("criticalkv", given, critical_own_defaults(),
+                                                "snapkv", nlohmann::json::object(), true);
+    const double ratio = wrapped.own.number("first_stage_ratio");
+    if (ratio < 0 || ratio > 1)
+      throw InputError("parameter 'first_stage_ratio' of criticalkv must be in [0, 1]");
+    return std::make_shared<CriticalKvPolicy>(wrapped.scorer, ratio, wrapped.own.number("epsilon"));
+  };
+  factory.install = [make = factory.make_scorer](const nlohmann::json& given, CachePlan& plan) {
+    plan.prefill = make(given);
+  };
+  return factory;
+}
+
+}  // namespace kvb
