@@ -14,6 +14,8 @@
 // accumulation ×1/√d, fp32 LSE, a from the unrounded fp32 p rounded to bf16, p rounded to bf16 before
 // ω, ⟨a,v⟩ with bf16 inputs, squared distance clamped at 0); "fp32" = dropkv_scores_reference.
 // No dense layers, no sinks; uniform budget over layers and heads.
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -25,62 +27,75 @@
 namespace kvb {
 namespace {
 
-// Adds query head a's score over its W window rows into `scores` (length L).
-void add_query_head_scores(const LayerPrefillView& layer, int a, int window, Precision precision,
-                           std::vector<double>& scores) {
-  const int length = layer.length, d = layer.head_dim;
-  const int h = a / layer.group_size();
-  const bool bf16 = precision == Precision::kBf16;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  // bf16 copies of the head's keys and values (the model's dtype in the reference).
-  const float* keys = layer.keys[h];
-  const float* values = layer.values[h];
-  std::vector<float> value_norms(length);
-  for (int j = 0; j < length; ++j) {
+// The head's keys and values as the scorer reads them: bf16-rounded copies in bf16 mode.
+struct HeadTensors {
+  std::vector<float> keys, values, value_norms;  // [L, d], [L, d], [L]
+};
+
+HeadTensors head_tensors(const LayerPrefillView& layer, int h, Precision precision) {
+  const size_t n = static_cast<size_t>(layer.length) * layer.head_dim;
+  HeadTensors out{{layer.keys[h], layer.keys[h] + n}, {layer.values[h], layer.values[h] + n}, {}};
+  for (auto& x : out.keys) x = maybe_bf16(x, precision);
+  for (auto& x : out.values) x = maybe_bf16(x, precision);
+  out.value_norms.resize(layer.length);
+  for (int j = 0; j < layer.length; ++j) {
     float squared = 0.0f;
-    for (int i = 0; i < d; ++i) {
-      const float v = maybe_bf16(values[int64_t(j) * d + i], precision);
-      squared += v * v;
-    }
-    value_norms[j] = squared;
+    for (int i = 0; i < layer.head_dim; ++i) squared += out.values[size_t(j) * layer.head_dim + i] *
+                                                        out.values[size_t(j) * layer.head_dim + i];
+    out.value_norms[j] = squared;
   }
-  std::vector<float> logits(length), query(d), output(d);
+  return out;
+}
+
+// Adds query head a's score over its W window rows into `scores` (length L).
+void add_query_head_scores(const LayerPrefillView& layer, int a, const HeadTensors& head, int window,
+                           Precision precision, std::vector<double>& scores) {
+  const int length = layer.length, d = layer.head_dim;
+  const bool bf16 = precision == Precision::kBf16;
+  std::vector<float> queries(static_cast<size_t>(window) * d);
+  std::copy_n(layer.query(a, layer.window - window), queries.size(), queries.begin());
+  for (auto& x : queries) x = maybe_bf16(x, precision);
+  // logits [W, L] = q·k (fp32 accumulation) / sqrt(d), then p = exp(logit − LSE) in fp32.
+  std::vector<float> probs(static_cast<size_t>(window) * length);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, window, length, d,
+              1.0f / std::sqrt(static_cast<float>(d)), queries.data(), d, head.keys.data(), d, 0.0f,
+              probs.data(), length);
   for (int t = 0; t < window; ++t) {
-    const float* q = layer.query(a, layer.window - window + t);
-    for (int i = 0; i < d; ++i) query[i] = maybe_bf16(q[i], precision);
+    float* row = &probs[static_cast<size_t>(t) * length];
     const int visible = length - window + t + 1;
-    float max_logit = -std::numeric_limits<float>::infinity();
-    for (int j = 0; j < visible; ++j) {
-      float dot = 0.0f;
-      for (int i = 0; i < d; ++i) dot += query[i] * maybe_bf16(keys[int64_t(j) * d + i], precision);
-      logits[j] = dot * scale;
-      max_logit = std::max(max_logit, logits[j]);
-    }
+    const float max_logit = *std::max_element(row, row + visible);
     float total = 0.0f;
-    for (int j = 0; j < visible; ++j) total += std::exp(logits[j] - max_logit);
+    for (int j = 0; j < visible; ++j) total += std::exp(row[j] - max_logit);
     const float log_sum = max_logit + std::log(total);
-    // True output a from the unrounded fp32 probabilities.
-    std::fill(output.begin(), output.end(), 0.0f);
-    for (int j = 0; j < visible; ++j) {
-      const float p = std::exp(logits[j] - log_sum);
-      for (int i = 0; i < d; ++i) output[i] += p * maybe_bf16(values[int64_t(j) * d + i], precision);
-    }
+    for (int j = 0; j < visible; ++j) row[j] = std::clamp(std::exp(row[j] - log_sum), 0.0f, 1.0f);
+    std::fill(row + visible, row + length, 0.0f);
+  }
+  // True outputs a [W, d] from the unrounded fp32 probabilities (stored as bf16 in bf16 mode).
+  std::vector<float> outputs(static_cast<size_t>(window) * d);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, window, d, length, 1.0f, probs.data(),
+              length, head.values.data(), d, 0.0f, outputs.data(), d);
+  for (auto& x : outputs) x = maybe_bf16(x, precision);
+  // bf16 (Triton) path: ||a − v||² = ||v||² − 2⟨a, v⟩ + ||a||², clamped at 0.
+  std::vector<float> dots;
+  if (bf16) {
+    dots.resize(static_cast<size_t>(window) * length);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, window, length, d, 1.0f, outputs.data(), d,
+                head.values.data(), d, 0.0f, dots.data(), length);
+  }
+  for (int t = 0; t < window; ++t) {
+    const float* output = &outputs[static_cast<size_t>(t) * d];
     float output_norm = 0.0f;
-    for (int i = 0; i < d; ++i) {
-      output[i] = maybe_bf16(output[i], precision);
-      output_norm += output[i] * output[i];
-    }
+    for (int i = 0; i < d; ++i) output_norm += output[i] * output[i];
+    const int visible = length - window + t + 1;
     for (int j = 0; j < visible; ++j) {
-      float p = std::clamp(std::exp(logits[j] - log_sum), 0.0f, 1.0f);
-      p = maybe_bf16(p, precision);
+      const float p = maybe_bf16(probs[static_cast<size_t>(t) * length + j], precision);
       const float ratio = p / (1.0f - p + 1e-6f);
-      const float* v = values + int64_t(j) * d;
       float distance;
       if (bf16) {
-        float dot = 0.0f;
-        for (int i = 0; i < d; ++i) dot += output[i] * round_bf16(v[i]);
-        distance = std::max(0.0f, value_norms[j] - 2.0f * dot + output_norm);
+        distance = std::max(0.0f, head.value_norms[j] -
+                                      2.0f * dots[static_cast<size_t>(t) * length + j] + output_norm);
       } else {
+        const float* v = &head.values[static_cast<size_t>(j) * d];
         distance = 0.0f;
         for (int i = 0; i < d; ++i) distance += (output[i] - v[i]) * (output[i] - v[i]);
       }
@@ -100,8 +115,9 @@ class DropKvPolicy : public ScoredPolicy {
     std::vector<std::vector<float>> scores(layer.n_kv_heads);
     for (int h = 0; h < layer.n_kv_heads; ++h) {
       std::vector<double> sum(layer.length, 0.0);
+      const HeadTensors head = head_tensors(layer, h, precision_);
       for (int a = h * group; a < (h + 1) * group; ++a)
-        add_query_head_scores(layer, a, window, precision_, sum);
+        add_query_head_scores(layer, a, head, window, precision_, sum);
       std::vector<float> mean(layer.length);
       for (int j = 0; j < layer.length; ++j) mean[j] = static_cast<float>(sum[j] / group);
       // Pooling over the full length (fp32 scores; no bf16 rounding of the pooled values).

@@ -1,5 +1,7 @@
 #include "policies/selection.h"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -46,40 +48,37 @@ std::vector<float> window_attention(const LayerPrefillView& layer, int q_head, i
   const int w = effective_window(layer, window);
   const int length = layer.length;
   const int d = layer.head_dim;
-  const int kv_head = q_head / layer.group_size();
-  const float* keys = layer.keys[kv_head];
   const bool bf16 = precision == Precision::kBf16;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  // The window queries (the captured window may be longer than this method's: its last w rows).
+  std::vector<float> queries(static_cast<size_t>(w) * d);
+  std::copy_n(layer.query(q_head, layer.window - w), queries.size(), queries.begin());
+  const float* keys = layer.keys[q_head / layer.group_size()];
+  std::vector<float> rounded_keys;
+  if (bf16) {
+    for (auto& x : queries) x = round_bf16(x);
+    rounded_keys.assign(keys, keys + static_cast<size_t>(length) * d);
+    for (auto& x : rounded_keys) x = round_bf16(x);
+    keys = rounded_keys.data();
+  }
   const float root = std::sqrt(static_cast<float>(d));
-
+  // logits [w, L] = Q K^T (fp32 accumulation), scaled in fp32 or, in bf16 mode, rounded to bf16,
+  // divided by sqrt(d) (a bf16 tensor divided by a python float: fp32 op, bf16 result).
   std::vector<float> probs(static_cast<size_t>(w) * length, 0.0f);
-  std::vector<float> query(d);
-  std::vector<float> key_row(d);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, w, length, d, bf16 ? 1.0f : 1.0f / root,
+              queries.data(), d, keys, d, 0.0f, probs.data(), length);
   for (int t = 0; t < w; ++t) {
-    // The captured window may be longer than this method's: take its last w rows.
-    const float* q = layer.query(q_head, layer.window - w + t);
-    for (int i = 0; i < d; ++i) query[i] = bf16 ? round_bf16(q[i]) : q[i];
     const int visible = length - w + t + 1;
     float* row = &probs[static_cast<size_t>(t) * length];
-    float max_logit = -std::numeric_limits<float>::infinity();
-    for (int j = 0; j < visible; ++j) {
-      const float* k = keys + static_cast<int64_t>(j) * d;
-      float dot = 0.0f;
-      if (bf16) {
-        for (int i = 0; i < d; ++i) dot += query[i] * round_bf16(k[i]);
-        row[j] = round_bf16(round_bf16(dot) / root);  // bf16 / python float: fp32 op, bf16 result
-      } else {
-        for (int i = 0; i < d; ++i) dot += query[i] * k[i];
-        row[j] = dot * scale;
-      }
-      max_logit = std::max(max_logit, row[j]);
-    }
+    if (bf16)
+      for (int j = 0; j < visible; ++j) row[j] = round_bf16(round_bf16(row[j]) / root);
+    const float max_logit = *std::max_element(row, row + visible);
     float total = 0.0f;
     for (int j = 0; j < visible; ++j) {
       row[j] = std::exp(row[j] - max_logit);
       total += row[j];
     }
     for (int j = 0; j < visible; ++j) row[j] = maybe_bf16(row[j] / total, precision);
+    std::fill(row + visible, row + length, 0.0f);  // causally masked
   }
   return probs;
 }
