@@ -1,0 +1,37 @@
+#include "datasets/jsonl_reader.h"
+
+#include <fstream>
+
+#include "engine/errors.h"
+
+namespace kvb {
+
+void throw_record_error(const std::string& path, size_t line, const std::string& what) {
+  throw FormatError(path + ":" + std::to_string(line) + ": " + what);
+}
+
+void for_each_jsonl_record(const std::string& path,
+                           const std::function<void(const nlohmann::json&, size_t)>& on_record,
+                           long max_records) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError("cannot open JSONL file '" + path + "' (check the path)");
+  std::string line;
+  size_t line_number = 0;
+  long records = 0;
+  while ((max_records < 0 || records < max_records) && std::getline(in, line)) {
+    ++line_number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t\r\n\f\v") == std::string::npos) continue;
+    nlohmann::json record;
+    try {
+      record = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw_record_error(path, line_number, std::string("malformed JSON (") + e.what() + ")");
+    }
+    if (!record.is_object()) throw_record_error(path, line_number, "expected a JSON object");
+    ++records;
+    on_record(record, line_number);
+  }
+}
+
+}  // namespace kvb

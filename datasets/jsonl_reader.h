@@ -1,0 +1,22 @@
+// Line-by-line JSONL reading with errors that name the file and the 1-based line number. Blank
+// lines are skipped (as InfiniteBench's iter_jsonl does); every other line must be one JSON object.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace kvb {
+
+// Throws InputError when the file cannot be opened, FormatError "FILE:LINE: ..." for a line that is
+// not a JSON object. Exceptions thrown by `on_record` propagate unchanged.
+void for_each_jsonl_record(const std::string& path,
+                           const std::function<void(const nlohmann::json& record, size_t line)>& on_record,
+                           long max_records = -1);  // stop after this many records (-1: read all)
+
+// "FILE:LINE: what" as a FormatError, for callers that find a bad field in a record.
+[[noreturn]] void throw_record_error(const std::string& path, size_t line, const std::string& what);
+
+}  // namespace kvb
