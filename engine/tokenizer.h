@@ -43,4 +43,6 @@ class GgufFile;
 std::unique_ptr<Tokenizer> tokenizer_from_gguf(const GgufFile& gguf);
 // An HF folder: tokenizer.json (byte-level BPE) or tokenizer.model (SentencePiece).
 std::unique_ptr<Tokenizer> tokenizer_from_hf_folder(const std::string& folder);
+// A .gguf file (only its tokenizer metadata is read) or an HF folder; what `kvbench tokenize` uses.
+std::unique_ptr<Tokenizer> tokenizer_from_path(const std::string& path);
 }  // namespace kvb

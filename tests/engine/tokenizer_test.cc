@@ -1,0 +1,396 @@
+// Tokenizers against independent truth:
+// - llama.cpp's tokenizer vectors (../shared/fixtures/tokenizers/ggml-vocab-*.gguf.inp/.out, ids
+//   from the HF tokenizers, no BOS), through tokenizer_from_path + encode(text, false, false),
+//   exactly what `kvbench tokenize --model X --text T --json` runs (the CLI itself is checked in
+//   tests/harness/cli_tokenize_test.cc);
+// - SmolLM2's ids from the `tokenizers` PyPI package (tests/goldens/tokenizer/README.md);
+// - hand-derived regex splits and BPE merge orders on tiny vocabularies.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "engine/errors.h"
+#include "engine/gguf.h"
+#include "engine/pretokenizer.h"
+#include "engine/tokenizer.h"
+#include "engine/tokenizer_bpe.h"
+#include "engine/tokenizer_spm.h"
+#include "tests/test_paths.h"
+
+namespace kvb {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read_file(const fs::path& path) {
+  std::ifstream file(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << file.rdbuf();
+  return buffer.str();
+}
+
+struct Case {
+  std::string text;
+  std::vector<TokenId> ids;
+};
+
+// llama.cpp's format: each string followed by "\n__ggml_vocab_test__\n"; one line of
+// space-separated ids per string in .out.
+std::vector<Case> read_vocab_cases(const fs::path& gguf) {
+  const std::string inp = read_file(gguf.string() + ".inp");
+  const std::string out = read_file(gguf.string() + ".out");
+  static constexpr std::string_view kSeparator = "\n__ggml_vocab_test__\n";
+  std::vector<Case> cases;
+  for (size_t pos = 0; pos < inp.size();) {
+    const size_t end = inp.find(kSeparator, pos);
+    if (end == std::string::npos) break;
+    cases.push_back({inp.substr(pos, end - pos), {}});
+    pos = end + kSeparator.size();
+  }
+  std::istringstream lines(out);
+  std::string line;
+  for (Case& c : cases) {
+    if (!std::getline(lines, line)) break;
+    std::istringstream ids(line);
+    for (TokenId id; ids >> id;) c.ids.push_back(id);
+  }
+  return cases;
+}
+
+std::string ids_text(const std::vector<TokenId>& ids) {
+  std::string out;
+  for (TokenId id : ids) out += " " + std::to_string(id);
+  return out;
+}
+
+class VocabFixture : public ::testing::TestWithParam<const char*> {
+ protected:
+  fs::path gguf() const {
+    return test::fixtures_dir() / "tokenizers" / ("ggml-vocab-" + std::string(GetParam()) + ".gguf");
+  }
+};
+
+TEST_P(VocabFixture, ReproducesEveryVector) {
+  KVB_REQUIRE_FILE(gguf());
+  const auto cases = read_vocab_cases(gguf());
+  ASSERT_EQ(cases.size(), 46u);
+  const auto tokenizer = tokenizer_from_path(gguf().string());
+  int mismatches = 0;
+  for (const Case& c : cases) {
+    const auto ids = tokenizer->encode(c.text, /*add_bos=*/false, /*parse_special=*/false);
+    if (ids != c.ids) ++mismatches;
+    EXPECT_EQ(ids, c.ids) << "text: " << nlohmann::json(c.text).dump() << "\nexpected:"
+                          << ids_text(c.ids) << "\nactual:  " << ids_text(ids);
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+TEST_P(VocabFixture, DecodeInvertsEncode) {
+  KVB_REQUIRE_FILE(gguf());
+  const auto tokenizer = tokenizer_from_path(gguf().string());
+  for (const Case& c : read_vocab_cases(gguf())) {
+    EXPECT_EQ(tokenizer->decode(tokenizer->encode(c.text)), c.text);
+    EXPECT_EQ(tokenizer->decode(tokenizer->encode(c.text, /*add_bos=*/true),
+                                /*skip_special=*/true),
+              c.text);
+  }
+}
+
+// Like llama.cpp's test-tokenizer-0: every thread encodes every string; results must not differ.
+TEST_P(VocabFixture, EncodesConcurrently) {
+  KVB_REQUIRE_FILE(gguf());
+  const auto cases = read_vocab_cases(gguf());
+  const auto tokenizer = tokenizer_from_path(gguf().string());
+  std::vector<int> failures(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 3; ++round)
+        for (size_t i = 0; i < cases.size(); ++i) {
+          const Case& c = cases[(i + 7 * t) % cases.size()];
+          if (tokenizer->encode(c.text) != c.ids) ++failures[t];
+        }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(failures[t], 0) << "thread " << t;
+}
+
+INSTANTIATE_TEST_SUITE_P(LlamaCppVocabs, VocabFixture,
+                         ::testing::Values("llama-spm", "gpt-2", "starcoder", "phi-3"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name)
+                             if (c == '-') c = '_';
+                           return name;
+                         });
+
+// llama-bpe (Llama-3) and qwen2 have only .inp/.out in the fixtures: their vocab GGUFs are larger
+// than the fixture limit. Point $KVB_LLAMA3_GGUF / $KVB_QWEN2_GGUF at a real model GGUF of that
+// family (any Llama-3.x / Qwen2.5 GGUF; the vocab is the same) to check them.
+TEST(VocabFixtureWithModel, Llama3AndQwen2WhenAModelIsGiven) {
+  int checked = 0;
+  for (const auto& [env, vocab] : {std::pair{"KVB_LLAMA3_GGUF", "llama-bpe"},
+                                   std::pair{"KVB_QWEN2_GGUF", "qwen2"}}) {
+    const char* model = std::getenv(env);
+    if (model == nullptr) continue;
+    const fs::path fixture = test::fixtures_dir() / "tokenizers" / ("ggml-vocab-" + std::string(vocab) + ".gguf");
+    KVB_REQUIRE_FILE(fixture.string() + ".inp");
+    const auto tokenizer = tokenizer_from_path(model);
+    for (const Case& c : read_vocab_cases(fixture))
+      EXPECT_EQ(tokenizer->encode(c.text), c.ids) << vocab << ": " << nlohmann::json(c.text).dump();
+    ++checked;
+  }
+  if (checked == 0)
+    GTEST_SKIP() << "llama-bpe/qwen2 vectors need a model GGUF: set KVB_LLAMA3_GGUF / KVB_QWEN2_GGUF";
+}
+
+// ---- SmolLM2 (the default model, pre-tokenizer "smollm") ----
+
+TEST(SmolLm2Tokenizer, MatchesHfTokenizersIds) {
+  const fs::path model = test::default_model_path();
+  const fs::path golden = test::source_dir() / "tests/goldens/tokenizer/smollm2_ids.json";
+  KVB_REQUIRE_FILE(model);
+  ASSERT_TRUE(fs::exists(golden)) << golden;
+  const auto tokenizer = tokenizer_from_path(model.string());
+  EXPECT_EQ(tokenizer->kind(), "bpe:smollm");
+  const auto cases = nlohmann::json::parse(read_file(golden));
+  ASSERT_GE(cases.size(), 5u);
+  for (const auto& c : cases) {
+    const std::string text = c["text"];
+    const bool parse_special = c.value("parse_special", false);
+    EXPECT_EQ(tokenizer->encode(text, false, parse_special), c["ids"].get<std::vector<TokenId>>())
+        << nlohmann::json(text).dump();
+    EXPECT_EQ(tokenizer->decode(tokenizer->encode(text, false, parse_special)), text);
+  }
+}
+
+TEST(SmolLm2Tokenizer, SpecialTokensAndEndOfGeneration) {
+  KVB_REQUIRE_FILE(test::default_model_path());
+  const auto tokenizer = tokenizer_from_path(test::default_model_path().string());
+  const auto with = tokenizer->encode("<|im_start|>user\nHi<|im_end|>", false, true);
+  ASSERT_GE(with.size(), 3u);
+  EXPECT_EQ(tokenizer->token_text(with.front()), "<|im_start|>");
+  EXPECT_EQ(tokenizer->token_text(with.back()), "<|im_end|>");
+  EXPECT_TRUE(tokenizer->is_end_of_generation(with.back()));
+  EXPECT_FALSE(tokenizer->is_end_of_generation(with.front()));
+  // Without parse_special the markers are plain text and cost several tokens each.
+  const auto without = tokenizer->encode("<|im_start|>user\nHi<|im_end|>", false, false);
+  EXPECT_GT(without.size(), with.size() + 4);
+  EXPECT_EQ(tokenizer->decode(without), "<|im_start|>user\nHi<|im_end|>");
+  EXPECT_EQ(tokenizer->decode(with, /*skip_special=*/true), "user\nHi");
+  EXPECT_FALSE(tokenizer->adds_bos_by_default());  // tokenizer.ggml.add_bos_token = false
+  EXPECT_EQ(tokenizer->vocab_size(), 49152);
+}
+
+// An HF folder holding the same vocabulary as tokenizer.json gives the same ids as the GGUF.
+TEST(SmolLm2Tokenizer, HfFolderMatchesGguf) {
+  KVB_REQUIRE_FILE(test::default_model_path());
+  const auto gguf = GgufFile::open(test::default_model_path());
+  nlohmann::json vocab = nlohmann::json::object(), added = nlohmann::json::array();
+  const auto tokens = gguf->get_string_array("tokenizer.ggml.tokens");
+  const auto types = gguf->get_int_array("tokenizer.ggml.token_type");
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    vocab[tokens[id]] = id;
+    if (types[id] == 3) added.push_back({{"id", id}, {"content", tokens[id]}, {"special", true}});
+  }
+  const nlohmann::json tokenizer_json = {
+      {"added_tokens", added},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Digits"}, {"individual_digits", true}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}}}}},
+      {"model",
+       {{"type", "BPE"}, {"vocab", vocab}, {"merges", gguf->get_string_array("tokenizer.ggml.merges")}}}};
+  const fs::path dir = fs::temp_directory_path() / ("kvb_tokenizer_test_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << tokenizer_json.dump();
+  std::ofstream(dir / "tokenizer_config.json")
+      << R"({"bos_token": "<|im_start|>", "eos_token": "<|im_end|>"})";
+  const auto from_folder = tokenizer_from_path(dir.string());
+  const auto from_gguf = tokenizer_from_gguf(*gguf);
+  fs::remove_all(dir);
+  EXPECT_EQ(from_folder->kind(), "bpe:smollm");
+  EXPECT_EQ(from_folder->eos_id(), from_gguf->eos_id());
+  for (const char* text : {"Hello world 12345!", "  tabs\tand\nnewlines  ", "naïve café ½ 🦙",
+                           "<|im_start|>x<|im_end|>"}) {
+    EXPECT_EQ(from_folder->encode(text, false, true), from_gguf->encode(text, false, true)) << text;
+  }
+}
+
+// ---- pre-tokenizer regexes (splits derived by hand from the regex definitions) ----
+
+std::vector<std::string> split(std::string_view pre, std::string_view text) {
+  RegexPreTokenizer tokenizer(pre_tokenizer_spec(pre).regexes);
+  std::vector<std::string_view> pieces;
+  tokenizer.split(text, &pieces);
+  return {pieces.begin(), pieces.end()};
+}
+
+using Pieces = std::vector<std::string>;
+
+TEST(PreTokenizer, Gpt2KeepsDigitRunsAndContractions) {
+  EXPECT_EQ(split("gpt-2", "Hello world's 12345  x"),
+            (Pieces{"Hello", " world", "'s", " 12345", " ", " x"}));
+  // A lone tab before a letter is taken by no branch and becomes its own piece.
+  EXPECT_EQ(split("gpt-2", "a\tb"), (Pieces{"a", "\t", "b"}));
+  EXPECT_EQ(split("gpt-2", "end   "), (Pieces{"end", "   "}));
+}
+
+TEST(PreTokenizer, StarcoderIsolatesEveryDigitFirst) {
+  EXPECT_EQ(split("smollm", "abc 123x"), (Pieces{"abc", " ", "1", "2", "3", "x"}));
+  EXPECT_EQ(split("starcoder", "v2.0"), (Pieces{"v", "2", ".", "0"}));
+}
+
+TEST(PreTokenizer, Llama3GroupsDigitsByThreeAndQwen2ByOne) {
+  EXPECT_EQ(split("llama-bpe", "1234567 HELLO'S"), (Pieces{"123", "456", "7", " HELLO", "'S"}));
+  EXPECT_EQ(split("qwen2", "123 ab"), (Pieces{"1", "2", "3", " ab"}));
+  // [^\r\n\p{L}\p{N}]?\p{L}+ lets punctuation lead a word; \s*[\r\n]+ keeps newline runs.
+  EXPECT_EQ(split("llama3", "(hello)\n\n  x"), (Pieces{"(hello", ")\n\n", " ", " x"}));
+}
+
+TEST(PreTokenizer, UnknownNameIsAnErrorNamingIt) {
+  try {
+    pre_tokenizer_spec("tekken");
+    FAIL() << "expected FormatError";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("tekken"), std::string::npos);
+  }
+}
+
+// ---- the BPE merge loop on a tiny vocabulary ----
+
+Vocabulary tiny_bpe_vocab(std::vector<std::string> merges) {
+  Vocabulary vocab;
+  vocab.source = "tiny";
+  vocab.pre = "gpt-2";
+  vocab.tokens = {"a", "b", "c", "ab", "bc", "abc", "aa", "aaa", "aaaa"};
+  vocab.merges = std::move(merges);
+  return vocab;
+}
+
+TEST(BpeMerges, LowestRankFirst) {
+  // "b c" has the lower rank, so "abc" = a + bc, and "a bc" then merges to abc.
+  BpeTokenizer tokenizer(tiny_bpe_vocab({"b c", "a b", "a bc"}));
+  std::vector<TokenId> ids;
+  tokenizer.encode_piece("abc", &ids);
+  EXPECT_EQ(ids, (std::vector<TokenId>{5}));
+  // Without "a bc" the result stays a + bc even though "ab" exists.
+  BpeTokenizer no_abc(tiny_bpe_vocab({"b c", "a b"}));
+  ids.clear();
+  no_abc.encode_piece("abc", &ids);
+  EXPECT_EQ(ids, (std::vector<TokenId>{0, 4}));
+}
+
+TEST(BpeMerges, EqualRanksMergeLeftmostFirst) {
+  // "aaaaa": the rank-0 pairs merge from the left (aa aa a); then "aa a" (rank 1) beats
+  // "aa aa" (rank 2), giving aa + aaa rather than aaaa + a.
+  BpeTokenizer tokenizer(tiny_bpe_vocab({"a a", "aa a", "aa aa"}));
+  std::vector<TokenId> ids;
+  tokenizer.encode_piece("aaaaa", &ids);
+  EXPECT_EQ(ids, (std::vector<TokenId>{6, 7}));
+  // With "aa aa" ranked before "aa a" the same text gives aaaa + a.
+  BpeTokenizer reranked(tiny_bpe_vocab({"a a", "aa aa", "aa a"}));
+  ids.clear();
+  reranked.encode_piece("aaaaa", &ids);
+  EXPECT_EQ(ids, (std::vector<TokenId>{8, 0}));
+  // "aaa" with only "a a": the leftmost pair merges first -> aa + a, never a + aa.
+  BpeTokenizer two(tiny_bpe_vocab({"a a"}));
+  ids.clear();
+  two.encode_piece("aaa", &ids);
+  EXPECT_EQ(ids, (std::vector<TokenId>{6, 0}));
+}
+
+TEST(ByteToUnicode, IsABijectionOverBytes) {
+  ByteToUnicode map;
+  EXPECT_EQ(map.encode(' '), "\xC4\xA0");  // 'Ġ' (U+0120)
+  EXPECT_EQ(map.encode('\n'), "\xC4\x8A");  // 'Ċ' (U+010A)
+  EXPECT_EQ(map.encode('A'), "A");
+  std::set<std::string> seen;
+  for (int byte = 0; byte < 256; ++byte) seen.insert(map.encode(static_cast<unsigned char>(byte)));
+  EXPECT_EQ(seen.size(), 256u);
+  EXPECT_EQ(map.decode(0x120), ' ');
+  EXPECT_EQ(map.decode(0x4E00), -1);
+}
+
+// ---- SentencePiece ----
+
+TEST(SpmTokenizer, ModelProtoRoundTripsThroughTheWireFormat) {
+  const fs::path gguf_path = test::fixtures_dir() / "tokenizers/ggml-vocab-llama-spm.gguf";
+  KVB_REQUIRE_FILE(gguf_path);
+  const auto gguf = GgufFile::open(gguf_path);
+  const auto tokens = gguf->get_string_array("tokenizer.ggml.tokens");
+  const auto scores = gguf->get_float_array("tokenizer.ggml.scores");
+  Vocabulary vocab;
+  vocab.source = "llama-spm";
+  vocab.tokens = tokens;
+  for (double s : scores) vocab.scores.push_back(static_cast<float>(s));
+  for (int64_t t : gguf->get_int_array("tokenizer.ggml.token_type"))
+    vocab.types.push_back(static_cast<TokenType>(t));
+  vocab.unk = 0;
+  vocab.bos = 1;
+  vocab.eos = 2;
+  const std::string proto = spm_model_proto_from_vocab(vocab);
+  const Vocabulary back = spm_vocab_from_model_proto(proto, "memory");
+  EXPECT_EQ(back.tokens, vocab.tokens);
+  EXPECT_EQ(back.scores, vocab.scores);
+  EXPECT_EQ(back.types, vocab.types);
+  EXPECT_EQ(back.bos, 1);
+  EXPECT_EQ(back.eos, 2);
+  EXPECT_FALSE(back.add_space_prefix);  // written with add_dummy_prefix: false
+  // A tokenizer.model written from it loads through the file path and tokenizes the same.
+  const fs::path file = fs::temp_directory_path() / ("kvb_spm_" + std::to_string(::getpid()) + ".model");
+  std::ofstream(file, std::ios::binary) << proto;
+  const auto from_file = spm_tokenizer_from_model_file(file.string());
+  fs::remove(file);
+  const auto from_gguf = tokenizer_from_gguf(*gguf);
+  for (const char* text : {"Hello world", " leading space", "3333 ½ 🦙 ខ"}) {
+    // The file says add_dummy_prefix: false, so it has no space prefix; compare with one added.
+    EXPECT_EQ(from_file->encode(std::string(" ") + text), from_gguf->encode(text)) << text;
+  }
+}
+
+TEST(SpmTokenizer, TruncatedModelIsAFormatError) {
+  Vocabulary vocab;
+  vocab.tokens = {"<unk>", "a"};
+  vocab.unk = 0;
+  const std::string proto = spm_model_proto_from_vocab(vocab);
+  EXPECT_THROW(spm_vocab_from_model_proto(proto.substr(0, proto.size() / 2), "cut"), FormatError);
+}
+
+TEST(SpmTokenizer, SpacePrefixAfterSpecialTokensAndByteFallback) {
+  const fs::path gguf_path = test::fixtures_dir() / "tokenizers/ggml-vocab-llama-spm.gguf";
+  KVB_REQUIRE_FILE(gguf_path);
+  const auto tokenizer = tokenizer_from_path(gguf_path.string());
+  EXPECT_TRUE(tokenizer->adds_bos_by_default());
+  // llama.cpp: "<s>" with parse_special is BOS, and the text after it gets the space prefix.
+  EXPECT_EQ(tokenizer->encode("<s>Hello", false, true), (std::vector<TokenId>{1, 15043}));
+  EXPECT_EQ(tokenizer->decode({1, 15043}), "<s>Hello");
+  EXPECT_EQ(tokenizer->encode("Hello", true), (std::vector<TokenId>{1, 15043}));
+  // A character outside the vocabulary falls back to its UTF-8 bytes (<0xXX> = id 3 + byte).
+  const auto ids = tokenizer->encode("\xF0\x9F\xA6\x99");  // U+1F999 (llama emoji)
+  ASSERT_GE(ids.size(), 4u);
+  EXPECT_EQ(std::vector<TokenId>(ids.end() - 4, ids.end()),
+            (std::vector<TokenId>{3 + 0xF0, 3 + 0x9F, 3 + 0xA6, 3 + 0x99}));
+  EXPECT_EQ(tokenizer->decode(ids), "\xF0\x9F\xA6\x99");
+}
+
+TEST(TokenizerFactory, ErrorsNameTheInput) {
+  EXPECT_THROW(tokenizer_from_path("/nonexistent/model.gguf"), InputError);
+  const fs::path dir = fs::temp_directory_path() / ("kvb_empty_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  try {
+    tokenizer_from_path(dir.string());
+    ADD_FAILURE() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(dir.string()), std::string::npos);
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kvb
