@@ -173,17 +173,15 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<TokenId>* ou
       out->push_back(it->second);
       continue;
     }
-    // A merge result missing from the vocabulary: fall back to its single code points (every
-    // byte-mapped code point is a token in a byte-level vocabulary), else the unknown token.
+    // A merge result missing from the vocabulary: fall back to its single code points. A byte
+    // the vocabulary cannot spell (SmolLM2 has no 0xFE/0xFF, which never occur in UTF-8) is
+    // dropped, as llama.cpp and HF tokenizers (BPE without unk_token) do.
     for (size_t pos = 0; pos < text.size();) {
       const size_t start = pos;
       pos += std::min(utf8_sequence_length(static_cast<unsigned char>(text[pos])),
                       text.size() - pos);
       const auto single = token_ids_.find(text.substr(start, pos - start));
-      if (single != token_ids_.end())
-        out->push_back(single->second);
-      else if (vocab_.unk >= 0)
-        out->push_back(vocab_.unk);
+      if (single != token_ids_.end()) out->push_back(single->second);
     }
   }
 }

@@ -83,7 +83,7 @@ class BpeTokenizer : public Tokenizer {
     StringMap<std::vector<TokenId>> pieces;
   };
   static constexpr size_t kCacheShards = 64;
-  static constexpr size_t kCacheEntriesPerShard = 1 << 14;
+  static constexpr size_t kCacheEntriesPerShard = 1 << 12;  // at most 256K cached pieces
   mutable std::array<CacheShard, kCacheShards> cache_;
 };
 

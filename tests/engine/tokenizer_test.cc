@@ -222,6 +222,26 @@ TEST(SmolLm2Tokenizer, HfFolderMatchesGguf) {
   }
 }
 
+// Long runs that a backtracking regex or a quadratic merge would choke on, and bytes that are
+// not UTF-8: all must come back unchanged through decode(encode(x)).
+TEST(SmolLm2Tokenizer, LongRunsAndInvalidUtf8RoundTrip) {
+  KVB_REQUIRE_FILE(test::default_model_path());
+  const auto tokenizer = tokenizer_from_path(test::default_model_path().string());
+  std::string cjk;
+  for (int i = 0; i < 20000; ++i) cjk += "\xE4\xB8\x80\xE4\xBA\x8C";  // 一二 without spaces
+  const std::vector<std::string> texts = {
+      std::string(50000, ' ') + "x", std::string(30000, '7'), cjk,
+      std::string(20000, '\n') + "\t\t", "\x80 abc \xC3 end\xE2\x82"};
+  for (const std::string& text : texts) {
+    const auto ids = tokenizer->encode(text);
+    EXPECT_FALSE(ids.empty());
+    EXPECT_EQ(tokenizer->decode(ids), text) << text.substr(0, 20);
+  }
+  EXPECT_EQ(tokenizer->encode(std::string(30000, '7')).size(), 30000u);  // one token per digit
+  // 0xFE and 0xFF never occur in UTF-8 and SmolLM2's vocabulary has no token for them: dropped.
+  EXPECT_EQ(tokenizer->decode(tokenizer->encode("\xFF\xFE abc")), " abc");
+}
+
 // ---- pre-tokenizer regexes (splits derived by hand from the regex definitions) ----
 
 std::vector<std::string> split(std::string_view pre, std::string_view text) {
@@ -251,6 +271,22 @@ TEST(PreTokenizer, Llama3GroupsDigitsByThreeAndQwen2ByOne) {
   EXPECT_EQ(split("qwen2", "123 ab"), (Pieces{"1", "2", "3", " ab"}));
   // [^\r\n\p{L}\p{N}]?\p{L}+ lets punctuation lead a word; \s*[\r\n]+ keeps newline runs.
   EXPECT_EQ(split("llama3", "(hello)\n\n  x"), (Pieces{"(hello", ")\n\n", " ", " x"}));
+}
+
+// Every family's split of the 46 llama.cpp strings equals the HF `tokenizers` package's split with
+// the family's tokenizer.json regex (tests/goldens/tokenizer/make_pretokenizer_splits.py). This is
+// the check that covers llama3 and qwen2, whose vocabularies are not in the fixtures.
+TEST(PreTokenizer, MatchesHfTokenizersOnTheFixtureStrings) {
+  const fs::path golden = test::source_dir() / "tests/goldens/tokenizer/pretokenizer_splits.json";
+  ASSERT_TRUE(fs::exists(golden)) << golden;
+  const auto data = nlohmann::json::parse(read_file(golden));
+  const auto texts = data["texts"].get<std::vector<std::string>>();
+  ASSERT_EQ(texts.size(), 46u);
+  for (const auto& [family, expected] : data["pieces"].items()) {
+    for (size_t i = 0; i < texts.size(); ++i)
+      EXPECT_EQ(split(family, texts[i]), expected[i].get<Pieces>())
+          << family << ": " << nlohmann::json(texts[i]).dump();
+  }
 }
 
 TEST(PreTokenizer, UnknownNameIsAnErrorNamingIt) {
