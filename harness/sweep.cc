@@ -1,0 +1,128 @@
+#include "harness/sweep.h"
+
+#include <cstdlib>
+
+#include "engine/errors.h"
+
+namespace kvb {
+
+nlohmann::json Cell::to_json() const {
+  // nlohmann::json objects keep keys sorted, so dump() is canonical.
+  return {{"model", model},
+          {"benchmark", benchmark},
+          {"task", task},
+          {"length", length},
+          {"policy", policy},
+          {"params", params},
+          {"budget", budget},
+          {"prompt_mode", kvb::to_string(prompt_mode)},
+          {"dense_layers", dense_layers},
+          {"max_new_tokens", max_new_tokens}};
+}
+
+std::string Cell::key() const { return to_json().dump(); }
+
+std::string Cell::policy_label() const {
+  if (params.empty()) return policy;
+  std::string label = policy + "(";
+  bool first = true;
+  for (const auto& [name, value] : params.items()) {
+    label += (first ? "" : ",") + name + "=" + (value.is_string() ? value.get<std::string>()
+                                                                  : value.dump());
+    first = false;
+  }
+  return label + ")";
+}
+
+Cell cell_from_json(const nlohmann::json& json) {
+  Cell cell;
+  cell.model = json.at("model").get<std::string>();
+  cell.benchmark = json.at("benchmark").get<std::string>();
+  cell.task = json.at("task").get<std::string>();
+  cell.length = json.at("length").get<int>();
+  cell.policy = json.at("policy").get<std::string>();
+  cell.params = json.at("params");
+  cell.budget = json.at("budget").get<std::string>();
+  cell.prompt_mode = parse_prompt_mode(json.at("prompt_mode").get<std::string>());
+  cell.dense_layers = json.at("dense_layers").get<std::vector<int>>();
+  cell.max_new_tokens = json.at("max_new_tokens").get<int>();
+  return cell;
+}
+
+Shard Shard::parse(const std::string& text) {
+  const auto slash = text.find('/');
+  const std::string fix = " (use --shard i/N with 0 <= i < N, e.g. --shard 0/4)";
+  if (slash == std::string::npos) throw InputError("--shard '" + text + "' is not i/N" + fix);
+  char* end = nullptr;
+  const std::string first = text.substr(0, slash);
+  const std::string second = text.substr(slash + 1);
+  const long index = std::strtol(first.c_str(), &end, 10);
+  if (first.empty() || *end != '\0') throw InputError("--shard '" + text + "': bad i" + fix);
+  const long count = std::strtol(second.c_str(), &end, 10);
+  if (second.empty() || *end != '\0') throw InputError("--shard '" + text + "': bad N" + fix);
+  if (count < 1 || index < 0 || index >= count)
+    throw InputError("--shard '" + text + "' is out of range" + fix);
+  return Shard{static_cast<int>(index), static_cast<int>(count)};
+}
+
+int64_t SweepPlan::total_rows() const {
+  int64_t rows = 0;
+  for (const auto& unit : units) rows += static_cast<int64_t>(groups[unit.group].cells.size());
+  return rows;
+}
+
+std::vector<SampleGroup> expand_groups(const SweepConfig& config) {
+  std::vector<SampleGroup> groups;
+  for (const auto& model : config.models) {
+    for (const auto& bench : config.benchmarks) {
+      for (const auto& task : bench.tasks) {
+        for (const int length : bench.lengths) {
+          SampleGroup group;
+          group.model = model.name;
+          group.model_path = model.path;
+          group.benchmark = bench;
+          group.task = task;
+          group.length = length;
+          group.sample_count =
+              bench.samples * (bench.depths.empty() ? 1 : static_cast<int>(bench.depths.size()));
+          const int max_new = bench.max_new_tokens.value_or(config.max_new_tokens.value_or(0));
+          for (const PromptMode mode : config.prompt_modes) {
+            for (const auto& policy : config.policies) {
+              for (const auto& budget : policy.budgets) {
+                Cell cell;
+                cell.model = model.name;
+                cell.model_path = model.path;
+                cell.benchmark = bench.benchmark;
+                cell.task = task;
+                cell.length = length;
+                cell.policy = policy.name;
+                cell.params = policy.params;
+                cell.budget = budget;
+                cell.prompt_mode = mode;
+                cell.dense_layers = config.dense_layers;
+                cell.max_new_tokens = max_new;
+                group.cells.push_back(std::move(cell));
+              }
+            }
+          }
+          groups.push_back(std::move(group));
+        }
+      }
+    }
+  }
+  return groups;
+}
+
+SweepPlan plan_sweep(const SweepConfig& config, const Shard& shard) {
+  SweepPlan plan;
+  plan.groups = expand_groups(config);
+  int unit_index = 0;
+  for (int g = 0; g < static_cast<int>(plan.groups.size()); ++g) {
+    for (int s = 0; s < plan.groups[g].sample_count; ++s, ++unit_index) {
+      if (shard.owns(unit_index)) plan.units.push_back(WorkUnit{g, s});
+    }
+  }
+  return plan;
+}
+
+}  // namespace kvb

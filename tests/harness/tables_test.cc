@@ -1,0 +1,163 @@
+#include "harness/tables.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/errors.h"
+#include "harness/compare.h"
+#include "harness/stats.h"
+
+namespace kvb {
+namespace {
+
+StoredRow row(const std::string& benchmark, const std::string& task, int length,
+              const std::string& policy, const std::string& budget, double score,
+              double tpot_ms = 10, double depth = -1, int64_t kv_bytes = 1000) {
+  StoredRow r;
+  r.cell.model = "m";
+  r.cell.benchmark = benchmark;
+  r.cell.task = task;
+  r.cell.length = length;
+  r.cell.policy = policy;
+  r.cell.budget = budget;
+  r.result.score = score;
+  r.result.tpot_ms = tpot_ms;
+  r.result.ttft_ms = 100;
+  r.result.tokens_out = 10;
+  r.result.depth = depth;
+  r.result.kv_bytes = kv_bytes;
+  return r;
+}
+
+TEST(Stats, MeanAndStudentInterval) {
+  // Hand check: values 1,2,3,4 -> mean 2.5, sd 1.29099, t(3) 3.182 -> 3.182*1.29099/2 = 2.054
+  const MeanCi s = mean_ci({1, 2, 3, 4});
+  EXPECT_DOUBLE_EQ(s.mean, 2.5);
+  EXPECT_NEAR(s.half_width, 2.0540, 1e-3);
+  EXPECT_EQ(mean_ci({7}).half_width, 0);
+  EXPECT_DOUBLE_EQ(student_t95(1000), 1.96);
+}
+
+TEST(Tables, RulerPerTaskWithAverageAndInterval) {
+  std::vector<StoredRow> rows = {
+      row("ruler", "vt", 1024, "snapkv", "25%", 1.0),
+      row("ruler", "vt", 1024, "snapkv", "25%", 0.0),
+      row("ruler", "niah_single_1", 1024, "snapkv", "25%", 1.0),
+      row("ruler", "niah_single_1", 1024, "full", "", 1.0),
+      row("ruler", "vt", 1024, "full", "", 1.0),
+      row("ruler", "vt", 2048, "full", "", 0.5),
+      row("niah", "niah", 1024, "full", "", 1.0, 10, 50),
+  };
+  const auto tables = build_tables(rows, "ruler");
+  ASSERT_EQ(tables.size(), 2u);  // 1024 and 2048
+  const TextTable& t = tables[0];
+  // Official order puts niah_single_1 before vt.
+  EXPECT_EQ(t.columns, (std::vector<std::string>{"Policy", "Budget", "niah_single_1", "vt", "Avg"}));
+  ASSERT_EQ(t.rows.size(), 2u);
+  // snapkv: niah 100 (n=1, no interval), vt mean 50 with t(1)=12.706 * 0.7071/1.4142 = 6.353 -> 635.3
+  EXPECT_EQ(t.rows[0], (std::vector<std::string>{"snapkv", "25%", "100.0", "50.0 ±635.3", "75.0"}));
+  EXPECT_EQ(t.rows[1], (std::vector<std::string>{"full", "full", "100.0", "100.0", "100.0"}));
+  EXPECT_EQ(tables[1].rows[0].back(), "50.0");
+}
+
+TEST(Tables, LongBenchCategoryAverages) {
+  std::vector<StoredRow> rows = {
+      row("longbench", "qasper", 0, "full", "", 0.4),
+      row("longbench", "narrativeqa", 0, "full", "", 0.2),
+      row("longbench", "hotpotqa", 0, "full", "", 0.6),
+      row("longbench", "lcc", 0, "full", "", 0.9),
+  };
+  const auto tables = build_tables(rows, "longbench");
+  ASSERT_EQ(tables.size(), 1u);
+  const auto& t = tables[0];
+  EXPECT_EQ(t.columns, (std::vector<std::string>{"Policy", "Budget", "narrativeqa", "qasper",
+                                                 "hotpotqa", "lcc", "SD-QA avg", "MD-QA avg",
+                                                 "Code avg", "Avg", "Avg of categories"}));
+  // datasets mean (20+40+60+90)/4 = 52.5; categories (30+60+90)/3 = 60
+  EXPECT_EQ(t.rows[0], (std::vector<std::string>{"full", "full", "20.0", "40.0", "60.0", "90.0",
+                                                 "30.0", "60.0", "90.0", "52.5", "60.0"}));
+}
+
+TEST(Tables, NiahGridLatencyAndMemory) {
+  std::vector<StoredRow> rows = {
+      row("niah", "niah", 1024, "full", "", 1.0, 20, 0, 4000),
+      row("niah", "niah", 2048, "full", "", 0.0, 20, 0, 4000),
+      row("niah", "niah", 1024, "full", "", 0.5, 20, 100, 4000),
+      row("niah", "niah", 1024, "snapkv", "10%", 1.0, 8, 0, 400),
+      row("niah", "niah", 1024, "snapkv+art", "10%", 1.0, 4, 0, 400),
+  };
+  const auto grid = build_tables(rows, "niah");
+  ASSERT_EQ(grid.size(), 3u);
+  EXPECT_EQ(grid[0].columns, (std::vector<std::string>{"Depth %", "1024", "2048"}));
+  EXPECT_EQ(grid[0].rows[0], (std::vector<std::string>{"0", "100.0", "0.0"}));
+  EXPECT_EQ(grid[0].rows[1], (std::vector<std::string>{"100", "50.0", "-"}));
+
+  const auto latency = build_tables(rows, "latency");
+  ASSERT_EQ(latency.size(), 1u);
+  const auto& l = latency[0];
+  // Rows: full 1024, full 2048, snapkv 10% 1024, snapkv+art 10% 1024.
+  ASSERT_EQ(l.rows.size(), 4u);
+  EXPECT_EQ(l.rows[2][9], "full");
+  EXPECT_EQ(l.rows[2][11], "2.50x");  // 20 / 8
+  EXPECT_EQ(l.rows[3][9], "snapkv 10%");
+  EXPECT_EQ(l.rows[3][11], "2.00x");  // 8 / 4
+  EXPECT_EQ(l.rows[0][11], "1.00x");
+
+  const auto memory = build_tables(rows, "memory");
+  EXPECT_EQ(memory[0].rows[2][6], "10.0%");
+}
+
+TEST(Tables, FormatsAndErrors) {
+  std::vector<StoredRow> rows = {row("ruler", "vt", 1024, "snapkv", "25%", 1.0),
+                                 row("ruler", "vt", 1024, "snapkv", "25%", 0.5)};
+  const auto tables = build_tables(rows, "ruler");
+  const std::string md = render_tables(tables, "md");
+  EXPECT_NE(md.find("| snapkv | 25% | 75.0 ±"), std::string::npos) << md;
+  const std::string csv = render_tables(tables, "csv");
+  EXPECT_NE(csv.find("Policy,Budget,vt,Avg\nsnapkv,25%,75.0 ±"), std::string::npos) << csv;
+  const std::string latex = render_tables(tables, "latex");
+  EXPECT_NE(latex.find("snapkv & 25\\% & 75.0 $\\pm$"), std::string::npos) << latex;
+  EXPECT_NE(latex.find("\\begin{tabular}{llrr}"), std::string::npos);
+  EXPECT_THROW(build_tables(rows, "rulers"), InputError);
+  EXPECT_THROW(render_tables(tables, "html"), InputError);
+  EXPECT_TRUE(build_tables(rows, "longbench").empty());
+}
+
+TEST(Compare, AccuracyDropAndLatencyRatio) {
+  std::vector<StoredRow> base = {
+      row("ruler", "vt", 1024, "full", "", 1.0, 20),
+      row("ruler", "vt", 1024, "snapkv", "25%", 1.0, 10),
+      row("ruler", "vt", 1024, "snapkv", "25%", 0.5, 10),
+  };
+  const auto baseline = summarize_results(base);
+  ASSERT_EQ(baseline["accuracy"].size(), 2u);
+  ASSERT_EQ(baseline["latency"].size(), 1u);
+  EXPECT_DOUBLE_EQ(baseline["latency"][0]["tpot_ratio_vs_full"].get<double>(), 0.5);
+
+  CompareOptions options;  // 5 points, 1.5x
+  EXPECT_EQ(compare_summaries(baseline, baseline, options).regressions, 0);
+
+  auto worse = base;
+  worse[2].result.score = 0.3;  // snapkv 75 -> 65: a 10-point drop
+  auto result = compare_summaries(baseline, summarize_results(worse), options);
+  EXPECT_EQ(result.regressions, 1);
+  options.max_accuracy_drop = 10;
+  EXPECT_EQ(compare_summaries(baseline, summarize_results(worse), options).regressions, 0);
+
+  auto slower = base;
+  slower[1].result.tpot_ms = slower[2].result.tpot_ms = 16;  // ratio 0.5 -> 0.8 (x1.6)
+  options = CompareOptions{};
+  EXPECT_EQ(compare_summaries(baseline, summarize_results(slower), options).regressions, 1);
+  // The same slowdown on Full too keeps the ratio: not a regression (machines differ).
+  for (auto& r : slower) r.result.tpot_ms *= 3;
+  slower[0].result.tpot_ms = 20 * 3 * 1.6;
+  EXPECT_EQ(compare_summaries(baseline, summarize_results(slower), options).regressions, 0);
+
+  auto missing = base;
+  missing.pop_back();
+  missing.pop_back();
+  EXPECT_EQ(compare_summaries(baseline, summarize_results(missing), options).regressions, 2);
+  EXPECT_THROW(compare_summaries(nlohmann::json::object(), baseline, options), FormatError);
+}
+
+}  // namespace
+}  // namespace kvb
