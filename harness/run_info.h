@@ -1,5 +1,5 @@
 // Facts recorded with every run so that a number in a table can be traced to the code, machine and
-// model file that produced it: git commit, host, CPU, GPU, library versions, model file SHA-256.
+// model file that produced it: git commit, host, CPU, GPU, library versions, model file SHA-256 (engine/sha256.h).
 #pragma once
 
 #include <filesystem>
@@ -8,10 +8,6 @@
 #include <nlohmann/json.hpp>
 
 namespace kvb {
-
-// SHA-256 of a file as lowercase hex (FIPS 180-4). Throws InputError when unreadable.
-std::string sha256_file(const std::filesystem::path& path);
-std::string sha256_hex(const std::string& bytes);
 
 std::string git_commit_of_source();  // "unknown" outside a git checkout
 std::string host_name();

@@ -121,12 +121,12 @@ RunSummary run_sweep(const SweepPlan& plan, SweepBackend& backend, ResultStore& 
           (options.prefill_reuse && backend.replays_prefill(*cell) ? replayed : own)
               .push_back(cell);
         }
-        std::unique_ptr<PrefillSnapshot> snapshot;
+        std::unique_ptr<SharedPrefill> snapshot;
         if (!replayed.empty()) {
           snapshot = backend.prefill(group, unit.sample_index, mode, replayed);
           ++summary.prefills;
         }
-        auto run_one = [&](const Cell* cell, const PrefillSnapshot* from) {
+        auto run_one = [&](const Cell* cell, const SharedPrefill* from) {
           SampleResult result = backend.run_cell(group, *cell, unit.sample_index, from);
           result.prefill_reused = from != nullptr;
           store.insert_result(store.ensure_cell(*cell), unit.sample_index, summary.run_id, result);

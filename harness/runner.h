@@ -20,9 +20,9 @@ namespace kvb {
 
 // A full-attention prefill of one sample in one prompt mode, from which cells are replayed.
 // The backend owns what it holds; the runner only passes it back.
-class PrefillSnapshot {
+class SharedPrefill {
  public:
-  virtual ~PrefillSnapshot() = default;
+  virtual ~SharedPrefill() = default;
 };
 
 class SweepBackend {
@@ -34,12 +34,12 @@ class SweepBackend {
   // that evict during prefill, such as CAKE's cascading or chunked prefill).
   virtual bool replays_prefill(const Cell& cell) const = 0;
   // Prefills the sample once, capturing what all `cells` need.
-  virtual std::unique_ptr<PrefillSnapshot> prefill(const SampleGroup& group, int sample_index,
+  virtual std::unique_ptr<SharedPrefill> prefill(const SampleGroup& group, int sample_index,
                                                    PromptMode mode,
                                                    const std::vector<const Cell*>& cells) = 0;
   // Runs one cell on one sample: from a copy of `snapshot` when given, from scratch otherwise.
   virtual SampleResult run_cell(const SampleGroup& group, const Cell& cell, int sample_index,
-                                const PrefillSnapshot* snapshot) = 0;
+                                const SharedPrefill* snapshot) = 0;
 };
 
 struct RunOptions {

@@ -12,7 +12,7 @@
 
 namespace kvb::test {
 
-class FakeSnapshot : public PrefillSnapshot {
+class FakeSnapshot : public SharedPrefill {
  public:
   explicit FakeSnapshot(std::string id) : id(std::move(id)) {}
   std::string id;
@@ -31,7 +31,7 @@ class FakeBackend : public SweepBackend {
   bool replays_prefill(const Cell& cell) const override {
     return cell.policy != own_prefill_policy;
   }
-  std::unique_ptr<PrefillSnapshot> prefill(const SampleGroup& group, int sample_index,
+  std::unique_ptr<SharedPrefill> prefill(const SampleGroup& group, int sample_index,
                                            PromptMode mode,
                                            const std::vector<const Cell*>&) override {
     ++prefills;
@@ -39,7 +39,7 @@ class FakeBackend : public SweepBackend {
                                           to_string(mode));
   }
   SampleResult run_cell(const SampleGroup& group, const Cell& cell, int sample_index,
-                        const PrefillSnapshot* snapshot) override {
+                        const SharedPrefill* snapshot) override {
     if (sleep_ms) std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
     if (!snapshot) ++prefills;
     ++rows_run;

@@ -97,7 +97,7 @@ TEST(Runner, RepeatedRunNeedsResumeAndResumeSkipsFinishedRows) {
   struct StopAfter : test::FakeBackend {
     std::atomic<bool>* stop;
     SampleResult run_cell(const SampleGroup& g, const Cell& c, int s,
-                          const PrefillSnapshot* snap) override {
+                          const SharedPrefill* snap) override {
       if (rows_run + 1 >= 20) stop->store(true);
       return FakeBackend::run_cell(g, c, s, snap);
     }

@@ -6,7 +6,6 @@
 #include <fstream>
 
 #include "engine/errors.h"
-#include "harness/run_info.h"
 
 namespace kvb {
 namespace {
@@ -202,15 +201,6 @@ TEST(ResultStore, MergeSkipsRowsAlreadyPresent) {
   EXPECT_EQ(again.runs_added, 0);
   EXPECT_EQ(out.result_count(), 3);
   EXPECT_EQ(out.load_runs().size(), 2u);
-}
-
-TEST(RunInfo, Sha256MatchesFipsVectors) {
-  EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  EXPECT_EQ(sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
-            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-  EXPECT_EQ(sha256_hex(std::string(1000000, 'a')),
-            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }
 
 }  // namespace
