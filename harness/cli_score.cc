@@ -158,10 +158,18 @@ std::vector<ScoredRecord> score_records(const std::string& benchmark, const std:
   throw InputError("kvbench score: unknown --benchmark '" + benchmark + "' (longbench, infinitebench, ruler, niah)");
 }
 
-double mean_of(const std::vector<ScoredRecord>& rows, double ScoredRecord::*field) {
+double sum_of(const std::vector<ScoredRecord>& rows, double ScoredRecord::*field) {
   double sum = 0;
-  for (const auto& r : rows) sum += r.*field;
-  return sum / static_cast<double>(rows.size());
+  for (const auto& r : rows) sum += r.*field;  // sequential, as the Python loops add
+  return sum;
+}
+
+// The task score in percent with each scorer's own operation order: LongBench's eval.py computes
+// round(100 * total / n, 2); the others take the mean first and scale it.
+double percent(const std::string& benchmark, const std::vector<ScoredRecord>& rows, double ScoredRecord::*field) {
+  const double n = static_cast<double>(rows.size());
+  const double sum = sum_of(rows, field);
+  return python_round2(benchmark == "longbench" ? 100.0 * sum / n : 100.0 * (sum / n));
 }
 
 nlohmann::json number_or_null(double x) { return std::isnan(x) ? nlohmann::json(nullptr) : nlohmann::json(x); }
@@ -181,8 +189,8 @@ int score(const std::vector<std::string>& argv) {
   out["benchmark"] = benchmark;
   out["dataset"] = dataset;
   out["num_samples"] = rows.size();
-  out["score"] = python_round2(100.0 * mean_of(rows, &ScoredRecord::score));
-  if (benchmark == "niah") out["substring_match"] = python_round2(100.0 * mean_of(rows, &ScoredRecord::substring));
+  out["score"] = percent(benchmark, rows, &ScoredRecord::score);
+  if (benchmark == "niah") out["substring_match"] = percent(benchmark, rows, &ScoredRecord::substring);
   if (benchmark == "longbench" && is_longbench_e_name(dataset)) {
     std::map<std::string, std::pair<double, int>> buckets = {{"0-4k", {0, 0}}, {"4-8k", {0, 0}}, {"8k+", {0, 0}}};
     for (const auto& r : rows) {

@@ -128,6 +128,31 @@ TEST(InfiniteBenchScorers, SummaryIsRougeLsumOverNewlineSentences) {
   EXPECT_EQ(infinitebench_score_one("longbook_sum_eng", "", json::array({"a b"})), 0.0);
 }
 
+// rougeLsum values printed by Google's rouge_score 0.1.2 (pip, CPython 3.11.7) called as HF
+// evaluate's "rouge" does for a list label:
+//   RougeScorer(["rougeLsum"], use_stemmer=False).score_multi(references, prediction)["rougeLsum"].fmeasure
+// (script: tests/datasets/reference/expected_lsum.py).
+struct LsumCase {
+  std::vector<std::string> references;
+  std::string prediction;
+  double expected;
+};
+const std::vector<LsumCase> kLsumCases = {
+    {{"The cat sat on the mat.\nIt was happy."}, "A cat was on a mat.\nThe cat was happy!", 0.631578947368421},
+    {{"first line\n\nsecond line here"}, "second line\nfirst line", 0.888888888888889},
+    {{"Café au lait, naïve résumé."}, "cafe au lait naive resume", 0.3333333333333333},
+    {{"one two three", "completely different words"}, "different words entirely", 0.6666666666666666},
+    {{"the the the cat"}, "the cat the", 0.5714285714285715},
+    {{"x y z"}, "\n\n", 0.0},
+    {{"alpha beta. gamma delta\nepsilon"}, "alpha gamma\nbeta delta epsilon alpha", 0.9090909090909091},
+};
+
+TEST(InfiniteBenchScorers, SummaryMatchesRougeScoreRougeLsum) {
+  for (const auto& c : kLsumCases)
+    EXPECT_DOUBLE_EQ(infinitebench_score_one("longbook_sum_eng", c.prediction, json(c.references)), c.expected)
+        << c.prediction;
+}
+
 TEST(InfiniteBenchScorers, UnknownTaskIsAnError) {
   EXPECT_THROW(infinitebench_score_one("passkeys", "1", "1"), InputError);
 }

@@ -10,6 +10,7 @@
 #include "datasets/longbench/longbench.h"
 #include "datasets/prompt_truncation.h"
 #include "engine/errors.h"
+#include "engine/gguf.h"
 #include "tests/test_paths.h"
 
 namespace kvb {
@@ -130,6 +131,25 @@ TEST(PromptTruncation, MiddleTruncationCountsBosAndDecodesEachHalf) {
   // InfiniteBench: tokens[:11//2] + tokens[-11//2:] keeps 5 + 6.
   EXPECT_EQ(truncate_middle(tokenizer, prompt, 11, TailRounding::kPythonFloor), "0123efghij");
   EXPECT_THROW(truncate_middle(tokenizer, prompt, 0), InputError);
+}
+
+TEST(PromptTruncation, SmolLm2TokenizerKeepsHeadAndTailWithinTheLimit) {
+  const auto model = test::default_model_path();
+  KVB_REQUIRE_FILE(model);
+  const auto gguf = GgufFile::open(model);
+  const auto tokenizer = tokenizer_from_gguf(*gguf);
+  std::string context;
+  for (int i = 0; i < 800; ++i) context += "Sentence number " + std::to_string(i) + " of the article. ";
+  const auto& qasper = longbench_dataset("qasper");
+  const std::string prompt = longbench_format_prompt(qasper, context, "What is measured?");
+  const std::string truncated = truncate_middle(*tokenizer, prompt, 500);
+  ASSERT_NE(truncated, prompt);
+  EXPECT_EQ(truncated.substr(0, 60), prompt.substr(0, 60));
+  EXPECT_EQ(truncated.substr(truncated.size() - 60), prompt.substr(prompt.size() - 60));
+  // Re-tokenizing can merge across the seam, never grow past the limit by more than a token or two.
+  const auto ids = tokenizer->encode(truncated, tokenizer->adds_bos_by_default());
+  EXPECT_LE(ids.size(), 502u);
+  EXPECT_GE(ids.size(), 490u);
 }
 
 class LongBenchLoaderTest : public ::testing::Test {

@@ -1,5 +1,6 @@
 // LongBench v1 metrics (datasets/metrics/*, datasets/longbench/longbench.h) against the official
 // metric code, plus the RULER and NIAH string metrics.
+// (The generator scripts are in tests/datasets/reference/, with a README.)
 //
 // HOW THE EXPECTED VALUES WERE OBTAINED. Every number in the tables below was printed by running
 // the official LongBench metric functions (LongBench/metrics.py of THUDM/LongBench, written out
