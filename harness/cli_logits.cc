@@ -1,11 +1,78 @@
-// Placeholder until this subcommand is implemented; replaced by its real implementation.
+// kvbench logits --model PATH --ids 1,2,3 [--top-k K] [--all] [--json]
+// Last-position logits of a full-attention prefill of the given ids on the CPU engine.
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "engine/cpu/forward.h"
 #include "engine/errors.h"
+#include "engine/model.h"
+#include "harness/args.h"
 #include "harness/cli.h"
 
 namespace kvb::cli {
+namespace {
 
-int logits(const std::vector<std::string>&) {
-  throw InputError("'logits' is not implemented in this build yet");
+std::vector<TokenId> parse_ids(const std::string& text) {
+  std::vector<TokenId> ids;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    char* end = nullptr;
+    const long id = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || end == item.c_str() || *end != '\0' || id < 0)
+      throw InputError("kvbench logits: --ids expects comma-separated non-negative integers, got '" +
+                       item + "' in '" + text + "'");
+    ids.push_back(static_cast<TokenId>(id));
+    start = comma + 1;
+  }
+  return ids;
+}
+
+std::string token_text(const LoadedModel& model, int id) {
+  return model.tokenizer ? model.tokenizer->token_text(id) : std::string();
+}
+
+}  // namespace
+
+int logits(const std::vector<std::string>& argv) {
+  Args args("logits", argv, {"json", "all"});
+  args.allow_only({"model", "ids", "top-k", "all", "json"});
+  const std::vector<TokenId> ids = parse_ids(args.get("ids"));
+  const int top_k = args.get_int("top-k", 10);
+  if (top_k < 1) throw InputError("kvbench logits: --top-k must be >= 1");
+  const LoadedModel model = load_model(args.get("model"));
+  CpuEngine engine(*model.weights);
+  KvStore store = engine.make_store();
+  const std::vector<float> logits = engine.forward_chunk(ids, store, CaptureRequest{}, nullptr, 0);
+
+  std::vector<int> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  const int k = std::min<int>(top_k, static_cast<int>(order.size()));
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  order.resize(k);
+
+  if (args.flag("json")) {
+    nlohmann::json out = {{"model", model.weights->source}, {"ids", ids},
+                          {"vocab_size", logits.size()}};
+    nlohmann::json top = nlohmann::json::array();
+    for (int id : order)
+      top.push_back({{"id", id}, {"logit", logits[id]}, {"token", token_text(model, id)}});
+    out["top"] = top;
+    if (args.flag("all")) out["logits"] = logits;
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  }
+  std::printf("last-position logits after %zu tokens (%s)\n", ids.size(),
+              model.weights->source.c_str());
+  for (int r = 0; r < k; ++r)
+    std::printf("%3d  id %6d  logit %10.4f  %s\n", r + 1, order[r], logits[order[r]],
+                nlohmann::json(token_text(model, order[r])).dump().c_str());
+  return 0;
 }
 
 }  // namespace kvb::cli

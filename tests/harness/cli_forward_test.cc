@@ -1,0 +1,94 @@
+// `kvbench logits`, `generate` and `bench` as a user runs them: JSON fields, agreement with the
+// engine called in-process, and clear errors (exit codes of harness/main.cc) for bad input.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "engine/cpu/forward.h"
+#include "engine/model.h"
+#include "tests/test_paths.h"
+
+namespace kvb {
+namespace {
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out;  // stdout and stderr
+};
+
+CliRun kvbench(const std::string& arguments) {
+  CliRun run;
+  const std::string command = test::kvbench_binary().string() + " " + arguments + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  char buffer[65536];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.out.append(buffer, n);
+  const int status = pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return run;
+}
+
+TEST(CliLogits, PresetLogitsEqualTheEngineInProcess) {
+  KVB_REQUIRE_FILE(test::kvbench_binary());
+  const CliRun run = kvbench("logits --model preset:tiny-llama --ids 5,17,99,3 --top-k 3 --all --json");
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  const auto json = nlohmann::json::parse(run.out);
+  const LoadedModel model = load_model("preset:tiny-llama");
+  CpuEngine engine(*model.weights);
+  KvStore store = engine.make_store();
+  const std::vector<TokenId> ids = {5, 17, 99, 3};
+  const auto logits = engine.forward_chunk(ids, store, CaptureRequest{}, nullptr, 0);
+  const std::vector<float> printed = json["logits"];
+  ASSERT_EQ(printed.size(), logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) EXPECT_FLOAT_EQ(printed[i], logits[i]);
+  ASSERT_EQ(json["top"].size(), 3u);
+  EXPECT_GE(json["top"][0]["logit"].get<double>(), json["top"][1]["logit"].get<double>());
+}
+
+TEST(CliLogits, BadIdsAreInputErrors) {
+  KVB_REQUIRE_FILE(test::kvbench_binary());
+  CliRun run = kvbench("logits --model preset:tiny-llama --ids 1,x,3");
+  EXPECT_EQ(run.exit_code, 2) << run.out;
+  EXPECT_NE(run.out.find("'x'"), std::string::npos) << run.out;
+  run = kvbench("logits --model preset:tiny-llama --ids 1,256");
+  EXPECT_EQ(run.exit_code, 2) << run.out;
+  EXPECT_NE(run.out.find("256"), std::string::npos) << run.out;
+}
+
+TEST(CliLogits, PromptLongerThanTheContextIsCapacityError) {
+  KVB_REQUIRE_FILE(test::default_model_path());
+  KVB_REQUIRE_FILE(test::kvbench_binary());
+  std::string ids = "1";
+  for (int i = 1; i < 8193; ++i) ids += ",1";
+  const CliRun run = kvbench("logits --model " + test::default_model_path().string() + " --ids " + ids);
+  EXPECT_EQ(run.exit_code, 4) << run.out;
+  EXPECT_NE(run.out.find("8193"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("8192"), std::string::npos) << run.out;
+}
+
+TEST(CliBench, PresetReportsRatesAndBuild) {
+  KVB_REQUIRE_FILE(test::kvbench_binary());
+  const CliRun run = kvbench("bench --preset tiny-llama --context 64 --decode-tokens 4 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  const auto json = nlohmann::json::parse(run.out);
+  EXPECT_FALSE(json["build_type"].get<std::string>().empty());
+  EXPECT_GE(json["threads"].get<int>(), 1);
+  ASSERT_EQ(json["prefill"].size(), 1u);
+  EXPECT_EQ(json["prefill"][0]["tokens"], 64);
+  EXPECT_GT(json["prefill"][0]["tokens_per_s"].get<double>(), 0);
+  EXPECT_EQ(json["decode"]["tokens"], 4);
+  EXPECT_GT(json["decode"]["tokens_per_s"].get<double>(), 0);
+  EXPECT_TRUE(json["dummy_weights"].get<bool>());
+}
+
+TEST(CliBench, NeedsExactlyOneModel) {
+  KVB_REQUIRE_FILE(test::kvbench_binary());
+  EXPECT_EQ(kvbench("bench").exit_code, 2);
+  EXPECT_EQ(kvbench("bench --preset tiny-llama --model x.gguf").exit_code, 2);
+}
+
+}  // namespace
+}  // namespace kvb
