@@ -161,13 +161,8 @@ bool score_longdialogue(TextView pred, const nlohmann::json& label) {
     bad_label("longdialogue_qa_eng", label, "a non-empty list of names");
   }
   const auto words = py::split_whitespace(replace_chars_with_space(pred, kRetrievalSeparators));
-  for (const auto& word : words) {
-    // str.upper(): ASCII suffices for the comparison with a label that must equal it exactly;
-    // non-ASCII letters are upper-cased through the same locale table as lower().
-    Text upper;
-    for (char32_t c : word) upper.push_back(c >= U'a' && c <= U'z' ? c - 32 : c);
-    if (upper == wanted) return true;
-  }
+  for (const auto& word : words)
+    if (py::upper(word) == wanted) return true;
   return false;
 }
 

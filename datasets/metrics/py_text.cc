@@ -139,6 +139,22 @@ Text lower(TextView text) {
   return out;
 }
 
+Text upper(TextView text) {
+  Text out;
+  out.reserve(text.size());
+  const locale_t locale = utf8_ctype_locale();
+  for (char32_t c : text) {
+    if (c < 0x80) {
+      out.push_back(c >= 'a' && c <= 'z' ? c - 32 : c);
+    } else if (c == 0xDF) {  // LATIN SMALL LETTER SHARP S: full mapping "SS"
+      out += U"SS";
+    } else {
+      out.push_back(locale ? static_cast<char32_t>(towupper_l(static_cast<wint_t>(c), locale)) : c);
+    }
+  }
+  return out;
+}
+
 Text strip(TextView text) {
   size_t b = 0, e = text.size();
   while (b < e && is_space(text[b])) ++b;

@@ -23,6 +23,7 @@ int decimal_digit_value(char32_t c);  // 0-9 for is_decimal_digit(c), else -1
 bool is_ascii_punctuation(char32_t c);  // string.punctuation
 
 Text lower(TextView text);  // str.lower() (full mapping of U+0130; no final-sigma rule)
+Text upper(TextView text);  // str.upper() (simple case mapping, plus "ß" -> "SS")
 Text strip(TextView text);  // str.strip()
 Text lstrip_chars(TextView text, TextView chars);  // str.lstrip(chars)
 std::vector<Text> split_whitespace(TextView text);  // str.split()

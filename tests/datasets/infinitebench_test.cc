@@ -76,6 +76,7 @@ TEST(InfiniteBenchScorers, DialogueComparesOnlyTheFirstLabelUppercased) {
   const json label = json::array({"ACE", "ACE ROTHSTEIN"});
   EXPECT_EQ(infinitebench_score_one("longdialogue_qa_eng", "It is ace.", label), 1.0);
   EXPECT_EQ(infinitebench_score_one("longdialogue_qa_eng", "Ace Rothstein", label), 1.0);
+  EXPECT_EQ(infinitebench_score_one("longdialogue_qa_eng", "José!", json::array({"JOSÉ"})), 1.0);  // str.upper
   // A multi-word or lowercase first label can never match.
   EXPECT_EQ(infinitebench_score_one("longdialogue_qa_eng", "remo Gaggi", json::array({"remo Gaggi"})), 0.0);
   EXPECT_EQ(infinitebench_score_one("longdialogue_qa_eng", "GAGGI", json::array({"Remo", "GAGGI"})), 0.0);
