@@ -17,10 +17,12 @@ const std::vector<ChatTemplate>& all_templates() {
       // HuggingFaceTB/SmolLM2-135M-Instruct tokenizer_config.json chat_template (the same text is
       // in the model GGUF's tokenizer.chat_template): a system turn with this default is added
       // when the first message is not a system message.
-      {"chatml-smollm2", "You are a helpful AI assistant named SmolLM, trained by Hugging Face",
+      {"chatml-smollm2",
+       "You are a helpful AI assistant named SmolLM, trained by Hugging Face",
        {"<|im_end|>", "<|endoftext|>"}},
       // Qwen/Qwen2.5-7B-Instruct tokenizer_config.json chat_template: same rule, Qwen's default.
-      {"chatml-qwen2", "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
+      {"chatml-qwen2",
+       "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
        {"<|im_end|>", "<|endoftext|>"}},
       {"chatml", "", {"<|im_end|>"}},
       // Meta-Llama-3-8B-Instruct chat_template: no default system turn, content trimmed.
@@ -31,7 +33,8 @@ const std::vector<ChatTemplate>& all_templates() {
       // mistralai/Mistral-7B-Instruct-v0.3 chat_template: "[INST] " + system + "\n\n" + user +
       // "[/INST]" (the system message joins the last user turn).
       {"mistral", "", {"</s>"}},
-      // Mistral-7B-Instruct v0.1/v0.2 (and MegaBeam-Mistral-7B-512K): "[INST] " + user + " [/INST]".
+      // Mistral-7B-Instruct v0.1/v0.2 (and MegaBeam-Mistral-7B-512K): "[INST] " + user + "
+      // [/INST]".
       {"mistral-v0.2", "", {"</s>"}},
       {"plain", "", {}},
   };
@@ -88,13 +91,14 @@ std::string apply_chat_template(const ChatTemplate& chat, std::string_view user,
   if (name == "llama3" || name == "llama3.1") {
     out = "<|begin_of_text|>";
     if (name == "llama3.1") {
-      out += "<|start_header_id|>system<|end_header_id|>\n\n"
-             "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
+      out +=
+          "<|start_header_id|>system<|end_header_id|>\n\n"
+          "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
       out += system_text ? trimmed(*system_text) : "";
       out += "<|eot_id|>";
     } else if (system_text) {
-      out += "<|start_header_id|>system<|end_header_id|>\n\n" + trimmed(*system_text) +
-             "<|eot_id|>";
+      out +=
+          "<|start_header_id|>system<|end_header_id|>\n\n" + trimmed(*system_text) + "<|eot_id|>";
     }
     out += "<|start_header_id|>user<|end_header_id|>\n\n" + trimmed(user) +
            "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n";
@@ -118,7 +122,7 @@ std::string chat_template_name_for(std::string_view jinja, std::string_view arch
   }
   if (contains(jinja, "[INST]"))
     return contains(jinja, "' [/INST]'") || contains(jinja, "\" [/INST]\"") ? "mistral-v0.2"
-                                                                             : "mistral";
+                                                                            : "mistral";
   const std::string name = lower(model_name);
   if (contains(name, "smollm")) return "chatml-smollm2";
   if (architecture == "qwen2" || contains(name, "qwen")) return "chatml-qwen2";

@@ -51,14 +51,13 @@ PreTokenizerSpec pre_tokenizer_spec(std::string_view pre_name) {
     if (name == "qwen2") return {name, {kQwen2Regex}, false};
     if (name == "gpt2") return {name, {kGpt2Regex}, false};
     if (name == "starcoder") return {name, {R"(\p{N})", kGpt2Regex}, false};
-    return {name,
-            {R"([\p{P}\$\+<=>\^~\|]+)", kGpt2Regex, R"(\p{N}+)", R"([0-9][0-9][0-9])"},
-            false};
+    return {
+        name, {R"([\p{P}\$\+<=>\^~\|]+)", kGpt2Regex, R"(\p{N}+)", R"([0-9][0-9][0-9])"}, false};
   }
   std::string supported;
   for (const Family& family : families())
-    for (std::string_view name : family.names) supported += (supported.empty() ? "" : ", ") +
-                                                           std::string(name);
+    for (std::string_view name : family.names)
+      supported += (supported.empty() ? "" : ", ") + std::string(name);
   throw FormatError("unsupported byte-level BPE pre-tokenizer '" + std::string(pre_name) +
                     "' (tokenizer.ggml.pre); supported: " + supported);
 }

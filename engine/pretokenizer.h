@@ -15,7 +15,7 @@ namespace kvb {
 struct PreTokenizerSpec {
   std::string family;                // "gpt2", "starcoder", "llama3", "qwen2", "default"
   std::vector<std::string> regexes;  // applied in order
-  bool ignore_merges = false;        // Llama-3: a piece that is a whole vocab entry is emitted as is
+  bool ignore_merges = false;  // Llama-3: a piece that is a whole vocab entry is emitted as is
 };
 
 // The spec of a `tokenizer.ggml.pre` name; throws FormatError naming the name when unsupported.

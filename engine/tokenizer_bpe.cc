@@ -131,8 +131,8 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<TokenId>* ou
     pos += std::min(utf8_sequence_length(static_cast<unsigned char>(mapped[pos])),
                     mapped.size() - pos);
     const int index = static_cast<int>(symbols.size());
-    symbols.push_back({static_cast<int>(start), static_cast<int>(pos - start), index - 1,
-                       index + 1});
+    symbols.push_back(
+        {static_cast<int>(start), static_cast<int>(pos - start), index - 1, index + 1});
   }
   if (symbols.empty()) return;
   symbols.back().next = -1;
@@ -145,8 +145,7 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<TokenId>* ou
   auto try_add = [&](int left, int right) {
     if (left < 0 || right < 0) return;
     const int rank = merge_rank(text_of(symbols[left]), text_of(symbols[right]), &key);
-    if (rank >= 0)
-      queue.push({rank, left, right, symbols[left].length + symbols[right].length});
+    if (rank >= 0) queue.push({rank, left, right, symbols[left].length + symbols[right].length});
   };
   for (int i = 0; i + 1 < static_cast<int>(symbols.size()); ++i) try_add(i, i + 1);
 
@@ -178,8 +177,8 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<TokenId>* ou
     // dropped, as llama.cpp and HF tokenizers (BPE without unk_token) do.
     for (size_t pos = 0; pos < text.size();) {
       const size_t start = pos;
-      pos += std::min(utf8_sequence_length(static_cast<unsigned char>(text[pos])),
-                      text.size() - pos);
+      pos +=
+          std::min(utf8_sequence_length(static_cast<unsigned char>(text[pos])), text.size() - pos);
       const auto single = token_ids_.find(text.substr(start, pos - start));
       if (single != token_ids_.end()) out->push_back(single->second);
     }
@@ -202,8 +201,8 @@ void BpeTokenizer::encode_piece_cached(std::string_view piece, std::vector<Token
   if (piece.size() > 64) return;
   std::lock_guard lock(shard.mutex);
   if (shard.pieces.size() < kCacheEntriesPerShard)
-    shard.pieces.emplace(std::string(piece), std::vector<TokenId>(out->begin() + first,
-                                                                  out->end()));
+    shard.pieces.emplace(std::string(piece),
+                         std::vector<TokenId>(out->begin() + first, out->end()));
 }
 
 std::vector<TokenId> BpeTokenizer::encode(std::string_view text, bool add_bos,

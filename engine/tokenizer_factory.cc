@@ -2,9 +2,9 @@
 // (tokenizer.json for byte-level BPE, tokenizer.model for SentencePiece, tokenizer_config.json
 // for BOS/EOS rules). Key names and defaults follow llama.cpp's llama_vocab::load.
 #include <filesystem>
-#include <optional>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "engine/errors.h"
 #include "engine/gguf.h"
@@ -124,8 +124,7 @@ std::string hf_pre_tokenizer_name(const json& pre, const std::string& source) {
   }
   if (!split_regex.empty()) {
     if (split_regex.find(R"(\p{N}{1,3})") != std::string::npos) return "llama-bpe";
-    if (split_regex.find(R"([^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|)") != std::string::npos)
-      return "qwen2";
+    if (split_regex.find(R"([^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|)") != std::string::npos) return "qwen2";
     throw FormatError(source + ": unsupported pre-tokenizer regex '" + split_regex + "'");
   }
   if (individual_digits && byte_level_regex) return "smollm";
@@ -139,9 +138,11 @@ std::unique_ptr<Tokenizer> bpe_from_tokenizer_json(const json& tokenizer, const 
   Vocabulary vocab;
   vocab.source = source;
   TokenId max_id = -1;
-  for (const auto& [text, id] : model["vocab"].items()) max_id = std::max(max_id, id.get<TokenId>());
+  for (const auto& [text, id] : model["vocab"].items())
+    max_id = std::max(max_id, id.get<TokenId>());
   if (tokenizer.contains("added_tokens"))
-    for (const json& added : tokenizer["added_tokens"]) max_id = std::max(max_id, added["id"].get<TokenId>());
+    for (const json& added : tokenizer["added_tokens"])
+      max_id = std::max(max_id, added["id"].get<TokenId>());
   vocab.tokens.assign(max_id + 1, "");
   vocab.types.assign(max_id + 1, TokenType::kUnused);
   for (const auto& [text, id] : model["vocab"].items()) {
@@ -152,7 +153,8 @@ std::unique_ptr<Tokenizer> bpe_from_tokenizer_json(const json& tokenizer, const 
     for (const json& added : tokenizer["added_tokens"]) {
       const auto id = added["id"].get<TokenId>();
       vocab.tokens[id] = added["content"].get<std::string>();
-      vocab.types[id] = added.value("special", false) ? TokenType::kControl : TokenType::kUserDefined;
+      vocab.types[id] =
+          added.value("special", false) ? TokenType::kControl : TokenType::kUserDefined;
     }
   }
   for (const json& merge : model["merges"]) {
@@ -209,7 +211,8 @@ std::unique_ptr<Tokenizer> tokenizer_from_hf_folder(const std::string& folder) {
       add_bos = config["add_bos_token"].get<bool>();
     return spm_tokenizer_from_model_file(spm_path.string(), add_bos);
   }
-  throw InputError("'" + folder + "' has neither a byte-level BPE tokenizer.json nor a "
+  throw InputError("'" + folder +
+                   "' has neither a byte-level BPE tokenizer.json nor a "
                    "tokenizer.model");
 }
 

@@ -85,17 +85,22 @@ class WireReader {
   }
   void skip(int wire) {
     switch (wire) {
-      case kWireVarint: varint(); return;
+      case kWireVarint:
+        varint();
+        return;
       case kWireFixed64:
         if (bytes_.size() - pos_ < 8) fail("truncated fixed64 field");
         pos_ += 8;
         return;
-      case kWireLength: length_delimited(); return;
+      case kWireLength:
+        length_delimited();
+        return;
       case kWireFixed32:
         if (bytes_.size() - pos_ < 4) fail("truncated fixed32 field");
         pos_ += 4;
         return;
-      default: fail("unsupported wire type " + std::to_string(wire));
+      default:
+        fail("unsupported wire type " + std::to_string(wire));
     }
   }
   [[noreturn]] void fail(const std::string& what) const {
@@ -114,10 +119,14 @@ class WireReader {
 TokenType piece_type_for(const Vocabulary& vocab, TokenId id, bool byte_fallback) {
   if (id == vocab.unk) return TokenType::kUnknown;
   switch (vocab.type_of(id)) {
-    case TokenType::kUnknown: return TokenType::kControl;
-    case TokenType::kUndefined: return TokenType::kNormal;
-    case TokenType::kByte: return byte_fallback ? TokenType::kByte : TokenType::kUnused;
-    default: return vocab.type_of(id);
+    case TokenType::kUnknown:
+      return TokenType::kControl;
+    case TokenType::kUndefined:
+      return TokenType::kNormal;
+    case TokenType::kByte:
+      return byte_fallback ? TokenType::kByte : TokenType::kUnused;
+    default:
+      return vocab.type_of(id);
   }
 }
 
@@ -125,7 +134,8 @@ TokenType piece_type_for(const Vocabulary& vocab, TokenId id, bool byte_fallback
 
 std::string spm_model_proto_from_vocab(const Vocabulary& vocab) {
   if (vocab.unk < 0)
-    throw FormatError(vocab.source + ": a SentencePiece vocabulary needs an unknown token "
+    throw FormatError(vocab.source +
+                      ": a SentencePiece vocabulary needs an unknown token "
                       "(tokenizer.ggml.unknown_token_id or a token of type UNKNOWN)");
   int byte_pieces = 0;
   for (TokenId id = 0; id < static_cast<TokenId>(vocab.tokens.size()); ++id)
@@ -230,8 +240,8 @@ SpmTokenizer::SpmTokenizer(Vocabulary vocab, std::string serialized_model)
   put_bytes_field(&serialized_model, kModelNormalizerSpec, no_dummy_prefix);
   const auto status = processor_->LoadFromSerializedProto(serialized_model);
   if (!status.ok())
-    throw FormatError(vocab_.source + ": libsentencepiece rejected the model: " +
-                      status.ToString());
+    throw FormatError(vocab_.source +
+                      ": libsentencepiece rejected the model: " + status.ToString());
   if (processor_->GetPieceSize() != vocab_size())
     throw FormatError(vocab_.source + ": SentencePiece model has " +
                       std::to_string(processor_->GetPieceSize()) + " pieces, vocabulary has " +
@@ -276,10 +286,14 @@ int byte_token_value(std::string_view text) {
   int value = 0;
   for (char c : text.substr(3, 2)) {
     value <<= 4;
-    if (c >= '0' && c <= '9') value |= c - '0';
-    else if (c >= 'A' && c <= 'F') value |= c - 'A' + 10;
-    else if (c >= 'a' && c <= 'f') value |= c - 'a' + 10;
-    else return -1;
+    if (c >= '0' && c <= '9')
+      value |= c - '0';
+    else if (c >= 'A' && c <= 'F')
+      value |= c - 'A' + 10;
+    else if (c >= 'a' && c <= 'f')
+      value |= c - 'a' + 10;
+    else
+      return -1;
   }
   return value;
 }

@@ -31,18 +31,18 @@ void Vocabulary::validate() const {
 void Vocabulary::add_known_end_tokens() {
   // The chat end markers of the supported families (the same list llama.cpp scans for).
   static constexpr std::string_view kEndTexts[] = {
-      "<|eot_id|>", "<|eom_id|>", "<|im_end|>",  "<|end|>",
+      "<|eot_id|>",    "<|eom_id|>",    "<|im_end|>",      "<|end|>",
       "<|endoftext|>", "<end_of_turn>", "<|end_of_text|>", "<EOT>",
   };
-  if (eos >= 0 && std::find(end_of_generation.begin(), end_of_generation.end(), eos) ==
-                      end_of_generation.end())
+  if (eos >= 0 &&
+      std::find(end_of_generation.begin(), end_of_generation.end(), eos) == end_of_generation.end())
     end_of_generation.push_back(eos);
   for (TokenId id = 0; id < static_cast<TokenId>(tokens.size()); ++id) {
     const TokenType type = type_of(id);
     if (type != TokenType::kControl && type != TokenType::kUserDefined) continue;
     for (std::string_view text : kEndTexts) {
-      if (tokens[id] == text && std::find(end_of_generation.begin(), end_of_generation.end(),
-                                          id) == end_of_generation.end())
+      if (tokens[id] == text && std::find(end_of_generation.begin(), end_of_generation.end(), id) ==
+                                    end_of_generation.end())
         end_of_generation.push_back(id);
     }
   }
@@ -59,10 +59,9 @@ SpecialTokenSplitter::SpecialTokenSplitter(const Vocabulary& vocab) {
   }
   for (auto& candidates : by_first_byte_) {
     // Longest first, so that "<|im_start|>" wins over a shorter token that is its prefix.
-    std::stable_sort(candidates.begin(), candidates.end(),
-                     [](const Candidate& a, const Candidate& b) {
-                       return a.text.size() > b.text.size();
-                     });
+    std::stable_sort(
+        candidates.begin(), candidates.end(),
+        [](const Candidate& a, const Candidate& b) { return a.text.size() > b.text.size(); });
   }
 }
 

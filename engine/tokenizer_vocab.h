@@ -25,10 +25,10 @@ enum class TokenType : int32_t {
 };
 
 struct Vocabulary {
-  std::vector<std::string> tokens;   // id -> text (byte-level BPE: in byte-to-unicode form)
-  std::vector<TokenType> types;      // id -> type; empty means all kNormal
-  std::vector<float> scores;         // SentencePiece merge priorities (empty for BPE)
-  std::vector<std::string> merges;   // byte-level BPE: "left right", rank = index
+  std::vector<std::string> tokens;  // id -> text (byte-level BPE: in byte-to-unicode form)
+  std::vector<TokenType> types;     // id -> type; empty means all kNormal
+  std::vector<float> scores;        // SentencePiece merge priorities (empty for BPE)
+  std::vector<std::string> merges;  // byte-level BPE: "left right", rank = index
   TokenId bos = -1;
   TokenId eos = -1;
   TokenId unk = -1;

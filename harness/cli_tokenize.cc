@@ -47,9 +47,10 @@ int tokenize(const std::vector<std::string>& argv) {
   std::printf("%zu tokens (%s)\n", ids.size(), tokenizer->kind().c_str());
   for (TokenId id : ids) {
     const std::string piece = tokenizer->decode({id});
-    std::printf("%8d  %s\n", id, nlohmann::json(piece).dump(-1, ' ', false,
-                                                          nlohmann::json::error_handler_t::replace)
-                                     .c_str());
+    std::printf("%8d  %s\n", id,
+                nlohmann::json(piece)
+                    .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                    .c_str());
   }
   return 0;
 }

@@ -11,13 +11,13 @@
 //   build/tests/benchmarks/tokenizer_bench [benchmark flags]
 #include <benchmark/benchmark.h>
 
-#include <ctime>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
+#include <ctime>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "engine/pretokenizer.h"
@@ -121,7 +121,8 @@ void print_summary() {
   std::printf("pretokenize: %.0f tokens/s (%.2f x uncached)\n", rate(pretokenize),
               uncached / pretokenize);
   const std::string four = s.text + s.text + s.text + s.text;
-  const double one_x = seconds_of([&] { benchmark::DoNotOptimize(s.tokenizer->encode(s.text)); }, 2);
+  const double one_x =
+      seconds_of([&] { benchmark::DoNotOptimize(s.tokenizer->encode(s.text)); }, 2);
   const double four_x = seconds_of([&] { benchmark::DoNotOptimize(s.tokenizer->encode(four)); }, 2);
   std::printf("scaling 4x text: %.2f x time (4.00 = linear)\n", four_x / one_x);
 }

@@ -99,7 +99,8 @@ TEST(ChatTemplate, SmolLm2GgufSelectsItsTemplate) {
   const auto ids = tokenizer->encode(apply_chat_template(chat_template("chatml-smollm2"), "Hi"),
                                      false, /*parse_special=*/true);
   EXPECT_EQ(tokenizer->token_text(ids.front()), "<|im_start|>");
-  EXPECT_EQ(tokenizer->decode({ids.end() - 4, ids.end()}), "<|im_start|>assistant\n");  // "assistant" is 2 tokens
+  EXPECT_EQ(tokenizer->decode({ids.end() - 4, ids.end()}),
+            "<|im_start|>assistant\n");  // "assistant" is 2 tokens
 }
 
 }  // namespace

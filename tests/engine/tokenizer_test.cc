@@ -5,18 +5,19 @@
 //   tests/harness/cli_tokenize_test.cc);
 // - SmolLM2's ids from the `tokenizers` PyPI package (tests/goldens/tokenizer/README.md);
 // - hand-derived regex splits and BPE merge orders on tiny vocabularies.
+#include "engine/tokenizer.h"
+
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <cctype>
 #include <thread>
 
 #include "engine/errors.h"
 #include "engine/gguf.h"
 #include "engine/pretokenizer.h"
-#include "engine/tokenizer.h"
 #include "engine/tokenizer_bpe.h"
 #include "engine/tokenizer_spm.h"
 #include "tests/test_paths.h"
@@ -70,7 +71,8 @@ std::string ids_text(const std::vector<TokenId>& ids) {
 class VocabFixture : public ::testing::TestWithParam<const char*> {
  protected:
   fs::path gguf() const {
-    return test::fixtures_dir() / "tokenizers" / ("ggml-vocab-" + std::string(GetParam()) + ".gguf");
+    return test::fixtures_dir() / "tokenizers" /
+           ("ggml-vocab-" + std::string(GetParam()) + ".gguf");
   }
 };
 
@@ -83,8 +85,8 @@ TEST_P(VocabFixture, ReproducesEveryVector) {
   for (const Case& c : cases) {
     const auto ids = tokenizer->encode(c.text, /*add_bos=*/false, /*parse_special=*/false);
     if (ids != c.ids) ++mismatches;
-    EXPECT_EQ(ids, c.ids) << "text: " << nlohmann::json(c.text).dump() << "\nexpected:"
-                          << ids_text(c.ids) << "\nactual:  " << ids_text(ids);
+    EXPECT_EQ(ids, c.ids) << "text: " << nlohmann::json(c.text).dump()
+                          << "\nexpected:" << ids_text(c.ids) << "\nactual:  " << ids_text(ids);
   }
   EXPECT_EQ(mismatches, 0);
 }
@@ -132,9 +134,11 @@ INSTANTIATE_TEST_SUITE_P(LlamaCppVocabs, VocabFixture,
 // llama-bpe (Llama-3) and qwen2 have only .inp/.out in the fixtures: their vocab GGUFs are larger
 // than the fixture limit, so they need a real vocabulary of that family: a model GGUF or an HF
 // folder in $KVB_LLAMA3_TOKENIZER / $KVB_QWEN2_TOKENIZER, or the folders that
-// tests/goldens/tokenizer/fetch_llama3_qwen2_tokenizers.sh writes to models/tokenizers/ (Llama-3.2's
-// tokenizer.json and Qwen's vocabulary, both from PyPI wheels). Skipped when neither is there.
-class VocabFixtureWithModel : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+// tests/goldens/tokenizer/fetch_llama3_qwen2_tokenizers.sh writes to models/tokenizers/
+// (Llama-3.2's tokenizer.json and Qwen's vocabulary, both from PyPI wheels). Skipped when neither
+// is there.
+class VocabFixtureWithModel : public ::testing::TestWithParam<std::pair<const char*, const char*>> {
+};
 
 TEST_P(VocabFixtureWithModel, ReproducesEveryVector) {
   const auto [vocab, family] = GetParam();
@@ -142,11 +146,13 @@ TEST_P(VocabFixtureWithModel, ReproducesEveryVector) {
   const char* given = std::getenv(env.c_str());
   std::string folder = family;
   for (char& c : folder) c = static_cast<char>(std::tolower(c));
-  const fs::path model = given ? fs::path(given) : test::source_dir() / "models/tokenizers" / folder;
+  const fs::path model =
+      given ? fs::path(given) : test::source_dir() / "models/tokenizers" / folder;
   if (!fs::exists(model))
     GTEST_SKIP() << "no " << vocab << " vocabulary: set $" << env << " to a GGUF or HF folder, or "
                  << "run tests/goldens/tokenizer/fetch_llama3_qwen2_tokenizers.sh";
-  const fs::path fixture = test::fixtures_dir() / "tokenizers" / ("ggml-vocab-" + std::string(vocab) + ".gguf");
+  const fs::path fixture =
+      test::fixtures_dir() / "tokenizers" / ("ggml-vocab-" + std::string(vocab) + ".gguf");
   KVB_REQUIRE_FILE(fixture.string() + ".inp");
   const auto tokenizer = tokenizer_from_path(model.string());
   const auto cases = read_vocab_cases(fixture);
@@ -219,8 +225,11 @@ TEST(SmolLm2Tokenizer, HfFolderMatchesGguf) {
          {{{"type", "Digits"}, {"individual_digits", true}},
           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}}}}},
       {"model",
-       {{"type", "BPE"}, {"vocab", vocab}, {"merges", gguf->get_string_array("tokenizer.ggml.merges")}}}};
-  const fs::path dir = fs::temp_directory_path() / ("kvb_tokenizer_test_" + std::to_string(::getpid()));
+       {{"type", "BPE"},
+        {"vocab", vocab},
+        {"merges", gguf->get_string_array("tokenizer.ggml.merges")}}}};
+  const fs::path dir =
+      fs::temp_directory_path() / ("kvb_tokenizer_test_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   std::ofstream(dir / "tokenizer.json") << tokenizer_json.dump();
   std::ofstream(dir / "tokenizer_config.json")
@@ -243,9 +252,9 @@ TEST(SmolLm2Tokenizer, LongRunsAndInvalidUtf8RoundTrip) {
   const auto tokenizer = tokenizer_from_path(test::default_model_path().string());
   std::string cjk;
   for (int i = 0; i < 20000; ++i) cjk += "\xE4\xB8\x80\xE4\xBA\x8C";  // 一二 without spaces
-  const std::vector<std::string> texts = {
-      std::string(50000, ' ') + "x", std::string(30000, '7'), cjk,
-      std::string(20000, '\n') + "\t\t", "\x80 abc \xC3 end\xE2\x82"};
+  const std::vector<std::string> texts = {std::string(50000, ' ') + "x", std::string(30000, '7'),
+                                          cjk, std::string(20000, '\n') + "\t\t",
+                                          "\x80 abc \xC3 end\xE2\x82"};
   for (const std::string& text : texts) {
     const auto ids = tokenizer->encode(text);
     EXPECT_FALSE(ids.empty());
@@ -357,7 +366,7 @@ TEST(BpeMerges, EqualRanksMergeLeftmostFirst) {
 
 TEST(ByteToUnicode, IsABijectionOverBytes) {
   ByteToUnicode map;
-  EXPECT_EQ(map.encode(' '), "\xC4\xA0");  // 'Ġ' (U+0120)
+  EXPECT_EQ(map.encode(' '), "\xC4\xA0");   // 'Ġ' (U+0120)
   EXPECT_EQ(map.encode('\n'), "\xC4\x8A");  // 'Ċ' (U+010A)
   EXPECT_EQ(map.encode('A'), "A");
   std::set<std::string> seen;
@@ -393,7 +402,8 @@ TEST(SpmTokenizer, ModelProtoRoundTripsThroughTheWireFormat) {
   EXPECT_EQ(back.eos, 2);
   EXPECT_FALSE(back.add_space_prefix);  // written with add_dummy_prefix: false
   // A tokenizer.model written from it loads through the file path and tokenizes the same.
-  const fs::path file = fs::temp_directory_path() / ("kvb_spm_" + std::to_string(::getpid()) + ".model");
+  const fs::path file =
+      fs::temp_directory_path() / ("kvb_spm_" + std::to_string(::getpid()) + ".model");
   std::ofstream(file, std::ios::binary) << proto;
   const auto from_file = spm_tokenizer_from_model_file(file.string());
   fs::remove(file);
@@ -402,6 +412,18 @@ TEST(SpmTokenizer, ModelProtoRoundTripsThroughTheWireFormat) {
     // The file says add_dummy_prefix: false, so it has no space prefix; compare with one added.
     EXPECT_EQ(from_file->encode(std::string(" ") + text), from_gguf->encode(text)) << text;
   }
+  // An HF folder with only tokenizer.model is SentencePiece; tokenizer_config.json's
+  // add_bos_token overrides the Llama default of adding BOS.
+  const fs::path dir = fs::temp_directory_path() / ("kvb_spm_dir_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "tokenizer.model", std::ios::binary) << proto;
+  std::ofstream(dir / "tokenizer_config.json") << R"({"add_bos_token": false})";
+  const auto from_folder = tokenizer_from_path(dir.string());
+  fs::remove_all(dir);
+  EXPECT_EQ(from_folder->kind(), "spm");
+  EXPECT_FALSE(from_folder->adds_bos_by_default());
+  EXPECT_TRUE(from_gguf->adds_bos_by_default());
+  EXPECT_EQ(from_folder->encode(" Hello world"), from_gguf->encode("Hello world"));
 }
 
 TEST(SpmTokenizer, TruncatedModelIsAFormatError) {

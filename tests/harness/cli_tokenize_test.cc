@@ -146,7 +146,8 @@ TEST(CliTokenizeErrors, BadInputExitsNonZeroWithAMessage) {
   const Result no_text = run_kvbench({"tokenize", "--model", "/nonexistent.gguf"});
   EXPECT_EQ(no_text.exit_code, 2);
   EXPECT_NE(no_text.err.find("--text"), std::string::npos);
-  const fs::path not_gguf = fs::temp_directory_path() / ("kvb_not_gguf_" + std::to_string(getpid()));
+  const fs::path not_gguf =
+      fs::temp_directory_path() / ("kvb_not_gguf_" + std::to_string(getpid()));
   std::ofstream(not_gguf) << "this is not a GGUF file";
   const Result bad = run_kvbench({"tokenize", "--model", not_gguf.string(), "--text", "x"});
   fs::remove(not_gguf);
