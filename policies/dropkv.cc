@@ -139,7 +139,8 @@ nlohmann::json dropkv_defaults() {
           {"kernel", 11},
           {"pooling", "max"},
           {"precision", "bf16"},
-          {"dense_layers", nlohmann::json::array()}};
+          {"dense_layers", nlohmann::json::array()},
+          {"budget_includes_window", true}};
 }
 
 std::shared_ptr<const ScoredPolicy> build_dropkv(const PolicyParams& params) {

@@ -15,6 +15,8 @@ ScoredSettings read_scored_settings(const PolicyParams& params, PolicyKind kind)
   if (values.contains("window")) settings.window = params.integer("window");
   if (values.contains("sinks")) settings.sinks = params.integer("sinks");
   if (values.contains("dense_layers")) settings.dense_layers = params.integers("dense_layers");
+  if (values.contains("budget_includes_window"))
+    settings.budget_includes_window = params.boolean("budget_includes_window");
   if (settings.window < 0 || settings.sinks < 0)
     throw InputError("policy '" + settings.name + "': window and sinks must be >= 0");
   if (kind == PolicyKind::kPrefillQueryAware) settings.capture.window_queries = settings.window;
@@ -38,7 +40,9 @@ KeptIndices ScoredPolicy::select(const PrefillView& view, int budget_tokens) con
   const int length = view.prompt_length();
   check_budget(name(), budget_tokens,
                settings_.budget_may_exceed_prompt ? std::max(length, budget_tokens) : length);
-  const std::vector<int> budgets = layer_budgets(view, budget_tokens);
+  std::vector<int> budgets = layer_budgets(view, budget_tokens);
+  if (!settings_.budget_includes_window)
+    for (auto& b : budgets) b += settings_.window + settings_.sinks;
   KeptIndices kept(view.layers.size());
   for (size_t l = 0; l < view.layers.size(); ++l) {
     const LayerPrefillView& layer = view.layers[l];

@@ -26,9 +26,13 @@ struct ScoredSettings {
   // Decode-time evicting methods (H2O, TOVA, CAKE) accept a budget above the prompt length: the
   // prefill then keeps everything and the cache grows until it reaches the budget.
   bool budget_may_exceed_prompt = false;
+  // Whether the protected tokens (window, sinks) count inside the per-head budget (the official
+  // accounting of every method here); false keeps budget + protected tokens.
+  bool budget_includes_window = true;
 };
 
-// Reads the shared parameters a method declares ("window", "sinks", "dense_layers"); a window
+// Reads the shared parameters a method declares ("window", "sinks", "dense_layers",
+// "budget_includes_window"); a window
 // declared by a query-aware method also becomes its capture request.
 ScoredSettings read_scored_settings(const PolicyParams& params, PolicyKind kind);
 

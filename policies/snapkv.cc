@@ -35,7 +35,8 @@ nlohmann::json snapkv_defaults() {
   return {{"window", 32},           {"kernel", 5},
           {"pooling", "avg"},       {"aggregate", "sum"},
           {"precision", "bf16"},    {"gqa_reduce", "mean"},
-          {"gqa_before_pooling", false}, {"dense_layers", nlohmann::json::array()}};
+          {"gqa_before_pooling", false}, {"dense_layers", nlohmann::json::array()},
+          {"budget_includes_window", true}};
 }
 
 WindowScoreOptions read_window_score_options(const PolicyParams& params) {

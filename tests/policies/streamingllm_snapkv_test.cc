@@ -94,3 +94,18 @@ TEST(SnapKv, KeepsTheKeyTheWindowAttendsTo) {
 
 }  // namespace
 }  // namespace kvb
+
+namespace kvb {
+namespace {
+
+TEST(SnapKv, BudgetIncludesWindowByDefaultAndCanExcludeIt) {
+  test::SyntheticPrefill prefill(1, 2, 1, 40, 8, 4, 3);
+  const auto inside = make_scorer("snapkv", {{"window", 4}})->select(prefill.view, 10);
+  EXPECT_EQ(inside[0][0].size(), 10u);
+  const auto outside =
+      make_scorer("snapkv", {{"window", 4}, {"budget_includes_window", false}})->select(prefill.view, 10);
+  EXPECT_EQ(outside[0][0].size(), 14u);
+}
+
+}  // namespace
+}  // namespace kvb
