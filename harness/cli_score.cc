@@ -6,7 +6,8 @@
 //                  dataset named "X_e" is LongBench-E and also reports the length buckets
 //   infinitebench  {"prediction"|"pred", "ground_truth"|"label"} (InfiniteBench's results/ files)
 //   ruler          {"pred"|"prediction", "outputs"|"answers"|"references"}
-//   niah           {"pred"|"prediction"|"response", "answers"|"references"|"outputs"?}
+//   niah           {"pred"|"prediction"|"response", "answers"|"references"|"outputs"?, "needle"?}:
+//                  score = word recall (heatmap), plus substring_match and rouge1_f10
 // The score is round(100 * mean, 2) over every record; a record that cannot be scored is an error
 // naming the file and line, never skipped. Blank lines are not records.
 #include <cstdio>
@@ -31,6 +32,7 @@ struct ScoredRecord {
   double score = 0;
   double length = 0;         // LongBench-E
   double substring = 0;      // NIAH
+  double rouge1_f10 = 0;     // NIAH, KVCache-Factory's stored 0-10 score
 };
 
 const nlohmann::json* first_field(const nlohmann::json& record, std::initializer_list<const char*> keys) {
@@ -150,6 +152,9 @@ std::vector<ScoredRecord> score_records(const std::string& benchmark, const std:
         const py::Text expected =
             sample.references.empty() ? py::Text(kNiahExpectedAnswer) : py::T(sample.references[0]);
         r.substring = niah_substring_match(py::T(pred), expected);
+        const nlohmann::json* needle = first_field(record, {"needle"});
+        r.rouge1_f10 = niah_rouge1_f_times_10(
+            py::T(pred), needle && needle->is_string() ? py::T(needle->get<std::string>()) : py::Text(kNiahNeedle));
       }
       scored.push_back(r);
     });
@@ -190,7 +195,10 @@ int score(const std::vector<std::string>& argv) {
   out["dataset"] = dataset;
   out["num_samples"] = rows.size();
   out["score"] = percent(benchmark, rows, &ScoredRecord::score);
-  if (benchmark == "niah") out["substring_match"] = percent(benchmark, rows, &ScoredRecord::substring);
+  if (benchmark == "niah") {
+    out["substring_match"] = percent(benchmark, rows, &ScoredRecord::substring);
+    out["rouge1_f10"] = python_round2(sum_of(rows, &ScoredRecord::rouge1_f10) / static_cast<double>(rows.size()));
+  }
   if (benchmark == "longbench" && is_longbench_e_name(dataset)) {
     std::map<std::string, std::pair<double, int>> buckets = {{"0-4k", {0, 0}}, {"4-8k", {0, 0}}, {"8k+", {0, 0}}};
     for (const auto& r : rows) {
@@ -214,7 +222,9 @@ int score(const std::vector<std::string>& argv) {
     return 0;
   }
   std::printf("%s %s: %.2f (%zu samples)\n", benchmark.c_str(), dataset.c_str(), out["score"].get<double>(), rows.size());
-  if (out.contains("substring_match")) std::printf("substring match: %.2f\n", out["substring_match"].get<double>());
+  if (out.contains("substring_match"))
+    std::printf("substring match: %.2f, ROUGE-1 F x10 (stored KVCache-Factory score): %.2f\n",
+                out["substring_match"].get<double>(), out["rouge1_f10"].get<double>());
   if (out.contains("buckets"))
     for (const auto& [name, value] : out["buckets"].items())
       std::printf("  %-5s %s\n", name.c_str(), value.is_null() ? "nan" : std::to_string(value.get<double>()).c_str());

@@ -4,6 +4,8 @@
 #include <map>
 #include <set>
 
+#include "datasets/metrics/porter_stemmer.h"
+
 namespace kvb {
 namespace {
 
@@ -103,6 +105,35 @@ std::vector<py::Text> rouge_score_tokenize(py::TextView text) {
   }
   if (!current.empty()) tokens.push_back(std::move(current));
   return tokens;
+}
+
+std::vector<py::Text> rouge_score_tokenize_stemmed(py::TextView text) {
+  std::vector<py::Text> tokens = rouge_score_tokenize(text);
+  for (auto& token : tokens) {
+    if (token.size() <= 3) continue;
+    token = py::T(porter_stem(py::to_utf8(token)));
+  }
+  return tokens;
+}
+
+RougeScore rouge_score_rouge1(py::TextView target, py::TextView prediction, bool use_stemmer) {
+  const auto target_tokens = use_stemmer ? rouge_score_tokenize_stemmed(target) : rouge_score_tokenize(target);
+  const auto prediction_tokens = use_stemmer ? rouge_score_tokenize_stemmed(prediction) : rouge_score_tokenize(prediction);
+  std::map<py::Text, long> target_counts, prediction_counts;
+  for (const auto& t : target_tokens) ++target_counts[t];
+  for (const auto& t : prediction_tokens) ++prediction_counts[t];
+  long overlap = 0;
+  for (const auto& [token, count] : target_counts) {
+    auto it = prediction_counts.find(token);
+    if (it != prediction_counts.end()) overlap += std::min(count, it->second);
+  }
+  RougeScore score;
+  score.precision = static_cast<double>(overlap) / static_cast<double>(std::max<size_t>(prediction_tokens.size(), 1));
+  score.recall = static_cast<double>(overlap) / static_cast<double>(std::max<size_t>(target_tokens.size(), 1));
+  score.fmeasure = score.precision + score.recall > 0
+                       ? 2 * score.precision * score.recall / (score.precision + score.recall)
+                       : 0.0;
+  return score;
 }
 
 namespace {

@@ -27,6 +27,16 @@ double pltrdy_rouge_l_f(py::TextView hypothesis, py::TextView reference,
 // rouge_score's default tokenizer without stemming: lowercase, [^a-z0-9]+ -> space, split, keep
 // tokens matching ^[a-z0-9]+$.
 std::vector<py::Text> rouge_score_tokenize(py::TextView text);
+// Same with NLTK's Porter stemmer on tokens longer than 3 characters (use_stemmer=True).
+std::vector<py::Text> rouge_score_tokenize_stemmed(py::TextView text);
+
+struct RougeScore {
+  double precision = 0, recall = 0, fmeasure = 0;
+};
+// rouge_score's rouge1: clipped unigram overlap; P = overlap/max(|prediction|,1), R =
+// overlap/max(|target|,1).
+RougeScore rouge_score_rouge1(py::TextView target, py::TextView prediction, bool use_stemmer);
+
 // rougeLsum F-measure of one reference against the prediction.
 double rouge_lsum_f(py::TextView reference, py::TextView prediction);
 

@@ -2,6 +2,8 @@
 
 #include <set>
 
+#include "datasets/metrics/rouge.h"
+
 namespace kvb {
 
 py::Text ruler_postprocess(py::TextView prediction) {
@@ -39,6 +41,11 @@ double niah_word_recall(py::TextView prediction, py::TextView expected) {
 
 double niah_substring_match(py::TextView prediction, py::TextView expected) {
   return py::contains(py::lower(prediction), py::lower(py::strip(expected))) ? 1.0 : 0.0;
+}
+
+double niah_rouge1_f_times_10(py::TextView prediction, py::TextView needle) {
+  if (py::strip(prediction).empty()) return 0.0;
+  return rouge_score_rouge1(needle, prediction, /*use_stemmer=*/true).fmeasure * 10;
 }
 
 }  // namespace kvb

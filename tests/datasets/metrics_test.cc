@@ -29,6 +29,7 @@
 #include "datasets/longbench/longbench.h"
 #include "datasets/metrics/jieba.h"
 #include "datasets/metrics/longbench_metrics.h"
+#include "datasets/metrics/porter_stemmer.h"
 #include "datasets/metrics/py_text.h"
 #include "datasets/metrics/qa_f1.h"
 #include "datasets/metrics/rouge.h"
@@ -301,6 +302,116 @@ TEST(RulerMetrics, StringMatchAllAndPart) {
   EXPECT_DOUBLE_EQ(string_match_all(T("8080621"), refs), 0.5);
   EXPECT_DOUBLE_EQ(string_match_part(T("abcde!"), refs), 1.0);
   EXPECT_DOUBLE_EQ(string_match_part(T("nothing"), refs), 0.0);
+}
+
+// Stems printed by NLTK 3.10.4's PorterStemmer() and NIAH scores printed by rouge_score 0.1.2's
+// RougeScorer(["rouge1", "rougeL"], use_stemmer=True).score(needle, response)["rouge1"].fmeasure * 10
+// (tests/datasets/reference/expected_niah.py). Beyond these cases, all 15,648 distinct tokens longer
+// than 3 letters of the fixture essays and word lists stemmed identically when this was written.
+const std::vector<std::pair<std::string, std::string>> kPorterStems = {
+    {"skies", "sky"},
+    {"dying", "die"},
+    {"caresses", "caress"},
+    {"ponies", "poni"},
+    {"ties", "tie"},
+    {"cats", "cat"},
+    {"feed", "feed"},
+    {"agreed", "agre"},
+    {"plastered", "plaster"},
+    {"motoring", "motor"},
+    {"sing", "sing"},
+    {"conflated", "conflat"},
+    {"troubled", "troubl"},
+    {"sized", "size"},
+    {"hopping", "hop"},
+    {"tanned", "tan"},
+    {"falling", "fall"},
+    {"hissing", "hiss"},
+    {"fizzed", "fizz"},
+    {"failing", "fail"},
+    {"filing", "file"},
+    {"happy", "happi"},
+    {"sky", "sky"},
+    {"relational", "relat"},
+    {"conditional", "condit"},
+    {"rational", "ration"},
+    {"valenci", "valenc"},
+    {"hesitanci", "hesit"},
+    {"digitizer", "digit"},
+    {"conformabli", "conform"},
+    {"radicalli", "radic"},
+    {"differentli", "differ"},
+    {"vileli", "vile"},
+    {"analogousli", "analog"},
+    {"vietnamization", "vietnam"},
+    {"predication", "predic"},
+    {"operator", "oper"},
+    {"feudalism", "feudal"},
+    {"decisiveness", "decis"},
+    {"hopefulness", "hope"},
+    {"callousness", "callous"},
+    {"formaliti", "formal"},
+    {"sensitiviti", "sensit"},
+    {"sensibiliti", "sensibl"},
+    {"triplicate", "triplic"},
+    {"formative", "form"},
+    {"formalize", "formal"},
+    {"electriciti", "electr"},
+    {"electrical", "electr"},
+    {"hopeful", "hope"},
+    {"goodness", "good"},
+    {"revival", "reviv"},
+    {"allowance", "allow"},
+    {"inference", "infer"},
+    {"airliner", "airlin"},
+    {"gyroscopic", "gyroscop"},
+    {"adjustable", "adjust"},
+    {"defensible", "defens"},
+    {"irritant", "irrit"},
+    {"replacement", "replac"},
+    {"adjustment", "adjust"},
+    {"dependent", "depend"},
+    {"adoption", "adopt"},
+    {"homologou", "homolog"},
+    {"communism", "commun"},
+    {"activate", "activ"},
+    {"angulariti", "angular"},
+    {"homologous", "homolog"},
+    {"effective", "effect"},
+    {"bowdlerize", "bowdler"},
+    {"probate", "probat"},
+    {"rate", "rate"},
+    {"cease", "ceas"},
+    {"controll", "control"},
+    {"roll", "roll"},
+    {"enjoying", "enjoy"},
+    {"syzygy", "syzygi"},
+    {"yearly", "yearli"},
+    {"biology", "biolog"},
+    {"fully", "fulli"},
+    {"logically", "logic"},
+    {"sandwiches", "sandwich"},
+    {"francisco", "francisco"},
+    {"dolores", "dolor"},
+    {"sunny", "sunni"},
+    {"thing", "thing"},
+};
+const std::vector<std::pair<std::string, double>> kNiahRouge1Cases = {
+    {"eat a sandwich and sit in Dolores Park on a sunny day.", 7.272727272727273},
+    {"Eating sandwiches and sitting in the park on sunny days!", 6.451612903225806},
+    {"The best thing to do in San Francisco is: go to the Golden Gate Bridge.", 5.0},
+    {"I don't know.", 0.0},
+    {"The best thing to do in San Francisco is eat a sandwich and sit in Dolores Park on a sunny day.", 10.0},
+};
+
+TEST(PorterStemmer, MatchesNltkDefaultMode) {
+  for (const auto& [word, stem] : kPorterStems) EXPECT_EQ(porter_stem(word), stem) << word;
+}
+
+TEST(NiahMetrics, StoredRouge1ScoreAsKvCacheFactory) {
+  for (const auto& [response, expected] : kNiahRouge1Cases)
+    EXPECT_DOUBLE_EQ(niah_rouge1_f_times_10(T(response), py::Text(kNiahNeedle)), expected) << response;
+  EXPECT_DOUBLE_EQ(niah_rouge1_f_times_10(T("  "), py::Text(kNiahNeedle)), 0.0);
 }
 
 TEST(NiahMetrics, WordRecallAsKvCacheFactoryVisualize) {

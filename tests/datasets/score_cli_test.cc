@@ -121,6 +121,7 @@ TEST_F(ScoreCliTest, RulerAndNiahRecords) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_DOUBLE_EQ(json::parse(r.out)["score"].get<double>(), 100.0);
   EXPECT_DOUBLE_EQ(json::parse(r.out)["substring_match"].get<double>(), 100.0);
+  EXPECT_DOUBLE_EQ(json::parse(r.out)["rouge1_f10"].get<double>(), 7.27);  // rouge_score: 7.2727...
 }
 
 TEST_F(ScoreCliTest, BadInputIsAClearError) {
