@@ -1,0 +1,170 @@
+#include "engine/cuda/cuda_bench.h"
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "engine/cuda/cuda_engine.h"
+#include "engine/errors.h"
+#include "engine/model.h"
+#include "engine/presets.h"
+#include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/transformer_ops.h"
+
+namespace kvb {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+std::vector<int32_t> random_ids(int n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids(n);
+  for (auto& id : ids) id = static_cast<int32_t>(rng() % vocab);
+  return ids;
+}
+
+// Tokens kept per head after prefill compression (the window counts inside the budget).
+int kept_tokens(const CudaBenchOptions& options, int context) {
+  if (!options.budget || options.policy == "full") return context;
+  return std::max(1, std::min(context, options.budget->tokens_for(context)));
+}
+
+// Uniform kept set for latency work: the most recent `keep` entries of every head. Which entries a
+// policy keeps does not change the decode cost, only how many.
+KeptIndices recent_kept(const ModelConfig& config, int length, int keep) {
+  std::vector<int32_t> head(keep);
+  for (int i = 0; i < keep; ++i) head[i] = length - keep + i;
+  return KeptIndices(config.n_layers, std::vector<std::vector<int32_t>>(config.n_kv_heads, head));
+}
+
+double time_decode(CudaEngine& engine, int steps, bool graphs) {
+  engine.decode_step(graphs);  // warm-up (captures the graph)
+  engine.synchronize();
+  const auto start = Clock::now();
+  for (int s = 0; s < steps; ++s) engine.decode_step(graphs);
+  engine.synchronize();
+  return ms_since(start) / steps;
+}
+
+// Largest batch whose cache (capacity per head) fits, by doubling then bisection.
+int largest_batch(CudaEngine& engine, int capacity) {
+  auto fits = [&](int batch) {
+    try {
+      engine.allocate_cache(batch, capacity);
+      return true;
+    } catch (const CapacityError&) {
+      return false;
+    }
+  };
+  int low = 0, high = 1;
+  while (fits(high)) {
+    low = high;
+    high *= 2;
+  }
+  while (high - low > 1) {
+    const int mid = (low + high) / 2;
+    (fits(mid) ? low : high) = mid;
+  }
+  return low;
+}
+
+}  // namespace
+
+nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
+  if (!cuda::device_available()) throw InputError("bench on the GPU: no CUDA device is present");
+  const auto device = cuda::device_info();
+  std::fprintf(stderr, "[bench] device %s, %d SMs, %.1f GiB\n", device.name.c_str(), device.sm_count,
+               device.total_bytes / double(1 << 30));
+  nlohmann::json out;
+  out["device"] = {{"name", device.name}, {"sm_count", device.sm_count},
+                   {"memory_bytes", device.total_bytes}};
+  const double bandwidth_gbs = cuda::measure_read_bandwidth_gbs(size_t(4) << 30, 10);
+  std::unique_ptr<CudaEngine> engine;
+  if (!options.preset.empty()) {
+    engine = CudaEngine::from_preset(preset_config(options.preset), 1234);
+  } else {
+    LoadedModel model = load_model(options.model);
+    engine = CudaEngine::from_weights(*model.weights);
+  }
+  {
+    cublasHandle_t handle;
+    cublasCreate(&handle);
+    out["gemm_tflops"] = cuda::measure_gemm_tflops(handle, 8192, 5);
+    cublasDestroy(handle);
+  }
+  out["read_bandwidth_gbs"] = bandwidth_gbs;
+  const ModelConfig& config = engine->config();
+  out["model"] = {{"name", config.name}, {"dummy_weights", config.dummy_weights},
+                  {"weight_bytes", engine->weight_bytes()}, {"dtype", "bf16"}};
+  out["policy"] = options.policy;
+  out["budget"] = options.budget ? options.budget->to_string() : "";
+  std::fprintf(stderr, "[bench] read bandwidth %.0f GB/s, bf16 GEMM %.0f TFLOP/s, weights %.2f GB\n",
+               bandwidth_gbs, out["gemm_tflops"].get<double>(), engine->weight_bytes() / 1e9);
+
+  for (int context : options.contexts) {
+    const int keep = kept_tokens(options, context);
+    for (int batch : options.batches) {
+      nlohmann::json row{{"context", context}, {"batch", batch}, {"kept_tokens", keep}};
+      cuda::reset_device_peak();
+      engine->allocate_cache(batch, context + options.decode_steps + 2);
+      // TTFT: prefill + (uniform) compression + first sampling, for sequence 0.
+      const auto ids = random_ids(context, config.vocab_size, 7);
+      engine->prefill(0, random_ids(128, config.vocab_size, 3));  // warm-up
+      engine->allocate_cache(batch, context + options.decode_steps + 2);
+      const auto start = Clock::now();
+      const auto logits = engine->prefill(0, ids);
+      const double prefill_ms = ms_since(start);
+      const auto compress_start = Clock::now();
+      if (keep < context) engine->compact(0, recent_kept(config, context, keep));
+      const double compress_ms = ms_since(compress_start);
+      row["prefill_ms"] = prefill_ms;
+      row["compress_ms"] = compress_ms;
+      row["ttft_ms"] = prefill_ms + compress_ms;
+      row["prefill_tokens_per_s"] = context / (prefill_ms / 1e3);
+      // TPOT at this batch: every sequence holds `keep` entries.
+      engine->fill_cache_random(keep, 11);
+      engine->set_next_tokens(std::vector<int32_t>(batch, 1), std::vector<int32_t>(batch, context));
+      const double tpot_ms = time_decode(*engine, options.decode_steps, options.use_graphs);
+      const double kv_bytes = double(engine->kv_bytes());
+      const double bound_ms = (engine->weight_bytes() + kv_bytes) / (bandwidth_gbs * 1e9) * 1e3;
+      row["tpot_ms"] = tpot_ms;
+      row["tpot_bound_ms"] = bound_ms;
+      row["tpot_ratio_to_bound"] = tpot_ms / bound_ms;
+      row["decode_tokens_per_s"] = batch / (tpot_ms / 1e3);
+      row["kv_bytes"] = kv_bytes;
+      row["peak_device_bytes"] = cuda::device_bytes_peak();
+      std::fprintf(stderr,
+                   "[bench] ctx %d batch %d kept %d: TTFT %.1f ms (prefill %.0f tok/s), TPOT %.3f ms "
+                   "(bound %.3f ms, ratio %.2f), KV %.2f GB\n",
+                   context, batch, keep, prefill_ms + compress_ms, context / (prefill_ms / 1e3),
+                   tpot_ms, bound_ms, tpot_ms / bound_ms, kv_bytes / 1e9);
+      out["runs"].push_back(row);
+    }
+    if (options.find_max_batch) {
+      const int capacity = keep + options.decode_steps + 2;
+      const int max_batch = largest_batch(*engine, capacity);
+      nlohmann::json row{{"context", context}, {"kept_tokens", keep}, {"max_batch", max_batch}};
+      if (max_batch > 0) {
+        engine->allocate_cache(max_batch, capacity);
+        engine->fill_cache_random(keep, 13);
+        engine->set_next_tokens(std::vector<int32_t>(max_batch, 1),
+                                std::vector<int32_t>(max_batch, context));
+        const double tpot_ms = time_decode(*engine, std::max(8, options.decode_steps / 4),
+                                           options.use_graphs);
+        row["tpot_ms"] = tpot_ms;
+        row["decode_tokens_per_s"] = max_batch / (tpot_ms / 1e3);
+        row["kv_bytes"] = double(engine->kv_bytes());
+      }
+      std::fprintf(stderr, "[bench] ctx %d kept %d: largest batch %d, decode %.0f tok/s\n", context,
+                   keep, max_batch, row.value("decode_tokens_per_s", 0.0));
+      out["max_batch"].push_back(row);
+    }
+  }
+  return out;
+}
+
+}  // namespace kvb

@@ -1,0 +1,31 @@
+// `kvbench bench` on the GPU: measures the device's read bandwidth and bf16 GEMM rate, then TTFT,
+// TPOT, peak memory and KV bytes for a model or preset, printing each figure with its ratio to the
+// bound (TPOT bound = (weight bytes + KV bytes) / measured read bandwidth).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/cache_policy.h"
+
+namespace kvb {
+
+struct CudaBenchOptions {
+  std::string model;                 // a model path, or "" with preset
+  std::string preset;                // e.g. "llama-3.1-8b" (random bf16 weights)
+  std::vector<int> contexts = {4096};
+  std::vector<int> batches = {1};
+  std::string policy = "full";       // prefill-eviction policies shrink the cache to the budget
+  std::optional<Budget> budget;
+  int decode_steps = 64;
+  bool find_max_batch = false;       // largest batch that fits, and throughput there
+  bool use_graphs = true;
+};
+
+// Runs the benchmark; progress lines go to stderr; returns the figures as JSON.
+nlohmann::json run_cuda_bench(const CudaBenchOptions& options);
+
+}  // namespace kvb

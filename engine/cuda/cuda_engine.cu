@@ -1,0 +1,527 @@
+#include "engine/cuda/cuda_engine.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "engine/errors.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/transformer_ops.h"
+
+namespace kvb {
+
+using cuda::DeviceBuffer;
+using bf16 = __nv_bfloat16;
+
+namespace {
+
+uint16_t to_bf16_bits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  if ((bits & 0x7fffffff) > 0x7f800000) return 0x7fc0;  // NaN
+  bits += 0x7fff + ((bits >> 16) & 1);                  // round to nearest even
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+DeviceBuffer upload_bf16(const std::vector<float>& host, const char* label) {
+  std::vector<uint16_t> bits(host.size());
+  for (size_t i = 0; i < host.size(); ++i) bits[i] = to_bf16_bits(host[i]);
+  DeviceBuffer buffer(bits.size() * 2, label);
+  buffer.upload(bits.data(), bits.size() * 2);
+  return buffer;
+}
+
+DeviceBuffer concat_bf16(const std::vector<const std::vector<float>*>& parts, const char* label) {
+  std::vector<float> all;
+  for (const auto* part : parts) all.insert(all.end(), part->begin(), part->end());
+  return upload_bf16(all, label);
+}
+
+template <typename T>
+T* ptr(const DeviceBuffer& buffer) {
+  return buffer.as<T>();
+}
+
+}  // namespace
+
+struct CudaLayer {
+  DeviceBuffer attn_norm, wqkv, bqkv, wo, ffn_norm, w_gate_up, w_down;
+};
+
+struct CudaEngine::Impl {
+  ModelConfig config;
+  kernels::RopePairing pairing = kernels::RopePairing::kHalves;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  DeviceBuffer cublas_workspace;
+  DeviceBuffer embedding, output_norm, output, inv_freq;
+  bool tied = false;
+  std::vector<CudaLayer> layers;
+  int64_t weight_bytes = 0;
+
+  // Cache.
+  int batch = 0, capacity = 0;
+  std::vector<DeviceBuffer> k_cache, v_cache;  // per layer
+  DeviceBuffer kv_offset;                      // [L * B * Hkv] int64
+  DeviceBuffer kv_length;                      // [L * B * Hkv] int32
+  std::vector<int64_t> host_offset;
+  std::vector<int32_t> host_length;
+  std::vector<int32_t> host_position;          // next position per sequence
+
+  // Decode state.
+  DeviceBuffer tokens, positions, decode_workspace, logits;
+  DeviceBuffer residual, normed, qkv, attn_out, gate_up, act, ffn_out;
+  int activation_rows = 0;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t graph_exec = nullptr;
+
+  ~Impl() {
+    if (graph_exec) cudaGraphExecDestroy(graph_exec);
+    if (graph) cudaGraphDestroy(graph);
+    if (cublas) cublasDestroy(cublas);
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  int qkv_width() const { return (config.n_query_heads + 2 * config.n_kv_heads) * config.head_dim; }
+  int heads_total() const { return batch * config.n_kv_heads; }
+
+  void init_runtime() {
+    cuda::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS)
+      throw std::runtime_error("cublasCreate failed");
+    cublas_workspace = DeviceBuffer(32 << 20, "cuBLAS workspace");
+    cublasSetWorkspace(cublas, cublas_workspace.data(), cublas_workspace.bytes());
+    cublasSetStream(cublas, stream);
+    std::vector<float> freq =
+        config.llama3_rope_scaling
+            ? kernels::rope_inverse_frequencies_llama3(
+                  config.head_dim, config.rope_theta,
+                  {config.llama3_rope_scaling->factor, config.llama3_rope_scaling->low_freq_factor,
+                   config.llama3_rope_scaling->high_freq_factor,
+                   config.llama3_rope_scaling->original_max_position})
+            : kernels::rope_inverse_frequencies(config.head_dim, config.rope_theta);
+    inv_freq = DeviceBuffer(freq.size() * 4, "rope frequencies");
+    inv_freq.upload(freq.data(), freq.size() * 4);
+  }
+
+  void ensure_activations(int rows) {
+    if (rows <= activation_rows) return;
+    const int64_t d = config.d_model;
+    residual = DeviceBuffer(rows * d * 4, "activations");
+    normed = DeviceBuffer(rows * d * 2, "activations");
+    qkv = DeviceBuffer(int64_t(rows) * qkv_width() * 2, "activations");
+    attn_out = DeviceBuffer(int64_t(rows) * config.n_query_heads * config.head_dim * 2, "activations");
+    gate_up = DeviceBuffer(int64_t(rows) * 2 * config.ffn_dim * 2, "activations");
+    act = DeviceBuffer(int64_t(rows) * config.ffn_dim * 2, "activations");
+    ffn_out = DeviceBuffer(rows * d * 2, "activations");
+    activation_rows = rows;
+    drop_graph();
+  }
+
+  void drop_graph() {
+    if (graph_exec) cudaGraphExecDestroy(graph_exec);
+    if (graph) cudaGraphDestroy(graph);
+    graph_exec = nullptr;
+    graph = nullptr;
+  }
+
+  const bf16* lm_head() const { return tied ? ptr<bf16>(embedding) : ptr<bf16>(output); }
+
+  // The transformer block stack over `rows` rows already embedded in `residual`.
+  // attention(layer) runs the attention of that layer into attn_out.
+  template <typename Attention>
+  void run_layers(int rows, const int32_t* row_positions, Attention attention) {
+    const int d = config.d_model;
+    const float eps = config.rms_norm_eps;
+    for (int l = 0; l < config.n_layers; ++l) {
+      const CudaLayer& w = layers[l];
+      cuda::add_rmsnorm(ptr<float>(residual), l == 0 ? nullptr : ptr<bf16>(ffn_out),
+                        ptr<bf16>(w.attn_norm), rows, d, eps, ptr<bf16>(normed), stream);
+      cuda::gemm_bf16(cublas, ptr<bf16>(normed), ptr<bf16>(w.wqkv), ptr<bf16>(qkv), rows, d,
+                      qkv_width(), stream);
+      cuda::RopeArgs rope;
+      rope.qkv = ptr<bf16>(qkv);
+      rope.bias = w.bqkv.data() ? ptr<bf16>(w.bqkv) : nullptr;
+      rope.positions = row_positions;
+      rope.inv_freq = ptr<float>(inv_freq);
+      rope.n = rows;
+      rope.n_query_heads = config.n_query_heads;
+      rope.n_kv_heads = config.n_kv_heads;
+      rope.head_dim = config.head_dim;
+      rope.interleaved = pairing == kernels::RopePairing::kInterleavedPairs;
+      cuda::bias_rope(rope, stream);
+      attention(l);
+      cuda::gemm_bf16(cublas, ptr<bf16>(attn_out), ptr<bf16>(w.wo), ptr<bf16>(ffn_out), rows,
+                      config.n_query_heads * config.head_dim, d, stream);
+      cuda::add_rmsnorm(ptr<float>(residual), ptr<bf16>(ffn_out), ptr<bf16>(w.ffn_norm), rows, d,
+                        eps, ptr<bf16>(normed), stream);
+      cuda::gemm_bf16(cublas, ptr<bf16>(normed), ptr<bf16>(w.w_gate_up), ptr<bf16>(gate_up), rows,
+                      d, 2 * config.ffn_dim, stream);
+      cuda::swiglu(ptr<bf16>(gate_up), rows, config.ffn_dim, ptr<bf16>(act), stream);
+      cuda::gemm_bf16(cublas, ptr<bf16>(act), ptr<bf16>(w.w_down), ptr<bf16>(ffn_out), rows,
+                      config.ffn_dim, d, stream);
+    }
+  }
+
+  // Final norm of the given rows (they must be contiguous in `residual`) and the LM head.
+  void logits_for_rows(int first_row, int rows, float* out) {
+    const int d = config.d_model;
+    bf16* norm_out = ptr<bf16>(normed) + int64_t(first_row) * d;
+    cuda::add_rmsnorm(ptr<float>(residual) + int64_t(first_row) * d, ptr<bf16>(ffn_out) +
+                      int64_t(first_row) * d, ptr<bf16>(output_norm), rows, d,
+                      config.rms_norm_eps, norm_out, stream);
+    cuda::gemm_bf16_f32out(cublas, norm_out, lm_head(), out, rows, d, config.vocab_size, stream);
+  }
+
+  void decode_graph_body() {
+    const int d = config.d_model;
+    const int hkv = heads_total();
+    cuda::embedding_gather(ptr<bf16>(embedding), ptr<int32_t>(tokens), batch, d, ptr<float>(residual),
+                           stream);
+    run_layers(batch, ptr<int32_t>(positions), [&](int l) {
+      const int64_t* offsets = ptr<int64_t>(kv_offset) + int64_t(l) * hkv;
+      int32_t* lengths = ptr<int32_t>(kv_length) + int64_t(l) * hkv;
+      cuda::append_kv(ptr<bf16>(qkv), batch, 1, config.n_query_heads, config.n_kv_heads,
+                      config.head_dim, offsets, lengths, ptr<bf16>(k_cache[l]),
+                      ptr<bf16>(v_cache[l]), stream);
+      cuda::advance_lengths(lengths, hkv, nullptr, 0, 1, stream);
+      cuda::DecodeAttentionArgs a;
+      a.q = ptr<bf16>(qkv);
+      a.q_seq_stride = qkv_width();
+      a.k = ptr<bf16>(k_cache[l]);
+      a.v = ptr<bf16>(v_cache[l]);
+      a.kv_offset = offsets;
+      a.kv_length = lengths;
+      a.max_kv_length = capacity;
+      a.out = ptr<bf16>(attn_out);
+      a.out_seq_stride = config.n_query_heads * config.head_dim;
+      a.batch = batch;
+      a.n_query_heads = config.n_query_heads;
+      a.n_kv_heads = config.n_kv_heads;
+      a.head_dim = config.head_dim;
+      a.scale = 1.f / std::sqrt(float(config.head_dim));
+      a.workspace = ptr<float>(decode_workspace);
+      cuda::decode_attention(a, stream);
+    });
+    logits_for_rows(0, batch, ptr<float>(logits));
+    cuda::argmax_rows(ptr<float>(logits), batch, config.vocab_size, ptr<int32_t>(tokens), stream);
+    cuda::advance_lengths(nullptr, 0, ptr<int32_t>(positions), batch, 1, stream);
+  }
+};
+
+CudaEngine::CudaEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaEngine::~CudaEngine() = default;
+
+bool cuda_device_available() { return cuda::device_available(); }
+
+std::unique_ptr<CudaEngine> CudaEngine::from_weights(const ModelWeights& weights) {
+  auto impl = std::make_unique<Impl>();
+  impl->config = weights.config;
+  impl->pairing = weights.config.rope_interleaved_pairs ? kernels::RopePairing::kInterleavedPairs
+                                                        : kernels::RopePairing::kHalves;
+  impl->init_runtime();
+  try {
+    impl->embedding = upload_bf16(weights.token_embedding, "embedding");
+    impl->output_norm = upload_bf16(weights.output_norm, "output norm");
+    impl->tied = weights.output.empty();
+    if (!impl->tied) impl->output = upload_bf16(weights.output, "lm head");
+    for (const LayerWeights& lw : weights.layers) {
+      CudaLayer layer;
+      layer.attn_norm = upload_bf16(lw.attn_norm, "attn norm");
+      layer.wqkv = concat_bf16({&lw.wq, &lw.wk, &lw.wv}, "wqkv");
+      if (!lw.bq.empty()) layer.bqkv = concat_bf16({&lw.bq, &lw.bk, &lw.bv}, "qkv bias");
+      layer.wo = upload_bf16(lw.wo, "wo");
+      layer.ffn_norm = upload_bf16(lw.ffn_norm, "ffn norm");
+      layer.w_gate_up = concat_bf16({&lw.w_gate, &lw.w_up}, "gate/up");
+      layer.w_down = upload_bf16(lw.w_down, "down");
+      impl->layers.push_back(std::move(layer));
+    }
+  } catch (const cuda::OutOfMemory& e) {
+    throw CapacityError(std::string("model weights do not fit on the GPU: ") + e.what());
+  }
+  impl->weight_bytes = static_cast<int64_t>(cuda::device_bytes_in_use()) -
+                       static_cast<int64_t>(impl->cublas_workspace.bytes() + impl->inv_freq.bytes());
+  return std::unique_ptr<CudaEngine>(new CudaEngine(std::move(impl)));
+}
+
+std::unique_ptr<CudaEngine> CudaEngine::from_preset(const ModelConfig& config, uint64_t seed) {
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  impl->config.dummy_weights = true;
+  impl->pairing = config.rope_interleaved_pairs ? kernels::RopePairing::kInterleavedPairs
+                                                : kernels::RopePairing::kHalves;
+  impl->init_runtime();
+  const int64_t d = config.d_model, f = config.ffn_dim;
+  const int64_t qd = int64_t(config.n_query_heads) * config.head_dim;
+  const int64_t qkv = int64_t(config.n_query_heads + 2 * config.n_kv_heads) * config.head_dim;
+  uint64_t stream_id = seed * 1000;
+  auto random = [&](int64_t count, float scale, const char* label) {
+    DeviceBuffer buffer(count * 2, label);
+    cuda::fill_random_bf16(buffer.as<bf16>(), count, ++stream_id, scale, impl->stream);
+    return buffer;
+  };
+  auto ones = [&](int64_t count, const char* label) {
+    return upload_bf16(std::vector<float>(count, 1.0f), label);
+  };
+  try {
+    // Scales keep activations O(1) through the random network (uniform(-a, a) has var a^2/3).
+    impl->embedding = random(int64_t(config.vocab_size) * d, 1.0f, "embedding");
+    impl->output_norm = ones(d, "output norm");
+    impl->tied = config.tied_embeddings;
+    if (!impl->tied) impl->output = random(int64_t(config.vocab_size) * d, std::sqrt(3.0f / d), "lm head");
+    for (int l = 0; l < config.n_layers; ++l) {
+      CudaLayer layer;
+      layer.attn_norm = ones(d, "attn norm");
+      layer.wqkv = random(qkv * d, std::sqrt(3.0f / d), "wqkv");
+      if (config.qkv_bias) layer.bqkv = random(qkv, 0.1f, "qkv bias");
+      layer.wo = random(d * qd, std::sqrt(3.0f / qd), "wo");
+      layer.ffn_norm = ones(d, "ffn norm");
+      layer.w_gate_up = random(2 * f * d, std::sqrt(3.0f / d), "gate/up");
+      layer.w_down = random(d * f, std::sqrt(3.0f / f), "down");
+      impl->layers.push_back(std::move(layer));
+    }
+  } catch (const cuda::OutOfMemory& e) {
+    throw CapacityError(std::string("preset ") + config.name + " does not fit on the GPU: " + e.what());
+  }
+  cuda::check(cudaStreamSynchronize(impl->stream), "preset init");
+  impl->weight_bytes = static_cast<int64_t>(cuda::device_bytes_in_use()) -
+                       static_cast<int64_t>(impl->cublas_workspace.bytes() + impl->inv_freq.bytes());
+  return std::unique_ptr<CudaEngine>(new CudaEngine(std::move(impl)));
+}
+
+const ModelConfig& CudaEngine::config() const { return impl_->config; }
+int64_t CudaEngine::weight_bytes() const { return impl_->weight_bytes; }
+int CudaEngine::batch() const { return impl_->batch; }
+int CudaEngine::capacity() const { return impl_->capacity; }
+
+void CudaEngine::allocate_cache(int batch, int capacity) {
+  Impl& m = *impl_;
+  m.drop_graph();
+  m.k_cache.clear();
+  m.v_cache.clear();
+  m.decode_workspace = DeviceBuffer();
+  const ModelConfig& c = m.config;
+  m.batch = batch;
+  m.capacity = capacity;
+  const int hkv = batch * c.n_kv_heads;
+  const int64_t per_layer = int64_t(hkv) * capacity * c.head_dim * 2;
+  try {
+    for (int l = 0; l < c.n_layers; ++l) {
+      m.k_cache.emplace_back(per_layer, "K cache");
+      m.v_cache.emplace_back(per_layer, "V cache");
+    }
+    m.host_offset.resize(int64_t(c.n_layers) * hkv);
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int i = 0; i < hkv; ++i) m.host_offset[int64_t(l) * hkv + i] = int64_t(i) * capacity;
+    m.host_length.assign(int64_t(c.n_layers) * hkv, 0);
+    m.host_position.assign(batch, 0);
+    m.kv_offset = DeviceBuffer(m.host_offset.size() * 8, "KV offsets");
+    m.kv_offset.upload(m.host_offset.data(), m.host_offset.size() * 8);
+    m.kv_length = DeviceBuffer(m.host_length.size() * 4, "KV lengths");
+    m.kv_length.upload(m.host_length.data(), m.host_length.size() * 4);
+    m.tokens = DeviceBuffer(batch * 4, "tokens");
+    m.positions = DeviceBuffer(batch * 4, "positions");
+    m.logits = DeviceBuffer(int64_t(batch) * c.vocab_size * 4, "logits");
+    m.decode_workspace = DeviceBuffer(
+        cuda::decode_attention_workspace_floats(batch, c.n_query_heads, c.head_dim, capacity) * 4,
+        "decode workspace");
+    m.ensure_activations(batch);
+  } catch (const cuda::OutOfMemory& e) {
+    m.k_cache.clear();
+    m.v_cache.clear();
+    throw CapacityError("batch " + std::to_string(batch) + " x context " + std::to_string(capacity) +
+                        " does not fit on the GPU (" + e.what() + "); use a smaller --batch, a " +
+                        "shorter --context or a smaller --budget");
+  }
+}
+
+std::vector<float> CudaEngine::prefill(int seq, const std::vector<int32_t>& ids, int chunk_tokens) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.config;
+  if (seq < 0 || seq >= m.batch) throw InputError("prefill: sequence index out of range");
+  const int hkv = m.heads_total();
+  const int start_length = m.host_length[int64_t(seq) * c.n_kv_heads];
+  if (start_length + int64_t(ids.size()) > m.capacity)
+    throw CapacityError("prefill of " + std::to_string(ids.size()) + " tokens exceeds the cache " +
+                        "capacity " + std::to_string(m.capacity));
+  const int chunk = std::min<int>(chunk_tokens, ids.size());
+  try {
+    m.ensure_activations(chunk);
+  } catch (const cuda::OutOfMemory& e) {
+    throw CapacityError("prefill chunk of " + std::to_string(chunk) + " tokens does not fit: " + e.what());
+  }
+  DeviceBuffer chunk_ids(chunk * 4, "ids"), chunk_positions(chunk * 4, "positions");
+  DeviceBuffer last_logits(int64_t(c.vocab_size) * 4, "logits");
+  for (size_t begin = 0; begin < ids.size(); begin += chunk) {
+    const int n = std::min<int>(chunk, ids.size() - begin);
+    const int offset = m.host_position[seq];
+    std::vector<int32_t> pos(n);
+    for (int i = 0; i < n; ++i) pos[i] = offset + i;
+    cuda::check(cudaMemcpyAsync(chunk_ids.data(), ids.data() + begin, n * 4, cudaMemcpyHostToDevice,
+                                m.stream), "ids upload");
+    cuda::check(cudaMemcpyAsync(chunk_positions.data(), pos.data(), n * 4, cudaMemcpyHostToDevice,
+                                m.stream), "positions upload");
+    cuda::embedding_gather(ptr<bf16>(m.embedding), chunk_ids.as<int32_t>(), n, c.d_model,
+                           ptr<float>(m.residual), m.stream);
+    m.run_layers(n, chunk_positions.as<int32_t>(), [&](int l) {
+      const int64_t* offsets = ptr<int64_t>(m.kv_offset) + int64_t(l) * hkv + int64_t(seq) * c.n_kv_heads;
+      int32_t* lengths = ptr<int32_t>(m.kv_length) + int64_t(l) * hkv + int64_t(seq) * c.n_kv_heads;
+      cuda::append_kv(ptr<bf16>(m.qkv), n, n, c.n_query_heads, c.n_kv_heads, c.head_dim, offsets,
+                      lengths, ptr<bf16>(m.k_cache[l]), ptr<bf16>(m.v_cache[l]), m.stream);
+      cuda::advance_lengths(lengths, c.n_kv_heads, nullptr, 0, n, m.stream);
+      cuda::PrefillAttentionArgs a;
+      a.q = ptr<bf16>(m.qkv);
+      a.q_row_stride = m.qkv_width();
+      const int64_t first_row = m.host_offset[int64_t(l) * hkv + int64_t(seq) * c.n_kv_heads];
+      a.k = ptr<bf16>(m.k_cache[l]) + first_row * c.head_dim;
+      a.v = ptr<bf16>(m.v_cache[l]) + first_row * c.head_dim;
+      a.kv_head_stride = int64_t(m.capacity) * c.head_dim;
+      a.out = ptr<bf16>(m.attn_out);
+      a.out_row_stride = int64_t(c.n_query_heads) * c.head_dim;
+      a.n_queries = n;
+      a.query_offset = offset;
+      a.n_query_heads = c.n_query_heads;
+      a.n_kv_heads = c.n_kv_heads;
+      a.head_dim = c.head_dim;
+      a.scale = 1.f / std::sqrt(float(c.head_dim));
+      cuda::flash_attention_prefill(a, m.stream);
+    });
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int h = 0; h < c.n_kv_heads; ++h) m.host_length[int64_t(l) * hkv + seq * c.n_kv_heads + h] += n;
+    m.host_position[seq] += n;
+    if (begin + n == ids.size()) m.logits_for_rows(n - 1, 1, last_logits.as<float>());
+  }
+  std::vector<float> out(c.vocab_size);
+  cuda::check(cudaMemcpyAsync(out.data(), last_logits.data(), out.size() * 4, cudaMemcpyDeviceToHost,
+                              m.stream), "logits download");
+  cuda::check(cudaStreamSynchronize(m.stream), "prefill");
+  return out;
+}
+
+void CudaEngine::compact(int seq, const KeptIndices& kept) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.config;
+  const int hkv = m.heads_total();
+  if (static_cast<int>(kept.size()) != c.n_layers)
+    throw InputError("compact: kept indices must cover every layer");
+  // Gather kept rows into scratch, then write them back packed at the head's first rows.
+  std::vector<int64_t> src_rows, dst_rows, scratch_rows;
+  for (int l = 0; l < c.n_layers; ++l) {
+    src_rows.clear();
+    dst_rows.clear();
+    for (int h = 0; h < c.n_kv_heads; ++h) {
+      const int64_t slot = int64_t(l) * hkv + int64_t(seq) * c.n_kv_heads + h;
+      const auto& idx = kept[l][h];
+      for (size_t i = 0; i < idx.size(); ++i) {
+        if (idx[i] < 0 || idx[i] >= m.host_length[slot] || (i && idx[i] <= idx[i - 1]))
+          throw InputError("compact: kept indices of layer " + std::to_string(l) + " head " +
+                           std::to_string(h) + " must be strictly increasing live entries");
+        src_rows.push_back(m.host_offset[slot] + idx[i]);
+        dst_rows.push_back(m.host_offset[slot] + int64_t(i));
+      }
+      m.host_length[slot] = static_cast<int32_t>(idx.size());
+    }
+    const int64_t n = static_cast<int64_t>(src_rows.size());
+    if (n == 0) continue;
+    scratch_rows.resize(n);
+    for (int64_t i = 0; i < n; ++i) scratch_rows[i] = i;
+    DeviceBuffer d_src(n * 8, "compact"), d_dst(n * 8, "compact"), d_scratch_rows(n * 8, "compact");
+    d_src.upload(src_rows.data(), n * 8);
+    d_dst.upload(dst_rows.data(), n * 8);
+    d_scratch_rows.upload(scratch_rows.data(), n * 8);
+    DeviceBuffer scratch(n * c.head_dim * 2, "compact scratch");
+    for (auto* cache : {&m.k_cache[l], &m.v_cache[l]}) {
+      cuda::copy_rows(cache->as<bf16>(), scratch.as<bf16>(), d_src.as<int64_t>(),
+                      d_scratch_rows.as<int64_t>(), n, c.head_dim, m.stream);
+      cuda::copy_rows(scratch.as<bf16>(), cache->as<bf16>(), d_scratch_rows.as<int64_t>(),
+                      d_dst.as<int64_t>(), n, c.head_dim, m.stream);
+    }
+    cuda::check(cudaStreamSynchronize(m.stream), "compact");
+  }
+  m.kv_length.upload(m.host_length.data(), m.host_length.size() * 4);
+}
+
+void CudaEngine::fill_cache_random(int length, uint64_t seed) {
+  Impl& m = *impl_;
+  if (length > m.capacity) throw CapacityError("fill_cache_random: length exceeds capacity");
+  const ModelConfig& c = m.config;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const size_t count = m.k_cache[l].bytes() / 2;
+    cuda::fill_random_bf16(m.k_cache[l].as<bf16>(), count, seed * 7919 + 2 * l, 1.0f, m.stream);
+    cuda::fill_random_bf16(m.v_cache[l].as<bf16>(), count, seed * 7919 + 2 * l + 1, 1.0f, m.stream);
+  }
+  std::fill(m.host_length.begin(), m.host_length.end(), length);
+  std::fill(m.host_position.begin(), m.host_position.end(), length);
+  m.kv_length.upload(m.host_length.data(), m.host_length.size() * 4);
+  cuda::check(cudaStreamSynchronize(m.stream), "fill_cache_random");
+}
+
+void CudaEngine::set_next_tokens(const std::vector<int32_t>& tokens,
+                                 const std::vector<int32_t>& positions) {
+  Impl& m = *impl_;
+  if (static_cast<int>(tokens.size()) != m.batch || static_cast<int>(positions.size()) != m.batch)
+    throw InputError("set_next_tokens: one token and one position per sequence expected");
+  m.tokens.upload(tokens.data(), tokens.size() * 4);
+  m.positions.upload(positions.data(), positions.size() * 4);
+  for (int b = 0; b < m.batch; ++b) m.host_position[b] = positions[b];
+}
+
+void CudaEngine::decode_step(bool use_graph) {
+  Impl& m = *impl_;
+  for (int32_t length : m.host_length)
+    if (length + 1 > m.capacity)
+      throw CapacityError("decode step would exceed the cache capacity " + std::to_string(m.capacity));
+  if (!use_graph) {
+    m.decode_graph_body();
+  } else {
+    if (!m.graph_exec) {
+      cuda::check(cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+      m.decode_graph_body();
+      cuda::check(cudaStreamEndCapture(m.stream, &m.graph), "end capture");
+      cuda::check(cudaGraphInstantiate(&m.graph_exec, m.graph, 0), "graph instantiate");
+    }
+    cuda::check(cudaGraphLaunch(m.graph_exec, m.stream), "graph launch");
+  }
+  for (auto& length : m.host_length) ++length;
+  for (auto& position : m.host_position) ++position;
+}
+
+std::vector<int32_t> CudaEngine::next_tokens() const {
+  std::vector<int32_t> out(impl_->batch);
+  cuda::check(cudaStreamSynchronize(impl_->stream), "decode");
+  impl_->tokens.download(out.data(), out.size() * 4);
+  return out;
+}
+
+std::vector<float> CudaEngine::last_logits(int seq) const {
+  std::vector<float> out(impl_->config.vocab_size);
+  cuda::check(cudaStreamSynchronize(impl_->stream), "decode");
+  impl_->logits.download(out.data(), out.size() * 4, int64_t(seq) * out.size() * 4);
+  return out;
+}
+
+int64_t CudaEngine::kv_bytes() const {
+  int64_t entries = 0;
+  for (int32_t length : impl_->host_length) entries += length;
+  return entries * 2 * impl_->config.head_dim * 2;
+}
+
+int64_t CudaEngine::kv_allocated_bytes() const {
+  int64_t total = 0;
+  for (const auto& buffer : impl_->k_cache) total += buffer.bytes();
+  return 2 * total;
+}
+
+int CudaEngine::length(int layer, int seq, int head) const {
+  return impl_->host_length[int64_t(layer) * impl_->heads_total() + seq * impl_->config.n_kv_heads + head];
+}
+
+void CudaEngine::synchronize() const { cuda::check(cudaStreamSynchronize(impl_->stream), "sync"); }
+
+}  // namespace kvb

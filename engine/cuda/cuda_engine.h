@@ -1,0 +1,70 @@
+// The engine on the GPU: the same model definitions as the CPU engine (ModelConfig, ModelWeights,
+// RoPE pairing) in bf16 with f32 accumulation. Weights come from a loaded model (converted to bf16
+// at load) or a dummy preset (random bf16 generated on the device, labelled as such).
+//
+// KV layout mirrors KvStore: per layer one K and one V buffer; (sequence b, KV head h) owns rows
+// offset[l][b*Hkv+h] .. + capacity, of which length[l][b*Hkv+h] are live. Compaction is a gather.
+// A batched greedy decode step runs entirely on the device (tokens, positions, lengths live there),
+// so it can be captured once into a CUDA graph and replayed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/cache_policy.h"
+#include "engine/model_config.h"
+#include "engine/weights.h"
+
+namespace kvb {
+
+class CudaEngine {
+ public:
+  // RoPE pairing follows the config (ModelConfig::rope_interleaved_pairs), as on the CPU.
+  static std::unique_ptr<CudaEngine> from_weights(const ModelWeights& weights);
+  static std::unique_ptr<CudaEngine> from_preset(const ModelConfig& config, uint64_t seed);
+  ~CudaEngine();
+
+  const ModelConfig& config() const;
+  int64_t weight_bytes() const;
+
+  // Allocates the cache for `batch` sequences with room for `capacity` entries per (layer, head);
+  // frees any previous cache. Throws CapacityError naming the batch and context on OOM.
+  void allocate_cache(int batch, int capacity);
+  int batch() const;
+  int capacity() const;
+
+  // Runs `ids` through the model for sequence `seq` on top of its cache, in chunks of
+  // `chunk_tokens`; returns the last position's logits (f32). When `lse` is given it receives the
+  // attention row log-sum-exp of the last layer for the chunk's queries ([Hq, n], n = ids.size()
+  // when a single chunk).
+  std::vector<float> prefill(int seq, const std::vector<int32_t>& ids, int chunk_tokens = 16384);
+
+  // Keeps kept[layer][head] (strictly increasing indices into the live entries) for sequence seq.
+  void compact(int seq, const KeptIndices& kept);
+  // Sets every (layer, head) of every sequence to `length` live entries of random content and the
+  // next position to `length` (decode latency at batch sizes where prefilling each is pointless).
+  void fill_cache_random(int length, uint64_t seed);
+
+  // Sets the tokens to decode next (one per sequence) and their positions.
+  void set_next_tokens(const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions);
+  // One greedy step for the whole batch; with use_graph the step is captured once and replayed.
+  void decode_step(bool use_graph);
+  std::vector<int32_t> next_tokens() const;      // argmax of the last step, per sequence
+  std::vector<float> last_logits(int seq) const;  // logits of the last step
+
+  int64_t kv_bytes() const;         // live entries * 2 * head_dim * 2 bytes
+  int64_t kv_allocated_bytes() const;
+  int length(int layer, int seq, int head) const;
+  void synchronize() const;
+
+ private:
+  struct Impl;
+  explicit CudaEngine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Whether a usable CUDA device is present in this process (false in builds without CUDA).
+bool cuda_device_available();
+
+}  // namespace kvb

@@ -1,0 +1,66 @@
+// CUDA attention kernels (bf16 in, f32 accumulate). CPU twins: kernels/cpu/attention.h.
+//
+// flash_attention_prefill: causal attention of a chunk of n queries against the keys of one
+//   sequence's cache (the chunk's own keys already appended), with GQA. Query i sits at position
+//   `query_offset + i` and sees keys 0 .. query_offset + i. Returns the row log-sum-exp (natural
+//   log, of the scaled logits) when `lse` is non-null: DropKV's fused scoring recomputes p from it.
+// decode_attention: flash-decoding over a ragged per-head KV store; one query per sequence and
+//   head; the KV of a head is split into chunks processed by separate blocks, then merged.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace kvb::cuda {
+
+struct PrefillAttentionArgs {
+  const __nv_bfloat16* q = nullptr;  // [n, q_row_stride] with head a at column a*head_dim
+  int64_t q_row_stride = 0;          // elements between consecutive queries
+  const __nv_bfloat16* k = nullptr;  // [Hkv, kv_head_stride] rows of head_dim
+  const __nv_bfloat16* v = nullptr;
+  int64_t kv_head_stride = 0;        // elements between consecutive KV heads
+  __nv_bfloat16* out = nullptr;      // [n, out_row_stride], head a at column a*head_dim
+  int64_t out_row_stride = 0;
+  float* lse = nullptr;              // [Hq, n] or nullptr
+  int n_queries = 0;
+  int query_offset = 0;              // keys visible to query i: 0 .. query_offset + i
+  int n_query_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;                  // 64 or 128
+  float scale = 0;                   // 1/sqrt(head_dim)
+};
+void flash_attention_prefill(const PrefillAttentionArgs& args, cudaStream_t stream);
+
+// One decode query per (sequence, query head) against a ragged KV store. KV head h of sequence b
+// occupies rows kv_offset[b*Hkv+h] .. + kv_length[b*Hkv+h] of the layer's k/v buffers (row = head_dim
+// elements). With `indices`, head (b, a) attends only to the rows listed at
+// indices[index_offset[b*Hq+a] .. + index_count[b*Hq+a]] (relative to its KV head's first row), each
+// with an optional additive logit bias at the same place in `logit_bias`.
+struct DecodeAttentionArgs {
+  const __nv_bfloat16* q = nullptr;   // [B, Hq, head_dim] contiguous per sequence with q_seq_stride
+  int64_t q_seq_stride = 0;
+  const __nv_bfloat16* k = nullptr;
+  const __nv_bfloat16* v = nullptr;
+  const int64_t* kv_offset = nullptr;  // [B*Hkv] device
+  const int32_t* kv_length = nullptr;  // [B*Hkv] device
+  int max_kv_length = 0;               // upper bound over heads (chooses the split count)
+  const int32_t* indices = nullptr;    // optional selection lists
+  const int64_t* index_offset = nullptr;  // [B*Hq]
+  const int32_t* index_count = nullptr;   // [B*Hq]
+  const float* logit_bias = nullptr;      // optional, parallel to indices
+  __nv_bfloat16* out = nullptr;        // [B, Hq, head_dim] with out_seq_stride
+  int64_t out_seq_stride = 0;
+  int batch = 0;
+  int n_query_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;                    // 64 or 128
+  float scale = 0;
+  float* workspace = nullptr;          // decode_attention_workspace_floats(...) floats
+  int chunk_size = 0;                  // 0 = choose automatically
+};
+size_t decode_attention_workspace_floats(int batch, int n_query_heads, int head_dim, int max_kv_length);
+void decode_attention(const DecodeAttentionArgs& args, cudaStream_t stream);
+
+}  // namespace kvb::cuda

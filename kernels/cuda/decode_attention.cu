@@ -1,0 +1,433 @@
+// Flash-decoding over a ragged per-head KV store, with an index-list variant for decode selectors.
+// CPU twin: kernels/cpu/attention.h (decode_attention). Test: tests/cuda/attention_test.cc.
+//
+// Dense mode (tensor cores): block (chunk, KV head, sequence) streams 64-key K/V tiles through
+// shared memory with cp.async (double-buffered) and treats the GQA group's query heads as the 16
+// rows of an mma tile, so each K/V row is read once for the whole group and the arithmetic stays
+// far below the memory time. Each of the 4 warps owns 16 keys of every tile with its own online
+// softmax; the warps merge through shared memory.
+// Index mode (decode selectors): block (chunk, query head, sequence) walks that head's index list;
+// D/8 threads share one key (16-byte loads), four keys in flight per thread group.
+// Both write a partial (max, sum, acc[D]) per chunk that a second kernel merges across chunks.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cstdint>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/mma_tiles.cuh"
+
+namespace kvb::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kMaxGroup = 8;
+constexpr int kUnroll = 4;
+
+struct alignas(16) Bf16x8 {
+  __nv_bfloat162 v[4];
+};
+
+__device__ __forceinline__ void to_float8(const Bf16x8& x, float (&f)[8]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 p = __bfloat1622float2(x.v[i]);
+    f[2 * i] = p.x;
+    f[2 * i + 1] = p.y;
+  }
+}
+
+// Partial results: per (sequence*Hq + head, chunk): [max, sum, acc[D]].
+template <int D, int G>
+__global__ void __launch_bounds__(kThreads) decode_partial_kernel(DecodeAttentionArgs args,
+                                                                  int chunk_size, int n_chunks) {
+  constexpr int kLanesPerKey = D / 8;
+  constexpr int kKeySlots = kThreads / kLanesPerKey;
+  const bool indexed = args.indices != nullptr;
+  const int chunk = blockIdx.x;
+  const int b = blockIdx.z;
+  const int group = args.n_query_heads / args.n_kv_heads;
+  // In index mode the block serves one query head; otherwise the G heads of one KV head.
+  const int head0 = indexed ? blockIdx.y : blockIdx.y * group;
+  const int kv_head = indexed ? blockIdx.y / group : blockIdx.y;
+  const int heads = indexed ? 1 : group;
+
+  const int slot = threadIdx.x / kLanesPerKey;
+  const int sub = threadIdx.x % kLanesPerKey;
+
+  const int64_t kv_row0 = args.kv_offset[b * args.n_kv_heads + kv_head];
+  int count = args.kv_length[b * args.n_kv_heads + kv_head];
+  const int32_t* index_list = nullptr;
+  const float* bias_list = nullptr;
+  if (indexed) {
+    const int64_t off = args.index_offset[b * args.n_query_heads + head0];
+    count = args.index_count[b * args.n_query_heads + head0];
+    index_list = args.indices + off;
+    if (args.logit_bias) bias_list = args.logit_bias + off;
+  }
+  const int begin = chunk * chunk_size;
+  const int end = min(count, begin + chunk_size);
+
+  float q[G][8];
+#pragma unroll
+  for (int h = 0; h < G; ++h) {
+    if (h < heads) {
+      const Bf16x8 raw = *reinterpret_cast<const Bf16x8*>(
+          args.q + b * args.q_seq_stride + (head0 + h) * D + sub * 8);
+      to_float8(raw, q[h]);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) q[h][i] *= args.scale * 1.4426950408889634f;
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) q[h][i] = 0.f;
+    }
+  }
+  float m[G], l[G], acc[G][8];
+#pragma unroll
+  for (int h = 0; h < G; ++h) {
+    m[h] = -INFINITY;
+    l[h] = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[h][i] = 0.f;
+  }
+
+  // All slots iterate the same number of times (warp-uniform trip count) for the shuffles.
+  for (int base0 = begin; base0 < end; base0 += kKeySlots * kUnroll) {
+    const int base = base0 + slot;
+    Bf16x8 kr[kUnroll], vr[kUnroll];
+    bool live[kUnroll];
+    float bias[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * kKeySlots;
+      live[u] = i < end;
+      bias[u] = 0.f;
+      if (live[u]) {
+        const int row = indexed ? index_list[i] : i;
+        if (bias_list) bias[u] = bias_list[i] * 1.4426950408889634f;
+        kr[u] = *reinterpret_cast<const Bf16x8*>(args.k + (kv_row0 + row) * D + sub * 8);
+        vr[u] = *reinterpret_cast<const Bf16x8*>(args.v + (kv_row0 + row) * D + sub * 8);
+      }
+    }
+    // Every lane runs the shuffles (a key slot past the end computes on zeros and is then
+    // skipped), so no shuffle ever waits on a lane that left the loop body.
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      float kf[8], vf[8];
+      if (live[u]) {
+        to_float8(kr[u], kf);
+        to_float8(vr[u], vf);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) kf[i] = vf[i] = 0.f;
+      }
+#pragma unroll
+      for (int h = 0; h < G; ++h) {
+        float dot = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) dot += q[h][i] * kf[i];
+#pragma unroll
+        for (int off = kLanesPerKey / 2; off > 0; off /= 2)
+          dot += __shfl_xor_sync(0xffffffff, dot, off, kLanesPerKey);
+        if (!live[u] || h >= heads) continue;
+        dot += bias[u];
+        const float new_max = fmaxf(m[h], dot);
+        const float correction = exp2f(m[h] - new_max);
+        const float p = exp2f(dot - new_max);
+        m[h] = new_max;
+        l[h] = l[h] * correction + p;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[h][i] = acc[h][i] * correction + p * vf[i];
+      }
+    }
+  }
+
+  // Merge the key slots of the block through shared memory, then write the chunk's partial.
+  __shared__ float s_m[kKeySlots][kMaxGroup];
+  __shared__ float s_l[kKeySlots][kMaxGroup];
+  __shared__ float s_acc[kKeySlots][kMaxGroup][D];
+#pragma unroll
+  for (int h = 0; h < G; ++h) {
+    if (sub == 0) {
+      s_m[slot][h] = m[h];
+      s_l[slot][h] = l[h];
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s_acc[slot][h][sub * 8 + i] = acc[h][i];
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < heads * D; idx += kThreads) {
+    const int h = idx / D;
+    const int dim = idx % D;
+    float best = -INFINITY;
+    for (int s = 0; s < kKeySlots; ++s) best = fmaxf(best, s_m[s][h]);
+    float sum = 0.f, value = 0.f;
+    for (int s = 0; s < kKeySlots; ++s) {
+      const float w = best == -INFINITY ? 0.f : exp2f(s_m[s][h] - best);
+      sum += s_l[s][h] * w;
+      value += s_acc[s][h][dim] * w;
+    }
+    float* partial = args.workspace +
+                     ((int64_t(b) * args.n_query_heads + head0 + h) * n_chunks + chunk) * (D + 2);
+    if (dim == 0) {
+      partial[0] = best;
+      partial[1] = sum;
+    }
+    partial[2 + dim] = value;
+  }
+}
+
+
+constexpr int kTileKeys = 64;
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeAttentionArgs args,
+                                                              int chunk_size, int n_chunks) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* s_q = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [16][D]
+  __nv_bfloat16* s_k = s_q + 16 * D;                                  // [2][64][D]
+  __nv_bfloat16* s_v = s_k + 2 * kTileKeys * D;                       // [2][64][D]
+  const int chunk = blockIdx.x;
+  const int kv_head = blockIdx.y;
+  const int b = blockIdx.z;
+  const int group = args.n_query_heads / args.n_kv_heads;
+  const int head0 = kv_head * group;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+
+  const int64_t kv_row0 = args.kv_offset[b * args.n_kv_heads + kv_head];
+  const int count = args.kv_length[b * args.n_kv_heads + kv_head];
+  const int begin = chunk * chunk_size;
+  const int end = min(count, begin + chunk_size);
+  const int n_tiles = end > begin ? (end - begin + kTileKeys - 1) / kTileKeys : 0;
+
+  load_tile<D>(s_q, args.q + b * args.q_seq_stride + int64_t(head0) * D, D, 16, group);
+  if (n_tiles > 0) {
+    load_tile<D>(s_k, args.k + (kv_row0 + begin) * D, D, kTileKeys, min(kTileKeys, end - begin));
+    load_tile<D>(s_v, args.v + (kv_row0 + begin) * D, D, kTileKeys, min(kTileKeys, end - begin));
+  }
+  cp_async_commit();
+
+  constexpr int kSteps = D / 16, kDimTiles = D / 8;
+  uint32_t q_frag[kSteps][4];
+  float o[kDimTiles][4];
+#pragma unroll
+  for (int i = 0; i < kDimTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  const float scale_log2 = args.scale * 1.4426950408889634f;
+
+  for (int tile = 0; tile < max(n_tiles, 1); ++tile) {
+    const int buf = tile & 1;
+    if (tile + 1 < n_tiles) {
+      const int next = begin + (tile + 1) * kTileKeys;
+      load_tile<D>(s_k + (buf ^ 1) * kTileKeys * D, args.k + (kv_row0 + next) * D, D, kTileKeys,
+                   min(kTileKeys, end - next));
+      load_tile<D>(s_v + (buf ^ 1) * kTileKeys * D, args.v + (kv_row0 + next) * D, D, kTileKeys,
+                   min(kTileKeys, end - next));
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (tile == 0) {
+#pragma unroll
+      for (int ks = 0; ks < kSteps; ++ks)
+        ldmatrix_x4(q_frag[ks], s_q + swizzled<D>(lane % 16, ks * 16 + (lane / 16) * 8));
+    }
+    if (n_tiles == 0) break;
+    const __nv_bfloat16* k_tile = s_k + buf * kTileKeys * D;
+    const __nv_bfloat16* v_tile = s_v + buf * kTileKeys * D;
+    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    const int j = lane / 8;
+#pragma unroll
+    for (int ks = 0; ks < kSteps; ++ks) {
+      uint32_t kb[4];
+      ldmatrix_x4(kb, k_tile + swizzled<D>(warp * 16 + (j / 2) * 8 + (lane % 8), ks * 16 + (j % 2) * 8));
+      mma_bf16(s[0], q_frag[ks], kb[0], kb[1]);
+      mma_bf16(s[1], q_frag[ks], kb[2], kb[3]);
+    }
+    const int key0 = begin + tile * kTileKeys + warp * 16;
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + nt * 8 + 2 * t + (e & 1);
+        float value = key < end ? s[nt][e] * scale_log2 : -INFINITY;
+        s[nt][e] = value;
+        tile_max[e >> 1] = fmaxf(tile_max[e >> 1], value);
+      }
+    float correction[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffff, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffff, tile_max[r], 2));
+      const float new_max = fmaxf(row_max[r], tile_max[r]);
+      correction[r] = new_max == -INFINITY ? 1.f : exp2f(row_max[r] - new_max);
+      row_max[r] = new_max;
+      row_sum[r] *= correction[r];
+    }
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        const float p = row_max[r] == -INFINITY ? 0.f : exp2f(s[nt][e] - row_max[r]);
+        s[nt][e] = p;
+        row_sum[r] += p;
+      }
+    const uint32_t p_frag[4] = {pack_bf16(s[0][0], s[0][1]), pack_bf16(s[0][2], s[0][3]),
+                                pack_bf16(s[1][0], s[1][1]), pack_bf16(s[1][2], s[1][3])};
+#pragma unroll
+    for (int dp = 0; dp < kDimTiles / 2; ++dp) {
+      o[2 * dp][0] *= correction[0];
+      o[2 * dp][1] *= correction[0];
+      o[2 * dp][2] *= correction[1];
+      o[2 * dp][3] *= correction[1];
+      o[2 * dp + 1][0] *= correction[0];
+      o[2 * dp + 1][1] *= correction[0];
+      o[2 * dp + 1][2] *= correction[1];
+      o[2 * dp + 1][3] *= correction[1];
+      uint32_t vb[4];
+      ldmatrix_x4_trans(vb, v_tile + swizzled<D>(warp * 16 + (j % 2) * 8 + (lane % 8), dp * 16 + (j / 2) * 8));
+      mma_bf16(o[2 * dp], p_frag, vb[0], vb[1]);
+      mma_bf16(o[2 * dp + 1], p_frag, vb[2], vb[3]);
+    }
+    __syncthreads();
+  }
+
+  // Merge the 4 warps' states (rows = query heads of the group) through shared memory.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_sum[r] += __shfl_xor_sync(0xffffffff, row_sum[r], 1);
+    row_sum[r] += __shfl_xor_sync(0xffffffff, row_sum[r], 2);
+  }
+  float* s_acc = reinterpret_cast<float*>(s_k);  // [4][16][D], reuses the K/V tiles
+  float* s_max = s_acc + 4 * 16 * D;             // [4][16]
+  float* s_sum = s_max + 4 * 16;                 // [4][16]
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = g + 8 * r;
+    if (t == 0) {
+      s_max[warp * 16 + row] = row_max[r];
+      s_sum[warp * 16 + row] = row_sum[r];
+    }
+#pragma unroll
+    for (int dt = 0; dt < kDimTiles; ++dt) {
+      s_acc[(warp * 16 + row) * D + dt * 8 + 2 * t] = o[dt][2 * r];
+      s_acc[(warp * 16 + row) * D + dt * 8 + 2 * t + 1] = o[dt][2 * r + 1];
+    }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < group * D; idx += kThreads) {
+    const int row = idx / D, dim = idx % D;
+    float best = -INFINITY;
+    for (int w = 0; w < 4; ++w) best = fmaxf(best, s_max[w * 16 + row]);
+    float sum = 0.f, value = 0.f;
+    for (int w = 0; w < 4; ++w) {
+      const float weight = best == -INFINITY ? 0.f : exp2f(s_max[w * 16 + row] - best);
+      sum += s_sum[w * 16 + row] * weight;
+      value += s_acc[(w * 16 + row) * D + dim] * weight;
+    }
+    float* partial = args.workspace +
+                     ((int64_t(b) * args.n_query_heads + head0 + row) * n_chunks + chunk) * (D + 2);
+    if (dim == 0) {
+      partial[0] = best;
+      partial[1] = sum;
+    }
+    partial[2 + dim] = value;
+  }
+}
+
+template <int D>
+__global__ void decode_merge_kernel(DecodeAttentionArgs args, int n_chunks, int chunk_size) {
+  const int head = blockIdx.x;
+  const int b = blockIdx.y;
+  const int group = args.n_query_heads / args.n_kv_heads;
+  int count = args.indices ? args.index_count[b * args.n_query_heads + head]
+                           : args.kv_length[b * args.n_kv_heads + head / group];
+  const int used = min(n_chunks, (count + chunk_size - 1) / chunk_size);
+  const float* partial = args.workspace + (int64_t(b) * args.n_query_heads + head) * n_chunks * (D + 2);
+  float best = -INFINITY;
+  for (int c = 0; c < used; ++c) best = fmaxf(best, partial[c * (D + 2)]);
+  for (int dim = threadIdx.x; dim < D; dim += blockDim.x) {
+    float sum = 0.f, value = 0.f;
+    for (int c = 0; c < used; ++c) {
+      const float* p = partial + c * (D + 2);
+      const float w = best == -INFINITY ? 0.f : exp2f(p[0] - best);
+      sum += p[1] * w;
+      value += p[2 + dim] * w;
+    }
+    args.out[b * args.out_seq_stride + head * D + dim] =
+        __float2bfloat16(sum > 0.f ? value / sum : 0.f);
+  }
+}
+
+// Chunks give every SM several blocks; dense chunks are whole 64-key tiles.
+int choose_chunk(const DecodeAttentionArgs& args, int blocks_per_chunk_row, int sm_count, int granule) {
+  if (args.chunk_size > 0) return args.chunk_size;
+  const int splits = std::max(1, (3 * sm_count + blocks_per_chunk_row - 1) / std::max(1, blocks_per_chunk_row));
+  const int chunk = (args.max_kv_length + splits - 1) / splits;
+  return std::max(granule, ((chunk + granule - 1) / granule) * granule);
+}
+
+template <int D, int G>
+void launch_indexed(const DecodeAttentionArgs& args, int chunk, int n_chunks, cudaStream_t stream) {
+  dim3 grid(n_chunks, args.n_query_heads, args.batch);
+  decode_partial_kernel<D, G><<<grid, kThreads, 0, stream>>>(args, chunk, n_chunks);
+}
+
+template <int D>
+void launch_decode(const DecodeAttentionArgs& args, cudaStream_t stream) {
+  static thread_local int sm_count = device_info().sm_count;
+  const bool indexed = args.indices != nullptr;
+  const int group = args.n_query_heads / args.n_kv_heads;
+  if (!indexed && group > 16) throw std::invalid_argument("decode_attention: GQA group > 16 unsupported");
+  const int heads_axis = indexed ? args.n_query_heads : args.n_kv_heads;
+  const int chunk = choose_chunk(args, heads_axis * args.batch, sm_count, indexed ? 256 : kTileKeys);
+  const int n_chunks = std::max(1, (args.max_kv_length + chunk - 1) / chunk);
+  if (indexed) {
+    launch_indexed<D, 1>(args, chunk, n_chunks, stream);
+    check(cudaGetLastError(), "decode_partial_kernel launch");
+  } else {
+    const size_t smem = std::max<size_t>((16 + 4 * kTileKeys) * D * sizeof(__nv_bfloat16),
+                                         (4 * 16 * D + 2 * 4 * 16) * sizeof(float));
+    static thread_local bool configured = false;
+    if (!configured) {
+      check(cudaFuncSetAttribute(decode_mma_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 int((16 + 4 * kTileKeys) * 64 * 2)), "cudaFuncSetAttribute");
+      check(cudaFuncSetAttribute(decode_mma_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 int((16 + 4 * kTileKeys) * 128 * 2)), "cudaFuncSetAttribute");
+      configured = true;
+    }
+    decode_mma_kernel<D><<<dim3(n_chunks, args.n_kv_heads, args.batch), kThreads, smem, stream>>>(
+        args, chunk, n_chunks);
+    check(cudaGetLastError(), "decode_mma_kernel launch");
+  }
+  decode_merge_kernel<D><<<dim3(args.n_query_heads, args.batch), D, 0, stream>>>(args, n_chunks, chunk);
+  check(cudaGetLastError(), "decode_merge_kernel launch");
+}
+
+}  // namespace
+
+size_t decode_attention_workspace_floats(int batch, int n_query_heads, int head_dim,
+                                         int max_kv_length) {
+  // Upper bound: chunks of at least 64 keys.
+  const int max_chunks = std::max(1, (max_kv_length + 63) / 64);
+  return size_t(batch) * n_query_heads * max_chunks * (head_dim + 2);
+}
+
+void decode_attention(const DecodeAttentionArgs& args, cudaStream_t stream) {
+  if (args.batch <= 0) return;
+  switch (args.head_dim) {
+    case 64: launch_decode<64>(args, stream); break;
+    case 128: launch_decode<128>(args, stream); break;
+    default:
+      throw std::invalid_argument("decode_attention: head_dim " + std::to_string(args.head_dim) +
+                                  " unsupported (64 or 128)");
+  }
+}
+
+}  // namespace kvb::cuda

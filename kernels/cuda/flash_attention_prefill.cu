@@ -1,0 +1,211 @@
+// Causal flash attention for prefill (FlashAttention-2 scheme) with GQA and row log-sum-exp.
+// CPU twin: kernels/cpu/attention.h (causal_attention). Test: tests/cuda/attention_test.cc.
+//
+// Block = 4 warps = 64 query rows of one query head; KV tiles of 64 keys, double-buffered with
+// cp.async; S = QK^T and O += PV on bf16 mma.sync m16n8k16 tensor-core instructions; the online
+// softmax runs in the log2 domain in f32; shared memory rows are XOR-swizzled in 16-byte chunks so
+// ldmatrix reads are conflict-free. Query tiles are scheduled longest-first (causal imbalance).
+#include <cuda_bf16.h>
+
+#include <cfloat>
+#include <cstdint>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/mma_tiles.cuh"
+
+namespace kvb::cuda {
+namespace {
+
+constexpr int kRowsPerBlock = 64;
+constexpr int kKeysPerTile = 64;
+constexpr int kThreads = 128;
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) flash_prefill_kernel(PrefillAttentionArgs args) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* s_q = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  __nv_bfloat16* s_k = s_q + kRowsPerBlock * D;          // 2 buffers
+  __nv_bfloat16* s_v = s_k + 2 * kKeysPerTile * D;       // 2 buffers
+
+  const int q_tile = gridDim.x - 1 - blockIdx.x;  // longest rows first
+  const int q_head = blockIdx.y;
+  const int kv_head = q_head / (args.n_query_heads / args.n_kv_heads);
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+
+  const int row0 = q_tile * kRowsPerBlock;
+  const int rows_valid = min(kRowsPerBlock, args.n_queries - row0);
+  const int n_keys = args.query_offset + args.n_queries;
+  const int last_key = args.query_offset + row0 + rows_valid - 1;
+  const int n_tiles = last_key / kKeysPerTile + 1;
+
+  const __nv_bfloat16* q_base = args.q + row0 * args.q_row_stride + q_head * D;
+  const __nv_bfloat16* k_base = args.k + kv_head * args.kv_head_stride;
+  const __nv_bfloat16* v_base = args.v + kv_head * args.kv_head_stride;
+
+  load_tile<D>(s_q, q_base, args.q_row_stride, kRowsPerBlock, rows_valid);
+  load_tile<D>(s_k, k_base, D, kKeysPerTile, min(kKeysPerTile, n_keys));
+  load_tile<D>(s_v, v_base, D, kKeysPerTile, min(kKeysPerTile, n_keys));
+  cp_async_commit();
+
+  constexpr int kSteps = D / 16;      // k-steps over the head dimension
+  constexpr int kDimTiles = D / 8;    // n-tiles of the output
+  constexpr int kKeyTiles = kKeysPerTile / 8;
+  uint32_t q_frag[kSteps][4];
+  float o_acc[kDimTiles][4];
+#pragma unroll
+  for (int i = 0; i < kDimTiles; ++i) o_acc[i][0] = o_acc[i][1] = o_acc[i][2] = o_acc[i][3] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY};
+  float row_sum[2] = {0.f, 0.f};
+  const float scale_log2 = args.scale * 1.4426950408889634f;
+  const int q_pos[2] = {args.query_offset + row0 + warp * 16 + g,
+                        args.query_offset + row0 + warp * 16 + g + 8};
+
+  for (int tile = 0; tile < n_tiles; ++tile) {
+    const int buf = tile & 1;
+    if (tile + 1 < n_tiles) {
+      const int next_key = (tile + 1) * kKeysPerTile;
+      const int valid = min(kKeysPerTile, n_keys - next_key);
+      load_tile<D>(s_k + (buf ^ 1) * kKeysPerTile * D, k_base + int64_t(next_key) * D, D,
+                   kKeysPerTile, valid);
+      load_tile<D>(s_v + (buf ^ 1) * kKeysPerTile * D, v_base + int64_t(next_key) * D, D,
+                   kKeysPerTile, valid);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (tile == 0) {
+#pragma unroll
+      for (int ks = 0; ks < kSteps; ++ks)
+        ldmatrix_x4(q_frag[ks], s_q + swizzled<D>(warp * 16 + (lane % 16), ks * 16 + (lane / 16) * 8));
+    }
+    const __nv_bfloat16* k_tile = s_k + buf * kKeysPerTile * D;
+    const __nv_bfloat16* v_tile = s_v + buf * kKeysPerTile * D;
+
+    float s[kKeyTiles][4];
+#pragma unroll
+    for (int i = 0; i < kKeyTiles; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < kSteps; ++ks) {
+#pragma unroll
+      for (int np = 0; np < kKeyTiles / 2; ++np) {
+        uint32_t b[4];
+        const int j = lane / 8;
+        ldmatrix_x4(b, k_tile + swizzled<D>(np * 16 + (j / 2) * 8 + (lane % 8), ks * 16 + (j % 2) * 8));
+        mma_bf16(s[2 * np], q_frag[ks], b[0], b[1]);
+        mma_bf16(s[2 * np + 1], q_frag[ks], b[2], b[3]);
+      }
+    }
+
+    // Scale, mask, online softmax (rows g and g+8 of this warp's 16).
+    const int key0 = tile * kKeysPerTile;
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < kKeyTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + nt * 8 + 2 * t + (e & 1);
+        const int r = e >> 1;
+        float value = s[nt][e] * scale_log2;
+        if (key > q_pos[r] || key >= n_keys) value = -INFINITY;
+        s[nt][e] = value;
+        tile_max[r] = fmaxf(tile_max[r], value);
+      }
+    }
+    float correction[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffff, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffff, tile_max[r], 2));
+      const float new_max = fmaxf(row_max[r], tile_max[r]);
+      correction[r] = new_max == -INFINITY ? 1.f : exp2f(row_max[r] - new_max);
+      row_max[r] = new_max;
+      row_sum[r] *= correction[r];
+    }
+#pragma unroll
+    for (int nt = 0; nt < kKeyTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        const float p = row_max[r] == -INFINITY ? 0.f : exp2f(s[nt][e] - row_max[r]);
+        s[nt][e] = p;
+        row_sum[r] += p;
+      }
+    }
+#pragma unroll
+    for (int dt = 0; dt < kDimTiles; ++dt) {
+      o_acc[dt][0] *= correction[0];
+      o_acc[dt][1] *= correction[0];
+      o_acc[dt][2] *= correction[1];
+      o_acc[dt][3] *= correction[1];
+    }
+    // O += P V, P taken straight from the S accumulators as the A operand.
+#pragma unroll
+    for (int kk = 0; kk < kKeysPerTile / 16; ++kk) {
+      uint32_t p_frag[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                            pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                            pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int dp = 0; dp < kDimTiles / 2; ++dp) {
+        uint32_t b[4];
+        const int j = lane / 8;
+        ldmatrix_x4_trans(b, v_tile + swizzled<D>(kk * 16 + (j % 2) * 8 + (lane % 8), dp * 16 + (j / 2) * 8));
+        mma_bf16(o_acc[2 * dp], p_frag, b[0], b[1]);
+        mma_bf16(o_acc[2 * dp + 1], p_frag, b[2], b[3]);
+      }
+    }
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_sum[r] += __shfl_xor_sync(0xffffffff, row_sum[r], 1);
+    row_sum[r] += __shfl_xor_sync(0xffffffff, row_sum[r], 2);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + warp * 16 + g + 8 * r;
+    if (row >= args.n_queries) continue;
+    const float inv = row_sum[r] > 0.f ? 1.f / row_sum[r] : 0.f;
+    __nv_bfloat16* out_row = args.out + row * args.out_row_stride + q_head * D;
+#pragma unroll
+    for (int dt = 0; dt < kDimTiles; ++dt) {
+      *reinterpret_cast<uint32_t*>(out_row + dt * 8 + 2 * t) =
+          pack_bf16(o_acc[dt][2 * r] * inv, o_acc[dt][2 * r + 1] * inv);
+    }
+    if (args.lse && t == 0)
+      args.lse[int64_t(q_head) * args.n_queries + row] =
+          row_max[r] * 0.6931471805599453f + logf(row_sum[r]);
+  }
+}
+
+template <int D>
+void launch_prefill(const PrefillAttentionArgs& args, cudaStream_t stream) {
+  const size_t smem = (kRowsPerBlock + 4 * kKeysPerTile) * D * sizeof(__nv_bfloat16);
+  check(cudaFuncSetAttribute(flash_prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(smem)),
+        "cudaFuncSetAttribute(flash_prefill_kernel)");
+  dim3 grid((args.n_queries + kRowsPerBlock - 1) / kRowsPerBlock, args.n_query_heads);
+  flash_prefill_kernel<D><<<grid, kThreads, smem, stream>>>(args);
+  check(cudaGetLastError(), "flash_prefill_kernel launch");
+}
+
+}  // namespace
+
+void flash_attention_prefill(const PrefillAttentionArgs& args, cudaStream_t stream) {
+  if (args.n_queries <= 0) return;
+  switch (args.head_dim) {
+    case 64: launch_prefill<64>(args, stream); break;
+    case 128: launch_prefill<128>(args, stream); break;
+    default:
+      throw std::invalid_argument("flash_attention_prefill: head_dim " +
+                                  std::to_string(args.head_dim) + " unsupported (64 or 128)");
+  }
+}
+
+}  // namespace kvb::cuda

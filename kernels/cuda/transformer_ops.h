@@ -1,0 +1,78 @@
+// Fused element-wise transformer kernels in bf16 with f32 math, and the bf16 GEMM.
+// CPU twins: kernels/cpu/rmsnorm.h, rope.h, activations.h, matmul.h. Tests: tests/cuda/.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace kvb::cuda {
+
+// out[i, :] = table[ids[i], :] (bf16 rows); also initialises the f32 residual stream.
+void embedding_gather(const __nv_bfloat16* table, const int32_t* ids, int n, int d_model,
+                      float* residual, cudaStream_t stream);
+
+// residual += delta (when delta != nullptr); out = rmsnorm(residual) * weight, in bf16.
+void add_rmsnorm(float* residual, const __nv_bfloat16* delta, const __nv_bfloat16* weight, int n,
+                 int d_model, float eps, __nv_bfloat16* out, cudaStream_t stream);
+
+// In place on qkv rows [n, (Hq + 2 Hkv) * head_dim]: adds the optional bias, then rotates the Q and
+// K heads by position. inv_freq has head_dim/2 entries (llama3 scaling already applied).
+// interleaved: rotate adjacent pairs (2i, 2i+1) (GGUF-permuted weights); otherwise the halves
+// (i, i + head_dim/2) as HF's rotate_half.
+struct RopeArgs {
+  __nv_bfloat16* qkv = nullptr;
+  const __nv_bfloat16* bias = nullptr;  // [(Hq + 2 Hkv) * head_dim] or nullptr
+  const int32_t* positions = nullptr;   // [n]
+  const float* inv_freq = nullptr;      // [head_dim / 2]
+  int n = 0;
+  int n_query_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  bool interleaved = false;
+};
+void bias_rope(const RopeArgs& args, cudaStream_t stream);
+
+// Copies the K and V heads of qkv rows into the cache. Rows come in groups of rows_per_seq per
+// sequence (a prefill chunk: one sequence, rows_per_seq = n; a batched decode step: rows_per_seq
+// = 1). Row i of sequence s, head h goes to slot kv_offset[s*Hkv+h] + kv_length[s*Hkv+h] + i
+// (kv_length is read, not updated: advance_lengths does that).
+void append_kv(const __nv_bfloat16* qkv, int n, int rows_per_seq, int n_query_heads, int n_kv_heads,
+               int head_dim, const int64_t* kv_offset, const int32_t* kv_length, __nv_bfloat16* k,
+               __nv_bfloat16* v, cudaStream_t stream);
+// lengths[i] += delta for i < count; positions[i] += delta for i < n_positions (device-side, so a
+// decode step can be replayed from a CUDA graph).
+void advance_lengths(int32_t* lengths, int count, int32_t* positions, int n_positions, int delta,
+                     cudaStream_t stream);
+// dst[dst_rows[i]] = src[src_rows[i]] for rows of row_elems bf16 (a gather; src and dst must not
+// overlap: compaction gathers into scratch and copies back).
+void copy_rows(const __nv_bfloat16* src, __nv_bfloat16* dst, const int64_t* src_rows,
+               const int64_t* dst_rows, int64_t n_rows, int row_elems, cudaStream_t stream);
+// next[b] = argmax_j logits[b, j] (lowest index on ties).
+void argmax_rows(const float* logits, int rows, int vocab, int32_t* next, cudaStream_t stream);
+
+// out[i, j] = silu(gate_up[i, j]) * gate_up[i, ffn + j]  (gate and up fused in one [n, 2 ffn]).
+void swiglu(const __nv_bfloat16* gate_up, int n, int ffn, __nv_bfloat16* out, cudaStream_t stream);
+
+void f32_to_bf16(const float* in, size_t count, __nv_bfloat16* out, cudaStream_t stream);
+void bf16_to_f32(const __nv_bfloat16* in, size_t count, float* out, cudaStream_t stream);
+// Deterministic uniform(-scale, scale) bf16 values from (seed, index): dummy-preset weights.
+void fill_random_bf16(__nv_bfloat16* out, size_t count, uint64_t seed, float scale,
+                      cudaStream_t stream);
+
+// y[n, out] = x[n, in] · w[out, in]^T, bf16 in/out, f32 accumulation (cuBLAS).
+void gemm_bf16(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w,
+               __nv_bfloat16* y, int n, int in_features, int out_features, cudaStream_t stream);
+// Same with f32 output (logits).
+void gemm_bf16_f32out(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                      float* y, int n, int in_features, int out_features, cudaStream_t stream);
+
+// Reads `bytes` of device memory and returns the achieved GB/s (best of `repeats`): the
+// bandwidth ceiling that bench ratios are taken against.
+double measure_read_bandwidth_gbs(size_t bytes, int repeats);
+// bf16 GEMM rate in TFLOP/s at m=n=k=`size` (best of `repeats`).
+double measure_gemm_tflops(cublasHandle_t handle, int size, int repeats);
+
+}  // namespace kvb::cuda

@@ -1,0 +1,143 @@
+// GPU kernel lab figures: prefill flash attention in TFLOP/s against the measured bf16 GEMM rate,
+// decode attention in GB/s against the measured read bandwidth (Llama-3.1-8B head shapes).
+// Run on the GPU machine: ./cuda_kernels_bench --benchmark_counters_tabular=true
+#include <benchmark/benchmark.h>
+#include <cublas_v2.h>
+
+#include <cmath>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/transformer_ops.h"
+
+namespace kvb {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+struct Ceilings {
+  double bandwidth_gbs = 0;
+  double gemm_tflops = 0;
+};
+
+const Ceilings& ceilings() {
+  static const Ceilings measured = [] {
+    Ceilings c;
+    c.bandwidth_gbs = cuda::measure_read_bandwidth_gbs(size_t(4) << 30, 10);
+    cublasHandle_t handle;
+    cublasCreate(&handle);
+    c.gemm_tflops = cuda::measure_gemm_tflops(handle, 8192, 5);
+    cublasDestroy(handle);
+    return c;
+  }();
+  return measured;
+}
+
+float time_ms(cudaEvent_t start, cudaEvent_t stop) {
+  float ms = 0;
+  cudaEventSynchronize(stop);
+  cudaEventElapsedTime(&ms, start, stop);
+  return ms;
+}
+
+void BM_FlashPrefill(benchmark::State& state) {
+  if (!cuda::device_available()) return state.SkipWithError("no CUDA device");
+  const int n = static_cast<int>(state.range(0));
+  const int hq = 32, hkv = 8, d = 128;
+  cuda::DeviceBuffer q(size_t(n) * hq * d * 2), k(size_t(n) * hkv * d * 2), v(size_t(n) * hkv * d * 2),
+      out(size_t(n) * hq * d * 2), lse(size_t(n) * hq * 4);
+  cuda::fill_random_bf16(q.as<bf16>(), size_t(n) * hq * d, 1, 1.f, nullptr);
+  cuda::fill_random_bf16(k.as<bf16>(), size_t(n) * hkv * d, 2, 1.f, nullptr);
+  cuda::fill_random_bf16(v.as<bf16>(), size_t(n) * hkv * d, 3, 1.f, nullptr);
+  cuda::PrefillAttentionArgs a;
+  a.q = q.as<bf16>();
+  a.q_row_stride = hq * d;
+  a.k = k.as<bf16>();
+  a.v = v.as<bf16>();
+  a.kv_head_stride = int64_t(n) * d;
+  a.out = out.as<bf16>();
+  a.out_row_stride = hq * d;
+  a.lse = lse.as<float>();
+  a.n_queries = n;
+  a.n_query_heads = hq;
+  a.n_kv_heads = hkv;
+  a.head_dim = d;
+  a.scale = 1.f / std::sqrt(float(d));
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  cuda::flash_attention_prefill(a, nullptr);
+  for (auto _ : state) {
+    cudaEventRecord(start);
+    cuda::flash_attention_prefill(a, nullptr);
+    cudaEventRecord(stop);
+    state.SetIterationTime(time_ms(start, stop) / 1e3);
+  }
+  // Causal: half of the n x n score matrix, two matmuls of 2 FLOP per multiply-add.
+  const double flops = 4.0 * hq * d * (double(n) * n / 2);
+  state.counters["TFLOP/s"] = benchmark::Counter(flops / 1e12, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["gemm_ceiling_TFLOP/s"] = ceilings().gemm_tflops;
+}
+BENCHMARK(BM_FlashPrefill)->Arg(4096)->Arg(32768)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+void BM_DecodeAttention(benchmark::State& state) {
+  if (!cuda::device_available()) return state.SkipWithError("no CUDA device");
+  const int length = static_cast<int>(state.range(0));
+  const int batch = static_cast<int>(state.range(1));
+  const int hq = 32, hkv = 8, d = 128;
+  const size_t rows = size_t(batch) * hkv * length;
+  cuda::DeviceBuffer q(size_t(batch) * hq * d * 2), k(rows * d * 2), v(rows * d * 2),
+      out(size_t(batch) * hq * d * 2),
+      workspace(cuda::decode_attention_workspace_floats(batch, hq, d, length) * 4);
+  cuda::fill_random_bf16(q.as<bf16>(), size_t(batch) * hq * d, 1, 1.f, nullptr);
+  cuda::fill_random_bf16(k.as<bf16>(), rows * d, 2, 1.f, nullptr);
+  cuda::fill_random_bf16(v.as<bf16>(), rows * d, 3, 1.f, nullptr);
+  std::vector<int64_t> offsets(batch * hkv);
+  std::vector<int32_t> lengths(batch * hkv, length);
+  for (int i = 0; i < batch * hkv; ++i) offsets[i] = int64_t(i) * length;
+  cuda::DeviceBuffer d_off(offsets.size() * 8), d_len(lengths.size() * 4);
+  d_off.upload(offsets.data(), offsets.size() * 8);
+  d_len.upload(lengths.data(), lengths.size() * 4);
+  cuda::DecodeAttentionArgs a;
+  a.q = q.as<bf16>();
+  a.q_seq_stride = hq * d;
+  a.k = k.as<bf16>();
+  a.v = v.as<bf16>();
+  a.kv_offset = d_off.as<int64_t>();
+  a.kv_length = d_len.as<int32_t>();
+  a.max_kv_length = length;
+  a.out = out.as<bf16>();
+  a.out_seq_stride = hq * d;
+  a.batch = batch;
+  a.n_query_heads = hq;
+  a.n_kv_heads = hkv;
+  a.head_dim = d;
+  a.scale = 1.f / std::sqrt(float(d));
+  a.workspace = workspace.as<float>();
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  cuda::decode_attention(a, nullptr);
+  for (auto _ : state) {
+    cudaEventRecord(start);
+    cuda::decode_attention(a, nullptr);
+    cudaEventRecord(stop);
+    state.SetIterationTime(time_ms(start, stop) / 1e3);
+  }
+  const double bytes = double(rows) * d * 2 * 2;
+  state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["ratio_to_read_bw"] =
+      benchmark::Counter(bytes / 1e9 / ceilings().bandwidth_gbs, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_DecodeAttention)
+    ->Args({4096, 1})
+    ->Args({32768, 1})
+    ->Args({131072, 1})
+    ->Args({4096, 16})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace kvb
+
+BENCHMARK_MAIN();

@@ -1,0 +1,194 @@
+// The CUDA attention kernels against their CPU twins (kernels/cpu/attention.h) over many shapes:
+// head dims 64/128, GQA groups 1/3/4, chunk lengths not multiple of the tile, prefix offsets,
+// ragged decode lengths including 1, index lists with logit bias.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <tuple>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cuda/attention.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace kvb {
+namespace {
+
+using test::random_bf16_values;
+
+struct PrefillShape {
+  int head_dim, n_query_heads, n_kv_heads, n_queries, prefix;
+};
+
+class FlashPrefillTest : public ::testing::TestWithParam<PrefillShape> {};
+
+TEST_P(FlashPrefillTest, MatchesCpuReference) {
+  KVB_REQUIRE_GPU();
+  const PrefillShape s = GetParam();
+  const int keys = s.prefix + s.n_queries;
+  const int q_width = s.n_query_heads * s.head_dim;
+  auto q = random_bf16_values(size_t(s.n_queries) * q_width, 1);
+  auto k = random_bf16_values(size_t(s.n_kv_heads) * keys * s.head_dim, 2);
+  auto v = random_bf16_values(size_t(s.n_kv_heads) * keys * s.head_dim, 3);
+
+  kernels::CausalAttentionArgs cpu;
+  cpu.n_query_heads = s.n_query_heads;
+  cpu.n_kv_heads = s.n_kv_heads;
+  cpu.head_dim = s.head_dim;
+  cpu.n_queries = s.n_queries;
+  cpu.queries = q.data();
+  for (int h = 0; h < s.n_kv_heads; ++h) {
+    cpu.keys.push_back(k.data() + size_t(h) * keys * s.head_dim);
+    cpu.values.push_back(v.data() + size_t(h) * keys * s.head_dim);
+    cpu.prefix.push_back(s.prefix);
+  }
+  std::vector<float> expected(size_t(s.n_queries) * q_width), expected_lse(size_t(s.n_query_heads) * s.n_queries);
+  cpu.output = expected.data();
+  cpu.row_log_sum_exp = expected_lse.data();
+  kernels::causal_attention(cpu);
+
+  auto d_q = test::to_device_bf16(q), d_k = test::to_device_bf16(k), d_v = test::to_device_bf16(v);
+  cuda::DeviceBuffer d_out(expected.size() * 2), d_lse(expected_lse.size() * 4);
+  cuda::PrefillAttentionArgs gpu;
+  gpu.q = d_q.as<__nv_bfloat16>();
+  gpu.q_row_stride = q_width;
+  gpu.k = d_k.as<__nv_bfloat16>();
+  gpu.v = d_v.as<__nv_bfloat16>();
+  gpu.kv_head_stride = int64_t(keys) * s.head_dim;
+  gpu.out = d_out.as<__nv_bfloat16>();
+  gpu.out_row_stride = q_width;
+  gpu.lse = d_lse.as<float>();
+  gpu.n_queries = s.n_queries;
+  gpu.query_offset = s.prefix;
+  gpu.n_query_heads = s.n_query_heads;
+  gpu.n_kv_heads = s.n_kv_heads;
+  gpu.head_dim = s.head_dim;
+  gpu.scale = 1.0f / std::sqrt(float(s.head_dim));
+  cuda::flash_attention_prefill(gpu, nullptr);
+  cuda::check(cudaDeviceSynchronize(), "sync");
+  auto got = test::from_device_bf16(d_out, expected.size());
+  std::vector<float> got_lse(expected_lse.size());
+  d_lse.download(got_lse.data(), got_lse.size() * 4);
+  // bf16 output rounding (2^-8 relative) plus bf16 probabilities in the PV product.
+  EXPECT_LT(test::max_abs_diff(got, expected), 2e-2);
+  EXPECT_LT(test::max_abs_diff(got_lse, expected_lse), 2e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, FlashPrefillTest,
+                         ::testing::Values(PrefillShape{64, 9, 3, 1, 0}, PrefillShape{64, 9, 3, 37, 0},
+                                           PrefillShape{64, 4, 4, 130, 0}, PrefillShape{128, 8, 2, 200, 0},
+                                           PrefillShape{128, 32, 8, 65, 100}, PrefillShape{128, 4, 1, 300, 1},
+                                           PrefillShape{64, 6, 2, 64, 64}));
+
+struct DecodeShape {
+  int head_dim, n_query_heads, n_kv_heads;
+  std::vector<int> lengths;  // per sequence (every head of a sequence gets length + h)
+  bool indexed;
+};
+
+class DecodeAttentionTest : public ::testing::TestWithParam<DecodeShape> {};
+
+TEST_P(DecodeAttentionTest, MatchesCpuReference) {
+  KVB_REQUIRE_GPU();
+  const DecodeShape s = GetParam();
+  const int batch = static_cast<int>(s.lengths.size());
+  const int d = s.head_dim, hq = s.n_query_heads, hkv = s.n_kv_heads, group = hq / hkv;
+  std::vector<int64_t> offset(batch * hkv);
+  std::vector<int32_t> length(batch * hkv);
+  int64_t rows = 0;
+  int max_length = 0;
+  for (int b = 0; b < batch; ++b)
+    for (int h = 0; h < hkv; ++h) {
+      offset[b * hkv + h] = rows;
+      length[b * hkv + h] = s.lengths[b] + h;
+      rows += length[b * hkv + h] + 3;  // gaps between heads, as after compaction with spare room
+      max_length = std::max(max_length, length[b * hkv + h]);
+    }
+  auto k = random_bf16_values(rows * d, 11, 2.0f);
+  auto v = random_bf16_values(rows * d, 12);
+  auto q = random_bf16_values(size_t(batch) * hq * d, 13, 2.0f);
+
+  std::vector<int32_t> indices;
+  std::vector<float> bias;
+  std::vector<int64_t> index_offset(batch * hq);
+  std::vector<int32_t> index_count(batch * hq);
+  std::mt19937 rng(5);
+  if (s.indexed) {
+    for (int b = 0; b < batch; ++b)
+      for (int a = 0; a < hq; ++a) {
+        const int n = length[b * hkv + a / group];
+        index_offset[b * hq + a] = indices.size();
+        int count = 0;
+        for (int i = n - 1; i >= 0; --i)
+          if (rng() % 3 == 0 || i == n - 1) {
+            indices.push_back(i);
+            bias.push_back(float(rng() % 100) / 50.f - 1.f);
+            ++count;
+          }
+        index_count[b * hq + a] = count;
+      }
+  }
+
+  std::vector<float> expected(size_t(batch) * hq * d);
+  for (int b = 0; b < batch; ++b)
+    for (int a = 0; a < hq; ++a) {
+      const int slot = b * hkv + a / group;
+      kernels::DecodeAttentionArgs cpu;
+      cpu.query = q.data() + (size_t(b) * hq + a) * d;
+      cpu.keys = k.data() + offset[slot] * d;
+      cpu.values = v.data() + offset[slot] * d;
+      cpu.n_entries = length[slot];
+      cpu.head_dim = d;
+      if (s.indexed) {
+        cpu.indices = indices.data() + index_offset[b * hq + a];
+        cpu.n_indices = index_count[b * hq + a];
+        cpu.logit_bias = bias.data() + index_offset[b * hq + a];
+      }
+      cpu.output = expected.data() + (size_t(b) * hq + a) * d;
+      kernels::decode_attention(cpu);
+    }
+
+  auto d_q = test::to_device_bf16(q), d_k = test::to_device_bf16(k), d_v = test::to_device_bf16(v);
+  auto d_offset = test::to_device(offset);
+  auto d_length = test::to_device(length);
+  auto d_indices = test::to_device(indices.empty() ? std::vector<int32_t>{0} : indices);
+  auto d_bias = test::to_device(bias.empty() ? std::vector<float>{0} : bias);
+  auto d_index_offset = test::to_device(index_offset);
+  auto d_index_count = test::to_device(index_count);
+  cuda::DeviceBuffer d_out(expected.size() * 2);
+  cuda::DeviceBuffer workspace(cuda::decode_attention_workspace_floats(batch, hq, d, max_length) * 4);
+  cuda::DecodeAttentionArgs gpu;
+  gpu.q = d_q.as<__nv_bfloat16>();
+  gpu.q_seq_stride = int64_t(hq) * d;
+  gpu.k = d_k.as<__nv_bfloat16>();
+  gpu.v = d_v.as<__nv_bfloat16>();
+  gpu.kv_offset = d_offset.as<int64_t>();
+  gpu.kv_length = d_length.as<int32_t>();
+  gpu.max_kv_length = max_length;
+  if (s.indexed) {
+    gpu.indices = d_indices.as<int32_t>();
+    gpu.index_offset = d_index_offset.as<int64_t>();
+    gpu.index_count = d_index_count.as<int32_t>();
+    gpu.logit_bias = d_bias.as<float>();
+  }
+  gpu.out = d_out.as<__nv_bfloat16>();
+  gpu.out_seq_stride = int64_t(hq) * d;
+  gpu.batch = batch;
+  gpu.n_query_heads = hq;
+  gpu.n_kv_heads = hkv;
+  gpu.head_dim = d;
+  gpu.scale = 1.0f / std::sqrt(float(d));
+  gpu.workspace = workspace.as<float>();
+  cuda::decode_attention(gpu, nullptr);
+  cuda::check(cudaDeviceSynchronize(), "sync");
+  auto got = test::from_device_bf16(d_out, expected.size());
+  EXPECT_LT(test::max_abs_diff(got, expected), 1e-2);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, DecodeAttentionTest,
+    ::testing::Values(DecodeShape{64, 9, 3, {1, 300, 1000}, false}, DecodeShape{128, 32, 8, {4096}, false},
+                      DecodeShape{128, 8, 2, {1, 257, 5000}, false}, DecodeShape{128, 4, 4, {700}, false},
+                      DecodeShape{64, 9, 3, {1, 300, 1000}, true}, DecodeShape{128, 32, 8, {2000, 5}, true}));
+
+}  // namespace
+}  // namespace kvb

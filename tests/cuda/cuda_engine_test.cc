@@ -1,0 +1,105 @@
+// Whole-model logits on the GPU (bf16) against the CPU engine (f32): a small random model with the
+// kernels' head dims and QKV bias, and SmolLM2 itself; prefill, chunked prefill and decode steps.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/cpu/forward.h"
+#include "engine/cuda/cuda_engine.h"
+#include "engine/model.h"
+#include "engine/presets.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "tests/test_paths.h"
+
+namespace kvb {
+namespace {
+
+int argmax(const std::vector<float>& x) {
+  return static_cast<int>(std::max_element(x.begin(), x.end()) - x.begin());
+}
+
+// bf16 weights and activations against f32: differences of a few percent of the logit scale.
+void expect_close_logits(const std::vector<float>& gpu, const std::vector<float>& cpu, double tolerance,
+                         const std::string& where) {
+  ASSERT_EQ(gpu.size(), cpu.size());
+  double scale = 0, worst = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    scale = std::max(scale, double(std::abs(cpu[i])));
+    worst = std::max(worst, double(std::abs(gpu[i] - cpu[i])));
+  }
+  EXPECT_LT(worst, tolerance * scale) << where << ": max |diff| " << worst << " vs scale " << scale;
+  // Top-1 agrees unless the CPU's top two are within the tolerance of each other.
+  std::vector<float> sorted = cpu;
+  std::nth_element(sorted.begin(), sorted.begin() + 1, sorted.end(), std::greater<float>());
+  if (sorted[0] - sorted[1] > 2 * worst) EXPECT_EQ(argmax(gpu), argmax(cpu)) << where;
+}
+
+void compare_engines(const ModelWeights& weights, const std::vector<int32_t>& prompt,
+                     const std::vector<int32_t>& continuation, int chunk, double tolerance) {
+  CpuEngine cpu(weights);
+  KvStore store(weights.config.n_layers, weights.config.n_kv_heads, weights.config.head_dim);
+  auto expected = cpu.forward_chunk(prompt, store, CaptureRequest{}, nullptr);
+
+  auto gpu = CudaEngine::from_weights(weights);
+  gpu->allocate_cache(1, static_cast<int>(prompt.size() + continuation.size()) + 4);
+  auto got = gpu->prefill(0, prompt, chunk);
+  expect_close_logits(got, expected, tolerance, "prefill");
+
+  CachePlan plan;
+  int position = static_cast<int>(prompt.size());
+  for (size_t step = 0; step < continuation.size(); ++step, ++position) {
+    expected = cpu.decode_step(continuation[step], position, static_cast<int>(step), store, plan);
+    gpu->set_next_tokens({continuation[step]}, {position});
+    gpu->decode_step(/*use_graph=*/step > 0);
+    got = gpu->last_logits(0);
+    expect_close_logits(got, expected, tolerance, "decode step " + std::to_string(step));
+  }
+  EXPECT_EQ(gpu->length(0, 0, 0), position);
+  EXPECT_EQ(gpu->kv_bytes(), int64_t(position) * weights.config.n_layers * weights.config.n_kv_heads * 2 *
+                                 weights.config.head_dim * 2);
+}
+
+TEST(CudaEngine, RandomModelMatchesCpu) {
+  KVB_REQUIRE_GPU();
+  ModelConfig config;
+  config.name = "random-test";
+  config.n_layers = 3;
+  config.d_model = 256;
+  config.n_query_heads = 4;
+  config.n_kv_heads = 2;
+  config.head_dim = 64;
+  config.ffn_dim = 512;
+  config.vocab_size = 1000;
+  config.max_context = 4096;
+  config.qkv_bias = true;
+  auto weights = random_weights(config, 42);
+  std::vector<int32_t> prompt(150);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 37 + 11) % 1000);
+  compare_engines(*weights, prompt, {5, 17, 999, 0}, /*chunk=*/64, 0.05);
+}
+
+TEST(CudaEngine, SmolLm2MatchesCpu) {
+  KVB_REQUIRE_GPU();
+  KVB_REQUIRE_FILE(test::default_model_path());
+  LoadedModel model = load_model(test::default_model_path().string());
+  auto prompt = model.tokenizer->encode("The capital of France is Paris. The capital of Italy is", true);
+  compare_engines(*model.weights, prompt, {model.tokenizer->encode(" Rome")[0], 13}, 4096, 0.05);
+}
+
+TEST(CudaEngine, OutOfMemoryNamesBatchAndContext) {
+  KVB_REQUIRE_GPU();
+  ModelConfig config = preset_config("llama-3.1-8b");
+  config.n_layers = 1;  // weights small; the cache is what must not fit
+  auto engine = CudaEngine::from_preset(config, 1);
+  try {
+    engine->allocate_cache(100000, 131072);
+    FAIL() << "expected CapacityError";
+  } catch (const CapacityError& e) {
+    EXPECT_NE(std::string(e.what()).find("batch 100000"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("context 131072"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kvb

@@ -1,0 +1,61 @@
+// Helpers for CUDA tests: skip without a GPU, bf16 round-trips, random data.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/cuda/cuda_utils.h"
+
+#define KVB_REQUIRE_GPU()                                                       \
+  do {                                                                          \
+    if (!kvb::cuda::device_available()) GTEST_SKIP() << "no CUDA device present"; \
+  } while (0)
+
+namespace kvb::test {
+
+inline float round_bf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
+
+// Random values already representable in bf16, so CPU and GPU see identical inputs.
+inline std::vector<float> random_bf16_values(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> out(n);
+  for (auto& x : out) x = round_bf16(dist(rng));
+  return out;
+}
+
+inline cuda::DeviceBuffer to_device_bf16(const std::vector<float>& host) {
+  std::vector<__nv_bfloat16> bits(host.size());
+  for (size_t i = 0; i < host.size(); ++i) bits[i] = __float2bfloat16(host[i]);
+  cuda::DeviceBuffer buffer(bits.size() * 2);
+  buffer.upload(bits.data(), bits.size() * 2);
+  return buffer;
+}
+
+template <typename T>
+cuda::DeviceBuffer to_device(const std::vector<T>& host) {
+  cuda::DeviceBuffer buffer(host.size() * sizeof(T));
+  buffer.upload(host.data(), host.size() * sizeof(T));
+  return buffer;
+}
+
+inline std::vector<float> from_device_bf16(const cuda::DeviceBuffer& buffer, size_t n) {
+  std::vector<__nv_bfloat16> bits(n);
+  buffer.download(bits.data(), n * 2);
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = __bfloat162float(bits[i]);
+  return out;
+}
+
+inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, double(std::abs(a[i] - b[i])));
+  return worst;
+}
+
+}  // namespace kvb::test
