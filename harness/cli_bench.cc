@@ -1,4 +1,4 @@
-// kvbench bench --model PATH | --preset NAME [--dummy] [--context N] [--decode-tokens N]
+// kvbench bench --model PATH | --preset NAME [--dummy] [--context N] [--decode-tokens N] [--device cpu|cuda]
 //               [--policy P --budget B [--params JSON]] [--json]
 // CPU figures: prefill tokens/s at 512 and 2,048 tokens (or at --context), decode tokens/s after a
 // prefill (TTFT/TPOT/KV bytes under the policy), each beside a ceiling measured in the same run:
@@ -18,6 +18,7 @@
 #include "engine/generation.h"
 #include "engine/model.h"
 #include "harness/args.h"
+#include "harness/bench_gpu.h"
 #include "harness/cli.h"
 #include "kernels/cpu/matmul.h"
 #include "policies/registry.h"
@@ -97,8 +98,10 @@ double prefill_flops(const ModelConfig& c, int64_t layer_params, int64_t output_
 }  // namespace
 
 int bench(const std::vector<std::string>& argv) {
-  Args args("bench", argv, {"json", "dummy"});
-  args.allow_only({"model", "preset", "dummy", "context", "decode-tokens", "policy", "budget",
+  Args args("bench", argv, {"json", "dummy", "max-batch", "no-graphs"});
+  // The GPU path (--device cuda, or --preset with a GPU present) has its own options.
+  if (gpu_bench_requested(args)) return run_gpu_bench(args);
+  args.allow_only({"device", "model", "preset", "dummy", "context", "decode-tokens", "policy", "budget",
                    "params", "batch", "json"});
   if (args.has("model") == args.has("preset"))
     throw InputError("kvbench bench: give exactly one of --model PATH or --preset NAME");

@@ -7,6 +7,7 @@
 
 #include "engine/cpu/forward.h"
 #include "engine/cuda/cuda_engine.h"
+#include "engine/errors.h"
 #include "engine/model.h"
 #include "engine/presets.h"
 #include "tests/cuda/cuda_test_util.h"

@@ -1,0 +1,96 @@
+#include "harness/bench_gpu.h"
+
+#include <cstdio>
+#include <sstream>
+
+#include "engine/cache_policy.h"
+#include "engine/errors.h"
+#ifdef KVB_HAVE_CUDA
+#include "engine/cuda/cuda_bench.h"
+#include "engine/cuda/cuda_engine.h"
+#endif
+
+namespace kvb {
+namespace {
+
+std::vector<int> int_list(const Args& args, const std::string& key, std::vector<int> fallback) {
+  auto text = args.maybe(key);
+  if (!text) return fallback;
+  std::vector<int> out;
+  std::stringstream stream(*text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    try {
+      size_t used = 0;
+      const int value = std::stoi(item, &used);
+      if (used != item.size() || value <= 0) throw std::invalid_argument(item);
+      out.push_back(value);
+    } catch (const std::exception&) {
+      throw InputError("--" + key + " expects positive integers separated by commas, got '" + *text + "'");
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+bool gpu_bench_requested(const Args& args) {
+  const std::string device = args.get_or("device", "auto");
+  if (device == "cuda") return true;
+  if (device == "cpu") return false;
+  if (device != "auto") throw InputError("--device must be cpu, cuda or auto, got '" + device + "'");
+#ifdef KVB_HAVE_CUDA
+  return args.has("preset") && cuda_device_available();
+#else
+  return false;
+#endif
+}
+
+int run_gpu_bench(const Args& args) {
+#ifndef KVB_HAVE_CUDA
+  (void)args;
+  throw InputError("this kvbench was built without CUDA (configure with -DKVB_CUDA=ON on a machine "
+                   "with nvcc)");
+#else
+  CudaBenchOptions options;
+  options.preset = args.get_or("preset", "");
+  options.model = args.get_or("model", "");
+  if (options.preset.empty() == options.model.empty())
+    throw InputError("bench on the GPU needs exactly one of --model PATH or --preset NAME");
+  options.contexts = int_list(args, "context", {4096});
+  options.batches = int_list(args, "batch", {1});
+  options.policy = args.get_or("policy", "full");
+  if (auto budget = args.maybe("budget")) options.budget = Budget::parse(*budget);
+  if (options.policy != "full" && !options.budget)
+    throw InputError("--policy " + options.policy + " needs --budget (e.g. --budget 5%)");
+  options.decode_steps = args.get_int("steps", 64);
+  options.find_max_batch = args.flag("max-batch");
+  options.use_graphs = !args.flag("no-graphs");
+  const nlohmann::json result = run_cuda_bench(options);
+  if (args.flag("json")) {
+    std::printf("%s\n", result.dump(2).c_str());
+    return 0;
+  }
+  std::printf("device %s: read %.0f GB/s, bf16 GEMM %.0f TFLOP/s; model %s (%s), weights %.2f GB\n",
+              result["device"]["name"].get<std::string>().c_str(),
+              result["read_bandwidth_gbs"].get<double>(), result["gemm_tflops"].get<double>(),
+              result["model"]["name"].get<std::string>().c_str(),
+              result["model"]["dummy_weights"].get<bool>() ? "dummy weights" : "real weights",
+              result["model"]["weight_bytes"].get<double>() / 1e9);
+  std::printf("%8s %6s %8s %10s %10s %10s %10s %8s %10s %10s\n", "context", "batch", "kept", "TTFT ms",
+              "prefill/s", "TPOT ms", "bound ms", "ratio", "KV GB", "peak GB");
+  for (const auto& row : result.value("runs", nlohmann::json::array()))
+    std::printf("%8d %6d %8d %10.1f %10.0f %10.3f %10.3f %8.2f %10.2f %10.2f\n", row["context"].get<int>(),
+                row["batch"].get<int>(), row["kept_tokens"].get<int>(), row["ttft_ms"].get<double>(),
+                row["prefill_tokens_per_s"].get<double>(), row["tpot_ms"].get<double>(),
+                row["tpot_bound_ms"].get<double>(), row["tpot_ratio_to_bound"].get<double>(),
+                row["kv_bytes"].get<double>() / 1e9, row["peak_device_bytes"].get<double>() / 1e9);
+  for (const auto& row : result.value("max_batch", nlohmann::json::array()))
+    std::printf("context %d, %d kept tokens: largest batch %d, decode %.0f tokens/s\n",
+                row["context"].get<int>(), row["kept_tokens"].get<int>(), row["max_batch"].get<int>(),
+                row.value("decode_tokens_per_s", 0.0));
+  return 0;
+#endif
+}
+
+}  // namespace kvb

@@ -1,0 +1,46 @@
+// DropKV on the GPU (specs/methods.md §9.2; the fused Triton scorer's scheme). CPU twin:
+// kernels/cpu/dropkv_scores.h. The window forward (outputs y and LSE) is flash_attention_prefill
+// over the last W queries; this file scores every key without materialising the W×L attention or
+// the W×L×d differences: each block streams 64-key K/V tiles, recomputes p from the LSE with
+// tensor-core q·k, and gets ⟨y, v⟩ from a second tensor-core product, so the squared distance is
+// ‖y‖² + ‖v‖² − 2⟨y,v⟩. Then pooling, window protection and top-k, all on the device.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace kvb::cuda {
+
+struct DropKvScoreArgs {
+  const __nv_bfloat16* queries = nullptr;  // window query t, head a at queries + t*row_stride + a*d
+  const __nv_bfloat16* outputs = nullptr;  // y, same layout as the flash output
+  int64_t row_stride = 0;
+  const float* lse = nullptr;              // [Hq, W] natural log
+  const __nv_bfloat16* keys = nullptr;     // [Hkv, head_stride]
+  const __nv_bfloat16* values = nullptr;
+  int64_t head_stride = 0;
+  int n_query_heads = 0, n_kv_heads = 0, head_dim = 0, length = 0, window = 0;
+  bool round_p_to_bf16 = true;
+  float* scores = nullptr;                 // [Hkv, L]
+};
+void dropkv_scores(const DropKvScoreArgs& args, cudaStream_t stream);
+
+// pooled[h, j] = max or mean over j-k/2 .. j+k/2 (PyTorch max_pool1d / avg_pool1d edges), then the
+// last `protect` positions of each head are set to (head max + 1).
+void pool_and_protect(const float* raw, float* pooled, int n_heads, int length, int kernel,
+                      bool max_pool, int protect, cudaStream_t stream);
+
+// kept[h, 0..keep) = indices of the `keep` largest scores of head h, ascending. Lower index wins
+// ties. `workspace` must hold topk_workspace_bytes(n_heads, length) bytes.
+size_t topk_workspace_bytes(int n_heads, int length);
+void topk_sorted(const float* scores, int n_heads, int length, int keep, int32_t* kept,
+                 void* workspace, cudaStream_t stream);
+
+// Baseline for the benchmark: the straightforward implementation that materialises the attention
+// [rows, L] and the differences [rows, L, d] per KV head in f32, as a PyTorch reference would.
+// Returns the scratch bytes it needed.
+size_t dropkv_scores_materialised(const DropKvScoreArgs& args, cudaStream_t stream);
+
+}  // namespace kvb::cuda
