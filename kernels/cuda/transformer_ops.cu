@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_utils.h"
 
@@ -144,6 +145,76 @@ __global__ void read_kernel(const int4* data, size_t count, int* sink) {
   if ((acc.x ^ acc.y ^ acc.z ^ acc.w) == 0x7fffffff) *sink = 1;  // keeps the loads alive
 }
 
+
+// Decode-time products (n <= 4 rows of x) are bandwidth-bound: one warp streams one weight row in
+// 16-byte chunks, four chunks in flight per lane, x read through the cache; cuBLAS's GEMM kernels
+// leave a large part of the bandwidth unused at this shape.
+constexpr int kGemvMaxRows = 4;
+
+template <int N, typename Out>
+__global__ void __launch_bounds__(256) gemv_kernel(const __nv_bfloat16* __restrict__ x,
+                                                   const __nv_bfloat16* __restrict__ w, Out* y,
+                                                   int in_features, int out_features) {
+  const int row = blockIdx.x * 8 + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= out_features) return;
+  const int chunks = in_features / 8;
+  const int4* w_row = reinterpret_cast<const int4*>(w + int64_t(row) * in_features);
+  float acc[N];
+#pragma unroll
+  for (int r = 0; r < N; ++r) acc[r] = 0.f;
+  constexpr int kUnroll = 4;
+  for (int base = lane; base < chunks; base += 32 * kUnroll) {
+    int4 wv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = base + u * 32;
+      wv[u] = c < chunks ? __ldg(w_row + c) : make_int4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = base + u * 32;
+      if (c >= chunks) break;
+      const __nv_bfloat162* wp = reinterpret_cast<const __nv_bfloat162*>(&wv[u]);
+#pragma unroll
+      for (int r = 0; r < N; ++r) {
+        const int4 xv = __ldg(reinterpret_cast<const int4*>(x + int64_t(r) * in_features) + c);
+        const __nv_bfloat162* xp = reinterpret_cast<const __nv_bfloat162*>(&xv);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float2 a = __bfloat1622float2(wp[i]);
+          const float2 b = __bfloat1622float2(xp[i]);
+          acc[r] = fmaf(a.x, b.x, fmaf(a.y, b.y, acc[r]));
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < N; ++r) {
+    float v = acc[r];
+    for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffff, v, off);
+    if (lane == 0) {
+      if constexpr (std::is_same_v<Out, float>) y[int64_t(r) * out_features + row] = v;
+      else y[int64_t(r) * out_features + row] = __float2bfloat16(v);
+    }
+  }
+}
+
+template <typename Out>
+bool try_gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int n, int in_features,
+              int out_features, cudaStream_t stream) {
+  if (n < 1 || n > kGemvMaxRows || in_features % 8 != 0) return false;
+  const dim3 grid((out_features + 7) / 8);
+  switch (n) {
+    case 1: gemv_kernel<1, Out><<<grid, 256, 0, stream>>>(x, w, y, in_features, out_features); break;
+    case 2: gemv_kernel<2, Out><<<grid, 256, 0, stream>>>(x, w, y, in_features, out_features); break;
+    case 3: gemv_kernel<3, Out><<<grid, 256, 0, stream>>>(x, w, y, in_features, out_features); break;
+    default: gemv_kernel<4, Out><<<grid, 256, 0, stream>>>(x, w, y, in_features, out_features); break;
+  }
+  check(cudaGetLastError(), "gemv_kernel");
+  return true;
+}
+
 int grid_for(size_t count, int threads) {
   return int(std::min<size_t>((count + threads - 1) / threads, 65535));
 }
@@ -282,6 +353,7 @@ void fill_random_bf16(__nv_bfloat16* out, size_t count, uint64_t seed, float sca
 
 void gemm_bf16(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w,
                __nv_bfloat16* y, int n, int in_features, int out_features, cudaStream_t stream) {
+  if (try_gemv(x, w, y, n, in_features, out_features, stream)) return;
   const float one = 1.f, zero = 0.f;
   check_cublas(cublasSetStream(handle, stream), "cublasSetStream");
   // Column-major view: Y^T[out, n] = W^T' [out, in] * X^T [in, n].
@@ -293,6 +365,7 @@ void gemm_bf16(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat1
 
 void gemm_bf16_f32out(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w,
                       float* y, int n, int in_features, int out_features, cudaStream_t stream) {
+  if (try_gemv(x, w, y, n, in_features, out_features, stream)) return;
   const float one = 1.f, zero = 0.f;
   check_cublas(cublasSetStream(handle, stream), "cublasSetStream");
   check_cublas(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, out_features, n, in_features, &one, w,

@@ -62,7 +62,8 @@ void bf16_to_f32(const __nv_bfloat16* in, size_t count, float* out, cudaStream_t
 void fill_random_bf16(__nv_bfloat16* out, size_t count, uint64_t seed, float scale,
                       cudaStream_t stream);
 
-// y[n, out] = x[n, in] · w[out, in]^T, bf16 in/out, f32 accumulation (cuBLAS).
+// y[n, out] = x[n, in] · w[out, in]^T, bf16 in/out, f32 accumulation: a bandwidth-bound GEMV
+// kernel for n <= 4 (decode), cuBLAS otherwise.
 void gemm_bf16(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w,
                __nv_bfloat16* y, int n, int in_features, int out_features, cudaStream_t stream);
 // Same with f32 output (logits).

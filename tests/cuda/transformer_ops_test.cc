@@ -99,7 +99,7 @@ TEST(CudaOps, SwigluMatchesCpu) {
 
 TEST(CudaOps, GemmMatchesCpuMatmul) {
   KVB_REQUIRE_GPU();
-  for (int n : {1, 17, 256}) {
+  for (int n : {1, 3, 4, 17, 256}) {  // n <= 4 takes the GEMV kernel
     const int in = 576, out = 1536;
     auto x = random_bf16_values(size_t(n) * in, 7);
     auto w = random_bf16_values(size_t(out) * in, 8, 0.1f);
