@@ -52,6 +52,8 @@ int run_gpu_bench(const Args& args) {
   throw InputError("this kvbench was built without CUDA (configure with -DKVB_CUDA=ON on a machine "
                    "with nvcc)");
 #else
+  args.allow_only({"device", "model", "preset", "dummy", "context", "batch", "policy", "budget",
+                   "steps", "max-batch", "no-graphs", "json"});
   CudaBenchOptions options;
   options.preset = args.get_or("preset", "");
   options.model = args.get_or("model", "");
