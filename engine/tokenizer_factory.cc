@@ -134,36 +134,42 @@ std::string hf_pre_tokenizer_name(const json& pre, const std::string& source) {
 
 std::unique_ptr<Tokenizer> bpe_from_tokenizer_json(const json& tokenizer, const json& config,
                                                    const std::string& source) {
-  const json& model = tokenizer["model"];
+  const json& model = tokenizer.at("model");
   Vocabulary vocab;
   vocab.source = source;
+  // Ids index the vocabulary: reject negative or absurd ones before sizing it.
+  constexpr TokenId kMaxVocabulary = 1 << 24;
   TokenId max_id = -1;
-  for (const auto& [text, id] : model["vocab"].items())
-    max_id = std::max(max_id, id.get<TokenId>());
+  auto checked_id = [&](const json& id) {
+    const auto value = id.get<int64_t>();
+    if (value < 0 || value >= kMaxVocabulary)
+      throw FormatError(source + ": token id " + std::to_string(value) + " is out of range");
+    max_id = std::max(max_id, static_cast<TokenId>(value));
+  };
+  for (const auto& [text, id] : model.at("vocab").items()) checked_id(id);
   if (tokenizer.contains("added_tokens"))
-    for (const json& added : tokenizer["added_tokens"])
-      max_id = std::max(max_id, added["id"].get<TokenId>());
+    for (const json& added : tokenizer["added_tokens"]) checked_id(added.at("id"));
   vocab.tokens.assign(max_id + 1, "");
   vocab.types.assign(max_id + 1, TokenType::kUnused);
-  for (const auto& [text, id] : model["vocab"].items()) {
+  for (const auto& [text, id] : model.at("vocab").items()) {
     vocab.tokens[id.get<TokenId>()] = text;
     vocab.types[id.get<TokenId>()] = TokenType::kNormal;
   }
   if (tokenizer.contains("added_tokens")) {
     for (const json& added : tokenizer["added_tokens"]) {
-      const auto id = added["id"].get<TokenId>();
-      vocab.tokens[id] = added["content"].get<std::string>();
+      const auto id = added.at("id").get<TokenId>();
+      vocab.tokens[id] = added.at("content").get<std::string>();
       vocab.types[id] =
           added.value("special", false) ? TokenType::kControl : TokenType::kUserDefined;
     }
   }
-  for (const json& merge : model["merges"]) {
+  for (const json& merge : model.at("merges")) {
     if (merge.is_string())
       vocab.merges.push_back(merge.get<std::string>());
     else  // newer files: ["left", "right"]
-      vocab.merges.push_back(merge[0].get<std::string>() + " " + merge[1].get<std::string>());
+      vocab.merges.push_back(merge.at(0).get<std::string>() + " " + merge.at(1).get<std::string>());
   }
-  vocab.pre = hf_pre_tokenizer_name(tokenizer["pre_tokenizer"], source);
+  vocab.pre = hf_pre_tokenizer_name(tokenizer.value("pre_tokenizer", json()), source);
   auto id_of = [&](const std::optional<std::string>& text) {
     if (!text) return TokenId{-1};
     for (TokenId id = 0; id < static_cast<TokenId>(vocab.tokens.size()); ++id)
@@ -194,15 +200,15 @@ std::unique_ptr<Tokenizer> tokenizer_from_hf_folder(const std::string& folder) {
   const fs::path spm_path = dir / "tokenizer.model";
   if (fs::exists(json_path)) {
     const json tokenizer = read_json(json_path);
-    const bool byte_level_bpe = tokenizer.contains("model") &&
-                                tokenizer["model"].value("type", "") == "BPE" &&
-                                !tokenizer["model"].value("byte_fallback", false);
-    if (byte_level_bpe) {
-      try {
-        return bpe_from_tokenizer_json(tokenizer, config, json_path.string());
-      } catch (const json::exception& e) {
-        throw FormatError(json_path.string() + ": unexpected tokenizer.json layout: " + e.what());
-      }
+    try {
+      // SentencePiece-style BPE (byte_fallback, "▁" pieces; Mistral, Llama-2) is read from
+      // tokenizer.model instead.
+      const bool byte_level_bpe = tokenizer.contains("model") &&
+                                  tokenizer.at("model").value("type", "") == "BPE" &&
+                                  !tokenizer.at("model").value("byte_fallback", false);
+      if (byte_level_bpe) return bpe_from_tokenizer_json(tokenizer, config, json_path.string());
+    } catch (const json::exception& e) {
+      throw FormatError(json_path.string() + ": unexpected tokenizer.json layout: " + e.what());
     }
   }
   if (fs::exists(spm_path)) {

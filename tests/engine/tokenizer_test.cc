@@ -12,6 +12,7 @@
 #include <cctype>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -432,6 +433,52 @@ TEST(SpmTokenizer, TruncatedModelIsAFormatError) {
   vocab.unk = 0;
   const std::string proto = spm_model_proto_from_vocab(vocab);
   EXPECT_THROW(spm_vocab_from_model_proto(proto.substr(0, proto.size() / 2), "cut"), FormatError);
+}
+
+// Hostile tokenizer.model bytes (deterministic mutations of a valid model): the parser returns or
+// throws FormatError, never reads out of bounds (run under ASan in a sanitizer build).
+TEST(SpmTokenizer, MutatedModelBytesNeverCrashTheParser) {
+  Vocabulary vocab;
+  vocab.tokens = {"<unk>", "<s>", "</s>", "\xE2\x96\x81a", "b", "ab"};
+  vocab.scores = {0, 0, 0, -1, -2, -3};
+  vocab.types = {TokenType::kUnknown, TokenType::kControl, TokenType::kControl,
+                 TokenType::kNormal,  TokenType::kNormal,  TokenType::kNormal};
+  vocab.unk = 0;
+  const std::string proto = spm_model_proto_from_vocab(vocab);
+  std::mt19937 rng(20261130);
+  int parsed = 0, rejected = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string bytes = proto.substr(0, rng() % (proto.size() + 1));
+    for (int flips = rng() % 4; flips > 0 && !bytes.empty(); --flips)
+      bytes[rng() % bytes.size()] = static_cast<char>(rng());
+    try {
+      spm_vocab_from_model_proto(bytes, "mutated");
+      ++parsed;
+    } catch (const FormatError&) {
+      ++rejected;
+    }
+  }
+  EXPECT_GT(parsed, 0);
+  EXPECT_GT(rejected, 0);
+}
+
+TEST(TokenizerFactory, MalformedTokenizerJsonIsAFormatError) {
+  const fs::path dir = fs::temp_directory_path() / ("kvb_bad_json_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const char* bad[] = {
+      R"({"model": {"type": "BPE", "vocab": {"a": -5}, "merges": []}, "pre_tokenizer": null})",
+      R"({"model": {"type": "BPE", "vocab": {"a": 2147483000}, "merges": []}})",
+      R"({"model": {"type": "BPE", "vocab": {"a": "x"}, "merges": []}})",
+      R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["ab"]},
+          "pre_tokenizer": {"type": "ByteLevel"}})",
+      R"({"model": {"type": "BPE", "vocab": [1, 2]}})",
+      R"({"model": {"type": "BPE")",
+  };
+  for (const char* text : bad) {
+    std::ofstream(dir / "tokenizer.json") << text;
+    EXPECT_THROW(tokenizer_from_path(dir.string()), FormatError) << text;
+  }
+  fs::remove_all(dir);
 }
 
 TEST(SpmTokenizer, SpacePrefixAfterSpecialTokensAndByteFallback) {
