@@ -1,10 +1,16 @@
 #include "engine/model.h"
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
+#include <cctype>
+#include <fstream>
 
 #include "engine/errors.h"
 #include "engine/gguf.h"
+#include "engine/hf_config.h"
 #include "engine/presets.h"
+#include "engine/safetensors.h"
 #include "engine/sha256.h"
 #include "engine/weights_loader.h"
 
@@ -60,6 +66,39 @@ std::string gguf_chat_template(const GgufFile& gguf) {
   return s ? *s : std::string();
 }
 
+// tokenizer_config.json's chat_template: a string, or a list of {name, template} (the "default" one).
+std::string hf_chat_template(const std::filesystem::path& folder) {
+  std::ifstream in(folder / "tokenizer_config.json");
+  if (!in) return "";
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("chat_template")) return "";
+  const auto& t = j["chat_template"];
+  if (t.is_string()) return t.get<std::string>();
+  if (t.is_array())
+    for (const auto& entry : t)
+      if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") && entry["template"].is_string())
+        return entry["template"].get<std::string>();
+  return "";
+}
+
+std::string hf_tokenizer_kind(const std::filesystem::path& folder) {
+  if (std::filesystem::exists(folder / "tokenizer.json")) {
+    std::ifstream in(folder / "tokenizer.json");
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_object() && j.contains("model") && j["model"].is_object() && j["model"].contains("type") && j["model"]["type"].is_string())
+      return "tokenizer.json (" + j["model"]["type"].get<std::string>() + ")";
+    return "tokenizer.json";
+  }
+  if (std::filesystem::exists(folder / "tokenizer.model")) return "tokenizer.model (sentencepiece)";
+  return "none";
+}
+
+std::vector<std::filesystem::path> hf_hashed_files(const std::filesystem::path& folder, const SafetensorsModel& model) {
+  std::vector<std::filesystem::path> files = {folder / "config.json"};
+  for (const auto& f : model.files()) files.push_back(f);
+  return files;
+}
+
 }  // namespace
 
 std::string detect_chat_template(Architecture architecture, const std::string& jinja_template) {
@@ -91,7 +130,10 @@ LoadedModel load_model(const std::string& path_or_preset) {
   const std::filesystem::path path(path_or_preset);
   require_exists(path);
   if (is_hf_folder(path)) {
-    throw InputError(path_or_preset + ": HF folders are not supported in this build yet");
+    model.weights = load_weights_from_hf_folder(path);
+    model.chat_template = detect_chat_template(model.weights->config.architecture, hf_chat_template(path));
+    model.sha256 = sha256_hex_of_files(hf_hashed_files(path, SafetensorsModel::open_folder(path)));
+    return model;
   }
   {
     // The mapping lives only inside this scope: weights are f32 copies, the tokenizer copies strings.
@@ -120,7 +162,21 @@ ModelSummary inspect_model(const std::string& path_or_preset) {
   }
   const std::filesystem::path path(path_or_preset);
   require_exists(path);
-  if (is_hf_folder(path)) throw InputError(path_or_preset + ": HF folders are not supported in this build yet");
+  if (is_hf_folder(path)) {
+    s.format = "hf-safetensors";
+    s.config = model_config_from_hf_folder(path);
+    const SafetensorsModel model = SafetensorsModel::open_folder(path);
+    s.tokenizer_kind = hf_tokenizer_kind(path);
+    s.chat_template = detect_chat_template(s.config.architecture, hf_chat_template(path));
+    for (const auto& [dtype, n] : model.dtype_counts()) {
+      std::string lower = dtype;
+      for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      s.dtype_counts[lower] = n;
+    }
+    s.n_parameters = model.total_elements();
+    for (const auto& f : hf_hashed_files(path, model)) s.file_bytes += std::filesystem::file_size(f);
+    return s;
+  }
   const auto gguf = GgufFile::open(path);
   s.format = "gguf";
   s.config = model_config_from_gguf(*gguf);

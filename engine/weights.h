@@ -12,6 +12,7 @@
 // Q/K rows of Llama-architecture GGUFs into adjacent-pair (GPT-J, "interleaved") order; the GGUF
 // loader undoes that permutation (weights_loader.h: unpermute_rope_rows), so do NOT use
 // adjacent-pair RoPE on these weights. Qwen2 GGUFs are stored unpermuted and need no change.
+// Accordingly every loader leaves ModelConfig::rope_interleaved_pairs = false.
 #pragma once
 
 #include <filesystem>

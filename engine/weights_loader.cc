@@ -4,11 +4,14 @@
 #include "engine/weights_loader.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <numbers>
 
 #include "engine/errors.h"
+#include "engine/hf_config.h"
+#include "engine/safetensors.h"
 #include "kernels/cpu/dequantize.h"
 
 namespace kvb {
@@ -194,6 +197,7 @@ std::shared_ptr<ModelWeights> load_weights_from_gguf(const GgufFile& gguf) {
   // Llama-architecture GGUFs (and Mistral, converted by the same class) carry the RoPE row
   // permutation; Qwen2 GGUFs are not permuted (llama.cpp runs them with NeoX-style RoPE).
   const bool permuted = c.architecture != Architecture::kQwen2;
+  w->config.rope_interleaved_pairs = false;  // after un-permuting, every loaded model uses (i, i + hd/2)
 
   GgufWeightReader reader(gguf);
   w->token_embedding = reader.read("token_embd.weight", {d, c.vocab_size});
@@ -221,6 +225,81 @@ std::shared_ptr<ModelWeights> load_weights_from_gguf(const GgufFile& gguf) {
       if (!layer.bq.empty()) unpermute_rope_rows(layer.bq, c.n_query_heads, c.head_dim, 1);
       if (!layer.bk.empty()) unpermute_rope_rows(layer.bk, c.n_kv_heads, c.head_dim, 1);
     }
+  }
+  w->weight_dtypes = reader.dtypes();
+  return w;
+}
+
+namespace {
+
+// HF tensors are already [out, in] row-major with Q/K rows in rotate_half order: no reordering.
+class HfWeightReader {
+ public:
+  HfWeightReader(const SafetensorsModel& model, std::string label) : model_(model), label_(std::move(label)) {}
+
+  std::vector<float> read(const std::string& name, std::vector<int64_t> shape, bool optional = false) {
+    if (optional && !model_.has(name)) return {};
+    std::vector<int64_t> actual;
+    std::vector<float> data = model_.read_f32(name, &actual);
+    if (actual != shape) {
+      std::string want, got;
+      for (int64_t d : shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
+      for (int64_t d : actual) got += (got.empty() ? "" : ", ") + std::to_string(d);
+      throw FormatError(label_ + ": tensor '" + name + "' has shape [" + got + "] but config.json implies [" + want + "]");
+    }
+    ++counts_[model_.file_of(name)->find(name)->dtype];
+    return data;
+  }
+
+  std::string dtypes() const {
+    std::vector<std::pair<std::string, int>> counts;
+    for (const auto& [dtype, n] : counts_) {
+      std::string lower = dtype;
+      for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      counts.emplace_back(lower, n);
+    }
+    return describe_dtype_counts(counts);
+  }
+
+ private:
+  const SafetensorsModel& model_;
+  std::string label_;
+  std::map<std::string, int> counts_;
+};
+
+}  // namespace
+
+std::shared_ptr<ModelWeights> load_weights_from_hf_folder(const std::filesystem::path& folder) {
+  auto w = std::make_shared<ModelWeights>();
+  w->config = model_config_from_hf_folder(folder);
+  w->source = folder.string();
+  const ModelConfig& c = w->config;
+  const SafetensorsModel model = SafetensorsModel::open_folder(folder);
+  const int64_t d = c.d_model, q_rows = int64_t{c.n_query_heads} * c.head_dim,
+                kv_rows = int64_t{c.n_kv_heads} * c.head_dim, ffn = c.ffn_dim, vocab = c.vocab_size;
+  HfWeightReader reader(model, folder.string());
+  w->token_embedding = reader.read("model.embed_tokens.weight", {vocab, d});
+  w->output_norm = reader.read("model.norm.weight", {d});
+  // Some tied checkpoints still ship lm_head.weight; a tied model ignores it, as transformers does.
+  if (!c.tied_embeddings) w->output = reader.read("lm_head.weight", {vocab, d});
+  w->layers.resize(c.n_layers);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    LayerWeights& layer = w->layers[l];
+    layer.attn_norm = reader.read(p + "input_layernorm.weight", {d});
+    layer.wq = reader.read(p + "self_attn.q_proj.weight", {q_rows, d});
+    layer.wk = reader.read(p + "self_attn.k_proj.weight", {kv_rows, d});
+    layer.wv = reader.read(p + "self_attn.v_proj.weight", {kv_rows, d});
+    if (c.qkv_bias) {
+      layer.bq = reader.read(p + "self_attn.q_proj.bias", {q_rows});
+      layer.bk = reader.read(p + "self_attn.k_proj.bias", {kv_rows});
+      layer.bv = reader.read(p + "self_attn.v_proj.bias", {kv_rows});
+    }
+    layer.wo = reader.read(p + "self_attn.o_proj.weight", {d, q_rows});
+    layer.ffn_norm = reader.read(p + "post_attention_layernorm.weight", {d});
+    layer.w_gate = reader.read(p + "mlp.gate_proj.weight", {ffn, d});
+    layer.w_up = reader.read(p + "mlp.up_proj.weight", {ffn, d});
+    layer.w_down = reader.read(p + "mlp.down_proj.weight", {d, ffn});
   }
   w->weight_dtypes = reader.dtypes();
   return w;

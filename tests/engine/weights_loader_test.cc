@@ -4,10 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "engine/errors.h"
 #include "engine/model.h"
 #include "engine/presets.h"
+#include "engine/safetensors.h"
 #include "tests/engine/tiny_gguf.h"
 #include "tests/test_paths.h"
 
@@ -175,6 +178,143 @@ TEST(WeightsLoaderTest, LoadsTheDefaultModel) {
   EXPECT_NEAR(w.layers[0].wq[(2 * 64 + 32 + 22) * 576 + 352], -0.12225341796875, 1e-7);
   ASSERT_EQ(w.layers.size(), 30u);
   EXPECT_EQ(w.layers[29].w_down.size(), 576u * 1536u);
+}
+
+// Writes `w` as an HF folder (two shards + index, config.json) and as a GGUF file the way llama.cpp's
+// converter would (Q/K rows permuted for Llama); both must load back to exactly `w`.
+void write_hf_folder(const ModelWeights& w, const std::filesystem::path& dir) {
+  const ModelConfig& c = w.config;
+  std::filesystem::create_directories(dir);
+  nlohmann::json cfg = {{"architectures", {c.architecture == Architecture::kQwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
+                        {"hidden_size", c.d_model}, {"intermediate_size", c.ffn_dim}, {"num_hidden_layers", c.n_layers},
+                        {"num_attention_heads", c.n_query_heads}, {"num_key_value_heads", c.n_kv_heads},
+                        {"vocab_size", c.vocab_size}, {"max_position_embeddings", c.max_context},
+                        {"rms_norm_eps", c.rms_norm_eps}, {"rope_theta", c.rope_theta},
+                        {"tie_word_embeddings", c.tied_embeddings}};
+  std::ofstream(dir / "config.json") << cfg.dump();
+  const int64_t d = c.d_model, q = int64_t{c.n_query_heads} * c.head_dim, kv = int64_t{c.n_kv_heads} * c.head_dim, f = c.ffn_dim;
+  F32Tensors first, second;
+  first["model.embed_tokens.weight"] = {{c.vocab_size, d}, w.token_embedding};
+  second["model.norm.weight"] = {{d}, w.output_norm};
+  if (!c.tied_embeddings) second["lm_head.weight"] = {{c.vocab_size, d}, w.output};
+  for (int l = 0; l < c.n_layers; ++l) {
+    F32Tensors& shard = l == 0 ? first : second;
+    const LayerWeights& L = w.layers[l];
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    shard[p + "input_layernorm.weight"] = {{d}, L.attn_norm};
+    shard[p + "self_attn.q_proj.weight"] = {{q, d}, L.wq};
+    shard[p + "self_attn.k_proj.weight"] = {{kv, d}, L.wk};
+    shard[p + "self_attn.v_proj.weight"] = {{kv, d}, L.wv};
+    if (c.qkv_bias) {
+      shard[p + "self_attn.q_proj.bias"] = {{q}, L.bq};
+      shard[p + "self_attn.k_proj.bias"] = {{kv}, L.bk};
+      shard[p + "self_attn.v_proj.bias"] = {{kv}, L.bv};
+    }
+    shard[p + "self_attn.o_proj.weight"] = {{d, q}, L.wo};
+    shard[p + "post_attention_layernorm.weight"] = {{d}, L.ffn_norm};
+    shard[p + "mlp.gate_proj.weight"] = {{f, d}, L.w_gate};
+    shard[p + "mlp.up_proj.weight"] = {{f, d}, L.w_up};
+    shard[p + "mlp.down_proj.weight"] = {{d, f}, L.w_down};
+  }
+  nlohmann::json map;
+  for (const auto& [name, t] : first) map[name] = "model-00001-of-00002.safetensors";
+  for (const auto& [name, t] : second) map[name] = "model-00002-of-00002.safetensors";
+  write_safetensors(dir / "model-00001-of-00002.safetensors", first);
+  write_safetensors(dir / "model-00002-of-00002.safetensors", second);
+  std::ofstream(dir / "model.safetensors.index.json") << nlohmann::json{{"weight_map", map}}.dump();
+}
+
+test::GgufBuilder gguf_like_llama_cpp(const ModelWeights& w) {
+  const ModelConfig& c = w.config;
+  const std::string a = c.architecture == Architecture::kQwen2 ? "qwen2" : "llama";
+  const bool permute = a == "llama";
+  test::GgufBuilder b;
+  b.str("general.architecture", a)
+      .u32(a + ".block_count", c.n_layers)
+      .u32(a + ".context_length", c.max_context)
+      .u32(a + ".embedding_length", c.d_model)
+      .u32(a + ".feed_forward_length", c.ffn_dim)
+      .u32(a + ".attention.head_count", c.n_query_heads)
+      .u32(a + ".attention.head_count_kv", c.n_kv_heads)
+      .f32(a + ".rope.freq_base", c.rope_theta)
+      .f32(a + ".attention.layer_norm_rms_epsilon", c.rms_norm_eps);
+  const int64_t d = c.d_model, q = int64_t{c.n_query_heads} * c.head_dim, kv = int64_t{c.n_kv_heads} * c.head_dim, f = c.ffn_dim;
+  b.f32_tensor("token_embd.weight", {d, c.vocab_size}, w.token_embedding);
+  b.f32_tensor("output_norm.weight", {d}, w.output_norm);
+  if (!c.tied_embeddings) b.f32_tensor("output.weight", {d, c.vocab_size}, w.output);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = w.layers[l];
+    const std::string p = "blk." + std::to_string(l) + ".";
+    b.f32_tensor(p + "attn_norm.weight", {d}, L.attn_norm);
+    b.f32_tensor(p + "attn_q.weight", {d, q}, permute ? llama_cpp_permute(L.wq, c.n_query_heads, c.head_dim, c.d_model) : L.wq);
+    b.f32_tensor(p + "attn_k.weight", {d, kv}, permute ? llama_cpp_permute(L.wk, c.n_kv_heads, c.head_dim, c.d_model) : L.wk);
+    b.f32_tensor(p + "attn_v.weight", {d, kv}, L.wv);
+    if (c.qkv_bias) {
+      b.f32_tensor(p + "attn_q.bias", {q}, permute ? llama_cpp_permute(L.bq, c.n_query_heads, c.head_dim, 1) : L.bq);
+      b.f32_tensor(p + "attn_k.bias", {kv}, permute ? llama_cpp_permute(L.bk, c.n_kv_heads, c.head_dim, 1) : L.bk);
+      b.f32_tensor(p + "attn_v.bias", {kv}, L.bv);
+    }
+    b.f32_tensor(p + "attn_output.weight", {q, d}, L.wo);
+    b.f32_tensor(p + "ffn_norm.weight", {d}, L.ffn_norm);
+    b.f32_tensor(p + "ffn_gate.weight", {d, f}, L.w_gate);
+    b.f32_tensor(p + "ffn_up.weight", {d, f}, L.w_up);
+    b.f32_tensor(p + "ffn_down.weight", {f, d}, L.w_down);
+  }
+  return b;
+}
+
+void expect_same_weights(const ModelWeights& a, const ModelWeights& b) {
+  EXPECT_EQ(a.token_embedding, b.token_embedding);
+  EXPECT_EQ(a.output_norm, b.output_norm);
+  EXPECT_EQ(a.output, b.output);
+  ASSERT_EQ(a.layers.size(), b.layers.size());
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    SCOPED_TRACE("layer " + std::to_string(l));
+    const LayerWeights &x = a.layers[l], &y = b.layers[l];
+    EXPECT_EQ(x.attn_norm, y.attn_norm);
+    EXPECT_EQ(x.wq, y.wq);
+    EXPECT_EQ(x.wk, y.wk);
+    EXPECT_EQ(x.wv, y.wv);
+    EXPECT_EQ(x.bq, y.bq);
+    EXPECT_EQ(x.bk, y.bk);
+    EXPECT_EQ(x.bv, y.bv);
+    EXPECT_EQ(x.wo, y.wo);
+    EXPECT_EQ(x.ffn_norm, y.ffn_norm);
+    EXPECT_EQ(x.w_gate, y.w_gate);
+    EXPECT_EQ(x.w_up, y.w_up);
+    EXPECT_EQ(x.w_down, y.w_down);
+  }
+}
+
+TEST(WeightsLoaderTest, HfFolderAndLlamaCppGgufLoadToTheSameWeights) {
+  const auto dir = std::filesystem::temp_directory_path() / ("kvb_hf_equiv_" + std::to_string(::getpid()));
+  for (bool qwen : {false, true}) {
+    SCOPED_TRACE(qwen ? "qwen2" : "llama");
+    ModelConfig c = preset_config("tiny-llama");
+    if (qwen) {
+      c.architecture = Architecture::kQwen2;
+      c.qkv_bias = true;
+      c.tied_embeddings = true;
+    }
+    const auto truth = random_weights(c, 99);
+    std::filesystem::remove_all(dir);
+    write_hf_folder(*truth, dir);
+    const auto hf = load_weights_from_hf_folder(dir);
+    expect_same_weights(*hf, *truth);
+    EXPECT_EQ(hf->config.qkv_bias, qwen);
+    EXPECT_EQ(hf->config.tied_embeddings, qwen);
+    EXPECT_EQ(hf->weight_dtypes, qwen ? "f32 x 26" : "f32 x 21");
+    const auto bytes = gguf_like_llama_cpp(*truth).bytes();
+    const auto gguf = load_weights_from_gguf(*GgufFile::parse(bytes, "equiv.gguf"));
+    expect_same_weights(*gguf, *truth);
+    EXPECT_FALSE(gguf->config.rope_interleaved_pairs);
+    // load_model on the folder: same weights, provenance hash over config.json + shards.
+    const LoadedModel m = load_model(dir.string());
+    expect_same_weights(*m.weights, *truth);
+    EXPECT_EQ(m.sha256.size(), 64u);
+    EXPECT_EQ(m.chat_template, qwen ? "chatml" : "plain");
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(PresetsTest, PaperModelShapes) {
