@@ -6,6 +6,7 @@
 #include <cctype>
 #include <fstream>
 
+#include "engine/chat_template.h"
 #include "engine/errors.h"
 #include "engine/gguf.h"
 #include "engine/hf_config.h"
@@ -60,12 +61,6 @@ void require_exists(const std::filesystem::path& path) {
 
 bool is_hf_folder(const std::filesystem::path& path) { return std::filesystem::is_directory(path); }
 
-std::string gguf_chat_template(const GgufFile& gguf) {
-  const GgufValue* v = gguf.find("tokenizer.chat_template");
-  const auto* s = v ? std::get_if<std::string>(v) : nullptr;
-  return s ? *s : std::string();
-}
-
 // tokenizer_config.json's chat_template: a string, or a list of {name, template} (the "default" one).
 std::string hf_chat_template(const std::filesystem::path& folder) {
   std::ifstream in(folder / "tokenizer_config.json");
@@ -101,19 +96,6 @@ std::vector<std::filesystem::path> hf_hashed_files(const std::filesystem::path& 
 
 }  // namespace
 
-std::string detect_chat_template(Architecture architecture, const std::string& jinja_template) {
-  if (jinja_template.find("<|im_start|>") != std::string::npos) return "chatml";
-  if (jinja_template.find("<|start_header_id|>") != std::string::npos) return "llama3";
-  if (jinja_template.find("[INST]") != std::string::npos) return "mistral";
-  if (!jinja_template.empty()) return "plain";
-  switch (architecture) {
-    case Architecture::kQwen2: return "chatml";
-    case Architecture::kMistral: return "mistral";
-    case Architecture::kLlama: return "plain";
-  }
-  return "plain";
-}
-
 LoadedModel load_model(const std::string& path_or_preset) {
   LoadedModel model;
   if (is_preset(path_or_preset)) {
@@ -131,7 +113,9 @@ LoadedModel load_model(const std::string& path_or_preset) {
   require_exists(path);
   if (is_hf_folder(path)) {
     model.weights = load_weights_from_hf_folder(path);
-    model.chat_template = detect_chat_template(model.weights->config.architecture, hf_chat_template(path));
+    model.tokenizer = tokenizer_from_hf_folder(path.string());
+    model.chat_template = chat_template_name_for(hf_chat_template(path), architecture_name(model.weights->config.architecture),
+                                                 model.weights->config.name);
     model.sha256 = sha256_hex_of_files(hf_hashed_files(path, SafetensorsModel::open_folder(path)));
     return model;
   }
@@ -139,7 +123,8 @@ LoadedModel load_model(const std::string& path_or_preset) {
     // The mapping lives only inside this scope: weights are f32 copies, the tokenizer copies strings.
     const auto gguf = GgufFile::open(path);
     model.weights = load_weights_from_gguf(*gguf);
-    model.chat_template = detect_chat_template(model.weights->config.architecture, gguf_chat_template(*gguf));
+    model.tokenizer = tokenizer_from_gguf(*gguf);
+    model.chat_template = chat_template_name_for(*gguf);
   }
   model.sha256 = sha256_hex_of_files({path});
   return model;
@@ -166,8 +151,12 @@ ModelSummary inspect_model(const std::string& path_or_preset) {
     s.format = "hf-safetensors";
     s.config = model_config_from_hf_folder(path);
     const SafetensorsModel model = SafetensorsModel::open_folder(path);
-    s.tokenizer_kind = hf_tokenizer_kind(path);
-    s.chat_template = detect_chat_template(s.config.architecture, hf_chat_template(path));
+    try {
+      s.tokenizer_kind = tokenizer_from_hf_folder(path.string())->kind() + " from " + hf_tokenizer_kind(path);
+    } catch (const std::exception& e) {
+      s.tokenizer_kind = std::string("unusable: ") + e.what();
+    }
+    s.chat_template = chat_template_name_for(hf_chat_template(path), architecture_name(s.config.architecture), s.config.name);
     for (const auto& [dtype, n] : model.dtype_counts()) {
       std::string lower = dtype;
       for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -180,11 +169,12 @@ ModelSummary inspect_model(const std::string& path_or_preset) {
   const auto gguf = GgufFile::open(path);
   s.format = "gguf";
   s.config = model_config_from_gguf(*gguf);
-  const std::string tokenizer_model = gguf->has("tokenizer.ggml.model") ? gguf->get_string("tokenizer.ggml.model") : "none";
-  s.tokenizer_kind = tokenizer_model;
-  if (gguf->has("tokenizer.ggml.pre")) s.tokenizer_kind += " (pre: " + gguf->get_string("tokenizer.ggml.pre") + ")";
-  if (tokenizer_model == "llama") s.tokenizer_kind += " (sentencepiece)";
-  s.chat_template = detect_chat_template(s.config.architecture, gguf_chat_template(*gguf));
+  try {
+    s.tokenizer_kind = tokenizer_from_gguf(*gguf)->kind();
+  } catch (const std::exception& e) {
+    s.tokenizer_kind = std::string("unusable: ") + e.what();
+  }
+  s.chat_template = chat_template_name_for(*gguf);
   for (const GgufTensorInfo& t : gguf->tensors()) {
     ++s.dtype_counts[ggml_type_name(t.type)];
     s.n_parameters += t.elements();

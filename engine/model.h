@@ -16,7 +16,7 @@ namespace kvb {
 struct LoadedModel {
   std::shared_ptr<const ModelWeights> weights;
   std::shared_ptr<const Tokenizer> tokenizer;
-  std::string chat_template;  // "chatml", "llama3", "mistral" or "plain" (see detect_chat_template)
+  std::string chat_template;  // a name from engine/chat_template.h ("chatml-smollm2", "llama3.1", ..., "plain")
   std::string sha256;         // of the model file(s); of "preset:NAME seed=S" for a preset
 };
 
@@ -24,22 +24,19 @@ struct LoadedModel {
 // Errors: InputError (missing path, unknown preset or architecture), FormatError (malformed file).
 LoadedModel load_model(const std::string& path_or_preset);
 
-// What `kvbench info` shows, read from metadata only (no dequantisation, no tokenizer build).
+// What `kvbench info` shows, read from metadata only (no dequantisation; the tokenizer is built to
+// report its kind, and a tokenizer that cannot be built is reported, not thrown).
 struct ModelSummary {
   std::string source;          // the path or "preset:NAME"
   std::string format;          // "gguf", "hf-safetensors", "preset"
   ModelConfig config;
-  std::string tokenizer_kind;  // e.g. "gpt2 (pre: smollm)", "llama (sentencepiece)", "tokenizer.json"
+  std::string tokenizer_kind;  // Tokenizer::kind() ("bpe:smollm", "spm", ...) or "unusable: <why>"
   std::string chat_template;
   std::map<std::string, int> dtype_counts;  // tensor dtype -> number of tensors in the file(s)
   int64_t n_parameters = 0;    // elements of all weight tensors
   uint64_t file_bytes = 0;     // total size of the model file(s); 0 for a preset
 };
 ModelSummary inspect_model(const std::string& path_or_preset);
-
-// Chat template family from the architecture and, when present, the model's own Jinja template
-// (tokenizer.chat_template in GGUF, chat_template in tokenizer_config.json).
-std::string detect_chat_template(Architecture architecture, const std::string& jinja_template);
 
 // Seed used for the random weights of "preset:NAME" (fixed so that runs are comparable).
 inline constexpr uint64_t kPresetSeed = 1234;

@@ -165,7 +165,10 @@ TEST(WeightsLoaderTest, LoadsTheDefaultModel) {
   EXPECT_FALSE(c.qkv_bias);
   EXPECT_EQ(c.name, "SmolLM2-135M-Instruct.Q4_1");
   EXPECT_EQ(w.weight_dtypes, "q4_1 x 210, f32 x 61, q8_0 x 1");
-  EXPECT_EQ(model.chat_template, "chatml");
+  EXPECT_EQ(model.chat_template, "chatml-smollm2");
+  ASSERT_NE(model.tokenizer, nullptr);
+  EXPECT_EQ(model.tokenizer->vocab_size(), 49152);
+  EXPECT_EQ(model.tokenizer->kind(), "bpe:smollm");
   // setup.sh's pinned checksum of the file.
   EXPECT_EQ(model.sha256, "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53");
   ASSERT_EQ(w.token_embedding.size(), 49152u * 576u);
@@ -308,11 +311,21 @@ TEST(WeightsLoaderTest, HfFolderAndLlamaCppGgufLoadToTheSameWeights) {
     const auto gguf = load_weights_from_gguf(*GgufFile::parse(bytes, "equiv.gguf"));
     expect_same_weights(*gguf, *truth);
     EXPECT_FALSE(gguf->config.rope_interleaved_pairs);
-    // load_model on the folder: same weights, provenance hash over config.json + shards.
-    const LoadedModel m = load_model(dir.string());
-    expect_same_weights(*m.weights, *truth);
-    EXPECT_EQ(m.sha256.size(), 64u);
-    EXPECT_EQ(m.chat_template, qwen ? "chatml" : "plain");
+    // inspect_model reads the folder's metadata; load_model needs a tokenizer, and says so.
+    const ModelSummary summary = inspect_model(dir.string());
+    EXPECT_EQ(summary.format, "hf-safetensors");
+    EXPECT_EQ(summary.n_parameters, static_cast<int64_t>(truth->token_embedding.size() * (qwen ? 1 : 2) +
+                                                         truth->output_norm.size() + 2 * (truth->layers[0].wq.size() + 2 * truth->layers[0].wk.size() +
+                                                         truth->layers[0].wo.size() + 3 * truth->layers[0].w_up.size() + 128 +
+                                                         (qwen ? 128 : 0))));
+    EXPECT_EQ(summary.dtype_counts.at("f32"), qwen ? 26 : 21);
+    EXPECT_NE(summary.tokenizer_kind.find("unusable"), std::string::npos);
+    try {
+      load_model(dir.string());
+      ADD_FAILURE() << "expected an InputError for the missing tokenizer";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("tokenizer"), std::string::npos) << e.what();
+    }
   }
   std::filesystem::remove_all(dir);
 }

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang (-fsanitize=fuzzer,address) and runs each for a bounded
+# time. Usage: run_fuzzers.sh SOURCE_DIR WORK_DIR [SECONDS]. Exits 77 (ctest: skipped) when clang
+# or its fuzzer runtime is missing (harness/scripts/setup.sh installs clang and libclang-rt-14-dev).
+set -euo pipefail
+src="$1"
+work="$2"
+seconds="${3:-30}"
+mkdir -p "$work"
+
+clangxx="$(command -v clang++ || true)"
+if [ -z "$clangxx" ]; then
+  echo "SKIP: clang++ not found (install clang and libclang-rt-14-dev: harness/scripts/setup.sh)"
+  exit 77
+fi
+probe="$work/probe.cc"
+echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' > "$probe"
+if ! "$clangxx" -fsanitize=fuzzer,address "$probe" -o "$work/probe" 2>/dev/null; then
+  echo "SKIP: $clangxx cannot link -fsanitize=fuzzer (install libclang-rt-14-dev)"
+  exit 77
+fi
+
+flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$src")
+sources=("$src/engine/gguf.cc" "$src/engine/weights_loader.cc" "$src/engine/hf_config.cc"
+         "$src/engine/safetensors.cc" "$src/kernels/cpu/dequantize.cc")
+fuzzer="$work/gguf_fuzz"
+# Rebuild only when a source is newer than the binary (the compile takes a minute on a busy box).
+rebuild=0
+[ -x "$fuzzer" ] || rebuild=1
+for f in "${sources[@]}" "$src/tests/fuzz/gguf_fuzz.cc" "$src/engine/gguf.h" "$src/kernels/cpu/dequantize.h"; do
+  [ "$f" -nt "$fuzzer" ] && rebuild=1
+done
+if [ "$rebuild" = 1 ]; then
+  echo "building $fuzzer"
+  "$clangxx" "${flags[@]}" "$src/tests/fuzz/gguf_fuzz.cc" "${sources[@]}" -ltbb -o "$fuzzer"
+fi
+"$clangxx" -std=c++20 -O1 -I"$src" "$src/tests/fuzz/make_gguf_seeds.cc" -o "$work/make_gguf_seeds"
+
+corpus="$work/gguf_corpus"
+mkdir -p "$corpus"
+"$work/make_gguf_seeds" "$corpus"
+# The run is bounded by time; -seed fixes the mutation sequence so that a failure can be replayed.
+"$fuzzer" -max_total_time="$seconds" -seed=1 -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
+  -print_final_stats=1 -artifact_prefix="$work/" "$corpus"
