@@ -7,7 +7,8 @@ cd "$root"
 
 packages=(build-essential cmake pkg-config ccache libsentencepiece-dev libtbb-dev libopenblas-dev
           libpcre2-dev libsqlite3-dev nlohmann-json3-dev libgtest-dev libgmock-dev
-          libbenchmark-dev sqlite3 python3-jieba clang libclang-rt-14-dev)
+          libbenchmark-dev sqlite3 python3-jieba clang libclang-rt-14-dev
+          chromium)  # chromium: the HTML report test opens the report headless
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
