@@ -52,18 +52,35 @@ if ! "$venv/bin/python" -c "import gguf, numpy" 2>/dev/null; then
   fi
 fi
 
-# Word lists for RULER come from the wonderwords package (its assets), unpacked beside the model.
-if [ ! -f "$model_dir/wonderwords/nounlist.txt" ]; then
+# Word lists for RULER (NIAH keys, CWE vocabulary) come from the wonderwords package's assets,
+# unpacked beside the model. 3.0.1 carries the lists of the repository's "stable version 3.0.0"
+# commit (6,782 nouns, 912 adjectives, 1,042 verb lines), the same files as
+# ../shared/fixtures/wordlists; 2.2.0 had 4 more nouns and changes the NIAH key space (spec §1.2).
+words_dir="$model_dir/wonderwords"
+words_sha256="4dd66deb6a76ca9e0b0422d1d3e111f9b910d7c16922d42de733ee8def98f8d0"
+if [ ! -f "$words_dir/nounlist.txt" ] || [ "$(wc -l < "$words_dir/nounlist.txt")" -ne 6782 ]; then
+  echo "[setup] fetching wonderwords==3.0.1 (RULER word lists)"
   tmp="$(mktemp -d)"
-  if python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$tmp" wonderwords==2.2.0 2>/dev/null; then
-    mkdir -p "$model_dir/wonderwords"
-    (cd "$model_dir/wonderwords" && python3 -c "
-import sys, zipfile, glob, os
-w = zipfile.ZipFile(glob.glob('$tmp/wonderwords-*.whl')[0])
-for n in w.namelist():
-    if n.startswith('wonderwords/assets/') and n.endswith('.txt'):
-        open(os.path.basename(n), 'wb').write(w.read(n))
-")
+  if python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$tmp" wonderwords==3.0.1; then
+    wheel="$(ls "$tmp"/wonderwords-3.0.1-*.whl)"
+    if echo "$words_sha256  $wheel" | sha256sum -c --status; then
+      mkdir -p "$words_dir"
+      python3 - "$wheel" "$words_dir" <<'PY'
+import os, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as wheel:
+    for name in ("adjectivelist.txt", "nounlist.txt", "verblist.txt"):
+        with open(os.path.join(sys.argv[2], name), "wb") as out:
+            out.write(wheel.read("wonderwords/assets/" + name))
+    licence = [n for n in wheel.namelist() if n.endswith("LICENSE")]
+    if licence:
+        with open(os.path.join(sys.argv[2], "LICENSE-wonderwords"), "wb") as out:
+            out.write(wheel.read(licence[0]))
+PY
+    else
+      echo "[setup] warning: wonderwords wheel does not have SHA-256 $words_sha256; word lists not installed" >&2
+    fi
+  else
+    echo "[setup] warning: could not download wonderwords; RULER falls back to ../shared/fixtures/wordlists" >&2
   fi
   rm -rf "$tmp"
 fi

@@ -1,0 +1,222 @@
+#include "datasets/ruler/ruler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "datasets/ruler/ruler_constants.h"
+#include "datasets/ruler/ruler_task.h"
+#include "datasets/text_utils.h"
+#include "engine/errors.h"
+
+namespace kvb {
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path first_existing(const std::vector<fs::path>& candidates) {
+  for (const fs::path& candidate : candidates)
+    if (fs::exists(candidate)) return candidate;
+  return candidates.front();
+}
+
+}  // namespace
+
+RulerDataPaths ruler_data_paths(const fs::path& project_root, const fs::path& data_dir) {
+  RulerDataPaths paths;
+  if (!data_dir.empty()) {
+    paths.essays_dir = first_existing(
+        {data_dir / "pg_essays", data_dir / "haystack" / "pg_essays", data_dir / "PaulGrahamEssays"});
+    paths.wordlists_dir = first_existing({data_dir / "wordlists", data_dir / "wonderwords",
+                                          project_root / "models" / "wonderwords"});
+    paths.qa_dir = first_existing({data_dir / "qa", data_dir});
+    return paths;
+  }
+  const fs::path fixtures = project_root.parent_path() / "shared" / "fixtures";
+  paths.essays_dir = fixtures / "haystack" / "pg_essays";
+  paths.wordlists_dir = first_existing({project_root / "models" / "wonderwords", fixtures / "wordlists"});
+  paths.qa_dir = first_existing({project_root / "data" / "qa", fixtures / "qa"});
+  return paths;
+}
+
+const std::vector<std::string>& ruler_task_names() {
+  static const std::vector<std::string> kNames = {
+      "niah_single_1", "niah_single_2",   "niah_single_3",   "niah_multikey_1", "niah_multikey_2",
+      "niah_multikey_3", "niah_multivalue", "niah_multiquery", "vt",              "cwe",
+      "fwe",           "qa_1",            "qa_2"};
+  return kNames;
+}
+
+int ruler_tokens_to_generate(const std::string& task) {
+  if (task.rfind("niah", 0) == 0) return ruler::kNiahTokensToGenerate;
+  if (task == "vt") return ruler::kVtTokensToGenerate;
+  if (task == "cwe") return ruler::kCweTokensToGenerate;
+  if (task == "fwe") return ruler::kFweTokensToGenerate;
+  if (task == "qa_1" || task == "qa_2") return ruler::kQaTokensToGenerate;
+  throw InputError("unknown RULER task '" + task + "' (tasks: " + join(ruler_task_names(), ", ") +
+                   ")");
+}
+
+namespace ruler {
+
+int RulerTask::search_upper_bound(int first_probe_tokens) {
+  const double tokens_per_unit =
+      std::max(1e-9, static_cast<double>(first_probe_tokens) / incremental());
+  return std::max(static_cast<int>(max_seq_length / tokens_per_unit * 3), 2 * incremental());
+}
+
+std::vector<Draft> RulerTask::generate(int num_samples, PythonRandom& rng, TokenCounter& counter,
+                                       const ProgressFn& progress) {
+  const int budget = max_seq_length - tokens_to_generate();
+  // HEAD's search: binary search over the unit count, one fresh random sample per probe.
+  const int first_tokens = counter.fast(build(incremental(), 0, rng).prompt());
+  int low = incremental();
+  int high = search_upper_bound(first_tokens);
+  int best = incremental();
+  while (low <= high) {
+    const int mid = (low + high) / 2;
+    if (counter.fast(build(mid, 0, rng).prompt()) <= budget) {
+      best = mid;
+      low = mid + 1;
+    } else {
+      high = mid - 1;
+    }
+  }
+  // Per-sample retry: redraw with `incremental` fewer units until the sample fits; at or below
+  // `incremental` keep redrawing at that size (RULER), but give up eventually with a clear error.
+  std::vector<Draft> drafts;
+  for (int index = 0; index < num_samples; ++index) {
+    int units = best;
+    for (int attempt = 0;; ++attempt) {
+      Draft draft = build(units, index, rng);
+      const int tokens = counter.exact(draft.prompt());
+      if (tokens <= budget) {
+        draft.extra["prompt_tokens"] = tokens;
+        draft.extra["haystack_units"] = units;
+        draft.extra["fitted_units"] = best;  // the search's size; less after per-sample retries
+        draft.extra["incremental"] = incremental();
+        drafts.push_back(std::move(draft));
+        break;
+      }
+      if (units > incremental()) {
+        units -= incremental();
+      } else if (attempt > 200) {
+        throw CapacityError("RULER " + task_name + ": even the smallest haystack (" +
+                            std::to_string(units) + " units) gives " + std::to_string(tokens) +
+                            " prompt tokens + " + std::to_string(tokens_to_generate()) +
+                            " to generate > --length " + std::to_string(max_seq_length) +
+                            "; use a larger --length");
+      }
+    }
+    if (progress) progress(index + 1, num_samples);
+  }
+  return drafts;
+}
+
+std::string format_template(const std::string& text,
+                            const std::map<std::string, std::string>& fields) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    if (text[i] == '{') {
+      const size_t close = text.find('}', i);
+      if (close != std::string::npos) {
+        auto it = fields.find(text.substr(i + 1, close - i - 1));
+        if (it != fields.end()) {
+          out += it->second;
+          i = close + 1;
+          continue;
+        }
+      }
+    }
+    out.push_back(text[i++]);
+  }
+  return out;
+}
+
+Draft split_prompt(const std::string& formatted, const std::string& formatted_answer_prefix,
+                   const std::string& question_marker) {
+  Draft draft;
+  std::string body = formatted;
+  if (!formatted_answer_prefix.empty() && body.size() >= formatted_answer_prefix.size() &&
+      body.compare(body.size() - formatted_answer_prefix.size(), std::string::npos,
+                   formatted_answer_prefix) == 0) {
+    body.resize(body.size() - formatted_answer_prefix.size());
+    draft.answer_prefix = formatted_answer_prefix;
+  }
+  const size_t question = body.rfind(question_marker);
+  if (question == std::string::npos) {
+    draft.context_part = body;
+  } else {
+    draft.context_part = body.substr(0, question);
+    draft.question_part = body.substr(question);
+  }
+  return draft;
+}
+
+std::vector<std::string> load_wonderwords(const RulerDataPaths& data, const std::string& list) {
+  const fs::path path = data.wordlists_dir / list;
+  if (!fs::exists(path))
+    throw InputError("RULER word list " + path.string() +
+                     " not found: run harness/scripts/setup.sh (it unpacks the wonderwords "
+                     "package's lists into models/wonderwords/), or pass --data-dir DIR with "
+                     "DIR/wordlists/" + list);
+  return read_word_list(path);
+}
+
+}  // namespace ruler
+
+std::vector<Sample> generate_ruler(const GenerationRequest& request, const Tokenizer& tokenizer,
+                                   const ChatFrame& frame, const RulerDataPaths& data,
+                                   const ProgressFn& progress) {
+  const std::string& task = request.task;
+  const int tokens_to_generate = ruler_tokens_to_generate(task);  // validates the name
+  if (request.length <= tokens_to_generate)
+    throw InputError("RULER " + task + ": --length " + std::to_string(request.length) +
+                     " must exceed the task's " + std::to_string(tokens_to_generate) +
+                     " tokens to generate");
+  if (request.num_samples < 1) throw InputError("RULER: --num must be at least 1");
+  TokenCounter counter(tokenizer);
+  const ruler::TaskContext context{&frame, &data, request.length, request.seed};
+  std::unique_ptr<ruler::RulerTask> generator;
+  if (task.rfind("niah", 0) == 0) {
+    generator = ruler::make_niah_task(task, context);
+  } else if (task == "vt") {
+    generator = ruler::make_vt_task(context, counter);
+  } else if (task == "cwe") {
+    generator = ruler::make_cwe_task(context, counter);
+  } else if (task == "fwe") {
+    generator = ruler::make_fwe_task(context);
+  } else {
+    generator = ruler::make_qa_task(task, context);
+  }
+  generator->max_seq_length = request.length;
+  generator->seed = request.seed;
+  generator->task_name = task;
+
+  PythonRandom rng(request.seed);
+  std::vector<ruler::Draft> drafts = generator->generate(request.num_samples, rng, counter, progress);
+  std::vector<Sample> samples;
+  for (size_t index = 0; index < drafts.size(); ++index) {
+    ruler::Draft& draft = drafts[index];
+    Sample sample;
+    sample.id = task + "/" + std::to_string(request.length) + "/" + std::to_string(index);
+    sample.benchmark = "ruler";
+    sample.task = task;
+    sample.context_part = std::move(draft.context_part);
+    sample.question_part = std::move(draft.question_part);
+    sample.answer_prefix = std::move(draft.answer_prefix);
+    sample.references = std::move(draft.references);
+    sample.max_new_tokens = tokens_to_generate;
+    sample.length = request.length;
+    sample.use_chat_template = false;  // the chat frame is already in the text (see ruler.h)
+    sample.extra = std::move(draft.extra);
+    sample.extra["chat_template_in_text"] = !frame.empty();
+    sample.extra["seed"] = request.seed;
+    // RULER's own "length" field: prompt tokens + tokens_to_generate.
+    sample.extra["ruler_length"] = sample.extra["prompt_tokens"].get<int>() + tokens_to_generate;
+    samples.push_back(std::move(sample));
+  }
+  return samples;
+}
+
+}  // namespace kvb

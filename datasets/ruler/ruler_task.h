@@ -1,0 +1,74 @@
+// Internal to datasets/ruler: the interface each RULER task family implements, and the helpers
+// they share (template formatting, the prompt split, the size search).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "datasets/generation.h"
+#include "datasets/python_random.h"
+#include "datasets/ruler/ruler.h"
+
+namespace kvb::ruler {
+
+// One generated prompt, already split into the Sample's parts.
+struct Draft {
+  std::string context_part;
+  std::string question_part;
+  std::string answer_prefix;
+  std::vector<std::string> references;
+  nlohmann::json extra = nlohmann::json::object();
+
+  std::string prompt() const { return context_part + question_part + answer_prefix; }
+};
+
+class RulerTask {
+ public:
+  virtual ~RulerTask() = default;
+  virtual int tokens_to_generate() const = 0;
+  // Haystack units added per step of RULER's search (essay 500, noise/needle 25 or 5, ...).
+  virtual int incremental() const = 0;
+  // Upper end of the binary search, given the first probe (HEAD: 3x the length in units).
+  virtual int search_upper_bound(int first_probe_tokens);
+  // A fresh random sample with `units` haystack units; `index` is the sample number (QA uses it).
+  virtual Draft build(int units, int index, PythonRandom& rng) = 0;
+  // Whole procedure; the default is HEAD's binary search + per-sample retry. FWE overrides it.
+  virtual std::vector<Draft> generate(int num_samples, PythonRandom& rng, TokenCounter& counter,
+                                      const ProgressFn& progress);
+
+  int max_seq_length = 4096;
+  uint64_t seed = 42;
+  std::string task_name;
+};
+
+// Python str.format for the named fields only, in one pass (substituted text is not rescanned).
+std::string format_template(const std::string& text, const std::map<std::string, std::string>& fields);
+
+// `framed_template` = frame prefix + task template + frame suffix + answer prefix, formatted; the
+// answer prefix is cut off the end and the question starts at the last `question_marker`.
+Draft split_prompt(const std::string& formatted, const std::string& formatted_answer_prefix,
+                   const std::string& question_marker);
+
+// What a task needs to build its prompt, shared by the factories.
+struct TaskContext {
+  const ChatFrame* frame;
+  const RulerDataPaths* data;
+  int max_seq_length;
+  uint64_t seed;
+};
+
+std::unique_ptr<RulerTask> make_niah_task(const std::string& name, const TaskContext& context);
+std::unique_ptr<RulerTask> make_vt_task(const TaskContext& context, TokenCounter& counter);
+std::unique_ptr<RulerTask> make_cwe_task(const TaskContext& context, TokenCounter& counter);
+std::unique_ptr<RulerTask> make_fwe_task(const TaskContext& context);
+std::unique_ptr<RulerTask> make_qa_task(const std::string& name, const TaskContext& context);
+
+// Word lists (wonderwords' reader: lines with trailing whitespace removed), with an InputError
+// naming the folder and setup.sh when absent.
+std::vector<std::string> load_wonderwords(const RulerDataPaths& data, const std::string& list);
+
+}  // namespace kvb::ruler
