@@ -73,6 +73,13 @@ class VtTask : public RulerTask {
     PythonRandom demo_rng(context.seed);
     Draft demo = demo_task.generate(1, demo_rng, counter, nullptr).front();
     demo_text_ = demo.prompt() + " " + join(demo.references, " ") + "\n";
+    demo_tokens_ = counter.fast(demo_text_);
+  }
+
+  // HEAD sizes the haystack on the task alone and adds the demo's token count, so the tokens per
+  // unit (and the search's upper end) leave the demo out.
+  int search_upper_bound(int first_probe_tokens) override {
+    return RulerTask::search_upper_bound(std::max(1, first_probe_tokens - demo_tokens_));
   }
 
   int tokens_to_generate() const override { return demo_mode_ ? 0 : kVtTokensToGenerate; }
@@ -137,6 +144,7 @@ class VtTask : public RulerTask {
   ChatFrame frame_;
   bool demo_mode_;
   std::string demo_text_;
+  int demo_tokens_ = 0;
 };
 
 }  // namespace

@@ -6,9 +6,12 @@
 
 #include <algorithm>
 #include <regex>
+#include <map>
 #include <set>
 
 #include "engine/errors.h"
+#include "engine/gguf.h"
+#include "tests/test_paths.h"
 #include "tests/datasets/fake_tokenizer.h"
 
 namespace kvb {
@@ -105,6 +108,18 @@ TEST(InfiniteBenchGenerate, MathFindAnswersFollowTheRules) {
     }
     expect_fits(r, 4096, 3, tokenizer);
   }
+}
+
+TEST(InfiniteBenchGenerate, EveryTaskFitsWithSmolLm2Tokenizer) {
+  KVB_REQUIRE_FILE(test::default_model_path());
+  const auto tokenizer = tokenizer_from_gguf(*GgufFile::open(test::default_model_path()));
+  const std::map<std::string, int> max_new = {
+      {"passkey", 6}, {"number_string", 12}, {"kv_retrieval", 50}, {"math_find", 3}};
+  for (const auto& [task, tokens] : max_new)
+    for (const auto& record : make(task, 8192, 2, *tokenizer)) {
+      SCOPED_TRACE(task);
+      expect_fits(record, 8192, tokens, *tokenizer);
+    }
 }
 
 TEST(InfiniteBenchGenerate, UnknownTaskIsAClearError) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/errors.h"
+#include "engine/gguf.h"
 #include "tests/datasets/fake_tokenizer.h"
 #include "tests/test_paths.h"
 
@@ -76,6 +77,14 @@ TEST(Niah, NeedleAtRequestedDepthWithinOneSentence) {
   EXPECT_EQ(samples[9].context_part.rfind(std::string(kNiahNeedle) + kNiahPromptBookEnd),
             samples[9].context_part.size() - std::string(kNiahNeedle).size() -
                 std::string(kNiahPromptBookEnd).size());
+}
+
+TEST(Niah, NeedleAtRequestedDepthWithSmolLm2Tokenizer) {
+  KVB_REQUIRE_FILE(test::default_model_path());
+  KVB_REQUIRE_FILE(test::fixtures_dir() / "haystack" / "pg_essays");
+  const auto tokenizer = tokenizer_from_gguf(*GgufFile::open(test::default_model_path()));
+  NiahRequest request{{2000, 8000}, niah_depths(5), test::fixtures_dir() / "haystack" / "pg_essays"};
+  check_needle_placement(generate_niah(request, *tokenizer), *tokenizer, 10);
 }
 
 TEST(Niah, MissingEssaysAreAClearError) {

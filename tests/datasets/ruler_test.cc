@@ -8,7 +8,9 @@
 #include <fstream>
 #include <regex>
 
+#include "engine/chat_template.h"
 #include "engine/errors.h"
+#include "engine/gguf.h"
 #include "tests/datasets/fake_tokenizer.h"
 #include "tests/test_paths.h"
 
@@ -328,6 +330,60 @@ TEST_F(RulerTemplateTest, BaseTemplateHasNoFrame) {
   EXPECT_TRUE(starts_with(s.context_part, "A special magic number is hidden"));
   EXPECT_TRUE(ends_with(s.question_part, "mentioned in the provided text?"));
 }
+
+// SmolLM2's own tokenizer and chat template (the acceptance check): every task at 4K and
+// 8K fits, uses the budget, holds its references, and keeps the chat frame in the text.
+struct SmolLm2 {
+  std::unique_ptr<Tokenizer> tokenizer;
+  ChatFrame frame;
+};
+
+const SmolLm2* smollm2() {
+  static const SmolLm2* loaded = [] () -> const SmolLm2* {
+    if (!fs::exists(test::default_model_path())) return nullptr;
+    auto gguf = GgufFile::open(test::default_model_path());
+    auto* model = new SmolLm2{tokenizer_from_gguf(*gguf), {}};
+    static constexpr char kMarker[] = "\x01user\x01";
+    const std::string rendered =
+        apply_chat_template(chat_template(chat_template_name_for(*gguf)), kMarker);
+    const size_t at = rendered.find(kMarker);
+    model->frame = {rendered.substr(0, at), rendered.substr(at + std::string(kMarker).size())};
+    return model;
+  }();
+  return loaded;
+}
+
+class RulerSmolLm2Test : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(RulerSmolLm2Test, FitsBudgetContainsAnswersKeepsFrame) {
+  const auto& [task, length] = GetParam();
+  KVB_REQUIRE_FILE(test::default_model_path());
+  KVB_REQUIRE_FILE(test::fixtures_dir() / "haystack" / "pg_essays");
+  KVB_REQUIRE_FILE(test::fixtures_dir() / "wordlists" / "nounlist.txt");
+  RulerDataPaths paths = fixture_paths();
+  write_synthetic_qa(paths.qa_dir);
+  const SmolLm2& model = *smollm2();
+  ASSERT_EQ(model.frame.prefix.rfind("<|im_start|>", 0), 0u) << model.frame.prefix;
+  const std::vector<Sample> samples =
+      generate_ruler({task, length, 2, 42, {}}, *model.tokenizer, model.frame, paths);
+  ASSERT_EQ(samples.size(), 2u);
+  check_samples(task, length, samples, *model.tokenizer, model.frame);
+  // The piecewise count used by the search equals the tokenizer's count for this BPE.
+  TokenCounter counter(*model.tokenizer);
+  const std::string prompt = samples[0].context_part + samples[0].question_part + samples[0].answer_prefix;
+  EXPECT_EQ(counter.fast(prompt), counter.exact(prompt));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllTasks, RulerSmolLm2Test,
+    ::testing::Combine(::testing::Values("niah_single_1", "niah_single_2", "niah_single_3",
+                                         "niah_multikey_1", "niah_multikey_2", "niah_multikey_3",
+                                         "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe",
+                                         "qa_1", "qa_2"),
+                       ::testing::Values(4096, 8192)),
+    [](const auto& info) {
+      return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param));
+    });
 
 TEST(RulerErrors, UnknownTaskAndMissingData) {
   test::FakeTokenizer tokenizer;
