@@ -105,7 +105,7 @@ std::vector<Sample> generate_niah(const NiahRequest& request, const Tokenizer& t
           std::string(kNiahPromptHead) + tokenizer.decode(ids, /*skip_special=*/true) + kNiahPromptBookEnd;
       sample.question_part =
           std::string(kNiahPromptQuestion) + kNiahRetrievalQuestion + kNiahPromptAnswer;
-      sample.references = {strip(kNiahNeedle)};
+      sample.references = {kNiahRecallAnswer};
       sample.max_new_tokens = kNiahMaxNewTokens;
       sample.length = context_length;
       sample.depth = depth;
@@ -116,7 +116,7 @@ std::vector<Sample> generate_niah(const NiahRequest& request, const Tokenizer& t
                       {"depth_index", di},
                       {"haystack_tokens", context.size()},
                       {"needle_token_index", insertion},
-                      {"expected_answer", kNiahExpectedAnswer},
+                      {"rouge_target", strip(kNiahNeedle)},
                       {"substring_answer", "eat a sandwich and sit in Dolores Park on a sunny day"},
                       {"question", kNiahQuestion},
                       {"stop_at_newline", true}};

@@ -29,8 +29,9 @@ inline constexpr char kNiahPromptQuestion[] = " Based on the content of the book
 inline constexpr char kNiahPromptAnswer[] = "\nAnswer:";
 inline constexpr int kNiahMaxNewTokens = 30;
 inline constexpr int kNiahFinalContextBuffer = 200;
-// KVCache-Factory scripts/scripts_needle/visualize.py: the words whose recall is the heatmap score.
-inline constexpr char kNiahExpectedAnswer[] = "eat a sandwich and sit in Dolores Park on a sunny day.";
+// KVCache-Factory scripts/scripts_needle/visualize.py: the words whose recall is the heatmap score
+// (its `expected_answer`; "day." keeps its period).
+inline constexpr char kNiahRecallAnswer[] = "eat a sandwich and sit in Dolores Park on a sunny day.";
 
 // round(np.linspace(0, 100, n)), KVCache-Factory's depth grid (n = 10 by default).
 std::vector<double> niah_depths(int count);
@@ -43,8 +44,9 @@ struct NiahRequest {
 
 // One sample per (length, depth), lengths outer; each carries grid metadata in `extra`
 // (context_length, depth_percent, length_index, depth_index, needle_token_index) and the scoring
-// fields: references = {the needle, stripped} (ROUGE-1 target), extra.expected_answer (the word
-// set for recall), extra.substring_answer (for substring match).
+// fields: references = {kNiahRecallAnswer} (the word-set recall of the heatmaps, which
+// datasets/scoring.cc computes from references[0]), extra.rouge_target (the needle, stripped: the
+// ROUGE-1 target of run_needle_in_haystack.py), extra.substring_answer (for substring match).
 std::vector<Sample> generate_niah(const NiahRequest& request, const Tokenizer& tokenizer,
                                   const ProgressFn& progress = nullptr);
 

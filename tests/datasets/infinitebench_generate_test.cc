@@ -42,7 +42,9 @@ TEST(InfiniteBenchGenerate, PasskeyAndNumberString) {
     const std::string needle = "The pass key is " + key + ". Remember it. " + key + " is the pass key.\n";
     const size_t at = context.find(needle);
     ASSERT_NE(at, std::string::npos);
-    if (i > 0) EXPECT_GT(at, previous_position);  // the depth sweeps the context
+    if (i > 0) {
+      EXPECT_GT(at, previous_position);  // the depth sweeps the context
+    }
     previous_position = at;
     EXPECT_EQ(r["input"], "What is the pass key?");
     expect_fits(r, 4096, 6, tokenizer);
@@ -97,8 +99,12 @@ TEST(InfiniteBenchGenerate, MathFindAnswersFollowTheRules) {
       values.push_back(std::stoi(it->str()));
     std::set<int> distinct(values.begin(), values.end());
     std::vector<int> ascending(distinct.begin(), distinct.end());
-    if (i < 3) EXPECT_EQ(r["answer"].get<int>(), ascending[ascending.size() - 1 - i]);
-    if (i >= 3 && i < 6) EXPECT_EQ(r["answer"].get<int>(), ascending[i - 3]);
+    if (i < 3) {
+      EXPECT_EQ(r["answer"].get<int>(), ascending[ascending.size() - 1 - i]);
+    }
+    if (i >= 3 && i < 6) {
+      EXPECT_EQ(r["answer"].get<int>(), ascending[i - 3]);
+    }
     if (i == 6) {
       std::sort(values.begin(), values.end());
       const size_t n = values.size();

@@ -34,7 +34,6 @@ void check_needle_placement(const std::vector<Sample>& samples, const Tokenizer&
     const int target = s.depth >= 100 ? haystack_tokens
                                       : static_cast<int>(haystack_tokens * (s.depth / 100.0));
     EXPECT_LE(tokens_before, target + 1);
-    const std::string skipped = after.substr(0, std::min(after.size(), after.size()));
     const std::vector<TokenId> after_ids = tokenizer.encode(after);
     const std::string gap =
         tokenizer.decode(std::vector<TokenId>(after_ids.begin(),
@@ -42,10 +41,15 @@ void check_needle_placement(const std::vector<Sample>& samples, const Tokenizer&
     EXPECT_EQ(gap.find(". "), std::string::npos) << "skipped a whole sentence: " << gap;
     // A sentence boundary: the haystack before the needle ends with a period (or is empty);
     // depth 100 appends the needle after the last token.
-    if (!before.empty() && s.depth < 100) EXPECT_EQ(before.back(), '.') << before.substr(before.size() - 40);
+    if (!before.empty() && s.depth < 100) {
+      EXPECT_EQ(before.back(), '.') << before.substr(before.size() - 40);
+    }
     EXPECT_EQ(s.references, std::vector<std::string>{
-                                "The best thing to do in San Francisco is eat a sandwich and sit "
-                                "in Dolores Park on a sunny day."});
+                                "eat a sandwich and sit in Dolores Park on a sunny day."});
+    EXPECT_EQ(s.extra.at("rouge_target"),
+              "The best thing to do in San Francisco is eat a sandwich and sit in Dolores Park on "
+              "a sunny day.");
+    EXPECT_EQ(s.extra.at("substring_answer"), "eat a sandwich and sit in Dolores Park on a sunny day");
     EXPECT_EQ(s.question_part,
               " Based on the content of the book, Question: The best thing to do in San Francisco "
               "is: \nAnswer:");

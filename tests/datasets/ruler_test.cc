@@ -292,8 +292,9 @@ TEST_F(RulerTemplateTest, FrequentWordsFollowZipfCounts) {
   EXPECT_GT(counts[s.references[0]], counts[s.references[1]]);
   EXPECT_GT(counts[s.references[1]], counts[s.references[2]]);
   for (const auto& [word, count] : counts)
-    if (word != "..." && word != s.references[0] && word != s.references[1])
+    if (word != "..." && word != s.references[0] && word != s.references[1]) {
       EXPECT_LE(count, counts[s.references[2]]) << word;
+    }
 }
 
 TEST_F(RulerTemplateTest, QuestionAnsweringDocuments) {
