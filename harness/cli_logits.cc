@@ -31,8 +31,8 @@ std::vector<TokenId> parse_ids(const std::string& text) {
   return ids;
 }
 
-std::string token_text(const LoadedModel& model, int id) {
-  return model.tokenizer ? model.tokenizer->token_text(id) : std::string();
+std::string token_text(const Tokenizer* tokenizer, int id) {
+  return tokenizer != nullptr ? tokenizer->token_text(id) : std::string();
 }
 
 }  // namespace
@@ -44,6 +44,9 @@ int logits(const std::vector<std::string>& argv) {
   const int top_k = args.get_int("top-k", 10);
   if (top_k < 1) throw InputError("kvbench logits: --top-k must be >= 1");
   const LoadedModel model = load_model(args.get("model"));
+  // The loader may leave a GGUF's tokenizer out; the token texts are only for display.
+  std::shared_ptr<const Tokenizer> tokenizer = model.tokenizer;
+  if (!tokenizer && args.get("model").rfind("preset:", 0) != 0) tokenizer = tokenizer_from_path(args.get("model"));
   CpuEngine engine(*model.weights);
   KvStore store = engine.make_store();
   const std::vector<float> logits = engine.forward_chunk(ids, store, CaptureRequest{}, nullptr, 0);
@@ -61,17 +64,19 @@ int logits(const std::vector<std::string>& argv) {
                           {"vocab_size", logits.size()}};
     nlohmann::json top = nlohmann::json::array();
     for (int id : order)
-      top.push_back({{"id", id}, {"logit", logits[id]}, {"token", token_text(model, id)}});
+      top.push_back({{"id", id}, {"logit", logits[id]}, {"token", token_text(tokenizer.get(), id)}});
     out["top"] = top;
     if (args.flag("all")) out["logits"] = logits;
-    std::printf("%s\n", out.dump().c_str());
+    std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }
   std::printf("last-position logits after %zu tokens (%s)\n", ids.size(),
               model.weights->source.c_str());
   for (int r = 0; r < k; ++r)
     std::printf("%3d  id %6d  logit %10.4f  %s\n", r + 1, order[r], logits[order[r]],
-                nlohmann::json(token_text(model, order[r])).dump().c_str());
+                nlohmann::json(token_text(tokenizer.get(), order[r]))
+                    .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                    .c_str());
   return 0;
 }
 

@@ -4,6 +4,8 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -88,6 +90,60 @@ TEST(CliBench, NeedsExactlyOneModel) {
   KVB_REQUIRE_FILE(test::kvbench_binary());
   EXPECT_EQ(kvbench("bench").exit_code, 2);
   EXPECT_EQ(kvbench("bench --preset tiny-llama --model x.gguf").exit_code, 2);
+}
+
+TEST(CliGenerate, SmolLm2AnswersParis) {
+  KVB_REQUIRE_FILE(test::default_model_path());
+  KVB_REQUIRE_FILE(test::kvbench_binary());
+  const CliRun run = kvbench("generate --model " + test::default_model_path().string() +
+                             " --chat --prompt 'What is the capital of France? Answer in one word.'"
+                             " --max-new-tokens 16 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  const auto json = nlohmann::json::parse(run.out);
+  EXPECT_NE(json["text"].get<std::string>().find("Paris"), std::string::npos) << run.out;
+  EXPECT_EQ(json["stop_reason"], "eos");  // <|im_end|> ends the answer
+  EXPECT_GT(json["ttft_ms"].get<double>(), 0);
+}
+
+// About 930 tokens of a Paul Graham essay with one invented fact in the middle, then the question.
+TEST(CliGenerate, SmolLm2FindsAFactInTheMiddleOfALongPrompt) {
+  KVB_REQUIRE_FILE(test::default_model_path());
+  KVB_REQUIRE_FILE(test::kvbench_binary());
+  const auto essay = test::fixtures_dir() / "haystack/pg_essays/addiction.txt";
+  KVB_REQUIRE_FILE(essay);
+  std::ifstream in(essay);
+  std::vector<std::string> words;
+  for (std::string word; in >> word && words.size() < 700;) words.push_back(word);
+  std::string text;
+  for (size_t i = 0; i < words.size(); ++i) {
+    text += (i ? " " : "") + words[i];
+    if (i == 350) text += " The secret password for the museum vault is \"blue falcon\".";
+  }
+  text += "\n\nWhat is the secret password for the museum vault? Answer with the password only.";
+  const auto prompt_file = std::filesystem::temp_directory_path() / "kvb_cli_forward_fact.txt";
+  std::ofstream(prompt_file) << text;
+  const CliRun run = kvbench("generate --model " + test::default_model_path().string() +
+                             " --chat --prompt-file " + prompt_file.string() +
+                             " --max-new-tokens 16 --json");
+  std::filesystem::remove(prompt_file);
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  const auto json = nlohmann::json::parse(run.out);
+  EXPECT_GE(json["prompt_tokens"].get<int>(), 850);
+  EXPECT_LE(json["prompt_tokens"].get<int>(), 1150);
+  EXPECT_NE(json["text"].get<std::string>().find("blue falcon"), std::string::npos) << run.out;
+}
+
+TEST(CliGenerate, BadFlagsAreInputErrors) {
+  KVB_REQUIRE_FILE(test::kvbench_binary());
+  EXPECT_EQ(kvbench("generate --model preset:tiny-llama --prompt hi --max-new-tokens 0").exit_code, 2);
+  EXPECT_EQ(kvbench("generate --model preset:tiny-llama --prompt hi --policy nosuch").exit_code, 2);
+  EXPECT_EQ(kvbench("generate --model preset:tiny-llama --prompt-file /nonexistent").exit_code, 2);
+  const CliRun run = kvbench("generate --model preset:tiny-llama --prompt 'hello there' "
+                             "--max-new-tokens 3 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  const int tokens = nlohmann::json::parse(run.out)["output_tokens"];
+  EXPECT_GE(tokens, 1);
+  EXPECT_LE(tokens, 3);
 }
 
 }  // namespace
