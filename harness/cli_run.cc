@@ -1,11 +1,170 @@
-// Placeholder until this subcommand is implemented; replaced by its real implementation.
+// kvbench run --config FILE.json --db FILE.db [--resume] [--shard i/N] [--no-prefill-reuse]
+//             [--report DIR | --no-report] [--lock-timeout SECONDS] [--json]
+// Runs a sweep into a SQLite database, then prints the tables that have data and writes the HTML
+// report. Everything that can be checked is checked before the first row is written: the config,
+// the policy names and parameters, the model files, the database and the report folder.
+// Ctrl-C stops after the row in flight (exit code 130); --resume continues where it stopped.
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+
 #include "engine/errors.h"
+#include "harness/args.h"
 #include "harness/cli.h"
+#include "harness/config.h"
+#include "harness/engine_backend.h"
+#include "harness/report.h"
+#include "harness/run_info.h"
+#include "harness/runner.h"
+#include "harness/store.h"
+#include "harness/tables.h"
+#include "policies/registry.h"
 
 namespace kvb::cli {
+namespace {
 
-int run(const std::vector<std::string>&) {
-  throw InputError("'run' is not implemented in this build yet");
+// A signal handler can only reach static storage; this flag is the runner's stop request.
+std::atomic<bool> g_stop_requested{false};
+extern "C" void request_stop(int) { g_stop_requested.store(true); }
+
+class StopOnInterrupt {
+ public:
+  StopOnInterrupt() {
+    g_stop_requested.store(false);
+    previous_int_ = std::signal(SIGINT, request_stop);
+    previous_term_ = std::signal(SIGTERM, request_stop);
+  }
+  ~StopOnInterrupt() {
+    std::signal(SIGINT, previous_int_);
+    std::signal(SIGTERM, previous_term_);
+  }
+
+ private:
+  void (*previous_int_)(int);
+  void (*previous_term_)(int);
+};
+
+std::filesystem::path default_report_dir(const std::string& db) {
+  const std::filesystem::path path(db);
+  return path.parent_path() / "reports" / path.stem();
+}
+
+}  // namespace
+
+int run(const std::vector<std::string>& argv) {
+  Args args("run", argv, {"resume", "no-prefill-reuse", "no-report", "json"});
+  args.allow_only({"config", "db", "resume", "shard", "no-prefill-reuse", "report", "no-report",
+                   "lock-timeout", "json"});
+  const std::string config_path = args.get("config");
+  const std::string db_path = args.get("db");
+  const Shard shard = args.has("shard") ? Shard::parse(args.get("shard")) : Shard{};
+  const bool json = args.flag("json");
+  const double lock_timeout = args.get_double("lock-timeout", 5.0);
+  if (lock_timeout < 0) throw InputError("--lock-timeout must be >= 0 seconds");
+
+  // 1. The config, its policies and parameters, and the model files.
+  const SweepConfig config = load_sweep_config(config_path);
+  std::vector<std::string> known;
+  for (const auto& info : list_policies()) known.push_back(info.name);
+  check_policy_names(config, known);
+  const SweepPlan plan = plan_sweep(config, shard);
+  EngineBackend::check_cells(plan.groups);
+  for (size_t i = 0; i < config.models.size(); ++i) {
+    const std::string& path = config.models[i].path;
+    if (path.rfind("preset:", 0) != 0 && !std::filesystem::exists(path))
+      throw InputError(config_path + ": key 'models[" + std::to_string(i) + "]': model file " +
+                       path + " does not exist (run harness/scripts/setup.sh for the default)");
+  }
+
+  // 2. Where the results go: the database and the report folder.
+  {
+    // The database's folder must exist already: nothing below may create it as a side effect.
+    const std::filesystem::path db(db_path);
+    const std::filesystem::path folder = db.has_parent_path() ? db.parent_path() : ".";
+    std::error_code ec;
+    if (!std::filesystem::exists(db, ec) && !std::filesystem::is_directory(folder, ec))
+      throw InputError("cannot create database " + db_path + ": folder " + folder.string() +
+                       " does not exist (create it first)");
+  }
+  std::filesystem::path report_dir;
+  if (!args.flag("no-report")) {
+    report_dir = args.has("report") ? std::filesystem::path(args.get("report"))
+                                    : default_report_dir(db_path);
+    std::error_code ec;
+    std::filesystem::create_directories(report_dir, ec);
+    if (ec || !std::filesystem::is_directory(report_dir) || access(report_dir.c_str(), W_OK) != 0)
+      throw InputError("cannot write the report folder " + report_dir.string() + " (" +
+                       (ec ? ec.message() : std::string("not a writable folder")) +
+                       "); pass --report DIR or --no-report");
+  }
+  ResultStore store(db_path, ResultStore::Mode::kReadWrite,
+                    static_cast<int>(lock_timeout * 1000));
+
+  // 3. Provenance, then the sweep.
+  const bool tty = isatty(fileno(stderr));
+  EngineBackend backend(config, KVB_SOURCE_DIR, json ? nullptr : stderr);
+  RunInfo info;
+  info.config_name = config.name;
+  info.config = config.source;
+  info.shard = shard.to_string();
+  info.git_commit = git_commit_of_source();
+  info.host = host_name();
+  info.cpu = cpu_description();
+  info.gpu = gpu_description();
+  info.library_versions = library_versions();
+  info.command_line = "kvbench run";
+  for (const auto& a : argv) info.command_line += " " + a;
+  for (const auto& m : config.models) {
+    const LoadedModel& loaded = backend.model(m.path);
+    info.models.push_back({{"name", m.name}, {"path", m.path}, {"sha256", loaded.sha256}});
+  }
+  RunOptions options;
+  options.resume = args.flag("resume");
+  options.prefill_reuse = !args.flag("no-prefill-reuse");
+  options.progress = stderr;
+  options.progress_is_tty = tty;
+  StopOnInterrupt interrupt_guard;
+  options.stop = &g_stop_requested;
+  if (!json)
+    std::fprintf(stderr, "[kvbench run] %s: %zu work units, %lld rows, shard %s, prefill reuse %s\n",
+                 config.name.c_str(), plan.units.size(),
+                 static_cast<long long>(plan.total_rows()), shard.to_string().c_str(),
+                 options.prefill_reuse ? "on" : "off");
+  const RunSummary summary = run_sweep(plan, backend, store, info, options);
+
+  // 4. Tables and the report from everything the database holds.
+  const auto rows = store.load_rows();
+  std::filesystem::path report_path;
+  if (!report_dir.empty())
+    report_path = write_report(rows, store.load_runs(), "kvbench: " + config.name, report_dir);
+  if (json) {
+    std::cout << nlohmann::json{{"db", db_path},
+                                {"rows_written", summary.rows_written},
+                                {"rows_skipped", summary.rows_skipped},
+                                {"rows_planned", summary.rows_planned},
+                                {"prefills", summary.prefills},
+                                {"seconds", summary.seconds},
+                                {"interrupted", summary.interrupted},
+                                {"report", report_path.string()}}
+                     .dump(2)
+              << "\n";
+  } else {
+    for (const auto& layout : {"ruler", "niah", "longbench", "infinitebench", "latency"}) {
+      const auto tables = build_tables(rows, layout);
+      if (!tables.empty()) std::cout << render_tables(tables, "md") << "\n";
+    }
+    std::printf("%lld rows written, %lld already there, %lld prefills, %.1f s%s\n",
+                static_cast<long long>(summary.rows_written),
+                static_cast<long long>(summary.rows_skipped),
+                static_cast<long long>(summary.prefills), summary.seconds,
+                summary.interrupted ? " (interrupted: add --resume to continue)" : "");
+    std::printf("database: %s\n", db_path.c_str());
+    if (!report_path.empty()) std::printf("report: %s\n", report_path.c_str());
+  }
+  return summary.interrupted ? 130 : 0;
 }
 
 }  // namespace kvb::cli

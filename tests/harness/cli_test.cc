@@ -146,5 +146,113 @@ TEST_F(CliTest, MergeAndCompareRoundTrip) {
   EXPECT_NE(worse.out.find("REGRESSION"), std::string::npos) << worse.out;
 }
 
+// `kvbench run` checks everything it can before the first row: these fail fast, write nothing and
+// leave existing results as they were.
+class RunCliTest : public CliTest {
+ protected:
+  void SetUp() override {
+    CliTest::SetUp();
+    if (IsSkipped()) return;
+    KVB_REQUIRE_FILE(test::default_model_path());
+    config_ = dir_ / "tiny.json";
+    std::ofstream(config_) << nlohmann::json{
+        {"name", "tiny"},
+        {"models", {test::default_model_path().string()}},
+        {"benchmarks", {{{"benchmark", "ruler"}, {"tasks", {"niah_single_1"}},
+                          {"lengths", {512}}, {"samples", 1}}}},
+        {"policies", {"full", "snapkv"}},
+        {"budgets", {"50%"}},
+        {"max_new_tokens", 12}}.dump();
+  }
+  fs::path config_;
+};
+
+TEST_F(RunCliTest, InvalidConfigNamesTheKeyAndCreatesNoDatabase) {
+  auto json = nlohmann::json::parse(read_file(config_));
+  json["benchmarks"][0]["lengths"][0] = 0;
+  std::ofstream(dir_ / "bad.json") << json.dump();
+  const Outcome o = kvbench("run --config " + (dir_ / "bad.json").string() + " --db " +
+                                (dir_ / "r.db").string(), dir_);
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.err.find("benchmarks[0].lengths[0]"), std::string::npos) << o.err;
+  EXPECT_FALSE(fs::exists(dir_ / "r.db"));
+  json = nlohmann::json::parse(read_file(config_));
+  json["policies"][1] = "snapkvv";
+  std::ofstream(dir_ / "bad.json") << json.dump();
+  const Outcome unknown = kvbench("run --config " + (dir_ / "bad.json").string() + " --db " +
+                                      (dir_ / "r.db").string(), dir_);
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_NE(unknown.err.find("policies[1]"), std::string::npos) << unknown.err;
+  std::ofstream(dir_ / "broken.json") << "{\"models\": [";
+  EXPECT_EQ(kvbench("run --config " + (dir_ / "broken.json").string() + " --db " +
+                        (dir_ / "r.db").string(), dir_).code, 3);
+  EXPECT_FALSE(fs::exists(dir_ / "r.db"));
+}
+
+TEST_F(RunCliTest, CorruptLockedOrForeignDatabaseAndUnwritableReportFolder) {
+  const fs::path corrupt = dir_ / "corrupt.db";
+  std::ofstream(corrupt) << std::string(8192, 'z');
+  Outcome o = kvbench("run --config " + config_.string() + " --db " + corrupt.string(), dir_);
+  EXPECT_EQ(o.code, 3) << o.err;
+  EXPECT_EQ(read_file(corrupt), std::string(8192, 'z'));
+
+  const fs::path db = make_db("existing.db");
+  sqlite3* holder = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &holder), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(holder, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK);
+  o = kvbench("run --config " + config_.string() + " --db " + db.string() + " --lock-timeout 0.2",
+              dir_);
+  sqlite3_exec(holder, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(holder);
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.err.find("locked"), std::string::npos) << o.err;
+  EXPECT_EQ(ResultStore(db, ResultStore::Mode::kReadOnly).result_count(), 30);
+
+  std::ofstream(dir_ / "blocker") << "x";
+  o = kvbench("run --config " + config_.string() + " --db " + (dir_ / "new.db").string() +
+                  " --report " + (dir_ / "blocker" / "reports").string(), dir_);
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.err.find("blocker"), std::string::npos) << o.err;
+  EXPECT_FALSE(fs::exists(dir_ / "new.db"));
+  o = kvbench("run --config " + config_.string() + " --db " + (dir_ / "nofolder" / "r.db").string(),
+              dir_);
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.err.find("nofolder"), std::string::npos) << o.err;
+}
+
+// The real engine end to end on a tiny sweep: rows, a table and a report; a repeat needs --resume.
+TEST_F(RunCliTest, TinySweepEndToEnd) {
+  const fs::path db = dir_ / "tiny.db";
+  const std::string run = "run --config " + config_.string() + " --db " + db.string() +
+                          " --report " + (dir_ / "report").string();
+  Outcome o = kvbench(run, dir_);
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.out.find("| snapkv | 50% |"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("report: "), std::string::npos);
+  EXPECT_TRUE(fs::exists(dir_ / "report" / "index.html"));
+  ResultStore store(db, ResultStore::Mode::kReadOnly);
+  const auto rows = store.load_rows();
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& row : rows) {
+    EXPECT_GT(row.result.tokens_in, 300);
+    EXPECT_GT(row.result.ttft_ms, 0);
+    EXPECT_GT(row.result.kv_bytes, 0);
+    EXPECT_TRUE(row.result.prefill_reused);
+  }
+  // SnapKV at 50% holds about half of Full's KV bytes.
+  const double ratio = static_cast<double>(rows[1].result.kv_bytes) / rows[0].result.kv_bytes;
+  EXPECT_NEAR(ratio, 0.5, 0.05);
+  const auto runs = store.load_runs();
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].info.status, "finished");
+  EXPECT_EQ(runs[0].info.models[0]["sha256"].get<std::string>().size(), 64u);
+  o = kvbench(run, dir_);
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.err.find("--resume"), std::string::npos) << o.err;
+  o = kvbench(run + " --resume", dir_);
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.out.find("0 rows written, 2 already there"), std::string::npos) << o.out;
+}
+
 }  // namespace
 }  // namespace kvb

@@ -1,0 +1,258 @@
+#include "harness/engine_backend.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "datasets/generation.h"
+#include "datasets/niah/niah.h"
+#include "datasets/ruler/ruler.h"
+#include "datasets/scoring.h"
+#include "engine/chat_template.h"
+#include "engine/cpu/forward.h"
+#include "engine/errors.h"
+#include "engine/gguf.h"
+#include "policies/registry.h"
+
+namespace kvb {
+
+struct EngineBackend::ModelState {
+  std::string path;
+  LoadedModel loaded;
+  std::unique_ptr<CpuEngine> engine;
+  std::unique_ptr<Generator> generator;
+  const ChatTemplate* chat = nullptr;
+  ChatFrame frame;  // the chat template around one user message
+};
+
+namespace {
+
+class EngineSnapshot : public SharedPrefill {
+ public:
+  PrefillSnapshot snapshot;
+  std::vector<TokenId> question;
+};
+
+// The template's text around one user message, found by rendering a marker message.
+ChatFrame frame_of(const ChatTemplate& chat) {
+  const std::string marker = "\x1f\x1e";
+  const std::string rendered = apply_chat_template(chat, marker);
+  const size_t at = rendered.find(marker);
+  if (at == std::string::npos) return ChatFrame{};
+  return ChatFrame{rendered.substr(0, at), rendered.substr(at + marker.size())};
+}
+
+std::string chat_template_for_model(const std::string& path, const LoadedModel& loaded) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(path, ec) && path.size() > 5 &&
+      path.substr(path.size() - 5) == ".gguf")
+    return chat_template_name_for(*GgufFile::open(path));
+  if (std::filesystem::is_directory(path, ec)) return chat_template_name_for_hf_folder(path);
+  return loaded.chat_template.empty() ? "plain" : loaded.chat_template;
+}
+
+}  // namespace
+
+CachePlan plan_for_cell(const Cell& cell) {
+  nlohmann::json params = cell.params;
+  if (!cell.dense_layers.empty() && cell.policy.find('+') == std::string::npos) {
+    const auto& info = find_policy(cell.policy).info;
+    if (info.default_params.contains("dense_layers") && !params.contains("dense_layers"))
+      params["dense_layers"] = cell.dense_layers;
+  }
+  std::optional<Budget> budget;
+  if (!cell.budget.empty()) budget = Budget::parse(cell.budget);
+  CachePlan plan = make_cache_plan(cell.policy, params, budget);
+  return plan;
+}
+
+EngineBackend::EngineBackend(const SweepConfig& config, std::filesystem::path project_root,
+                             FILE* log)
+    : project_root_(std::move(project_root)), data_dir_(config.data_dir), log_(log) {}
+
+EngineBackend::~EngineBackend() = default;
+
+void EngineBackend::check_cells(const std::vector<SampleGroup>& groups) {
+  for (const auto& group : groups)
+    for (const auto& cell : group.cells) {
+      try {
+        plan_for_cell(cell);
+      } catch (const InputError& e) {
+        throw InputError("policy '" + cell.policy + "' with params " + cell.params.dump() +
+                         " and budget '" + cell.budget + "': " + e.what());
+      }
+    }
+}
+
+const LoadedModel& EngineBackend::model(const std::string& path) {
+  auto it = models_.find(path);
+  if (it == models_.end()) {
+    if (log_) std::fprintf(log_, "[kvbench run] loading %s\n", path.c_str());
+    auto state = std::make_unique<ModelState>();
+    state->path = path;
+    state->loaded = load_model(path);
+    if (!state->loaded.tokenizer && path.size() > 5 && path.substr(path.size() - 5) == ".gguf")
+      state->loaded.tokenizer = tokenizer_from_gguf(*GgufFile::open(path));
+    if (!state->loaded.tokenizer)
+      throw InputError("model " + path + " has no tokenizer this build can read");
+    state->engine = std::make_unique<CpuEngine>(*state->loaded.weights);
+    state->generator =
+        std::make_unique<Generator>(*state->engine, state->loaded.tokenizer.get());
+    state->chat = &chat_template(chat_template_for_model(path, state->loaded));
+    state->frame = frame_of(*state->chat);
+    it = models_.emplace(path, std::move(state)).first;
+  }
+  return it->second->loaded;
+}
+
+void EngineBackend::begin_group(const SampleGroup& group) {
+  model(group.model_path);
+  current_ = models_.at(group.model_path).get();
+  const Tokenizer& tokenizer = *current_->loaded.tokenizer;
+  const BenchmarkSpec& spec = group.benchmark;
+  const std::filesystem::path data_dir = data_dir_;
+  if (log_)
+    std::fprintf(log_, "[kvbench run] generating %s/%s at %d tokens\n", spec.benchmark.c_str(),
+                 group.task.c_str(), group.length);
+  if (spec.benchmark == "ruler") {
+    GenerationRequest request;
+    request.task = group.task;
+    request.length = group.length;
+    request.num_samples = spec.samples;
+    request.seed = spec.seed;
+    request.data_dir = data_dir;
+    samples_ = generate_ruler(request, tokenizer, current_->frame,
+                              ruler_data_paths(project_root_, data_dir));
+  } else if (spec.benchmark == "niah") {
+    NiahRequest request;
+    request.context_lengths = {group.length};
+    request.depths = spec.depths;
+    request.essays_dir = ruler_data_paths(project_root_, data_dir).essays_dir;
+    samples_ = generate_niah(request, tokenizer);
+  } else {
+    throw InputError("benchmark '" + spec.benchmark +
+                     "' cannot run in a sweep yet (ruler and niah can); use kvbench gen-data and "
+                     "kvbench score for it");
+  }
+  if (samples_.empty())
+    throw InputError("no samples were generated for " + spec.benchmark + "/" + group.task);
+}
+
+bool EngineBackend::replays_prefill(const Cell& cell) const {
+  const CachePlan plan = plan_for_cell(cell);
+  return !plan.prefill || plan.prefill->replays_full_prefill();
+}
+
+EngineBackend::Prompt EngineBackend::build_prompt(const Sample& sample, PromptMode mode) const {
+  const Tokenizer& tokenizer = *current_->loaded.tokenizer;
+  const bool chat = sample.use_chat_template;
+  const ChatFrame& frame = current_->frame;
+  const bool bos = !chat && tokenizer.adds_bos_by_default();
+  Prompt prompt;
+  if (mode == PromptMode::kQueryAware || sample.question_part.empty()) {
+    const std::string user = sample.full_user_message();
+    const std::string text = (chat ? frame.wrap(user) : user) + sample.answer_prefix;
+    prompt.context = tokenizer.encode(text, bos, /*parse_special=*/true);
+    return prompt;
+  }
+  // Question-agnostic: compress the context alone, then append the question (kvpress's setting).
+  const std::string context = (chat ? frame.prefix : "") + sample.context_part;
+  const std::string question =
+      sample.question_part + (chat ? frame.suffix : "") + sample.answer_prefix;
+  prompt.context = tokenizer.encode(context, bos, true);
+  prompt.question = tokenizer.encode(question, false, true);
+  return prompt;
+}
+
+GenerationOptions EngineBackend::options_for(const Sample& sample, const Cell& cell) const {
+  GenerationOptions options;
+  options.max_new_tokens = cell.max_new_tokens > 0
+                               ? std::min(cell.max_new_tokens, sample.max_new_tokens)
+                               : sample.max_new_tokens;
+  if (sample.use_chat_template || sample.extra.value("chat_template_in_text", false))
+    options.stop_strings = current_->chat->stop_strings;
+  // NIAH's newline stop (KVCache-Factory) is applied to the text in to_result instead: small
+  // models often open with a newline, which as a stop token would end the answer before it began.
+  return options;
+}
+
+std::unique_ptr<SharedPrefill> EngineBackend::prefill(const SampleGroup&, int sample_index,
+                                                      PromptMode mode,
+                                                      const std::vector<const Cell*>& cells) {
+  const Sample& sample = samples_.at(sample_index % samples_.size());
+  CaptureRequest request;
+  for (const Cell* cell : cells) {
+    const CachePlan plan = plan_for_cell(*cell);
+    if (plan.prefill) request.merge(plan.prefill->capture());
+  }
+  Prompt prompt = build_prompt(sample, mode);
+  auto shared = std::make_unique<EngineSnapshot>();
+  shared->snapshot = current_->generator->prefill(prompt.context, request);
+  shared->question = std::move(prompt.question);
+  return shared;
+}
+
+SampleResult EngineBackend::run_cell(const SampleGroup&, const Cell& cell, int sample_index,
+                                     const SharedPrefill* shared) {
+  const Sample& sample = samples_.at(sample_index % samples_.size());
+  CachePlan plan = plan_for_cell(cell);
+  const GenerationOptions options = options_for(sample, cell);
+  GenerationResult generated;
+  if (shared) {
+    const auto& from = static_cast<const EngineSnapshot&>(*shared);
+    generated = current_->generator->continue_generation(from.snapshot, plan, from.question,
+                                                         options);
+  } else {
+    const Prompt prompt = build_prompt(sample, cell.prompt_mode);
+    generated = current_->generator->generate(prompt.context, plan, options, prompt.question);
+  }
+  return to_result(sample, cell, generated);
+}
+
+SampleResult EngineBackend::to_result(const Sample& sample, const Cell& cell,
+                                      const GenerationResult& g) const {
+  SampleResult r;
+  r.sample_id = sample.id;
+  r.depth = sample.depth;
+  r.prediction = g.text;
+  if (sample.extra.value("stop_at_newline", false)) {
+    // The first non-blank line: what a newline stop yields once the answer has started.
+    const size_t begin = r.prediction.find_first_not_of(" \t\r\n");
+    r.prediction = begin == std::string::npos ? "" : r.prediction.substr(begin);
+    const size_t end = r.prediction.find('\n');
+    if (end != std::string::npos) r.prediction.resize(end);
+  }
+  r.references = sample.references;
+  r.score = score_sample(sample.benchmark, sample.task, r.prediction, sample);
+  r.ttft_ms = g.ttft_ms;
+  r.tpot_ms = g.tpot_ms;
+  r.prefill_ms = g.prefill_ms;
+  r.compress_ms = g.compress_ms;
+  r.total_ms = g.ttft_ms + g.decode_ms;
+  r.tokens_in = g.prompt_tokens;
+  r.tokens_out = g.output_tokens;
+  const ModelConfig& config = current_->engine->config();
+  const KvStore probe = current_->engine->make_store();
+  const int64_t entry_bytes = int64_t{2} * config.head_dim * probe.bytes_per_element();
+  r.kv_bytes = g.kv_bytes;
+  r.kept_entries = entry_bytes > 0 ? g.kv_bytes / entry_bytes : 0;
+  r.peak_bytes = g.peak_rss_bytes;
+  r.extra = {{"stop_reason", g.stop_reason},
+             {"budget_tokens", g.budget_tokens},
+             {"compressed_tokens", g.compressed_tokens},
+             {"kv_bytes_full", g.kv_bytes_full},
+             {"kv_bytes_end", g.kv_bytes_end},
+             {"decode_ms", g.decode_ms},
+             {"backend", current_->engine->backend_name()}};
+  if (sample.benchmark == "niah" && sample.extra.contains("substring_answer")) {
+    std::string lower = r.prediction;
+    std::string answer = sample.extra["substring_answer"].get<std::string>();
+    for (auto* s : {&lower, &answer})
+      std::transform(s->begin(), s->end(), s->begin(),
+                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    r.extra["substring_match"] = lower.find(answer) != std::string::npos;
+  }
+  (void)cell;
+  return r;
+}
+
+}  // namespace kvb

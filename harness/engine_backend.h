@@ -1,0 +1,62 @@
+// The real SweepBackend: loads each model once, generates each group's samples with the datasets
+// layer (RULER, NIAH, InfiniteBench generators), builds the prompt for the cell's prompt mode,
+// runs the engine under the policy's CachePlan and scores the answer with the benchmark's metric.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "datasets/sample.h"
+#include "engine/generation.h"
+#include "engine/model.h"
+#include "harness/config.h"
+#include "harness/runner.h"
+
+namespace kvb {
+
+class EngineBackend : public SweepBackend {
+ public:
+  // `project_root` locates default data (fixtures beside the checkout, models/wonderwords).
+  EngineBackend(const SweepConfig& config, std::filesystem::path project_root, FILE* log);
+  ~EngineBackend() override;
+
+  void begin_group(const SampleGroup& group) override;
+  bool replays_prefill(const Cell& cell) const override;
+  std::unique_ptr<SharedPrefill> prefill(const SampleGroup& group, int sample_index,
+                                         PromptMode mode,
+                                         const std::vector<const Cell*>& cells) override;
+  SampleResult run_cell(const SampleGroup& group, const Cell& cell, int sample_index,
+                        const SharedPrefill* snapshot) override;
+
+  // Loads (or returns the loaded) model at `path`: its SHA-256 is recorded with the run.
+  const LoadedModel& model(const std::string& path);
+  // Checks every cell's policy and parameters by building its plan (before any row is written).
+  static void check_cells(const std::vector<SampleGroup>& groups);
+
+ private:
+  struct ModelState;
+  struct Prompt {
+    std::vector<TokenId> context;   // prefilled (and compressed)
+    std::vector<TokenId> question;  // appended after compression (question-agnostic), or empty
+  };
+  Prompt build_prompt(const Sample& sample, PromptMode mode) const;
+  GenerationOptions options_for(const Sample& sample, const Cell& cell) const;
+  SampleResult to_result(const Sample& sample, const Cell& cell,
+                         const GenerationResult& generated) const;
+
+  std::filesystem::path project_root_;
+  std::string data_dir_;
+  FILE* log_;
+  std::map<std::string, std::unique_ptr<ModelState>> models_;
+  ModelState* current_ = nullptr;
+  std::vector<Sample> samples_;  // of the current group
+};
+
+// Plans a cell: the registry's CachePlan with the sweep's dense layers filled in where the method
+// has that parameter and the config did not set it.
+CachePlan plan_for_cell(const Cell& cell);
+
+}  // namespace kvb
