@@ -1,0 +1,104 @@
+#include "kernels/cpu/binary_hash.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace kvb {
+namespace {
+
+// Dot product accumulated in double: the hash bit of a near-zero projection should not depend on
+// the summation order the compiler picks.
+double dot(const float* a, const float* b, int n) {
+  double sum = 0;
+  for (int i = 0; i < n; ++i) sum += static_cast<double>(a[i]) * b[i];
+  return sum;
+}
+
+}  // namespace
+
+uint64_t binary_hash_key(const float* projection, int head_dim, const float* key,
+                         float* residual_norms) {
+  std::vector<float> residual(key, key + head_dim);
+  auto record = [&](int slot) {
+    if (residual_norms)
+      residual_norms[slot] = static_cast<float>(std::sqrt(dot(residual.data(), residual.data(), head_dim)));
+  };
+  record(0);
+  uint64_t code = 0;
+  for (int i = 0; i < kBinaryHashBits; ++i) {
+    const float* row = projection + static_cast<int64_t>(i) * head_dim;
+    const double along = dot(residual.data(), row, head_dim);
+    if (along < 0) code |= uint64_t{1} << i;
+    if (along != 0) {  // PyTorch's sign(0) = 0: an exact zero leaves the residual as it is
+      const float sign = along > 0 ? 1.0f : -1.0f;
+      for (int t = 0; t < head_dim; ++t) residual[t] -= sign * row[t];
+    }
+    record(i + 1);
+  }
+  return code;
+}
+
+void binary_hash_keys(const float* projection, int head_dim, const float* keys, int n,
+                      uint64_t* codes) {
+  for (int j = 0; j < n; ++j)
+    codes[j] = binary_hash_key(projection, head_dim, keys + static_cast<int64_t>(j) * head_dim, nullptr);
+}
+
+float binary_hash_reconstruction_error(const float* projection, int head_dim, const float* key,
+                                       uint64_t code) {
+  double sum_sq = 0;
+  for (int t = 0; t < head_dim; ++t) {
+    double reconstructed = 0;
+    for (int i = 0; i < kBinaryHashBits; ++i) {
+      const double h = ((code >> i) & 1) ? -1.0 : 1.0;
+      reconstructed += h * projection[static_cast<int64_t>(i) * head_dim + t];
+    }
+    const double diff = key[t] - reconstructed;
+    sum_sq += diff * diff;
+  }
+  return static_cast<float>(std::sqrt(sum_sq));
+}
+
+void binary_project_queries(const float* projection, int head_dim, const float* queries,
+                            int n_heads, float* projected) {
+  for (int a = 0; a < n_heads; ++a) {
+    for (int i = 0; i < kBinaryHashBits; ++i) {
+      projected[a * kBinaryHashBits + i] = static_cast<float>(
+          dot(queries + static_cast<int64_t>(a) * head_dim,
+              projection + static_cast<int64_t>(i) * head_dim, head_dim));
+    }
+  }
+}
+
+void quantize_query_group(const float* projected, int n_heads, QuantizedQuery* out) {
+  float max_abs = 0;
+  for (int e = 0; e < n_heads * kBinaryHashBits; ++e)
+    max_abs = std::max(max_abs, std::fabs(projected[e]));
+  const float scale = 127.0f / std::max(max_abs, 1e-6f);  // the PyTorch path's clamp
+  for (int a = 0; a < n_heads; ++a) {
+    QuantizedQuery& query = out[a];
+    query = QuantizedQuery{};
+    for (int i = 0; i < kBinaryHashBits; ++i) {
+      // nearbyint in the default rounding mode rounds half to even, as torch.round does.
+      const float rounded = std::nearbyint(projected[a * kBinaryHashBits + i] * scale);
+      const int value = std::clamp(static_cast<int>(rounded), -127, 127);
+      query.values[i] = static_cast<int8_t>(value);
+      if (value < 0) query.sign_plane |= uint64_t{1} << i;
+      const int magnitude = value < 0 ? -value : value;
+      for (int b = 0; b < kQueryMagnitudePlanes; ++b)
+        if ((magnitude >> b) & 1) query.magnitude[b] |= uint64_t{1} << i;
+    }
+  }
+}
+
+void binary_hash_group_scores(const QuantizedQuery* queries, int n_heads, const uint64_t* codes,
+                              int n, int* scores) {
+  for (int j = 0; j < n; ++j) {
+    int best = binary_hash_score(queries[0], codes[j]);
+    for (int a = 1; a < n_heads; ++a) best = std::max(best, binary_hash_score(queries[a], codes[j]));
+    scores[j] = best;
+  }
+}
+
+}  // namespace kvb

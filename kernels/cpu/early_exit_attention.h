@@ -1,0 +1,87 @@
+// ART decode attention (specs/methods.md §13), CPU reference: an online-softmax walk over KV blocks
+// that may stop before the end once the running output is stable.
+//
+// Walk order: the sink block (entries 0 .. sink_tokens-1) first, so that the dominant sink mass is
+// in the normaliser before any test; then blocks of `block_size` entries from the most recent one
+// backwards. After block b (b >= 1) with running output o_b = acc_b / Z_b:
+//   d_scale     = dZ_b / Z_b                         ("mass", default; bounds ||o_b - o_{b-1}||)
+//              or |‖o_b‖ - ‖o_{b-1}‖| / ‖o_{b-1}‖    ("norm")
+//   d_direction = 1 - cos(o_b, o_{b-1})
+// A head's counter grows when d_scale < tau and d_direction < phi and resets otherwise. The walk
+// stops once every head of the group has a counter >= patience (a GPU CTA holding the packed GQA
+// group can only stop when all its heads can). The comparisons are strict, so tau = phi = 0 never
+// stops; enabled = false walks every block through the same code (overhead measurement).
+// The definitions are the harness's reconstruction [UNVERIFIED against the paper's code].
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace kvb {
+
+enum class EarlyExitScaleCriterion { kMass, kNorm };
+
+// Kernel-side mirror of engine/cache_policy.h's EarlyExitParams (kernels are leaves).
+struct EarlyExitOptions {
+  float tau = 1e-5f;
+  float phi = 1e-3f;
+  int patience = 2;
+  int block_size = 64;
+  int sink_tokens = 4;
+  EarlyExitScaleCriterion scale_criterion = EarlyExitScaleCriterion::kMass;
+  bool enabled = true;
+};
+
+// Blocks walked and blocks present, summed over calls (one call = one KV-head walk).
+struct EarlyExitWalkStats {
+  int64_t blocks_visited = 0;
+  int64_t blocks_total = 0;
+  int64_t walks = 0;
+  int64_t walks_stopped_early = 0;
+  void add(const EarlyExitWalkStats& other);
+  double skipped_fraction() const {
+    return blocks_total == 0 ? 0.0 : 1.0 - static_cast<double>(blocks_visited) / blocks_total;
+  }
+};
+
+// Number of blocks of a walk over n entries.
+int early_exit_block_count(int n, const EarlyExitOptions& options);
+
+// Attention of `n_heads` query heads ([n_heads, d], one KV group) over n entries of keys/values
+// ([n, d], store order, oldest first). logits = scale * q.k_j (+ logit_bias[j] when given).
+// Writes out [n_heads, d]; adds the walk to `stats` when given.
+void early_exit_attention(const float* queries, int n_heads, const float* keys,
+                          const float* values, const float* logit_bias, int n, int head_dim,
+                          float scale, const EarlyExitOptions& options, float* out,
+                          EarlyExitWalkStats* stats);
+
+// Oracle comparison for one walk (ART Table 4): the same walk without stopping, with the true
+// relative L2 error ||o_b - o_full|| / ||o_full|| (max over the group) after every block.
+struct EarlyExitOracleTrace {
+  int blocks_total = 0;
+  std::vector<float> relative_error;  // after block b
+  std::vector<bool> probe_says_stop;  // every head's counter >= patience after block b
+  int probe_stop_block = -1;          // first block where the probe stops (-1: never)
+  int oracle_stop_block = -1;         // first block with relative_error < tolerance (-1: never)
+};
+EarlyExitOracleTrace early_exit_oracle_trace(const float* queries, int n_heads, const float* keys,
+                                             const float* values, const float* logit_bias, int n,
+                                             int head_dim, float scale,
+                                             const EarlyExitOptions& options, float tolerance);
+
+// Agreement of probe and oracle over many walks: per block boundary (probe says stop vs the true
+// error is under the tolerance) and per walk (the probe's stop came while the error was still at or
+// above the tolerance: a premature stop).
+struct EarlyExitOracleSummary {
+  int64_t walks = 0;
+  int64_t probe_stops = 0;
+  int64_t premature_stops = 0;     // stopped while relative_error >= tolerance
+  int64_t boundaries = 0;
+  int64_t agreements = 0;
+  int64_t false_positives = 0;     // probe stops, oracle says the error is still too large
+  int64_t false_negatives = 0;     // probe continues, oracle says the error is already small
+  double relative_error_at_stop_sum = 0;  // over walks (full walk: 0)
+  void add(const EarlyExitOracleTrace& trace, float tolerance);
+};
+
+}  // namespace kvb

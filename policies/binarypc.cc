@@ -1,0 +1,162 @@
+// BinaryPC (seed 001; specs/methods.md §12) — kind D, binary principal-component hashing.
+//
+// Prefill (per non-dense layer and KV head): a projection P [64, d] — fitted online on the prompt's
+// keys (Algorithm 1, 4 iterations per bit) or loaded from `kvbench calibrate` (OPC) — and a 64-bit
+// code per prompt key (Algorithm 2, sign(0) = +1). The error-aware safeguard (EAS) marks the
+// err_k = min(max(int(err_ratio * k), 1), L) keys with the largest reconstruction error
+// ||k - sum_i h_i P[i]||, always kept.
+// Decode step (per KV head): project and quantise the group's queries (one scale per group, sign +
+// 7 magnitude bit-planes), score every prompt key by XOR/AND/popcount (the exact integer dot
+// product), take the max over the group, and keep the top k prompt keys (S_err forced inside k)
+// plus every decode token; exact softmax over them, shared by the whole group (GQA "shared").
+// Budget: k = the token budget, capped at L; decode tokens come on top. No sinks or local window.
+// Dense layers {0, 1} (fix_layers of the shipped configs).
+// Precision: the official PyTorch path runs in bf16; this one in f32 (ties are rarer here).
+// Source: yudaohai666/BPC bpc/bpc/bpc_pytorch.py, bpc/bpc/bpc.py, calibrate_projection.py.
+#include <algorithm>
+#include <limits>
+
+#include "engine/errors.h"
+#include "kernels/cpu/binary_hash.h"
+#include "policies/decode_selector_common.h"
+#include "policies/decode_selectors.h"
+
+namespace kvb {
+namespace {
+
+struct HashedKvHead {
+  int prompt_length = 0;
+  std::vector<float> projection;     // [64, d]
+  std::vector<uint64_t> codes;       // [prompt_length]
+  std::vector<int32_t> protected_ids;  // S_err
+};
+
+class BinaryPcSelector : public DescribedDecodeSelector {
+ public:
+  BinaryPcSelector(const nlohmann::json& params, const Budget& budget,
+                   std::shared_ptr<const BinaryProjectionSet> projection)
+      : budget_(budget), projection_(std::move(projection)) {
+    SelectorParams reader("binarypc", params,
+                          {"bits", "eas", "err_ratio", "dense_layers", "projection", "iterations", "seed"});
+    const int bits = reader.get_int("bits", kBinaryHashBits, 1);
+    if (bits != kBinaryHashBits)
+      throw InputError("binarypc: 'bits' = " + std::to_string(bits) +
+                       " is not supported; the codes are one 64-bit word per token (use 64)");
+    eas_ = reader.get_bool("eas", true);
+    err_ratio_ = reader.get_double("err_ratio", 0.1, 0.0);
+    if (err_ratio_ > 1) throw InputError("binarypc: 'err_ratio' must be in [0, 1]");
+    dense_layers_ = reader.get_layers("dense_layers", {0, 1});
+    fit_.iterations = reader.get_int("iterations", 4, 0);
+    fit_.seed = static_cast<uint64_t>(reader.get_int("seed", 0, 0));
+    projection_path_ = reader.get_string("projection", "");
+    if (!projection_ && !projection_path_.empty())
+      projection_ = std::make_shared<BinaryProjectionSet>(BinaryProjectionSet::load(projection_path_));
+  }
+
+  std::string name() const override { return "binarypc"; }
+  nlohmann::json describe() const override {
+    return {{"bits", kBinaryHashBits},
+            {"eas", eas_},
+            {"err_ratio", err_ratio_},
+            {"dense_layers", dense_layers_},
+            {"projection", projection_ ? (projection_path_.empty() ? "given" : projection_path_) : "online"},
+            {"iterations", fit_.iterations},
+            {"seed", fit_.seed},
+            {"gqa", "shared"},
+            {"budget", budget_.to_string()}};
+  }
+
+  void start(const KvStore& store, int, int budget_tokens) override {
+    if (projection_ && (projection_->n_layers != store.n_layers() ||
+                        projection_->n_kv_heads != store.n_kv_heads() ||
+                        projection_->head_dim != store.head_dim()))
+      throw InputError("binarypc: the projection is for " + std::to_string(projection_->n_layers) +
+                       " layers x " + std::to_string(projection_->n_kv_heads) + " KV heads x d=" +
+                       std::to_string(projection_->head_dim) +
+                       " but the model has " + std::to_string(store.n_layers()) + " x " +
+                       std::to_string(store.n_kv_heads()) + " x " + std::to_string(store.head_dim()) +
+                       " (calibrate it with this model)");
+    budget_tokens_ = budget_tokens;
+    heads_.assign(store.n_layers(), std::vector<HashedKvHead>(store.n_kv_heads()));
+    for (int layer = 0; layer < store.n_layers(); ++layer) {
+      if (is_dense_layer(dense_layers_, layer)) continue;
+      for (int h = 0; h < store.n_kv_heads(); ++h) heads_[layer][h] = hash_head(store, layer, h);
+    }
+  }
+
+  void on_append(const KvStore&, int) override {}  // decode tokens are never hashed
+
+  void select(int layer, const float* query, const KvStore& store, Selection& out) override {
+    const int n_query_heads = checked_query_heads(out, store, "binarypc");
+    out.logit_bias.clear();
+    out.dense = is_dense_layer(dense_layers_, layer);
+    if (out.dense) return;
+    const int group = n_query_heads / store.n_kv_heads();
+    const int d = store.head_dim();
+    std::vector<float> projected(static_cast<size_t>(group) * kBinaryHashBits);
+    std::vector<QuantizedQuery> quantized(group);
+    for (int h = 0; h < store.n_kv_heads(); ++h) {
+      const HashedKvHead& head = heads_[layer][h];
+      binary_project_queries(head.projection.data(), d, query + static_cast<int64_t>(h) * group * d,
+                             group, projected.data());
+      quantize_query_group(projected.data(), group, quantized.data());
+      std::vector<int> scores(head.prompt_length);
+      binary_hash_group_scores(quantized.data(), group, head.codes.data(), head.prompt_length,
+                               scores.data());
+      std::vector<float> ranking(scores.begin(), scores.end());
+      for (int32_t j : head.protected_ids) ranking[j] = std::numeric_limits<float>::infinity();
+      const int k = std::min(budget_tokens_, head.prompt_length);
+      std::vector<int32_t> kept = top_k_indices(ranking.data(), head.prompt_length, k);
+      for (int j = head.prompt_length; j < store.length(layer, h); ++j) kept.push_back(j);
+      for (int g = 0; g < group; ++g) out.indices[h * group + g] = kept;
+    }
+  }
+
+ private:
+  HashedKvHead hash_head(const KvStore& store, int layer, int h) const {
+    const int d = store.head_dim();
+    HashedKvHead head;
+    head.prompt_length = store.length(layer, h);
+    const float* keys = store.keys(layer, h);
+    head.projection.resize(static_cast<size_t>(kBinaryHashBits) * d);
+    if (projection_) {
+      const float* rows = projection_->head(layer, h);
+      std::copy(rows, rows + head.projection.size(), head.projection.begin());
+    } else if (head.prompt_length > 0) {
+      BinaryProjectionFit fit = fit_;
+      fit.seed = fit_.seed * 1000003u + static_cast<uint64_t>(layer) * 131u + h;
+      fit_binary_projection(keys, head.prompt_length, d, fit, head.projection.data());
+    }
+    head.codes.resize(head.prompt_length);
+    binary_hash_keys(head.projection.data(), d, keys, head.prompt_length, head.codes.data());
+    if (!eas_ || head.prompt_length == 0) return head;
+    const int k = std::min(budget_tokens_, head.prompt_length);
+    const int err_k = std::min(std::max(static_cast<int>(err_ratio_ * k), 1), head.prompt_length);
+    std::vector<float> errors(head.prompt_length);
+    for (int j = 0; j < head.prompt_length; ++j)
+      errors[j] = binary_hash_reconstruction_error(head.projection.data(), d,
+                                                   keys + static_cast<int64_t>(j) * d, head.codes[j]);
+    head.protected_ids = top_k_indices(errors.data(), head.prompt_length, err_k);
+    return head;
+  }
+
+  Budget budget_;
+  std::shared_ptr<const BinaryProjectionSet> projection_;
+  std::string projection_path_;
+  BinaryProjectionFit fit_;
+  bool eas_ = true;
+  double err_ratio_ = 0.1;
+  std::vector<int> dense_layers_;
+  int budget_tokens_ = 0;
+  std::vector<std::vector<HashedKvHead>> heads_;  // [layer][kv head]
+};
+
+}  // namespace
+
+std::shared_ptr<DescribedDecodeSelector> make_binarypc_selector(
+    const nlohmann::json& params, const Budget& budget,
+    std::shared_ptr<const BinaryProjectionSet> projection) {
+  return std::make_shared<BinaryPcSelector>(params, budget, std::move(projection));
+}
+
+}  // namespace kvb

@@ -1,0 +1,149 @@
+// Quest (Tang et al. 2024; specs/methods.md §10) — kind D, the whole cache stays resident.
+//
+// Pages of P = 16 entries aligned from the first one; per page and KV head the elementwise
+// minimum m and maximum M of the keys. A query q bounds every key of a page from above:
+//   U(page) = sum_i max(q_i m_i, q_i M_i) >= max_{j in page} q.k_j.
+// Per step: B = min(T, token budget), K_p = min(max(3, floor(B / 16)), n_pages) pages with the
+// largest U, exact softmax over their entries. Decode tokens join the pages (incremental min/max
+// equals the reference's recomputation). Dense layers {0, 1}.
+// Variants recorded in the parameters: gqa "per_head" (reference: each query head its own pages,
+// the union is loaded) or "shared" (max of U over the group); keep_last_page false (accuracy
+// reference) or true (the kernel version: the last page always counts inside the page budget).
+// Source: mit-han-lab/Quest evaluation/quest_attention.py, quest/utils/controller.py.
+#include <algorithm>
+#include <limits>
+
+#include "policies/decode_selector_common.h"
+#include "policies/decode_selectors.h"
+#include "policies/quest.h"
+
+namespace kvb {
+
+void QuestPageBounds::add(const float* key, int index) {
+  if (index % page_size == 0) {
+    minimum.insert(minimum.end(), key, key + head_dim);
+    maximum.insert(maximum.end(), key, key + head_dim);
+    return;
+  }
+  const int64_t last = (n_pages() - 1) * static_cast<int64_t>(head_dim);
+  for (int i = 0; i < head_dim; ++i) {
+    minimum[last + i] = std::min(minimum[last + i], key[i]);
+    maximum[last + i] = std::max(maximum[last + i], key[i]);
+  }
+}
+
+std::vector<float> QuestPageBounds::upper_bounds(const float* q) const {
+  std::vector<float> bound(n_pages());
+  for (int p = 0; p < n_pages(); ++p) {
+    const float* lo = minimum.data() + static_cast<int64_t>(p) * head_dim;
+    const float* hi = maximum.data() + static_cast<int64_t>(p) * head_dim;
+    float sum = 0;
+    for (int i = 0; i < head_dim; ++i) sum += std::max(q[i] * lo[i], q[i] * hi[i]);
+    bound[p] = sum;
+  }
+  return bound;
+}
+
+namespace {
+
+class QuestSelector : public DescribedDecodeSelector {
+ public:
+  QuestSelector(const nlohmann::json& params, const Budget& budget) : budget_(budget) {
+    SelectorParams reader("quest", params,
+                          {"page_size", "min_pages", "dense_layers", "gqa", "keep_last_page"});
+    page_size_ = reader.get_int("page_size", 16, 1);
+    min_pages_ = reader.get_int("min_pages", 3, 1);
+    dense_layers_ = reader.get_layers("dense_layers", {0, 1});
+    gqa_ = reader.get_gqa(GqaSelection::kPerHead);
+    keep_last_page_ = reader.get_bool("keep_last_page", false);
+  }
+
+  std::string name() const override { return "quest"; }
+  nlohmann::json describe() const override {
+    return {{"page_size", page_size_},         {"min_pages", min_pages_},
+            {"dense_layers", dense_layers_},   {"gqa", gqa_selection_name(gqa_)},
+            {"keep_last_page", keep_last_page_}, {"budget", budget_.to_string()}};
+  }
+
+  void start(const KvStore& store, int, int budget_tokens) override {
+    token_budget_ = budget_tokens;
+    const int d = store.head_dim();
+    pages_.assign(store.n_layers(), std::vector<QuestPageBounds>(store.n_kv_heads()));
+    for (int layer = 0; layer < store.n_layers(); ++layer) {
+      if (is_dense_layer(dense_layers_, layer)) continue;
+      for (int h = 0; h < store.n_kv_heads(); ++h) {
+        QuestPageBounds& bounds = pages_[layer][h];
+        bounds = QuestPageBounds{};
+        bounds.page_size = page_size_;
+        bounds.head_dim = d;
+        const float* keys = store.keys(layer, h);
+        for (int j = 0; j < store.length(layer, h); ++j) bounds.add(keys + static_cast<int64_t>(j) * d, j);
+      }
+    }
+  }
+
+  void on_append(const KvStore& store, int layer) override {
+    if (is_dense_layer(dense_layers_, layer)) return;
+    const int d = store.head_dim();
+    for (int h = 0; h < store.n_kv_heads(); ++h) {
+      const int j = store.length(layer, h) - 1;
+      pages_[layer][h].add(store.keys(layer, h) + static_cast<int64_t>(j) * d, j);
+    }
+  }
+
+  void select(int layer, const float* query, const KvStore& store, Selection& out) override {
+    const int n_query_heads = checked_query_heads(out, store, "quest");
+    out.logit_bias.clear();
+    out.dense = is_dense_layer(dense_layers_, layer);
+    if (out.dense) return;
+    const int group = n_query_heads / store.n_kv_heads();
+    const int d = store.head_dim();
+    for (int h = 0; h < store.n_kv_heads(); ++h) {
+      const QuestPageBounds& bounds = pages_[layer][h];
+      const int length = store.length(layer, h);
+      const int n_pages = bounds.n_pages();
+      const int budget = std::min(length, token_budget_);
+      const int page_budget = std::min(std::max(min_pages_, budget / page_size_), n_pages);
+      std::vector<std::vector<float>> scores(group);
+      for (int g = 0; g < group; ++g)
+        scores[g] = bounds.upper_bounds(query + static_cast<int64_t>(h * group + g) * d);
+      if (gqa_ == GqaSelection::kShared) {
+        for (int g = 1; g < group; ++g)
+          for (int p = 0; p < n_pages; ++p) scores[0][p] = std::max(scores[0][p], scores[g][p]);
+        const std::vector<int32_t> tokens = pick_pages(scores[0], page_budget, length);
+        for (int g = 0; g < group; ++g) out.indices[h * group + g] = tokens;
+      } else {
+        for (int g = 0; g < group; ++g)
+          out.indices[h * group + g] = pick_pages(scores[g], page_budget, length);
+      }
+    }
+  }
+
+ private:
+  std::vector<int32_t> pick_pages(std::vector<float> scores, int page_budget, int length) const {
+    const int n_pages = static_cast<int>(scores.size());
+    if (keep_last_page_ && n_pages > 0) scores[n_pages - 1] = std::numeric_limits<float>::infinity();
+    std::vector<int32_t> tokens;
+    for (int32_t page : top_k_indices(scores.data(), n_pages, page_budget))
+      for (int j = page * page_size_; j < std::min(length, (page + 1) * page_size_); ++j) tokens.push_back(j);
+    return tokens;
+  }
+
+  Budget budget_;
+  int token_budget_ = 0;
+  int page_size_ = 16;
+  int min_pages_ = 3;
+  std::vector<int> dense_layers_;
+  GqaSelection gqa_ = GqaSelection::kPerHead;
+  bool keep_last_page_ = false;
+  std::vector<std::vector<QuestPageBounds>> pages_;  // [layer][kv head]
+};
+
+}  // namespace
+
+std::shared_ptr<DescribedDecodeSelector> make_quest_selector(const nlohmann::json& params,
+                                                             const Budget& budget) {
+  return std::make_shared<QuestSelector>(params, budget);
+}
+
+}  // namespace kvb

@@ -1,0 +1,93 @@
+// TOPK oracle (specs/methods.md §14) — kind D, an upper bound, not a deployable method.
+//
+// At every decode step, per layer and per query head: compute the exact logits q.k_j against the
+// whole cache, keep the k = int(r * T) largest (T = current length, r the budget ratio; a token
+// budget is used as is), renormalise the softmax over them and attend. No sinks or window forced.
+// Dense layers {0, 1} (MagicPIG's topk_cache.py).
+// GQA: "per_head" (default; each query head its own set, the union is what is loaded) or "shared"
+// (one set per KV head ranked by the sum of the group's softmax weights).
+// Source: Infini-AI-Lab/MagicPIG evaluations/RULER/pred/topk_cache.py; BinaryPC Appendix A.1.
+#include <algorithm>
+#include <cmath>
+
+#include "policies/decode_selector_common.h"
+#include "policies/decode_selectors.h"
+
+namespace kvb {
+namespace {
+
+class TopkOracleSelector : public DescribedDecodeSelector {
+ public:
+  TopkOracleSelector(const nlohmann::json& params, const Budget& budget) : budget_(budget) {
+    SelectorParams reader("topk", params, {"dense_layers", "gqa"});
+    dense_layers_ = reader.get_layers("dense_layers", {0, 1});
+    gqa_ = reader.get_gqa(GqaSelection::kPerHead);
+  }
+
+  std::string name() const override { return "topk"; }
+  nlohmann::json describe() const override {
+    return {{"dense_layers", dense_layers_}, {"gqa", gqa_selection_name(gqa_)},
+            {"budget", budget_.to_string()}};
+  }
+
+  void start(const KvStore&, int, int) override {}
+  void on_append(const KvStore&, int) override {}
+
+  void select(int layer, const float* query, const KvStore& store, Selection& out) override {
+    const int n_query_heads = checked_query_heads(out, store, "topk");
+    out.logit_bias.clear();
+    out.dense = is_dense_layer(dense_layers_, layer);
+    if (out.dense) return;
+    const int group = n_query_heads / store.n_kv_heads();
+    const int d = store.head_dim();
+    for (int h = 0; h < store.n_kv_heads(); ++h) {
+      const int length = store.length(layer, h);
+      const int k = selection_budget(budget_, length);
+      const float* keys = store.keys(layer, h);
+      std::vector<std::vector<float>> logits(group, std::vector<float>(length));
+      for (int g = 0; g < group; ++g) {
+        const float* q = query + static_cast<int64_t>(h * group + g) * d;
+        for (int j = 0; j < length; ++j) {
+          float dot = 0;
+          for (int i = 0; i < d; ++i) dot += q[i] * keys[static_cast<int64_t>(j) * d + i];
+          logits[g][j] = dot;
+        }
+      }
+      if (gqa_ == GqaSelection::kPerHead) {
+        for (int g = 0; g < group; ++g)
+          out.indices[h * group + g] = top_k_indices(logits[g].data(), length, k);
+      } else {
+        const std::vector<int32_t> shared = top_k_indices(group_weight_sum(logits, d).data(), length, k);
+        for (int g = 0; g < group; ++g) out.indices[h * group + g] = shared;
+      }
+    }
+  }
+
+ private:
+  // Sum over the group of each head's softmax weights (scale 1/sqrt(d)).
+  static std::vector<float> group_weight_sum(const std::vector<std::vector<float>>& logits, int d) {
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    std::vector<float> sum(logits[0].size(), 0.0f);
+    for (const std::vector<float>& head : logits) {
+      const float top = *std::max_element(head.begin(), head.end());
+      double mass = 0;
+      for (float logit : head) mass += std::exp((logit - top) * scale);
+      for (size_t j = 0; j < head.size(); ++j)
+        sum[j] += static_cast<float>(std::exp((head[j] - top) * scale) / mass);
+    }
+    return sum;
+  }
+
+  Budget budget_;
+  std::vector<int> dense_layers_;
+  GqaSelection gqa_ = GqaSelection::kPerHead;
+};
+
+}  // namespace
+
+std::shared_ptr<DescribedDecodeSelector> make_topk_selector(const nlohmann::json& params,
+                                                            const Budget& budget) {
+  return std::make_shared<TopkOracleSelector>(params, budget);
+}
+
+}  // namespace kvb
