@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/kv_store.h"
+#include "kernels/cpu/early_exit_attention.h"
 
 namespace kvb {
 
@@ -123,6 +124,7 @@ class DecodeSelector {
  public:
   virtual ~DecodeSelector() = default;
   virtual std::string name() const = 0;
+  // select() receives `out` with `indices` sized to the model's query-head count.
   // Builds per-layer metadata (hash codes, page bounds, ...) from the cache after prefill.
   virtual void start(const KvStore& store, int prompt_length, int budget_tokens) = 0;
   // Keeps metadata current after a decode token's K/V were appended to `layer`.
@@ -141,6 +143,10 @@ struct EarlyExitParams {
   int sink_tokens = 4;        // size of the first block walked
   std::string scale_criterion = "mass";  // "mass" (ΔZ/Z) or "norm" (|Δ‖o‖|/‖o‖)
   bool enabled = true;        // false: same walk, no termination (overhead measurement)
+  // > 0: oracle mode. Every walk is also traced without stopping and compared with the true
+  // relative error of the running output; CachePlan::early_exit_oracle counts how often the probe
+  // stopped before that error fell under this tolerance (ART Table 4). Slow; 0 = off.
+  float oracle_tolerance = 0;
 };
 
 // What one generation run uses. Any member may be empty; Full KV is an empty plan.
@@ -151,6 +157,10 @@ struct CachePlan {
   std::shared_ptr<DecodeSelector> selector;
   std::optional<EarlyExitParams> early_exit;
   std::optional<Budget> budget;
+  // Filled by the engine's decode steps while `early_exit` is set (generation resets them per run):
+  // KV blocks walked / present (the skipped fraction), and the oracle comparison in oracle mode.
+  kernels::EarlyExitWalkStats early_exit_stats;
+  kernels::EarlyExitOracleSummary early_exit_oracle;
 };
 
 }  // namespace kvb

@@ -138,6 +138,8 @@ GenerationResult Generator::continue_generation(PrefillSnapshot snapshot, CacheP
       max_context > 0 ? std::min(options.max_new_tokens, max_context - result.prompt_tokens + 1)
                       : options.max_new_tokens;
 
+  plan.early_exit_stats = {};
+  plan.early_exit_oracle = {};
   const int spare = max_new_tokens + static_cast<int>(question_ids.size());
   compress(snapshot, plan, spare, result);
   const auto compressed = Clock::now();
@@ -195,6 +197,9 @@ GenerationResult Generator::continue_generation(PrefillSnapshot snapshot, CacheP
     if (cut != std::string::npos) result.text.resize(cut);
   }
   result.kv_bytes_end = store.kv_bytes();
+  result.kv_blocks_visited = plan.early_exit_stats.blocks_visited;
+  result.kv_blocks_total = plan.early_exit_stats.blocks_total;
+  result.early_exit_oracle = plan.early_exit_oracle;
   result.peak_rss_bytes = peak_rss_bytes();
   return result;
 }

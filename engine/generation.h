@@ -46,6 +46,11 @@ struct GenerationResult {
   int64_t kv_bytes = 0;             // KV bytes held after compression (before decoding)
   int64_t kv_bytes_end = 0;         // KV bytes held at the end
   int64_t peak_rss_bytes = 0;
+  // ART (kind E): KV blocks the decode attention walked / could have walked, summed over decode
+  // steps, layers and KV groups (skipped fraction = 1 - visited / total); 0 without early exit.
+  int64_t kv_blocks_visited = 0;
+  int64_t kv_blocks_total = 0;
+  kernels::EarlyExitOracleSummary early_exit_oracle;  // filled in ART's oracle mode only
 };
 
 // A full-attention prefill: the store holding every prompt token, the captures the policies need,

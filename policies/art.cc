@@ -8,27 +8,37 @@
 // Defaults tau = 1e-5, phi = 1e-3 (seed); patience 2, KV tile 64, sink block 4 and the criteria
 // definitions are the harness's reconstruction [UNVERIFIED] — patience sweeps {1, 2, 4, 8}.
 // enabled = false walks every block through the same code (the overhead measurement, p = inf).
+// oracle_tolerance > 0 also traces every walk against the true relative error of the running
+// output (ART Table 4's probe/oracle agreement); the counts land in CachePlan::early_exit_oracle.
 #include "engine/errors.h"
 #include "policies/decode_selector_common.h"
 #include "policies/decode_selectors.h"
+#include "policies/methods.h"
 
 namespace kvb {
 
+namespace {
+
+nlohmann::json art_defaults() {
+  return {{"tau", 1e-5},       {"phi", 1e-3},
+          {"patience", 2},      {"block_size", 64},
+          {"sink_tokens", 4},   {"scale_criterion", "mass"},
+          {"enabled", true},    {"oracle_tolerance", 0.0}};
+}
+
+}  // namespace
+
 EarlyExitParams make_art_params(const nlohmann::json& params) {
-  SelectorParams reader("art", params,
-                        {"tau", "phi", "patience", "block_size", "sink_tokens", "scale_criterion",
-                         "enabled"});
+  const PolicyParams reader("art", params, art_defaults());
   EarlyExitParams art;
-  art.tau = static_cast<float>(reader.get_double("tau", art.tau, 0.0));
-  art.phi = static_cast<float>(reader.get_double("phi", art.phi, 0.0));
-  art.patience = reader.get_int("patience", art.patience, 1);
-  art.block_size = reader.get_int("block_size", art.block_size, 1);
-  art.sink_tokens = reader.get_int("sink_tokens", art.sink_tokens, 0);
-  art.scale_criterion = reader.get_string("scale_criterion", art.scale_criterion);
-  if (art.scale_criterion != "mass" && art.scale_criterion != "norm")
-    throw InputError("art: 'scale_criterion' must be \"mass\" (dZ/Z) or \"norm\" (relative change of "
-                     "||o||), got \"" + art.scale_criterion + "\"");
-  art.enabled = reader.get_bool("enabled", art.enabled);
+  art.tau = static_cast<float>(number_at_least(reader, "tau", 0.0));
+  art.phi = static_cast<float>(number_at_least(reader, "phi", 0.0));
+  art.patience = integer_at_least(reader, "patience", 1);
+  art.block_size = integer_at_least(reader, "block_size", 1);
+  art.sink_tokens = integer_at_least(reader, "sink_tokens", 0);
+  art.scale_criterion = reader.choice("scale_criterion", {"mass", "norm"});
+  art.enabled = reader.boolean("enabled");
+  art.oracle_tolerance = static_cast<float>(number_at_least(reader, "oracle_tolerance", 0.0));
   return art;
 }
 
@@ -39,7 +49,20 @@ nlohmann::json describe_art_params(const EarlyExitParams& params) {
           {"block_size", params.block_size},
           {"sink_tokens", params.sink_tokens},
           {"scale_criterion", params.scale_criterion},
-          {"enabled", params.enabled}};
+          {"enabled", params.enabled},
+          {"oracle_tolerance", params.oracle_tolerance}};
+}
+
+PolicyFactory art_factory() {
+  PolicyFactory factory;
+  factory.info = {"art", PolicyKind::kKernelWalk,
+                  "attention run-time termination: stop the decode KV walk once the output is stable",
+                  "none public (seed 003); criteria reconstructed, specs/methods.md §13",
+                  art_defaults()};
+  factory.install = [](const nlohmann::json& params, CachePlan& plan) {
+    plan.early_exit = make_art_params(params);
+  };
+  return factory;
 }
 
 }  // namespace kvb

@@ -20,9 +20,19 @@
 #include "kernels/cpu/binary_hash.h"
 #include "policies/decode_selector_common.h"
 #include "policies/decode_selectors.h"
+#include "policies/methods.h"
+#include "policies/selection.h"
 
 namespace kvb {
+
+using kernels::kBinaryHashBits;
+using kernels::QuantizedQuery;
 namespace {
+
+nlohmann::json binarypc_defaults() {
+  return {{"bits", 64},       {"eas", true},     {"err_ratio", 0.1},        {"dense_layers", {0, 1}},
+          {"projection", ""}, {"iterations", 4}, {"seed", 0}};
+}
 
 struct HashedKvHead {
   int prompt_length = 0;
@@ -35,35 +45,32 @@ class BinaryPcSelector : public DescribedDecodeSelector {
  public:
   BinaryPcSelector(const nlohmann::json& params, const Budget& budget,
                    std::shared_ptr<const BinaryProjectionSet> projection)
-      : budget_(budget), projection_(std::move(projection)) {
-    SelectorParams reader("binarypc", params,
-                          {"bits", "eas", "err_ratio", "dense_layers", "projection", "iterations", "seed"});
-    const int bits = reader.get_int("bits", kBinaryHashBits, 1);
+      : params_("binarypc", params, binarypc_defaults()), budget_(budget),
+        projection_(std::move(projection)) {
+    const int bits = params_.integer("bits");
     if (bits != kBinaryHashBits)
-      throw InputError("binarypc: 'bits' = " + std::to_string(bits) +
-                       " is not supported; the codes are one 64-bit word per token (use 64)");
-    eas_ = reader.get_bool("eas", true);
-    err_ratio_ = reader.get_double("err_ratio", 0.1, 0.0);
-    if (err_ratio_ > 1) throw InputError("binarypc: 'err_ratio' must be in [0, 1]");
-    dense_layers_ = reader.get_layers("dense_layers", {0, 1});
-    fit_.iterations = reader.get_int("iterations", 4, 0);
-    fit_.seed = static_cast<uint64_t>(reader.get_int("seed", 0, 0));
-    projection_path_ = reader.get_string("projection", "");
+      throw InputError("parameter 'bits' of policy 'binarypc' is " + std::to_string(bits) +
+                       "; only 64 is supported (one 64-bit code word per token and KV head)");
+    eas_ = params_.boolean("eas");
+    err_ratio_ = number_at_least(params_, "err_ratio", 0.0);
+    if (err_ratio_ > 1)
+      throw InputError("parameter 'err_ratio' of policy 'binarypc' must be in [0, 1]");
+    dense_layers_ = read_layers(params_, "dense_layers");
+    fit_.iterations = integer_at_least(params_, "iterations", 0);
+    fit_.seed = static_cast<uint64_t>(integer_at_least(params_, "seed", 0));
+    projection_path_ = params_.text("projection");
     if (!projection_ && !projection_path_.empty())
       projection_ = std::make_shared<BinaryProjectionSet>(BinaryProjectionSet::load(projection_path_));
   }
 
   std::string name() const override { return "binarypc"; }
   nlohmann::json describe() const override {
-    return {{"bits", kBinaryHashBits},
-            {"eas", eas_},
-            {"err_ratio", err_ratio_},
-            {"dense_layers", dense_layers_},
-            {"projection", projection_ ? (projection_path_.empty() ? "given" : projection_path_) : "online"},
-            {"iterations", fit_.iterations},
-            {"seed", fit_.seed},
-            {"gqa", "shared"},
-            {"budget", budget_.to_string()}};
+    nlohmann::json described = params_.resolved();
+    if (projection_ && projection_path_.empty()) described["projection"] = "(given tensor)";
+    described["projection_fit"] = projection_ ? "offline (OPC)" : "online";
+    described["gqa"] = "shared";
+    described["budget"] = budget_.to_string();
+    return described;
   }
 
   void start(const KvStore& store, int, int budget_tokens) override {
@@ -97,11 +104,11 @@ class BinaryPcSelector : public DescribedDecodeSelector {
     std::vector<QuantizedQuery> quantized(group);
     for (int h = 0; h < store.n_kv_heads(); ++h) {
       const HashedKvHead& head = heads_[layer][h];
-      binary_project_queries(head.projection.data(), d, query + static_cast<int64_t>(h) * group * d,
+      kernels::binary_project_queries(head.projection.data(), d, query + static_cast<int64_t>(h) * group * d,
                              group, projected.data());
-      quantize_query_group(projected.data(), group, quantized.data());
+      kernels::quantize_query_group(projected.data(), group, quantized.data());
       std::vector<int> scores(head.prompt_length);
-      binary_hash_group_scores(quantized.data(), group, head.codes.data(), head.prompt_length,
+      kernels::binary_hash_group_scores(quantized.data(), group, head.codes.data(), head.prompt_length,
                                scores.data());
       std::vector<float> ranking(scores.begin(), scores.end());
       for (int32_t j : head.protected_ids) ranking[j] = std::numeric_limits<float>::infinity();
@@ -128,18 +135,19 @@ class BinaryPcSelector : public DescribedDecodeSelector {
       fit_binary_projection(keys, head.prompt_length, d, fit, head.projection.data());
     }
     head.codes.resize(head.prompt_length);
-    binary_hash_keys(head.projection.data(), d, keys, head.prompt_length, head.codes.data());
+    kernels::binary_hash_keys(head.projection.data(), d, keys, head.prompt_length, head.codes.data());
     if (!eas_ || head.prompt_length == 0) return head;
     const int k = std::min(budget_tokens_, head.prompt_length);
     const int err_k = std::min(std::max(static_cast<int>(err_ratio_ * k), 1), head.prompt_length);
     std::vector<float> errors(head.prompt_length);
     for (int j = 0; j < head.prompt_length; ++j)
-      errors[j] = binary_hash_reconstruction_error(head.projection.data(), d,
+      errors[j] = kernels::binary_hash_reconstruction_error(head.projection.data(), d,
                                                    keys + static_cast<int64_t>(j) * d, head.codes[j]);
     head.protected_ids = top_k_indices(errors.data(), head.prompt_length, err_k);
     return head;
   }
 
+  PolicyParams params_;
   Budget budget_;
   std::shared_ptr<const BinaryProjectionSet> projection_;
   std::string projection_path_;
@@ -157,6 +165,18 @@ std::shared_ptr<DescribedDecodeSelector> make_binarypc_selector(
     const nlohmann::json& params, const Budget& budget,
     std::shared_ptr<const BinaryProjectionSet> projection) {
   return std::make_shared<BinaryPcSelector>(params, budget, std::move(projection));
+}
+
+PolicyFactory binarypc_factory() {
+  PolicyFactory factory;
+  factory.info = {"binarypc", PolicyKind::kDecodeSelection,
+                  "64-bit binary principal-component key codes, bit-plane popcount top-k, EAS",
+                  "yudaohai666/BPC @544b6d2 bpc/bpc/bpc_pytorch.py, bpc/bpc/bpc.py",
+                  binarypc_defaults()};
+  factory.install = [](const nlohmann::json& params, CachePlan& plan) {
+    plan.selector = make_binarypc_selector(params, plan_budget(plan));
+  };
+  return factory;
 }
 
 }  // namespace kvb

@@ -11,6 +11,8 @@
 #include "kernels/cpu/binary_hash.h"
 
 namespace kvb {
+
+using kernels::kBinaryHashBits;
 namespace {
 
 constexpr char kMagic[8] = {'K', 'V', 'B', 'B', 'P', 'C', 'P', '\0'};

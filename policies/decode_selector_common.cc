@@ -7,86 +7,38 @@
 
 namespace kvb {
 
-SelectorParams::SelectorParams(std::string method, const nlohmann::json& params,
-                               std::set<std::string> known)
-    : method_(std::move(method)), params_(params.is_null() ? nlohmann::json::object() : params) {
-  if (!params_.is_object())
-    throw InputError(method_ + ": parameters must be a JSON object, got " + params_.dump());
-  for (const auto& [key, value] : params_.items()) {
-    if (known.count(key)) continue;
-    std::string names;
-    for (const std::string& name : known) names += (names.empty() ? "" : ", ") + name;
-    throw InputError(method_ + ": unknown parameter '" + key + "' (known: " + names + ")");
-  }
-}
-
-int SelectorParams::get_int(const std::string& key, int fallback, int minimum) const {
-  if (!params_.contains(key)) return fallback;
-  const nlohmann::json& value = params_.at(key);
-  if (!value.is_number_integer())
-    throw InputError(method_ + ": parameter '" + key + "' must be an integer, got " + value.dump());
-  const int result = value.get<int>();
-  if (result < minimum)
-    throw InputError(method_ + ": parameter '" + key + "' = " + std::to_string(result) +
-                     " must be >= " + std::to_string(minimum));
-  return result;
-}
-
-double SelectorParams::get_double(const std::string& key, double fallback, double minimum) const {
-  if (!params_.contains(key)) return fallback;
-  const nlohmann::json& value = params_.at(key);
-  if (!value.is_number())
-    throw InputError(method_ + ": parameter '" + key + "' must be a number, got " + value.dump());
-  const double result = value.get<double>();
-  if (result < minimum)
-    throw InputError(method_ + ": parameter '" + key + "' = " + value.dump() + " must be >= " +
-                     std::to_string(minimum));
-  return result;
-}
-
-bool SelectorParams::get_bool(const std::string& key, bool fallback) const {
-  if (!params_.contains(key)) return fallback;
-  const nlohmann::json& value = params_.at(key);
-  if (!value.is_boolean())
-    throw InputError(method_ + ": parameter '" + key + "' must be true or false, got " + value.dump());
-  return value.get<bool>();
-}
-
-std::string SelectorParams::get_string(const std::string& key, const std::string& fallback) const {
-  if (!params_.contains(key)) return fallback;
-  const nlohmann::json& value = params_.at(key);
-  if (!value.is_string())
-    throw InputError(method_ + ": parameter '" + key + "' must be a string, got " + value.dump());
-  return value.get<std::string>();
-}
-
-std::vector<int> SelectorParams::get_layers(const std::string& key,
-                                            const std::vector<int>& fallback) const {
-  if (!params_.contains(key)) return fallback;
-  const nlohmann::json& value = params_.at(key);
-  std::vector<int> layers;
-  if (value.is_array()) {
-    for (const nlohmann::json& layer : value) {
-      if (!layer.is_number_integer() || layer.get<int>() < 0)
-        throw InputError(method_ + ": '" + key + "' must list layer indices >= 0, got " + value.dump());
-      layers.push_back(layer.get<int>());
-    }
-    return layers;
-  }
-  throw InputError(method_ + ": '" + key + "' must be an array of layer indices such as [0, 1], got " +
-                   value.dump());
-}
-
-GqaSelection SelectorParams::get_gqa(GqaSelection fallback) const {
-  const std::string mode = get_string("gqa", gqa_selection_name(fallback));
-  if (mode == "per_head") return GqaSelection::kPerHead;
-  if (mode == "shared") return GqaSelection::kShared;
-  throw InputError(method_ + ": parameter 'gqa' must be \"per_head\" or \"shared\", got \"" + mode +
-                   "\"");
+GqaSelection read_gqa_selection(const PolicyParams& params) {
+  return params.choice("gqa", {"per_head", "shared"}) == "per_head" ? GqaSelection::kPerHead
+                                                                    : GqaSelection::kShared;
 }
 
 const char* gqa_selection_name(GqaSelection mode) {
   return mode == GqaSelection::kPerHead ? "per_head" : "shared";
+}
+
+int integer_at_least(const PolicyParams& params, const std::string& name, int minimum) {
+  const int value = params.integer(name);
+  if (value < minimum)
+    throw InputError("parameter '" + name + "' of policy '" + params.policy() + "' is " +
+                     std::to_string(value) + "; it must be >= " + std::to_string(minimum));
+  return value;
+}
+
+double number_at_least(const PolicyParams& params, const std::string& name, double minimum) {
+  const double value = params.number(name);
+  if (!(value >= minimum))
+    throw InputError("parameter '" + name + "' of policy '" + params.policy() + "' is " +
+                     params.raw(name).dump() + "; it must be >= " + std::to_string(minimum));
+  return value;
+}
+
+std::vector<int> read_layers(const PolicyParams& params, const std::string& name) {
+  std::vector<int> layers = params.integers(name);
+  for (int layer : layers)
+    if (layer < 0)
+      throw InputError("parameter '" + name + "' of policy '" + params.policy() +
+                       "' lists layer " + std::to_string(layer) + "; layer indices are >= 0");
+  return layers;
 }
 
 int selection_budget(const Budget& budget, int current_length) {
@@ -107,16 +59,17 @@ std::vector<int32_t> top_k_indices(const float* scores, int n, int k) {
   return order;
 }
 
-bool is_dense_layer(const std::vector<int>& dense_layers, int layer) {
-  return std::find(dense_layers.begin(), dense_layers.end(), layer) != dense_layers.end();
-}
-
 int checked_query_heads(const Selection& out, const KvStore& store, const std::string& method) {
   const int n_query_heads = static_cast<int>(out.indices.size());
   if (n_query_heads == 0 || n_query_heads % store.n_kv_heads() != 0)
-    throw InputError(method + ": Selection.indices must be sized to the query-head count (a multiple "
-                     "of the " + std::to_string(store.n_kv_heads()) + " KV heads) before select()");
+    throw std::logic_error(method + ": Selection.indices must be sized to the query-head count (a "
+                           "multiple of the " + std::to_string(store.n_kv_heads()) +
+                           " KV heads) before select()");
   return n_query_heads;
+}
+
+Budget plan_budget(const CachePlan& plan) {
+  return plan.budget.value_or(Budget{});
 }
 
 }  // namespace kvb

@@ -1,15 +1,13 @@
-// Shared pieces of the kind-D decode selectors (TOPK, Quest, MagicPIG, BinaryPC): parameter
-// reading with clear errors, dense layers, GQA modes and top-k over scores.
+// Shared pieces of the kind-D decode selectors (TOPK, Quest, MagicPIG, BinaryPC): bounded
+// parameters, GQA modes, the per-step budget and a fast top-k over one step's scores.
 #pragma once
 
 #include <cstdint>
-#include <set>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "engine/cache_policy.h"
+#include "policies/params.h"
 
 namespace kvb {
 
@@ -18,37 +16,30 @@ namespace kvb {
 //   kShared  - one set per KV head, scored over the whole group
 enum class GqaSelection { kPerHead, kShared };
 
-// Reads and validates one selector's parameters; every key must be known.
-class SelectorParams {
- public:
-  SelectorParams(std::string method, const nlohmann::json& params, std::set<std::string> known);
-
-  int get_int(const std::string& key, int fallback, int minimum) const;
-  double get_double(const std::string& key, double fallback, double minimum) const;
-  bool get_bool(const std::string& key, bool fallback) const;
-  std::string get_string(const std::string& key, const std::string& fallback) const;
-  std::vector<int> get_layers(const std::string& key, const std::vector<int>& fallback) const;
-  GqaSelection get_gqa(GqaSelection fallback) const;
-
- private:
-  std::string method_;
-  nlohmann::json params_;
-};
-
+// Reads parameter "gqa" ("per_head" | "shared").
+GqaSelection read_gqa_selection(const PolicyParams& params);
 const char* gqa_selection_name(GqaSelection mode);
+
+// An integer / number parameter that must be >= minimum (InputError naming it otherwise).
+int integer_at_least(const PolicyParams& params, const std::string& name, int minimum);
+double number_at_least(const PolicyParams& params, const std::string& name, double minimum);
+// A list of layer indices >= 0.
+std::vector<int> read_layers(const PolicyParams& params, const std::string& name);
 
 // Tokens a selector may attend to at a step with `current_length` cached entries: fractions apply
 // to the current length, token counts are fixed; at least 1, at most the current length.
 int selection_budget(const Budget& budget, int current_length);
 
 // Indices of the k largest scores (ties: the lower index first), in increasing index order.
+// O(n) selection: this runs at every decode step of every head.
 std::vector<int32_t> top_k_indices(const float* scores, int n, int k);
-
-// True when `layer` is one of `dense_layers`.
-bool is_dense_layer(const std::vector<int>& dense_layers, int layer);
 
 // Throws InputError when `out.indices` was not sized to the caller's query-head count, or the
 // count is not a multiple of the store's KV heads.
 int checked_query_heads(const Selection& out, const KvStore& store, const std::string& method);
+
+// The budget a selector's install() finds in the plan (make_cache_plan sets it before install;
+// a plan without one is refused after install).
+Budget plan_budget(const CachePlan& plan);
 
 }  // namespace kvb

@@ -1,7 +1,7 @@
-// Factories of the kind-D decode selectors and the kind-E ART modifier (specs/methods.md §10-14).
-// Each reads its JSON parameters (unknown keys and bad values are InputErrors) and returns the
-// object a CachePlan holds. `describe()` gives the resolved parameters, defaults included, so that
-// a run records e.g. the GQA semantics it used.
+// Direct constructors of the kind-D decode selectors and the kind-E ART modifier (specs/methods.md
+// §10-14), for tests and `kvbench select`; the registry's factories (policies/methods.h) call them.
+// Each reads its JSON parameters (unknown keys and bad values are InputErrors). `describe()` gives
+// the resolved parameters, defaults included, so that a run records e.g. the GQA semantics used.
 #pragma once
 
 #include <memory>
@@ -38,7 +38,7 @@ std::shared_ptr<DescribedDecodeSelector> make_binarypc_selector(
     std::shared_ptr<const BinaryProjectionSet> projection = nullptr);
 
 // ART (§13): the early-exit parameters. Params: tau 1e-5, phi 1e-3, patience 2, block_size 64,
-// sink_tokens 4, scale_criterion "mass" | "norm", enabled true.
+// sink_tokens 4, scale_criterion "mass" | "norm", enabled true, oracle_tolerance 0 (off).
 EarlyExitParams make_art_params(const nlohmann::json& params);
 nlohmann::json describe_art_params(const EarlyExitParams& params);
 

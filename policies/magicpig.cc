@@ -22,9 +22,16 @@
 #include "engine/errors.h"
 #include "policies/decode_selector_common.h"
 #include "policies/decode_selectors.h"
+#include "policies/methods.h"
+#include "policies/selection.h"
 
 namespace kvb {
 namespace {
+
+nlohmann::json magicpig_defaults() {
+  return {{"K", 10},    {"L", 150},   {"threshold", 2},          {"sinks", 4},
+          {"local", 64}, {"seed", 0}, {"dense_layers", {0, 16}}};
+}
 
 struct HashedHead {
   int middle_begin = 0;
@@ -36,27 +43,28 @@ struct HashedHead {
 
 class MagicPigSelector : public DescribedDecodeSelector {
  public:
-  explicit MagicPigSelector(const nlohmann::json& params) {
-    SelectorParams reader("magicpig", params,
-                          {"K", "L", "threshold", "sinks", "local", "dense_layers", "seed"});
-    bits_per_table_ = reader.get_int("K", 10, 0);
-    if (bits_per_table_ > 32) throw InputError("magicpig: parameter 'K' must be <= 32 bits per table");
-    tables_ = reader.get_int("L", 150, 1);
-    threshold_ = reader.get_int("threshold", 2, 1);
+  explicit MagicPigSelector(const nlohmann::json& params)
+      : params_("magicpig", params, magicpig_defaults()) {
+    bits_per_table_ = integer_at_least(params_, "K", 0);
+    if (bits_per_table_ > 32)
+      throw InputError("parameter 'K' of policy 'magicpig' must be <= 32 bits per table");
+    tables_ = integer_at_least(params_, "L", 1);
+    threshold_ = integer_at_least(params_, "threshold", 1);
     if (threshold_ > tables_)
-      throw InputError("magicpig: 'threshold' (" + std::to_string(threshold_) +
+      throw InputError("parameter 'threshold' of policy 'magicpig' (" + std::to_string(threshold_) +
                        ") cannot exceed the table count 'L' (" + std::to_string(tables_) + ")");
-    sinks_ = reader.get_int("sinks", 4, 0);
-    local_ = reader.get_int("local", 64, 0);
-    dense_layers_ = reader.get_layers("dense_layers", {0, 16});
-    seed_ = static_cast<uint64_t>(reader.get_int("seed", 0, 0));
+    sinks_ = integer_at_least(params_, "sinks", 0);
+    local_ = integer_at_least(params_, "local", 0);
+    dense_layers_ = read_layers(params_, "dense_layers");
+    seed_ = static_cast<uint64_t>(integer_at_least(params_, "seed", 0));
   }
 
   std::string name() const override { return "magicpig"; }
   nlohmann::json describe() const override {
-    return {{"K", bits_per_table_}, {"L", tables_},     {"threshold", threshold_},
-            {"sinks", sinks_},      {"local", local_},  {"dense_layers", dense_layers_},
-            {"seed", seed_},        {"gqa", "per_head"}, {"budget", "data-dependent"}};
+    nlohmann::json described = params_.resolved();
+    described["gqa"] = "per_head";
+    described["budget"] = "data-dependent";
+    return described;
   }
 
   void start(const KvStore& store, int, int) override {
@@ -195,6 +203,7 @@ class MagicPigSelector : public DescribedDecodeSelector {
     }
   }
 
+  PolicyParams params_;
   int bits_per_table_ = 10;
   int tables_ = 150;
   int threshold_ = 2;
@@ -211,6 +220,18 @@ class MagicPigSelector : public DescribedDecodeSelector {
 std::shared_ptr<DescribedDecodeSelector> make_magicpig_selector(const nlohmann::json& params,
                                                                 const Budget&) {
   return std::make_shared<MagicPigSelector>(params);
+}
+
+PolicyFactory magicpig_factory() {
+  PolicyFactory factory;
+  factory.info = {"magicpig", PolicyKind::kDecodeSelection,
+                  "LSH sampling (K bits x L tables) with importance-weighted logits",
+                  "Infini-AI-Lab/MagicPIG @ac9aa36 evaluations/RULER/pred/cache_ref.py",
+                  magicpig_defaults()};
+  factory.install = [](const nlohmann::json& params, CachePlan& plan) {
+    plan.selector = make_magicpig_selector(params, plan_budget(plan));
+  };
+  return factory;
 }
 
 }  // namespace kvb

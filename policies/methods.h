@@ -27,6 +27,11 @@ PolicyFactory criticaladakv_factory();
 PolicyFactory andpro_factory();
 PolicyFactory dropkv_factory();
 PolicyFactory adadropkv_factory();
+PolicyFactory topk_factory();
+PolicyFactory quest_factory();
+PolicyFactory magicpig_factory();
+PolicyFactory binarypc_factory();
+PolicyFactory art_factory();
 
 class PolicyParams;
 class ScoredPolicy;

@@ -15,7 +15,9 @@
 
 #include "policies/decode_selector_common.h"
 #include "policies/decode_selectors.h"
+#include "policies/methods.h"
 #include "policies/quest.h"
+#include "policies/selection.h"
 
 namespace kvb {
 
@@ -46,23 +48,27 @@ std::vector<float> QuestPageBounds::upper_bounds(const float* q) const {
 
 namespace {
 
+nlohmann::json quest_defaults() {
+  return {{"page_size", 16},        {"min_pages", 3},         {"dense_layers", {0, 1}},
+          {"gqa", "per_head"},      {"keep_last_page", false}};
+}
+
 class QuestSelector : public DescribedDecodeSelector {
  public:
-  QuestSelector(const nlohmann::json& params, const Budget& budget) : budget_(budget) {
-    SelectorParams reader("quest", params,
-                          {"page_size", "min_pages", "dense_layers", "gqa", "keep_last_page"});
-    page_size_ = reader.get_int("page_size", 16, 1);
-    min_pages_ = reader.get_int("min_pages", 3, 1);
-    dense_layers_ = reader.get_layers("dense_layers", {0, 1});
-    gqa_ = reader.get_gqa(GqaSelection::kPerHead);
-    keep_last_page_ = reader.get_bool("keep_last_page", false);
+  QuestSelector(const nlohmann::json& params, const Budget& budget)
+      : params_("quest", params, quest_defaults()), budget_(budget) {
+    page_size_ = integer_at_least(params_, "page_size", 1);
+    min_pages_ = integer_at_least(params_, "min_pages", 1);
+    dense_layers_ = read_layers(params_, "dense_layers");
+    gqa_ = read_gqa_selection(params_);
+    keep_last_page_ = params_.boolean("keep_last_page");
   }
 
   std::string name() const override { return "quest"; }
   nlohmann::json describe() const override {
-    return {{"page_size", page_size_},         {"min_pages", min_pages_},
-            {"dense_layers", dense_layers_},   {"gqa", gqa_selection_name(gqa_)},
-            {"keep_last_page", keep_last_page_}, {"budget", budget_.to_string()}};
+    nlohmann::json described = params_.resolved();
+    described["budget"] = budget_.to_string();
+    return described;
   }
 
   void start(const KvStore& store, int, int budget_tokens) override {
@@ -129,6 +135,7 @@ class QuestSelector : public DescribedDecodeSelector {
     return tokens;
   }
 
+  PolicyParams params_;
   Budget budget_;
   int token_budget_ = 0;
   int page_size_ = 16;
@@ -144,6 +151,18 @@ class QuestSelector : public DescribedDecodeSelector {
 std::shared_ptr<DescribedDecodeSelector> make_quest_selector(const nlohmann::json& params,
                                                              const Budget& budget) {
   return std::make_shared<QuestSelector>(params, budget);
+}
+
+PolicyFactory quest_factory() {
+  PolicyFactory factory;
+  factory.info = {"quest", PolicyKind::kDecodeSelection,
+                  "pages of 16 keys ranked by a min/max upper bound of q.k per decode step",
+                  "mit-han-lab/Quest evaluation/quest_attention.py, quest/utils/controller.py",
+                  quest_defaults()};
+  factory.install = [](const nlohmann::json& params, CachePlan& plan) {
+    plan.selector = make_quest_selector(params, plan_budget(plan));
+  };
+  return factory;
 }
 
 }  // namespace kvb

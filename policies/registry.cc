@@ -29,6 +29,11 @@ const std::vector<PolicyFactory>& factories() {
       andpro_factory(),
       dropkv_factory(),
       adadropkv_factory(),
+      topk_factory(),
+      quest_factory(),
+      magicpig_factory(),
+      binarypc_factory(),
+      art_factory(),
   };
   return table;
 }
@@ -102,6 +107,7 @@ CachePlan make_cache_plan(const std::string& spec, const nlohmann::json& params,
   const std::vector<std::string> parts = split_spec(spec);
   CachePlan plan;
   plan.label = spec;
+  plan.budget = budget;  // visible to install(): decode selectors read fractions per step
   int evicting_components = 0;
   for (size_t i = 0; i < parts.size(); ++i) {
     const PolicyFactory& factory = find_policy(parts[i]);

@@ -12,22 +12,29 @@
 
 #include "policies/decode_selector_common.h"
 #include "policies/decode_selectors.h"
+#include "policies/methods.h"
+#include "policies/selection.h"
 
 namespace kvb {
 namespace {
 
+nlohmann::json topk_defaults() {
+  return {{"dense_layers", {0, 1}}, {"gqa", "per_head"}};
+}
+
 class TopkOracleSelector : public DescribedDecodeSelector {
  public:
-  TopkOracleSelector(const nlohmann::json& params, const Budget& budget) : budget_(budget) {
-    SelectorParams reader("topk", params, {"dense_layers", "gqa"});
-    dense_layers_ = reader.get_layers("dense_layers", {0, 1});
-    gqa_ = reader.get_gqa(GqaSelection::kPerHead);
+  TopkOracleSelector(const nlohmann::json& params, const Budget& budget)
+      : params_("topk", params, topk_defaults()), budget_(budget) {
+    dense_layers_ = read_layers(params_, "dense_layers");
+    gqa_ = read_gqa_selection(params_);
   }
 
   std::string name() const override { return "topk"; }
   nlohmann::json describe() const override {
-    return {{"dense_layers", dense_layers_}, {"gqa", gqa_selection_name(gqa_)},
-            {"budget", budget_.to_string()}};
+    nlohmann::json described = params_.resolved();
+    described["budget"] = budget_.to_string();
+    return described;
   }
 
   void start(const KvStore&, int, int) override {}
@@ -78,6 +85,7 @@ class TopkOracleSelector : public DescribedDecodeSelector {
     return sum;
   }
 
+  PolicyParams params_;
   Budget budget_;
   std::vector<int> dense_layers_;
   GqaSelection gqa_ = GqaSelection::kPerHead;
@@ -88,6 +96,18 @@ class TopkOracleSelector : public DescribedDecodeSelector {
 std::shared_ptr<DescribedDecodeSelector> make_topk_selector(const nlohmann::json& params,
                                                             const Budget& budget) {
   return std::make_shared<TopkOracleSelector>(params, budget);
+}
+
+PolicyFactory topk_factory() {
+  PolicyFactory factory;
+  factory.info = {"topk", PolicyKind::kDecodeSelection,
+                  "oracle: exact top-k logits per decode step (upper bound, not deployable)",
+                  "Infini-AI-Lab/MagicPIG @ac9aa36 evaluations/RULER/pred/topk_cache.py",
+                  topk_defaults()};
+  factory.install = [](const nlohmann::json& params, CachePlan& plan) {
+    plan.selector = make_topk_selector(params, plan_budget(plan));
+  };
+  return factory;
 }
 
 }  // namespace kvb

@@ -8,6 +8,7 @@
 #include "engine/errors.h"
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/early_exit_attention.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/rmsnorm.h"
 
@@ -27,6 +28,29 @@ int max_head_length(const KvStore& store) {
 
 void add_in_place(std::vector<float>& x, const std::vector<float>& delta) {
   for (size_t i = 0; i < x.size(); ++i) x[i] += delta[i];
+}
+
+kernels::EarlyExitOptions early_exit_options(const EarlyExitParams& params) {
+  kernels::EarlyExitOptions options;
+  options.tau = params.tau;
+  options.phi = params.phi;
+  options.patience = params.patience;
+  options.block_size = params.block_size;
+  options.sink_tokens = params.sink_tokens;
+  options.scale_criterion = params.scale_criterion == "norm" ? kernels::EarlyExitScaleCriterion::kNorm
+                                                             : kernels::EarlyExitScaleCriterion::kMass;
+  options.enabled = params.enabled;
+  return options;
+}
+
+// One early-exit walk, plus its oracle trace in oracle mode.
+void walk_early_exit(const kernels::EarlyExitAttentionArgs& args, const EarlyExitParams& params,
+                     kernels::EarlyExitWalkStats& stats, kernels::EarlyExitOracleSummary& oracle) {
+  const kernels::EarlyExitOptions options = early_exit_options(params);
+  kernels::early_exit_attention(args, options, &stats);
+  if (params.oracle_tolerance > 0)
+    oracle.add(kernels::early_exit_oracle_trace(args, options, params.oracle_tolerance),
+               params.oracle_tolerance);
 }
 
 }  // namespace
@@ -185,7 +209,7 @@ std::vector<float> CpuEngine::forward_chunk(std::span<const TokenId> ids, KvStor
 void CpuEngine::attend_query_head(int layer, int q_head, const float* query, const KvStore& store,
                                   const Selection* selection, const CachePlan& plan, float* output,
                                   float* probabilities) const {
-  (void)plan;  // plan.early_exit: ART's block walk branches here (kernels/cpu/early_exit_attention)
+  (void)plan;  // plan.early_exit is handled per KV group by attend_group_early_exit
   const int kv_head = q_head / config().group_size();
   kernels::DecodeAttentionArgs args;
   args.query = query;
@@ -202,6 +226,64 @@ void CpuEngine::attend_query_head(int layer, int q_head, const float* query, con
       args.logit_bias = selection->logit_bias[q_head].data();
   }
   kernels::decode_attention(args);
+}
+
+// Without a (non-dense) selection the group walks its KV head's entries together and stops when
+// every head is stable (packed GQA); with a selection each query head walks its own entries,
+// gathered in store order so that the sink block and recency keep their meaning.
+void CpuEngine::attend_group_early_exit(int layer, int kv_head, const float* queries,
+                                        const KvStore& store, const Selection* selection,
+                                        const EarlyExitParams& params, float* outputs,
+                                        std::vector<std::vector<float>>& probabilities,
+                                        kernels::EarlyExitWalkStats& stats,
+                                        kernels::EarlyExitOracleSummary& oracle) const {
+  const int g = config().group_size(), d = config().head_dim;
+  const int n = store.length(layer, kv_head);
+  const bool want_probabilities = !probabilities.empty();
+  kernels::EarlyExitAttentionArgs args;
+  args.head_dim = d;
+  if (selection == nullptr || selection->dense || selection->indices.empty()) {
+    std::vector<float> group_probabilities(want_probabilities ? static_cast<size_t>(g) * n : 0);
+    args.queries = queries + static_cast<int64_t>(kv_head) * g * d;
+    args.n_heads = g;
+    args.keys = store.keys(layer, kv_head);
+    args.values = store.values(layer, kv_head);
+    args.n_entries = n;
+    args.output = outputs + static_cast<int64_t>(kv_head) * g * d;
+    args.probabilities = want_probabilities ? group_probabilities.data() : nullptr;
+    walk_early_exit(args, params, stats, oracle);
+    for (int i = 0; want_probabilities && i < g; ++i)
+      std::copy_n(&group_probabilities[static_cast<size_t>(i) * n], n,
+                  probabilities[kv_head * g + i].data());
+    return;
+  }
+  for (int a = kv_head * g; a < (kv_head + 1) * g; ++a) {
+    const std::vector<int32_t>& chosen = selection->indices[a];
+    const bool biased = !selection->logit_bias.empty() && !selection->logit_bias[a].empty();
+    std::vector<int32_t> order(chosen.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+    std::sort(order.begin(), order.end(), [&](int32_t x, int32_t y) { return chosen[x] < chosen[y]; });
+    const int m = static_cast<int>(chosen.size());
+    std::vector<float> keys(static_cast<size_t>(m) * d), values(keys.size()), bias(biased ? m : 0);
+    std::vector<float> gathered_probabilities(want_probabilities ? m : 0);
+    for (int i = 0; i < m; ++i) {
+      const int32_t j = chosen[order[i]];
+      std::copy_n(store.keys(layer, kv_head) + static_cast<int64_t>(j) * d, d, &keys[static_cast<size_t>(i) * d]);
+      std::copy_n(store.values(layer, kv_head) + static_cast<int64_t>(j) * d, d, &values[static_cast<size_t>(i) * d]);
+      if (biased) bias[i] = selection->logit_bias[a][order[i]];
+    }
+    args.queries = queries + static_cast<int64_t>(a) * d;
+    args.n_heads = 1;
+    args.keys = keys.data();
+    args.values = values.data();
+    args.logit_bias = biased ? bias.data() : nullptr;
+    args.n_entries = m;
+    args.output = outputs + static_cast<int64_t>(a) * d;
+    args.probabilities = want_probabilities ? gathered_probabilities.data() : nullptr;
+    walk_early_exit(args, params, stats, oracle);
+    for (int i = 0; want_probabilities && i < m; ++i)
+      probabilities[a][chosen[order[i]]] = gathered_probabilities[i];
+  }
 }
 
 std::vector<float> CpuEngine::decode_step(TokenId token, int position, int step, KvStore& store,
@@ -231,15 +313,29 @@ std::vector<float> CpuEngine::decode_step(TokenId token, int position, int step,
     if (plan.selector) {
       plan.selector->on_append(store, l);
       selection = Selection{};
+      selection.indices.resize(Hq);  // the contract: sized to the query-head count
       plan.selector->select(l, q.data(), store, selection);
       chosen = &selection;
     }
     for (int a = 0; a < static_cast<int>(probabilities.size()); ++a)
       probabilities[a].assign(store.length(l, a / c.group_size()), 0.0f);
-    tbb::parallel_for(0, Hq, [&](int a) {
-      attend_query_head(l, a, &q[a * d], store, chosen, plan, &attended[a * d],
-                        probabilities.empty() ? nullptr : probabilities[a].data());
-    });
+    if (plan.early_exit) {
+      std::vector<kernels::EarlyExitWalkStats> walks(Hkv);
+      std::vector<kernels::EarlyExitOracleSummary> oracles(Hkv);
+      tbb::parallel_for(0, Hkv, [&](int h) {
+        attend_group_early_exit(l, h, q.data(), store, chosen, *plan.early_exit, attended.data(),
+                                probabilities, walks[h], oracles[h]);
+      });
+      for (int h = 0; h < Hkv; ++h) {
+        plan.early_exit_stats.add(walks[h]);
+        plan.early_exit_oracle.add(oracles[h]);
+      }
+    } else {
+      tbb::parallel_for(0, Hq, [&](int a) {
+        attend_query_head(l, a, &q[a * d], store, chosen, plan, &attended[a * d],
+                          probabilities.empty() ? nullptr : probabilities[a].data());
+      });
+    }
     if (plan.decode_eviction) {
       DecodeStepView view;
       view.layer = l;

@@ -40,6 +40,13 @@ class CpuEngine final : public InferenceEngine {
   void attend_query_head(int layer, int q_head, const float* query, const KvStore& store,
                          const Selection* selection, const CachePlan& plan, float* output,
                          float* probabilities) const;
+  // ART (kind E): the early-exit walk of KV head `kv_head`'s query-head group. Adds the walk's
+  // blocks (and, in oracle mode, its probe/oracle comparison) to `stats` / `oracle`.
+  void attend_group_early_exit(int layer, int kv_head, const float* queries, const KvStore& store,
+                               const Selection* selection, const EarlyExitParams& params,
+                               float* outputs, std::vector<std::vector<float>>& probabilities,
+                               kernels::EarlyExitWalkStats& stats,
+                               kernels::EarlyExitOracleSummary& oracle) const;
 
   const ModelWeights& weights_;
   std::vector<float> inv_freq_;

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-namespace kvb {
+namespace kvb::kernels {
 namespace {
 
 // Dot product accumulated in double: the hash bit of a near-zero projection should not depend on
@@ -101,4 +101,4 @@ void binary_hash_group_scores(const QuantizedQuery* queries, int n_heads, const 
   }
 }
 
-}  // namespace kvb
+}  // namespace kvb::kernels

@@ -16,7 +16,7 @@
 #include <array>
 #include <cstdint>
 
-namespace kvb {
+namespace kvb::kernels {
 
 inline constexpr int kBinaryHashBits = 64;
 inline constexpr int kQueryMagnitudePlanes = 7;
@@ -63,4 +63,4 @@ inline int binary_hash_score(const QuantizedQuery& query, uint64_t code) {
 void binary_hash_group_scores(const QuantizedQuery* queries, int n_heads, const uint64_t* codes,
                               int n, int* scores);
 
-}  // namespace kvb
+}  // namespace kvb::kernels

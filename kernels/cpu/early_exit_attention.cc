@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-namespace kvb {
+namespace kvb::kernels {
 namespace {
 
 struct BlockRange {
@@ -31,15 +31,14 @@ float norm(const float* x, int n) {
 // The online-softmax state of one KV group's query heads and the stability test after each block.
 class GroupWalker {
  public:
-  GroupWalker(const float* queries, int n_heads, const float* keys, const float* values,
-              const float* logit_bias, int head_dim, float scale, const EarlyExitOptions& options)
-      : queries_(queries), keys_(keys), values_(values), logit_bias_(logit_bias),
-        n_heads_(n_heads), head_dim_(head_dim), scale_(scale), options_(options),
-        max_(n_heads, -std::numeric_limits<float>::infinity()), mass_(n_heads, 0.0f),
-        accumulator_(static_cast<size_t>(n_heads) * head_dim, 0.0f),
-        previous_(static_cast<size_t>(n_heads) * head_dim, 0.0f),
-        current_(static_cast<size_t>(n_heads) * head_dim, 0.0f), counter_(n_heads, 0),
-        logits_(std::max(options.block_size, options.sink_tokens)) {}
+  GroupWalker(const EarlyExitAttentionArgs& args, const EarlyExitOptions& options)
+      : queries_(args.queries), keys_(args.keys), values_(args.values),
+        logit_bias_(args.logit_bias), n_heads_(args.n_heads), head_dim_(args.head_dim),
+        scale_(args.scale > 0 ? args.scale : 1.0f / std::sqrt(static_cast<float>(args.head_dim))),
+        options_(options), max_(n_heads_, -std::numeric_limits<float>::infinity()),
+        mass_(n_heads_, 0.0f), accumulator_(static_cast<size_t>(n_heads_) * head_dim_, 0.0f),
+        previous_(accumulator_.size(), 0.0f), current_(accumulator_.size(), 0.0f),
+        counter_(n_heads_, 0), logits_(std::max(options.block_size, options.sink_tokens)) {}
 
   // Folds one block into every head's state; returns true when every head is stable.
   bool absorb(const BlockRange& block) {
@@ -52,21 +51,34 @@ class GroupWalker {
   // o = acc / Z of every head.
   const std::vector<float>& output() const { return current_; }
 
+  // Final softmax weights of the entries of `blocks` for every head ([n_heads, n], zeros kept
+  // elsewhere).
+  void write_probabilities(const std::vector<BlockRange>& blocks, int n, float* probabilities) const {
+    std::fill(probabilities, probabilities + static_cast<int64_t>(n_heads_) * n, 0.0f);
+    for (int a = 0; a < n_heads_; ++a) {
+      const float* q = queries_ + static_cast<int64_t>(a) * head_dim_;
+      float* row = probabilities + static_cast<int64_t>(a) * n;
+      for (const BlockRange& block : blocks)
+        for (int j = block.begin; j < block.end; ++j) row[j] = std::exp(logit(q, j) - max_[a]) / mass_[a];
+    }
+  }
+
  private:
+  float logit(const float* q, int j) const {
+    const float* k = keys_ + static_cast<int64_t>(j) * head_dim_;
+    float dot = 0;
+    for (int i = 0; i < head_dim_; ++i) dot += q[i] * k[i];
+    return dot * scale_ + (logit_bias_ ? logit_bias_[j] : 0.0f);
+  }
+
   bool absorb_head(int a, const BlockRange& block) {
     const float* q = queries_ + static_cast<int64_t>(a) * head_dim_;
     const int count = block.end - block.begin;
     if (static_cast<int>(logits_.size()) < count) logits_.resize(count);
     float block_max = -std::numeric_limits<float>::infinity();
     for (int t = 0; t < count; ++t) {
-      const int j = block.begin + t;
-      const float* k = keys_ + static_cast<int64_t>(j) * head_dim_;
-      float dot = 0;
-      for (int i = 0; i < head_dim_; ++i) dot += q[i] * k[i];
-      float logit = dot * scale_;
-      if (logit_bias_) logit += logit_bias_[j];
-      logits_[t] = logit;
-      block_max = std::max(block_max, logit);
+      logits_[t] = logit(q, block.begin + t);
+      block_max = std::max(block_max, logits_[t]);
     }
     float* acc = accumulator_.data() + static_cast<int64_t>(a) * head_dim_;
     const float new_max = std::max(max_[a], block_max);
@@ -141,12 +153,11 @@ int early_exit_block_count(int n, const EarlyExitOptions& options) {
   return static_cast<int>(walk_order(n, options).size());
 }
 
-void early_exit_attention(const float* queries, int n_heads, const float* keys,
-                          const float* values, const float* logit_bias, int n, int head_dim,
-                          float scale, const EarlyExitOptions& options, float* out,
+void early_exit_attention(const EarlyExitAttentionArgs& args, const EarlyExitOptions& options,
                           EarlyExitWalkStats* stats) {
-  const std::vector<BlockRange> blocks = walk_order(n, options);
-  GroupWalker walker(queries, n_heads, keys, values, logit_bias, head_dim, scale, options);
+  std::vector<BlockRange> blocks = walk_order(args.n_entries, options);
+  const int total = static_cast<int>(blocks.size());
+  GroupWalker walker(args, options);
   int visited = 0;
   for (const BlockRange& block : blocks) {
     const bool stable = walker.absorb(block);
@@ -154,23 +165,24 @@ void early_exit_attention(const float* queries, int n_heads, const float* keys,
     if (stable && options.enabled) break;
   }
   const std::vector<float>& output = walker.output();
-  std::copy(output.begin(), output.end(), out);
+  std::copy(output.begin(), output.end(), args.output);
+  blocks.resize(visited);
+  if (args.probabilities) walker.write_probabilities(blocks, args.n_entries, args.probabilities);
   if (stats) {
     stats->blocks_visited += visited;
-    stats->blocks_total += static_cast<int64_t>(blocks.size());
+    stats->blocks_total += total;
     stats->walks += 1;
-    if (visited < static_cast<int>(blocks.size())) stats->walks_stopped_early += 1;
+    if (visited < total) stats->walks_stopped_early += 1;
   }
 }
 
-EarlyExitOracleTrace early_exit_oracle_trace(const float* queries, int n_heads, const float* keys,
-                                             const float* values, const float* logit_bias, int n,
-                                             int head_dim, float scale,
+EarlyExitOracleTrace early_exit_oracle_trace(const EarlyExitAttentionArgs& args,
                                              const EarlyExitOptions& options, float tolerance) {
-  const std::vector<BlockRange> blocks = walk_order(n, options);
+  const std::vector<BlockRange> blocks = walk_order(args.n_entries, options);
+  const int n_heads = args.n_heads, head_dim = args.head_dim;
   EarlyExitOracleTrace trace;
   trace.blocks_total = static_cast<int>(blocks.size());
-  GroupWalker walker(queries, n_heads, keys, values, logit_bias, head_dim, scale, options);
+  GroupWalker walker(args, options);
   std::vector<std::vector<float>> outputs;
   for (const BlockRange& block : blocks) {
     trace.probe_says_stop.push_back(walker.absorb(block));
@@ -191,8 +203,8 @@ EarlyExitOracleTrace early_exit_oracle_trace(const float* queries, int n_heads, 
       worst = std::max(worst, error);
     }
     trace.relative_error.push_back(worst);
-    if (trace.oracle_stop_block < 0 && worst < tolerance) trace.oracle_stop_block = b;
-    if (trace.probe_stop_block < 0 && trace.probe_says_stop[b]) trace.probe_stop_block = b;
+    if (trace.oracle_stop_block < 0 && worst < tolerance) trace.oracle_stop_block = static_cast<int>(b);
+    if (trace.probe_stop_block < 0 && trace.probe_says_stop[b]) trace.probe_stop_block = static_cast<int>(b);
   }
   return trace;
 }
@@ -215,4 +227,15 @@ void EarlyExitOracleSummary::add(const EarlyExitOracleTrace& trace, float tolera
   }
 }
 
-}  // namespace kvb
+void EarlyExitOracleSummary::add(const EarlyExitOracleSummary& other) {
+  walks += other.walks;
+  probe_stops += other.probe_stops;
+  premature_stops += other.premature_stops;
+  boundaries += other.boundaries;
+  agreements += other.agreements;
+  false_positives += other.false_positives;
+  false_negatives += other.false_negatives;
+  relative_error_at_stop_sum += other.relative_error_at_stop_sum;
+}
+
+}  // namespace kvb::kernels

@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace kvb {
+namespace kvb::kernels {
 
 enum class EarlyExitScaleCriterion { kMass, kNorm };
 
@@ -47,12 +47,25 @@ struct EarlyExitWalkStats {
 // Number of blocks of a walk over n entries.
 int early_exit_block_count(int n, const EarlyExitOptions& options);
 
-// Attention of `n_heads` query heads ([n_heads, d], one KV group) over n entries of keys/values
-// ([n, d], store order, oldest first). logits = scale * q.k_j (+ logit_bias[j] when given).
-// Writes out [n_heads, d]; adds the walk to `stats` when given.
-void early_exit_attention(const float* queries, int n_heads, const float* keys,
-                          const float* values, const float* logit_bias, int n, int head_dim,
-                          float scale, const EarlyExitOptions& options, float* out,
+// One KV group's decode attention: `n_heads` query heads over n entries of one KV head, in store
+// order (oldest first). logits = scale * q.k_j (+ logit_bias[j] when given).
+struct EarlyExitAttentionArgs {
+  const float* queries = nullptr;     // [n_heads, head_dim], post-RoPE
+  int n_heads = 1;
+  const float* keys = nullptr;        // [n_entries, head_dim]
+  const float* values = nullptr;      // [n_entries, head_dim]
+  const float* logit_bias = nullptr;  // optional [n_entries]
+  int n_entries = 0;
+  int head_dim = 0;
+  float scale = 0;                    // 0 means 1/sqrt(head_dim)
+  float* output = nullptr;            // [n_heads, head_dim]
+  // Optional [n_heads, n_entries]: the final softmax weights of the visited entries, 0 for the
+  // skipped ones (what a decode-eviction policy can see of an early-exit walk).
+  float* probabilities = nullptr;
+};
+
+// Writes args.output (and probabilities); adds the walk to `stats` when given.
+void early_exit_attention(const EarlyExitAttentionArgs& args, const EarlyExitOptions& options,
                           EarlyExitWalkStats* stats);
 
 // Oracle comparison for one walk (ART Table 4): the same walk without stopping, with the true
@@ -64,9 +77,7 @@ struct EarlyExitOracleTrace {
   int probe_stop_block = -1;          // first block where the probe stops (-1: never)
   int oracle_stop_block = -1;         // first block with relative_error < tolerance (-1: never)
 };
-EarlyExitOracleTrace early_exit_oracle_trace(const float* queries, int n_heads, const float* keys,
-                                             const float* values, const float* logit_bias, int n,
-                                             int head_dim, float scale,
+EarlyExitOracleTrace early_exit_oracle_trace(const EarlyExitAttentionArgs& args,
                                              const EarlyExitOptions& options, float tolerance);
 
 // Agreement of probe and oracle over many walks: per block boundary (probe says stop vs the true
@@ -80,8 +91,9 @@ struct EarlyExitOracleSummary {
   int64_t agreements = 0;
   int64_t false_positives = 0;     // probe stops, oracle says the error is still too large
   int64_t false_negatives = 0;     // probe continues, oracle says the error is already small
-  double relative_error_at_stop_sum = 0;  // over walks (full walk: 0)
+  double relative_error_at_stop_sum = 0;  // over the walks that stopped
   void add(const EarlyExitOracleTrace& trace, float tolerance);
+  void add(const EarlyExitOracleSummary& other);
 };
 
-}  // namespace kvb
+}  // namespace kvb::kernels

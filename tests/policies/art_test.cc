@@ -3,13 +3,19 @@
 
 #include <cmath>
 
+#include "engine/cpu/forward.h"
 #include "engine/errors.h"
+#include "engine/generation.h"
 #include "kernels/cpu/early_exit_attention.h"
 #include "policies/decode_selectors.h"
+#include "policies/registry.h"
+#include "tests/engine/tiny_model.h"
 #include "tests/policies/decode_test_util.h"
 
 namespace kvb {
 namespace {
+
+using namespace kernels;  // NOLINT: the kernel under test
 
 // One KV head of n entries with a decode-like attention profile: sink keys aligned with the query
 // (large logits), recent keys moderately aligned, older keys random.
@@ -33,11 +39,27 @@ DecodeLikeHead decode_like_head(int n, int d, int heads, uint64_t seed) {
   return head;
 }
 
+EarlyExitAttentionArgs walk_args(const DecodeLikeHead& head, int heads) {
+  EarlyExitAttentionArgs args;
+  args.queries = head.queries.data();
+  args.n_heads = heads;
+  args.keys = head.keys.data();
+  args.values = head.values.data();
+  args.n_entries = head.n;
+  args.head_dim = head.d;
+  return args;
+}
+
 std::vector<double> walk(const DecodeLikeHead& head, int heads, const EarlyExitOptions& options,
-                         EarlyExitWalkStats* stats) {
+                         EarlyExitWalkStats* stats, std::vector<float>* probabilities = nullptr) {
   std::vector<float> out(static_cast<size_t>(heads) * head.d);
-  early_exit_attention(head.queries.data(), heads, head.keys.data(), head.values.data(), nullptr,
-                       head.n, head.d, 1.0f / std::sqrt(float(head.d)), options, out.data(), stats);
+  EarlyExitAttentionArgs args = walk_args(head, heads);
+  args.output = out.data();
+  if (probabilities) {
+    probabilities->assign(static_cast<size_t>(heads) * head.n, -1.0f);
+    args.probabilities = probabilities->data();
+  }
+  early_exit_attention(args, options, stats);
   return std::vector<double>(out.begin(), out.end());
 }
 
@@ -73,7 +95,8 @@ TEST(EarlyExitAttention, WalksTheSinkBlockThenTheMostRecentBlock) {
   loose.phi = 10;
   loose.patience = 1;
   EarlyExitWalkStats stats;
-  const std::vector<double> out = walk(head, 1, loose, &stats);
+  std::vector<float> probabilities;
+  const std::vector<double> out = walk(head, 1, loose, &stats, &probabilities);
   EXPECT_EQ(stats.blocks_visited, 2);
   EXPECT_EQ(stats.blocks_total, 1 + (300 - 4 + 63) / 64);
   std::vector<int32_t> seen = {0, 1, 2, 3};
@@ -81,6 +104,16 @@ TEST(EarlyExitAttention, WalksTheSinkBlockThenTheMostRecentBlock) {
   const std::vector<double> expected =
       test::reference_attention(head.queries.data(), head.keys.data(), head.values.data(), d, seen);
   EXPECT_LT(test::relative_l2(out, expected), 1e-5);
+  // The probabilities cover the visited entries only and sum to 1 over them.
+  double visited_mass = 0;
+  for (int j = 0; j < n; ++j) {
+    const bool visited = j < 4 || j >= n - 64;
+    if (!visited) {
+      EXPECT_EQ(probabilities[j], 0.0f) << j;
+    }
+    visited_mass += probabilities[j];
+  }
+  EXPECT_NEAR(visited_mass, 1.0, 1e-5);
   loose.patience = 3;
   stats = {};
   walk(head, 1, loose, &stats);
@@ -136,9 +169,8 @@ TEST(EarlyExitOracle, TraceAgreesWithTheWalkAndSummaryAddsUp) {
   for (int trial = 0; trial < 20; ++trial) {
     const int n = 1024 + 37 * trial;
     const DecodeLikeHead head = decode_like_head(n, 32, 1, 300 + trial);
-    const EarlyExitOracleTrace trace = early_exit_oracle_trace(
-        head.queries.data(), 1, head.keys.data(), head.values.data(), nullptr, n, 32,
-        1.0f / std::sqrt(32.0f), defaults, tolerance);
+    const EarlyExitOracleTrace trace =
+        early_exit_oracle_trace(walk_args(head, 1), defaults, tolerance);
     ASSERT_EQ(trace.relative_error.size(), static_cast<size_t>(trace.blocks_total));
     EXPECT_EQ(trace.relative_error.back(), 0.0f) << "the full walk is the oracle's reference";
     EarlyExitWalkStats stats;
@@ -166,6 +198,84 @@ TEST(ArtParams, DefaultsAndBadParameters) {
   EXPECT_THROW(make_art_params({{"tau", -1}}), InputError);
   EXPECT_THROW(make_art_params({{"scale_criterion", "energy"}}), InputError);
   EXPECT_THROW(make_art_params({{"patiense", 2}}), InputError);
+}
+
+}  // namespace
+}  // namespace kvb
+
+namespace kvb {
+namespace {
+
+TEST(ArtRegistry, ComposesWithAnyPolicyByName) {
+  const CachePlan full_art = make_cache_plan("full+art", nlohmann::json::object(), std::nullopt);
+  ASSERT_TRUE(full_art.early_exit.has_value());
+  EXPECT_FALSE(full_art.prefill);
+  const CachePlan snapkv_art =
+      make_cache_plan("snapkv+art", {{"art", {{"patience", 4}}}}, Budget::parse("10%"));
+  ASSERT_TRUE(snapkv_art.early_exit.has_value());
+  EXPECT_EQ(snapkv_art.early_exit->patience, 4);
+  EXPECT_TRUE(snapkv_art.prefill);
+  const CachePlan quest_art = make_cache_plan("quest+art", nlohmann::json::object(), Budget::parse("64"));
+  EXPECT_TRUE(quest_art.selector && quest_art.early_exit);
+  EXPECT_TRUE(make_cache_plan("streamingllm+art", nlohmann::json::object(), Budget::parse("64")).early_exit);
+  EXPECT_THROW(make_cache_plan("full+art", {{"art", {{"patience", 0}}}}, std::nullopt), InputError);
+  EXPECT_THROW(make_cache_plan("quest", nlohmann::json::object(), std::nullopt), InputError);
+  EXPECT_THROW(make_cache_plan("quest+topk", nlohmann::json::object(), Budget::parse("64")), InputError);
+}
+
+}  // namespace
+}  // namespace kvb
+
+// ART inside generation on a tiny random model (tests/engine/tiny_model.h).
+namespace kvb {
+namespace {
+
+std::vector<TokenId> tiny_prompt(int n, int vocab, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<TokenId> ids(n);
+  for (TokenId& id : ids) id = static_cast<TokenId>(rng() % vocab);
+  return ids;
+}
+
+GenerationResult generate_with(const std::string& policy, const nlohmann::json& params,
+                               std::optional<Budget> budget) {
+  static const ModelWeights weights = test::tiny_model(test::TinyShape{}, 31);
+  CpuEngine engine(weights);
+  Generator generator(engine, nullptr);
+  CachePlan plan = make_cache_plan(policy, params, budget);
+  GenerationOptions options;
+  options.max_new_tokens = 6;
+  return generator.generate(tiny_prompt(150, weights.config.vocab_size, 7), plan, options);
+}
+
+TEST(ArtGeneration, ZeroThresholdsGenerateLikeFullAndCountEveryBlock) {
+  const GenerationResult full = generate_with("full", nlohmann::json::object(), std::nullopt);
+  EXPECT_EQ(full.kv_blocks_total, 0);
+  const nlohmann::json strict = {{"art", {{"tau", 0}, {"phi", 0}, {"block_size", 16}}}};
+  const GenerationResult art = generate_with("full+art", strict, std::nullopt);
+  EXPECT_EQ(art.output_ids, full.output_ids);
+  // 5 decode steps x 2 layers x 2 KV groups, each over 1 + ceil((T - 4) / 16) blocks.
+  int64_t expected_blocks = 0;
+  for (int step = 0; step < 5; ++step) expected_blocks += 2 * 2 * (1 + (150 + step + 1 - 4 + 15) / 16);
+  EXPECT_EQ(art.kv_blocks_total, expected_blocks);
+  EXPECT_EQ(art.kv_blocks_visited, art.kv_blocks_total);
+  // The same with a selector: TOPK at 100% attends to everything.
+  const nlohmann::json topk_strict = {{"art", strict["art"]}};
+  EXPECT_EQ(generate_with("topk+art", topk_strict, Budget::parse("100%")).output_ids, full.output_ids);
+}
+
+TEST(ArtGeneration, LooseThresholdsSkipBlocksAndOracleModeCountsEveryWalk) {
+  const nlohmann::json loose = {
+      {"art", {{"tau", 10}, {"phi", 10}, {"patience", 1}, {"block_size", 16}, {"oracle_tolerance", 1e-3}}}};
+  const GenerationResult art = generate_with("full+art", loose, std::nullopt);
+  EXPECT_EQ(art.kv_blocks_visited, 5 * 2 * 2 * 2) << "sink block + most recent block per walk";
+  EXPECT_EQ(art.early_exit_oracle.walks, 5 * 2 * 2);
+  EXPECT_EQ(art.early_exit_oracle.probe_stops, 5 * 2 * 2);
+  // With StreamingLLM the walk covers the compressed cache only.
+  const GenerationResult streaming =
+      generate_with("streamingllm+art", {{"art", loose["art"]}}, Budget::parse("40"));
+  EXPECT_LT(streaming.kv_blocks_total, art.kv_blocks_total);
+  EXPECT_EQ(generate_with("quest+art", {{"art", loose["art"]}}, Budget::parse("32")).output_ids.size(), 6u);
 }
 
 }  // namespace

@@ -17,6 +17,8 @@
 namespace kvb {
 namespace {
 
+using namespace kernels;  // NOLINT: the kernel under test
+
 TEST(BinaryHash, BitPlaneScoreEqualsIntegerDotProduct) {
   std::mt19937_64 generator(7);
   for (int trial = 0; trial < 200; ++trial) {
