@@ -54,8 +54,9 @@ int calibrate(const std::vector<std::string>& argv) {
   args.allow_only({"model", "data", "out", "chunk-tokens", "max-tokens", "iterations", "seed", "json"});
   const auto start = std::chrono::steady_clock::now();
   const LoadedModel model = load_model(args.get("model"));
-  if (!model.tokenizer)
-    throw InputError("calibrate: the model '" + args.get("model") + "' has no tokenizer in this build");
+  // load_model may not attach the file's tokenizer yet; read it from the file then.
+  const std::shared_ptr<const Tokenizer> tokenizer =
+      model.tokenizer ? model.tokenizer : std::shared_ptr<const Tokenizer>(tokenizer_from_path(args.get("model")));
   const ModelConfig& config = model.weights->config;
   const int chunk_tokens = args.get_int("chunk-tokens", std::min(2048, config.max_context));
   const int max_tokens = args.get_int("max-tokens", 8192);
@@ -76,7 +77,7 @@ int calibrate(const std::vector<std::string>& argv) {
   std::vector<std::string> used;
   for (const auto& file : text_files(args.get("data"))) {
     if (tokens >= max_tokens) break;
-    const std::vector<TokenId> ids = model.tokenizer->encode(read_text(file), model.tokenizer->adds_bos_by_default());
+    const std::vector<TokenId> ids = tokenizer->encode(read_text(file), tokenizer->adds_bos_by_default());
     used.push_back(file.filename().string());
     for (size_t begin = 0; begin < ids.size() && tokens < max_tokens; begin += chunk_tokens) {
       const size_t end = std::min({ids.size(), begin + chunk_tokens, begin + static_cast<size_t>(max_tokens - tokens)});
