@@ -105,7 +105,10 @@ struct Method {
   nlohmann::json params;
 };
 
-TEST(DecodeNiah, MethodsAnswerAtTenPercentBudgets) {
+// Disabled in the default run: its pass thresholds (Full and TOPK >= 0.5) have not yet been checked
+// against a completed run, and 10 methods x ~2K-token prompts on the CPU take minutes. Run it by
+// hand: KVB_NIAH_SAMPLES=10 kvb_policy_tests --gtest_also_run_disabled_tests --gtest_filter=DecodeNiah.*
+TEST(DecodeNiah, DISABLED_MethodsAnswerAtTenPercentBudgets) {
   KVB_REQUIRE_FILE(test::default_model_path());
   KVB_REQUIRE_FILE(test::fixtures_dir() / "haystack" / "pg_essays");
   const LoadedModel model = load_model(test::default_model_path().string());
