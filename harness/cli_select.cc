@@ -10,6 +10,7 @@
 #include "engine/safetensors.h"
 #include "harness/args.h"
 #include "harness/cli.h"
+#include "harness/select_decode.h"
 #include "policies/registry.h"
 #include "policies/selection.h"
 
@@ -100,6 +101,54 @@ void check_captures(const PrefillPolicy& policy, const SelectInputs& in, const s
                      "' needs tensor 'column_sums' [layers, Hq, L]");
 }
 
+
+// Decode-time selection (kind D) for tensors holding q_decode [layers,Hq,d] with k/v [layers,Hkv,L,d]
+// and an optional bpc_projection [layers,Hkv,64,d]: prints {"selected": ...}.
+int select_decode(const std::string& path, const std::string& spec, const nlohmann::json& params,
+                  const Budget& budget, bool json) {
+  const auto file = SafetensorsFile::open(path);
+  for (const char* name : {"k", "v"})
+    if (!file->find(name))
+      throw InputError(path + ": missing tensor '" + std::string(name) + "' (need k and v [layers,Hkv,L,d])");
+  std::vector<int64_t> q_shape, k_shape, v_shape, p_shape;
+  const std::vector<float> q = file->read_f32("q_decode", &q_shape);
+  const std::vector<float> k = file->read_f32("k", &k_shape);
+  const std::vector<float> v = file->read_f32("v", &v_shape);
+  require_rank(path, "q_decode", q_shape, 3, "[layers, Hq, d]");
+  require_rank(path, "k", k_shape, 4, "[layers, Hkv, L, d]");
+  if (v_shape != k_shape) throw InputError(path + ": tensors 'k' and 'v' must have one shape");
+  if (q_shape[0] != k_shape[0] || q_shape[2] != k_shape[3] || k_shape[1] <= 0 || q_shape[1] % k_shape[1] != 0)
+    throw InputError(path + ": q_decode [layers,Hq,d] and k [layers,Hkv,L,d] disagree");
+  std::vector<float> projection;
+  if (file->find("bpc_projection")) {
+    projection = file->read_f32("bpc_projection", &p_shape);
+    if (p_shape != std::vector<int64_t>{k_shape[0], k_shape[1], 64, k_shape[3]})
+      throw InputError(path + ": bpc_projection must have shape [layers, Hkv, 64, d]");
+  }
+  DecodeSelectInputs inputs;
+  inputs.n_layers = static_cast<int>(k_shape[0]);
+  inputs.n_query_heads = static_cast<int>(q_shape[1]);
+  inputs.n_kv_heads = static_cast<int>(k_shape[1]);
+  inputs.length = static_cast<int>(k_shape[2]);
+  inputs.head_dim = static_cast<int>(k_shape[3]);
+  inputs.keys = k.data();
+  inputs.values = v.data();
+  inputs.query = q.data();
+  inputs.bpc_projection = projection.empty() ? nullptr : projection.data();
+  const nlohmann::json out = select_decode_positions(spec, params, budget, inputs);
+  if (json) {
+    std::cout << out.dump() << "\n";
+  } else {
+    std::cout << "policy " << spec << ", budget " << budget.to_string() << ": selected entries per layer\n";
+    for (size_t l = 0; l < out["selected"].size(); ++l) {
+      std::cout << "layer " << l << ":";
+      for (const auto& head : out["selected"][l]) std::cout << " " << head.size();
+      std::cout << "\n";
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int select(const std::vector<std::string>& argv) {
@@ -116,6 +165,8 @@ int select(const std::vector<std::string>& argv) {
     }
   }
   const std::string path = args.get("inputs");
+  if (SafetensorsFile::open(path)->find("q_decode"))
+    return select_decode(path, spec, params, budget, args.flag("json"));
   CachePlan plan = make_cache_plan(spec, params, budget);
   const SelectInputs inputs = read_inputs(path);
   const PrefillView view = make_view(inputs);
