@@ -149,6 +149,8 @@ void dequantize(uint32_t ggml_type, const uint8_t* src, float* dst, int64_t n) {
   if (c == nullptr) throw std::invalid_argument("dequantize: unsupported ggml type " + std::to_string(ggml_type));
   if (n < 0 || n % c->block_elements != 0)
     throw std::invalid_argument("dequantize: " + std::to_string(n) + " elements is not a whole number of blocks");
+  // An empty tensor may come with null buffers; memcpy with a null pointer is undefined even for 0 bytes.
+  if (n == 0) return;
   const int64_t n_blocks = n / c->block_elements;
   if (c->block_elements == 1 && ggml_type == 0) {
     std::memcpy(dst, src, static_cast<size_t>(n) * 4);

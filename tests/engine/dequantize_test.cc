@@ -151,6 +151,12 @@ TEST(DequantizeTest, RejectsUnsupportedTypesAndPartialBlocks) {
   EXPECT_TRUE(dequantize_supported(kQ6_K));
 }
 
+// Found by the GGUF fuzzer: a zero-element tensor reaches dequantize with null buffers.
+TEST(DequantizeTest, EmptyTensorWithNullBuffersIsANoOp) {
+  for (uint32_t type : {kF32, kF16, kBF16, kQ4_0, kQ4_1, kQ8_0, kQ4_K, kQ6_K})
+    EXPECT_NO_THROW(dequantize(type, nullptr, nullptr, 0)) << "ggml type " << type;
+}
+
 nlohmann::json load_goldens() {
   std::ifstream in(test::source_dir() / "tests" / "goldens" / "dequantize_goldens.json");
   return nlohmann::json::parse(in);
