@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (-fsanitize=fuzzer,address) and runs each for a bounded
-# time. Usage: run_fuzzers.sh SOURCE_DIR WORK_DIR [SECONDS]. Exits 77 (ctest: skipped) when clang
+# time. Usage: run_fuzzers.sh SOURCE_DIR WORK_DIR [SECONDS] [RUNS]. Exits 77 (ctest: skipped) when clang
 # or its fuzzer runtime is missing (harness/scripts/setup.sh installs clang and libclang-rt-14-dev).
 set -euo pipefail
 src="$1"
 work="$2"
-seconds="${3:-30}"
+seconds="${3:-300}"
+runs="${4:-200000}"
 mkdir -p "$work"
 
 clangxx="$(command -v clang++ || true)"
@@ -36,9 +37,12 @@ if [ "$rebuild" = 1 ]; then
 fi
 "$clangxx" -std=c++20 -O1 -I"$src" "$src/tests/fuzz/make_gguf_seeds.cc" -o "$work/make_gguf_seeds"
 
+# A fresh corpus each time: with the fixed seed and run count below, every run replays the same inputs.
 corpus="$work/gguf_corpus"
+rm -rf "$corpus"
 mkdir -p "$corpus"
 "$work/make_gguf_seeds" "$corpus"
-# The run is bounded by time; -seed fixes the mutation sequence so that a failure can be replayed.
-"$fuzzer" -max_total_time="$seconds" -seed=1 -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
+# The run is bounded by a run count (deterministic with -seed, so CI and a developer see the same
+# inputs) and, as a guard on a slow machine, by time.
+"$fuzzer" -runs="$runs" -max_total_time="$seconds" -seed=1 -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
   -print_final_stats=1 -artifact_prefix="$work/" "$corpus"
