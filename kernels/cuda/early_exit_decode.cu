@@ -1,0 +1,508 @@
+// ART decode attention: the recent-first early-exit walk in split-KV form. Semantics, layout and
+// limits: kernels/cuda/early_exit_decode.h. CPU twin: kernels/cpu/early_exit_attention.cc.
+//
+// Per tile (64 entries of one walk block): cp.async double buffering as decode_mma_kernel; every
+// warp computes the 16 x 64 logits (rows = the walker's query heads) with m16n8k16 mma, keeps the
+// replicated online-softmax state, and accumulates P·V for its quarter of the head dimension.
+// The decider (chunk 0) then reduces ||o_b||^2, ||o_{b-1}||^2 and <o_b, o_{b-1}> per head over the
+// warps through shared memory and thread 0 runs the counters; the other chunks read the walker's
+// stop word once per tile and leave at the next tile boundary once it is set.
+#include "kernels/cuda/early_exit_decode.h"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/mma_tiles.cuh"
+
+namespace kvb::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kThreads = 128;
+constexpr int kWarps = 4;
+constexpr int kTile = kEarlyExitBlock;
+constexpr int kMaxRows = 16;
+constexpr float kLog2e = 1.4426950408889634f;
+
+__host__ __device__ inline int clamp_int(int x, int low, int high) {
+  return x < low ? low : (x > high ? high : x);
+}
+
+__host__ __device__ inline int walk_blocks(int n, int sink_tokens) {
+  if (n <= 0) return 0;
+  const int sinks = clamp_int(sink_tokens, 0, n);
+  return (sinks > 0 ? 1 : 0) + (n - sinks + kTile - 1) / kTile;
+}
+
+// Entries [begin, end) of walk block w (0 = sink block when there are sinks, then recent-first).
+__device__ inline void block_rows(int w, int n, int sinks, int& begin, int& end) {
+  if (sinks > 0 && w == 0) {
+    begin = 0;
+    end = sinks;
+    return;
+  }
+  const int recent = w - (sinks > 0 ? 1 : 0);
+  end = n - recent * kTile;
+  begin = max(sinks, end - kTile);
+}
+
+struct Walker {
+  int index = 0;    // into walker_state
+  int head0 = 0;    // first query head
+  int rows = 0;     // query heads walking together
+  int n = 0;        // entries walked
+  int64_t kv_row0 = 0;
+  const int32_t* list = nullptr;  // index mode
+  const float* bias = nullptr;
+};
+
+// axis: the KV head (dense) or the query head (index lists).
+template <bool kIndexed>
+__device__ inline Walker walker_of(const DecodeAttentionArgs& a, int axis, int b) {
+  Walker w;
+  const int group = a.n_query_heads / a.n_kv_heads;
+  const int kv_head = kIndexed ? axis / group : axis;
+  w.kv_row0 = a.kv_offset[b * a.n_kv_heads + kv_head];
+  if constexpr (kIndexed) {
+    w.index = b * a.n_query_heads + axis;
+    w.head0 = axis;
+    w.rows = 1;
+    const int64_t offset = a.index_offset[w.index];
+    w.n = a.index_count[w.index];
+    w.list = a.indices + offset;
+    if (a.logit_bias) w.bias = a.logit_bias + offset;
+  } else {
+    w.index = b * a.n_kv_heads + kv_head;
+    w.head0 = kv_head * group;
+    w.rows = group;
+    w.n = a.kv_length[w.index];
+  }
+  return w;
+}
+
+__device__ __forceinline__ void cp_async_4(void* smem, const void* global, bool valid) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const int bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(global), "r"(bytes));
+}
+
+// Rows list[0 .. valid_rows-1] of a KV head (base = its first row) into a swizzled tile; the
+// remaining rows are zero-filled.
+template <int D>
+__device__ __forceinline__ void load_gathered_tile(bf16* smem, const bf16* base, const int32_t* list,
+                                                   int valid_rows) {
+  constexpr int kChunks = D / 8;
+  for (int i = threadIdx.x; i < kTile * kChunks; i += blockDim.x) {
+    const int row = i / kChunks;
+    const int chunk = i % kChunks;
+    const bool valid = row < valid_rows;
+    const bf16* src = base + (valid ? int64_t(list[row]) * D + chunk * 8 : 0);
+    cp_async_16(smem + swizzled<D>(row, chunk * 8), src, valid);
+  }
+}
+
+__device__ __forceinline__ uint32_t load_pair(const bf16* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+template <int D, bool kIndexed>
+__global__ void __launch_bounds__(kThreads, 3)
+    early_exit_walk_kernel(EarlyExitDecodeArgs ea, int chunk_blocks, int n_chunks) {
+  const DecodeAttentionArgs& args = ea.attention;
+  const EarlyExitDecodeOptions& opt = ea.options;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* s_k = reinterpret_cast<bf16*>(smem_raw);              // [2][64][D]
+  bf16* s_v = s_k + 2 * kTile * D;                             // [2][64][D]
+  float* s_bias = reinterpret_cast<float*>(s_v + 2 * kTile * D);  // [2][64] (index mode)
+  __shared__ float s_norms[kWarps][kMaxRows][3];  // per warp: ||o_b||^2, ||o_{b-1}||^2, <o_b,o_{b-1}>
+  __shared__ float s_mass[kMaxRows][2];           // block mass, Z after the block
+  __shared__ int s_counter[kMaxRows];
+  __shared__ int s_flag;
+
+  const int chunk = blockIdx.x;
+  const int b = blockIdx.z;
+  const Walker wk = walker_of<kIndexed>(args, blockIdx.y, b);
+  const int sinks = clamp_int(opt.sink_tokens, 0, wk.n);
+  const int blocks = walk_blocks(wk.n, opt.sink_tokens);
+  const int first = chunk * chunk_blocks;
+  const int n_tiles = min(blocks, first + chunk_blocks) - first;
+  if (n_tiles <= 0) return;
+  int* state = ea.walker_state + int64_t(wk.index) * kStateWords;
+  volatile int* stop_word = state + kStopBlockPlusOne;
+  const bool decider = chunk == 0;
+  const int tid = threadIdx.x;
+  if (tid == 0) s_flag = decider ? 0 : *stop_word;
+  if (tid < kMaxRows) s_counter[tid] = 0;
+  __syncthreads();
+  if (s_flag != 0) return;  // the decider already stopped: nothing of this chunk is needed
+
+  int tiles_loaded = 0;
+  auto issue = [&](int w, int buf) {
+    int begin, end;
+    block_rows(w, wk.n, sinks, begin, end);
+    const int count = end - begin;
+    bf16* k_dst = s_k + buf * kTile * D;
+    bf16* v_dst = s_v + buf * kTile * D;
+    if constexpr (kIndexed) {
+      load_gathered_tile<D>(k_dst, args.k + wk.kv_row0 * D, wk.list + begin, count);
+      load_gathered_tile<D>(v_dst, args.v + wk.kv_row0 * D, wk.list + begin, count);
+      if (wk.bias != nullptr && tid < kTile)
+        cp_async_4(s_bias + buf * kTile + tid, wk.bias + begin + (tid < count ? tid : 0), tid < count);
+    } else {
+      load_tile<D>(k_dst, args.k + (wk.kv_row0 + begin) * D, D, kTile, count);
+      load_tile<D>(v_dst, args.v + (wk.kv_row0 + begin) * D, D, kTile, count);
+    }
+    cp_async_commit();
+    ++tiles_loaded;
+  };
+  issue(first, 0);
+
+  const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4, j = lane / 8;
+  constexpr int kSteps = D / 16;
+  constexpr int kWarpDims = D / kWarps;
+  constexpr int kDimTiles = kWarpDims / 8;
+  // Query fragments straight from global memory (rows = query heads, zero beyond the walker's).
+  uint32_t q_frag[kSteps][4];
+  const bf16* q_base = args.q + b * args.q_seq_stride + int64_t(wk.head0) * D;
+#pragma unroll
+  for (int ks = 0; ks < kSteps; ++ks) {
+    const int col = ks * 16 + 2 * t;
+    const bool low = g < wk.rows, high = g + 8 < wk.rows;
+    q_frag[ks][0] = low ? load_pair(q_base + g * D + col) : 0u;
+    q_frag[ks][1] = high ? load_pair(q_base + (g + 8) * D + col) : 0u;
+    q_frag[ks][2] = low ? load_pair(q_base + g * D + col + 8) : 0u;
+    q_frag[ks][3] = high ? load_pair(q_base + (g + 8) * D + col + 8) : 0u;
+  }
+
+  float o[kDimTiles][4], previous[kDimTiles][4];
+#pragma unroll
+  for (int dt = 0; dt < kDimTiles; ++dt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[dt][e] = previous[dt][e] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  const float scale_log2 = args.scale * kLog2e;
+  bool stop = false;
+
+  for (int i = 0;; ++i) {
+    const int buf = i & 1;
+    const int w = first + i;
+    if (i + 1 < n_tiles) {
+      issue(w + 1, buf ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    // Non-deciders: read the stop word now, use it after the tile (its latency hides behind it).
+    const int observed = (!decider && tid == 0) ? *stop_word : 0;
+    int begin, end;
+    block_rows(w, wk.n, sinks, begin, end);
+    const int count = end - begin;
+    const bf16* k_tile = s_k + buf * kTile * D;
+    const bf16* v_tile = s_v + buf * kTile * D;
+
+    float s[8][4];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < kSteps; ++ks)
+#pragma unroll
+      for (int kp = 0; kp < 4; ++kp) {
+        uint32_t kb[4];
+        ldmatrix_x4(kb, k_tile + swizzled<D>(kp * 16 + (j / 2) * 8 + (lane % 8), ks * 16 + (j % 2) * 8));
+        mma_bf16(s[2 * kp], q_frag[ks], kb[0], kb[1]);
+        mma_bf16(s[2 * kp + 1], q_frag[ks], kb[2], kb[3]);
+      }
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = nt * 8 + 2 * t + (e & 1);
+        float value = -INFINITY;
+        if (key < count) {
+          value = s[nt][e] * scale_log2;
+          if (kIndexed && wk.bias != nullptr) value += s_bias[buf * kTile + key] * kLog2e;
+        }
+        s[nt][e] = value;
+        tile_max[e >> 1] = fmaxf(tile_max[e >> 1], value);
+      }
+    float correction[2], tile_sum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffff, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffff, tile_max[r], 2));
+      const float new_max = fmaxf(row_max[r], tile_max[r]);
+      correction[r] = new_max == -INFINITY ? 1.f : exp2f(row_max[r] - new_max);
+      row_max[r] = new_max;
+      row_sum[r] *= correction[r];
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        const float p = row_max[r] == -INFINITY ? 0.f : exp2f(s[nt][e] - row_max[r]);
+        s[nt][e] = p;
+        tile_sum[r] += p;
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_sum[r] += __shfl_xor_sync(0xffffffff, tile_sum[r], 1);
+      tile_sum[r] += __shfl_xor_sync(0xffffffff, tile_sum[r], 2);
+      row_sum[r] += tile_sum[r];
+    }
+#pragma unroll
+    for (int dt = 0; dt < kDimTiles; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[dt][e] *= correction[e >> 1];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint32_t p_frag[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                                  pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                  pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int dp = 0; dp < kDimTiles / 2; ++dp) {
+        uint32_t vb[4];
+        ldmatrix_x4_trans(vb, v_tile + swizzled<D>(kk * 16 + (j % 2) * 8 + (lane % 8),
+                                                   warp * kWarpDims + dp * 16 + (j / 2) * 8));
+        mma_bf16(o[2 * dp], p_frag, vb[0], vb[1]);
+        mma_bf16(o[2 * dp + 1], p_frag, vb[2], vb[3]);
+      }
+    }
+
+    if (decider) {
+      // This warp's share of the three sums per head, then o_b becomes o_{b-1} for the next block.
+      float part[2][3] = {{0.f, 0.f, 0.f}, {0.f, 0.f, 0.f}};
+#pragma unroll
+      for (int dt = 0; dt < kDimTiles; ++dt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e >> 1;
+          const float current = row_sum[r] > 0.f ? o[dt][e] / row_sum[r] : 0.f;
+          part[r][0] += current * current;
+          part[r][1] += previous[dt][e] * previous[dt][e];
+          part[r][2] += current * previous[dt][e];
+          previous[dt][e] = current;
+        }
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int c = 0; c < 3; ++c) {
+          part[r][c] += __shfl_xor_sync(0xffffffff, part[r][c], 1);
+          part[r][c] += __shfl_xor_sync(0xffffffff, part[r][c], 2);
+        }
+      if (t == 0) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int row = g + 8 * r;
+          if (row < wk.rows) {
+            s_norms[warp][row][0] = part[r][0];
+            s_norms[warp][row][1] = part[r][1];
+            s_norms[warp][row][2] = part[r][2];
+            if (warp == 0) {
+              s_mass[row][0] = tile_sum[r];
+              s_mass[row][1] = row_sum[r];
+            }
+          }
+        }
+      }
+    } else if (tid == 0) {
+      s_flag = observed;
+    }
+    __syncthreads();
+    if (decider) {
+      if (tid == 0) {
+        bool all_stable = w > 0;  // no previous output to compare with after the first block
+        for (int row = 0; w > 0 && row < wk.rows; ++row) {
+          float cc = 0.f, pp = 0.f, cp = 0.f;
+          for (int q = 0; q < kWarps; ++q) {
+            cc += s_norms[q][row][0];
+            pp += s_norms[q][row][1];
+            cp += s_norms[q][row][2];
+          }
+          const float current_norm = sqrtf(cc), previous_norm = sqrtf(pp);
+          const float d_scale = opt.norm_criterion
+                                    ? fabsf(current_norm - previous_norm) / fmaxf(previous_norm, FLT_MIN)
+                                    : s_mass[row][0] / s_mass[row][1];
+          const float denominator = previous_norm * current_norm;
+          const float d_direction = denominator > 0.f ? 1.f - cp / denominator : 1.f;
+          if (d_scale < opt.tau && d_direction < opt.phi) {
+            ++s_counter[row];
+          } else {
+            s_counter[row] = 0;
+          }
+          all_stable &= s_counter[row] >= opt.patience;
+        }
+        const bool stop_here = all_stable && opt.enabled;
+        s_flag = stop_here ? 1 : 0;
+        if (stop_here) atomicExch(state + kStopBlockPlusOne, w + 1);
+      }
+      __syncthreads();
+    }
+    stop = s_flag != 0;
+    if (stop || i + 1 >= n_tiles) break;
+  }
+  cp_async_wait<0>();  // a tile prefetched past the stop is never used, but must land first
+
+  if (tid == 0) atomicAdd(state + kLoadedScratch, tiles_loaded);
+  if (!decider && stop) return;  // the merge uses the decider alone
+#pragma unroll
+  for (int dt = 0; dt < kDimTiles; ++dt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = g + 8 * (e >> 1);
+      if (row >= wk.rows) continue;
+      float* partial = args.workspace +
+                       ((int64_t(b) * args.n_query_heads + wk.head0 + row) * n_chunks + chunk) * (D + 2);
+      partial[2 + warp * kWarpDims + dt * 8 + 2 * t + (e & 1)] = o[dt][e];
+    }
+  if (warp == 0 && t == 0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = g + 8 * r;
+      if (row >= wk.rows) continue;
+      float* partial = args.workspace +
+                       ((int64_t(b) * args.n_query_heads + wk.head0 + row) * n_chunks + chunk) * (D + 2);
+      partial[0] = row_max[r];
+      partial[1] = row_sum[r];
+    }
+  }
+}
+
+// One thread block per walker: merges the chunks the walk used for each of its query heads, writes
+// the output and the visited/total/loaded words (and the running totals), then clears the scratch
+// words so that the next call starts from a clean state without a memset.
+constexpr int kMergeThreads = 512;
+
+template <int D, bool kIndexed>
+__global__ void __launch_bounds__(kMergeThreads)
+    early_exit_merge_kernel(EarlyExitDecodeArgs ea, int chunk_blocks, int n_chunks) {
+  const DecodeAttentionArgs& args = ea.attention;
+  const int b = blockIdx.y;
+  const Walker wk = walker_of<kIndexed>(args, blockIdx.x, b);
+  const int blocks = walk_blocks(wk.n, ea.options.sink_tokens);
+  int* state = ea.walker_state + int64_t(wk.index) * kStateWords;
+  const int stop = state[kStopBlockPlusOne];
+  const int used = stop != 0 ? 1 : (blocks + chunk_blocks - 1) / chunk_blocks;
+  for (int idx = threadIdx.x; idx < wk.rows * D; idx += blockDim.x) {
+    const int head = wk.head0 + idx / D;
+    const int dim = idx % D;
+    const float* partial = args.workspace + (int64_t(b) * args.n_query_heads + head) * n_chunks * (D + 2);
+    float best = -INFINITY;
+    for (int c = 0; c < used; ++c) best = fmaxf(best, partial[c * (D + 2)]);
+    float sum = 0.f, value = 0.f;
+    for (int c = 0; c < used; ++c) {
+      const float* p = partial + c * (D + 2);
+      const float weight = best == -INFINITY ? 0.f : exp2f(p[0] - best);
+      sum += p[1] * weight;
+      value += p[2 + dim] * weight;
+    }
+    args.out[b * args.out_seq_stride + head * D + dim] = __float2bfloat16(sum > 0.f ? value / sum : 0.f);
+  }
+  __syncthreads();  // every thread has read the stop word
+  if (threadIdx.x == 0) {
+    const int visited = stop != 0 ? stop : blocks;
+    const int loaded = state[kLoadedScratch];
+    state[kBlocksVisited] = visited;
+    state[kBlocksTotal] = blocks;
+    state[kBlocksLoaded] = loaded;
+    state[kStopBlockPlusOne] = 0;
+    state[kLoadedScratch] = 0;
+    if (ea.totals != nullptr) {
+      atomicAdd(ea.totals + 0, static_cast<unsigned long long>(visited));
+      atomicAdd(ea.totals + 1, static_cast<unsigned long long>(blocks));
+      atomicAdd(ea.totals + 2, static_cast<unsigned long long>(loaded));
+    }
+  }
+}
+
+int sm_count() {
+  static thread_local int count = device_info().sm_count;
+  return count;
+}
+
+template <int D, bool kIndexed>
+void launch(const EarlyExitDecodeArgs& ea, int chunk_blocks, cudaStream_t stream) {
+  const DecodeAttentionArgs& a = ea.attention;
+  const int max_blocks = std::max(1, walk_blocks(a.max_kv_length, ea.options.sink_tokens));
+  const int n_chunks = (max_blocks + chunk_blocks - 1) / chunk_blocks;
+  const size_t smem = 2 * 2 * kTile * D * sizeof(bf16) + 2 * kTile * sizeof(float);
+  static const bool configured = [&] {
+    check(cudaFuncSetAttribute(early_exit_walk_kernel<D, kIndexed>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+          "cudaFuncSetAttribute(early_exit_walk_kernel)");
+    return true;
+  }();
+  (void)configured;
+  const int axis = kIndexed ? a.n_query_heads : a.n_kv_heads;
+  early_exit_walk_kernel<D, kIndexed>
+      <<<dim3(n_chunks, axis, a.batch), kThreads, smem, stream>>>(ea, chunk_blocks, n_chunks);
+  check(cudaGetLastError(), "early_exit_walk_kernel launch");
+  early_exit_merge_kernel<D, kIndexed>
+      <<<dim3(axis, a.batch), kMergeThreads, 0, stream>>>(ea, chunk_blocks, n_chunks);
+  check(cudaGetLastError(), "early_exit_merge_kernel launch");
+}
+
+template <int D>
+void launch_for_dim(const EarlyExitDecodeArgs& ea, int chunk_blocks, cudaStream_t stream) {
+  if (ea.attention.indices != nullptr) {
+    launch<D, true>(ea, chunk_blocks, stream);
+  } else {
+    launch<D, false>(ea, chunk_blocks, stream);
+  }
+}
+
+}  // namespace
+
+int early_exit_walkers(const DecodeAttentionArgs& args) {
+  return args.batch * (args.indices != nullptr ? args.n_query_heads : args.n_kv_heads);
+}
+
+int early_exit_walk_blocks(int n, int sink_tokens) { return walk_blocks(n, sink_tokens); }
+
+size_t early_exit_decode_workspace_floats(int batch, int n_query_heads, int head_dim,
+                                          int max_kv_length) {
+  const int max_blocks = (std::max(max_kv_length, 1) + kTile - 1) / kTile + 1;
+  return size_t(batch) * n_query_heads * max_blocks * (head_dim + 2);
+}
+
+int early_exit_chunk_blocks(const EarlyExitDecodeArgs& args) {
+  if (args.chunk_blocks > 0) return args.chunk_blocks;
+  // The plain kernel's split count: about three thread blocks per SM over all walkers.
+  const int walkers = std::max(1, early_exit_walkers(args.attention));
+  const int splits = std::max(1, (3 * sm_count() + walkers - 1) / walkers);
+  const int max_blocks = std::max(1, walk_blocks(args.attention.max_kv_length, args.options.sink_tokens));
+  return std::max(1, (max_blocks + splits - 1) / splits);
+}
+
+void early_exit_decode(const EarlyExitDecodeArgs& args, cudaStream_t stream) {
+  const DecodeAttentionArgs& a = args.attention;
+  if (a.batch <= 0) return;
+  const int group = a.n_query_heads / std::max(1, a.n_kv_heads);
+  if (a.indices == nullptr && group > kMaxRows)
+    throw std::invalid_argument("early_exit_decode: GQA group " + std::to_string(group) +
+                                " unsupported (at most 16 query heads per KV head)");
+  if (args.options.sink_tokens < 0 || args.options.sink_tokens > kTile)
+    throw std::invalid_argument("early_exit_decode: sink_tokens must be in [0, 64], got " +
+                                std::to_string(args.options.sink_tokens));
+  if (args.options.patience < 1)
+    throw std::invalid_argument("early_exit_decode: patience must be >= 1");
+  if (args.walker_state == nullptr || a.workspace == nullptr)
+    throw std::invalid_argument("early_exit_decode: walker_state and workspace are required");
+  const int chunk_blocks = early_exit_chunk_blocks(args);
+  switch (a.head_dim) {
+    case 64: launch_for_dim<64>(args, chunk_blocks, stream); break;
+    case 128: launch_for_dim<128>(args, chunk_blocks, stream); break;
+    default:
+      throw std::invalid_argument("early_exit_decode: head_dim " + std::to_string(a.head_dim) +
+                                  " unsupported (64 or 128)");
+  }
+}
+
+}  // namespace kvb::cuda

@@ -1,0 +1,91 @@
+// ART decode attention on the GPU (specs/methods.md §13). CPU twin and the meaning of every
+// quantity: kernels/cpu/early_exit_attention.h. Test: tests/cuda/early_exit_decode_test.cc.
+// Benchmark: tests/benchmarks/cuda_art_bench.cc.
+//
+// The walk of one *walker* (dense: a sequence's KV head with its packed GQA group; index lists:
+// one query head over its own list) is the CPU walk: walk block 0 is the sink block (entries
+// 0 .. sink_tokens-1), then blocks of 64 entries from the most recent backwards (block i >= 1 holds
+// entries [max(sinks, n - 64 i), n - 64 (i - 1))). In index mode the entries are the list's, in
+// the order given (pass them in store order, as the CPU engine gathers them).
+//
+// Semantics on the GPU: split-KV in walk order, the recent split decides.
+//   The walk's blocks are cut into chunks of `chunk_blocks` consecutive walk blocks; thread block
+//   (chunk c, walker) folds walk blocks [c*C, (c+1)*C) recent-first with its own online softmax,
+//   and a merge kernel combines the chunks (flash-decoding). Chunk 0 — the sink block and the
+//   C-1 most recent blocks — is the *decider*: after every block it runs the exact CPU stability
+//   test (d_scale by mass or norm, d_direction, per-head counters, the group stops only when every
+//   head's counter >= patience) on the running output o_b = acc_b / Z_b. When it stops at walk
+//   block s it publishes s in the walker's state word; the other chunks poll that word once per
+//   tile and stop prefetching and computing at their next tile boundary (or do not start at all),
+//   and the merge uses chunk 0 alone. So the output and blocks_visited equal the CPU walk's
+//   whenever the CPU walk stops at a block < C; when the CPU walk would stop later (or never) the
+//   GPU walk does not stop and returns full attention over all blocks. The test compares exactly
+//   that. Why not the CPU's sequential decision over the whole walk: the stop test after block b
+//   depends on the merged state of every earlier block, so deciding beyond chunk 0 means either one
+//   thread block per walker (8 of 132 SMs busy at B = 1) or chunks waiting on each other in a
+//   chain, and both cost far more than the 2% the overhead target allows when nothing stops.
+// Prefetch: every thread block keeps one tile in flight ahead of the one it computes (as the plain
+//   kernel), so the decider has loaded one block past its stop block, never folded in; the
+//   `loaded` statistic counts every tile any thread block fetched, including those.
+// enabled = false runs the same code (the decider still runs the test after every block) and never
+//   publishes a stop: the overhead measurement.
+// Layout inside a thread block: 4 warps; every warp computes all 64 logits of a tile for the
+//   group's query heads (rows of an m16n8k16 tile) and owns a quarter of the head dimension in
+//   P·V, so the softmax state is replicated and the stability test needs only three partial sums
+//   per head from each warp.
+// Limits: head_dim 64 or 128, KV block 64 (the tile), GQA group <= 16, sink_tokens <= 64.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/attention.h"
+
+namespace kvb::cuda {
+
+constexpr int kEarlyExitBlock = 64;  // KV entries per walk block (the kernel's tile)
+
+struct EarlyExitDecodeOptions {
+  float tau = 1e-5f;
+  float phi = 1e-3f;
+  int patience = 2;
+  int sink_tokens = 4;
+  bool norm_criterion = false;  // false: d_scale = dZ/Z ("mass"); true: |‖o_b‖-‖o_{b-1}‖|/‖o_{b-1}‖
+  bool enabled = true;
+};
+
+// Per-walker words of walker_state (int32). Zero the buffer once when it is allocated; every call
+// leaves the scratch words at zero again (no memset per call, so nothing extra in a decode graph).
+enum EarlyExitStateWord {
+  kStopBlockPlusOne = 0,  // scratch during a call: 0 no stop, s + 1 the decider stopped after block s
+  kBlocksVisited = 1,     // after a call: blocks folded into the output (the CPU walk's `visited`)
+  kBlocksTotal = 2,       // after a call: blocks of the whole walk
+  kBlocksLoaded = 3,      // after a call: tiles fetched by all thread blocks of the walker (the work)
+  kLoadedScratch = 4,     // scratch during a call
+  kStateWords = 5,
+};
+
+struct EarlyExitDecodeArgs {
+  // q/k/v/kv_offset/kv_length/indices/out/... exactly as for decode_attention; `workspace` must
+  // hold early_exit_decode_workspace_floats(...) floats. `chunk_size` is ignored (chunk_blocks).
+  DecodeAttentionArgs attention;
+  EarlyExitDecodeOptions options;
+  int32_t* walker_state = nullptr;         // device [early_exit_walkers(attention) * kStateWords]
+  unsigned long long* totals = nullptr;    // optional device [3]: visited, total, loaded, summed
+  int chunk_blocks = 0;                    // walk blocks per split; 0 = as many splits as the
+                                           // plain kernel would use
+};
+
+// Dense: batch * n_kv_heads walkers; index lists: batch * n_query_heads.
+int early_exit_walkers(const DecodeAttentionArgs& args);
+// Blocks of a walk over n entries (sink block + 64-entry blocks), as the CPU's count.
+int early_exit_walk_blocks(int n, int sink_tokens);
+size_t early_exit_decode_workspace_floats(int batch, int n_query_heads, int head_dim, int max_kv_length);
+// The chunk size (walk blocks per split) a call with these arguments uses.
+int early_exit_chunk_blocks(const EarlyExitDecodeArgs& args);
+// Launches the walk and the merge on `stream` (two kernels; graph-capturable).
+void early_exit_decode(const EarlyExitDecodeArgs& args, cudaStream_t stream);
+
+}  // namespace kvb::cuda

@@ -1,0 +1,445 @@
+// The ART decode kernel (kernels/cuda/early_exit_decode.h) against the CPU walk
+// (kernels/cpu/early_exit_attention.h) on bf16-representable inputs.
+//
+// The GPU semantics: only the decider chunk (walk blocks 0 .. C-1) may stop. So the expectation of
+// a walker is the CPU walk when that walk stops at a block < C, and full attention over every
+// block otherwise (expected_walk below); the tests choose inputs where walkers stop inside the
+// window, exactly at its last block, beyond it and never.
+//
+// Attention profile of the "sink and recent dominate" inputs (make_profile): the query heads of a
+// KV group share a direction c (q_a = c + small noise); key j = noise + lambda_j * c * sqrt(d)/|c|^2,
+// so its logit is about lambda_j: 16 for the 4 sink entries, 10 for the 48 most recent ones, ~0
+// elsewhere; a "bump" puts 16 entries of logit 10 inside one chosen walk block (which resets the
+// counters there), and a group without sinks has no dominant entries at all.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/early_exit_attention.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/early_exit_decode.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace kvb {
+namespace {
+
+using test::round_bf16;
+
+struct GroupProfile {
+  bool sinks_dominate = true;
+  std::vector<int> bump_walk_blocks;  // walk blocks holding 16 extra entries of logit 10
+};
+
+// Cache of one sequence: per KV head n entries, stored head after head.
+struct Inputs {
+  int d = 128, hq = 32, hkv = 8, n = 0;
+  std::vector<float> q, k, v;  // q [hq, d]; k, v [hkv, n, d]
+};
+
+// Entries [begin, end) of walk block w with 4 sinks and 64-entry blocks (the CPU walk's order).
+std::pair<int, int> block_entries(int w, int n) {
+  if (w == 0) return {0, 4};
+  const int end = n - (w - 1) * 64;
+  return {std::max(4, end - 64), end};
+}
+
+Inputs make_profile(int d, int hq, int hkv, int n, const std::vector<GroupProfile>& groups, uint32_t seed) {
+  Inputs in;
+  in.d = d;
+  in.hq = hq;
+  in.hkv = hkv;
+  in.n = n;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> unit(-1.f, 1.f);
+  const int group = hq / hkv;
+  in.q.resize(size_t(hq) * d);
+  in.k.resize(size_t(hkv) * n * d);
+  in.v.resize(in.k.size());
+  for (auto& x : in.v) x = round_bf16(unit(rng));
+  for (int h = 0; h < hkv; ++h) {
+    std::vector<float> c(d);
+    double norm2 = 0;
+    for (auto& x : c) {
+      x = round_bf16(unit(rng));
+      norm2 += x * x;
+    }
+    for (int a = h * group; a < (h + 1) * group; ++a)
+      for (int i = 0; i < d; ++i) in.q[size_t(a) * d + i] = round_bf16(c[i] + 0.05f * unit(rng));
+    std::vector<float> lambda(n, 0.f);
+    const GroupProfile& p = groups[h % groups.size()];
+    if (p.sinks_dominate) {
+      for (int j = 0; j < std::min(4, n); ++j) lambda[j] = 16.f;
+      for (int j = std::max(4, n - 48); j < n; ++j) lambda[j] = 10.f;
+    }
+    for (const int bump : p.bump_walk_blocks) {
+      const auto [begin, end] = block_entries(bump, n);
+      for (int j = begin; j < std::min(end, begin + 16); ++j) lambda[j] = 10.f;
+    }
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < d; ++i)
+        in.k[(size_t(h) * n + j) * d + i] =
+            round_bf16(0.5f * unit(rng) + lambda[j] * c[i] * std::sqrt(float(d)) / float(norm2));
+  }
+  return in;
+}
+
+Inputs make_random(int d, int hq, int hkv, int n, uint32_t seed) {
+  Inputs in;
+  in.d = d;
+  in.hq = hq;
+  in.hkv = hkv;
+  in.n = n;
+  in.q = test::random_bf16_values(size_t(hq) * d, seed, 2.f);
+  in.k = test::random_bf16_values(size_t(hkv) * n * d, seed + 1, 2.f);
+  in.v = test::random_bf16_values(size_t(hkv) * n * d, seed + 2);
+  return in;
+}
+
+kernels::EarlyExitOptions cpu_options(const cuda::EarlyExitDecodeOptions& o) {
+  kernels::EarlyExitOptions c;
+  c.tau = o.tau;
+  c.phi = o.phi;
+  c.patience = o.patience;
+  c.block_size = cuda::kEarlyExitBlock;
+  c.sink_tokens = o.sink_tokens;
+  c.scale_criterion = o.norm_criterion ? kernels::EarlyExitScaleCriterion::kNorm
+                                       : kernels::EarlyExitScaleCriterion::kMass;
+  c.enabled = o.enabled;
+  return c;
+}
+
+struct Walk {
+  std::vector<float> output;  // [heads, d]
+  int visited = 0, total = 0;
+  bool cpu_stopped_beyond_window = false;
+};
+
+// The CPU walk under the GPU's semantics: it may stop only at a walk block < window.
+Walk expected_walk(kernels::EarlyExitAttentionArgs args, const cuda::EarlyExitDecodeOptions& options,
+                   int window) {
+  Walk walk;
+  walk.output.resize(size_t(args.n_heads) * args.head_dim);
+  args.output = walk.output.data();
+  kernels::EarlyExitWalkStats stats;
+  kernels::early_exit_attention(args, cpu_options(options), &stats);
+  walk.total = static_cast<int>(stats.blocks_total);
+  walk.visited = static_cast<int>(stats.blocks_visited);
+  if (walk.visited > window) {
+    walk.cpu_stopped_beyond_window = walk.visited < walk.total;
+    kernels::EarlyExitOptions all = cpu_options(options);
+    all.enabled = false;
+    kernels::early_exit_attention(args, all, nullptr);
+    walk.visited = walk.total;
+  }
+  return walk;
+}
+
+struct IndexLists {
+  std::vector<int32_t> indices;  // per query head, ascending (store order)
+  std::vector<float> bias;
+  std::vector<int64_t> offset;
+  std::vector<int32_t> count;
+};
+
+struct GpuResult {
+  std::vector<float> output;  // [hq, d]
+  std::vector<int32_t> state;  // [walkers, 4]
+  unsigned long long totals[3] = {0, 0, 0};
+  int chunk_blocks = 0;
+};
+
+GpuResult run_gpu(const Inputs& in, const cuda::EarlyExitDecodeOptions& options, int chunk_blocks,
+                  const IndexLists* lists) {
+  auto d_q = test::to_device_bf16(in.q), d_k = test::to_device_bf16(in.k), d_v = test::to_device_bf16(in.v);
+  std::vector<int64_t> offset(in.hkv);
+  std::vector<int32_t> length(in.hkv, in.n);
+  for (int h = 0; h < in.hkv; ++h) offset[h] = int64_t(h) * in.n;
+  auto d_offset = test::to_device(offset), d_length = test::to_device(length);
+  cuda::DeviceBuffer d_out(size_t(in.hq) * in.d * 2);
+  cuda::DeviceBuffer workspace(cuda::early_exit_decode_workspace_floats(1, in.hq, in.d, in.n) * 4);
+  cuda::DeviceBuffer d_indices, d_bias, d_index_offset, d_index_count;
+  cuda::EarlyExitDecodeArgs ea;
+  cuda::DecodeAttentionArgs& a = ea.attention;
+  a.q = d_q.as<__nv_bfloat16>();
+  a.q_seq_stride = int64_t(in.hq) * in.d;
+  a.k = d_k.as<__nv_bfloat16>();
+  a.v = d_v.as<__nv_bfloat16>();
+  a.kv_offset = d_offset.as<int64_t>();
+  a.kv_length = d_length.as<int32_t>();
+  a.max_kv_length = in.n;
+  if (lists) {
+    d_indices = test::to_device(lists->indices);
+    d_bias = test::to_device(lists->bias);
+    d_index_offset = test::to_device(lists->offset);
+    d_index_count = test::to_device(lists->count);
+    a.indices = d_indices.as<int32_t>();
+    a.logit_bias = d_bias.as<float>();
+    a.index_offset = d_index_offset.as<int64_t>();
+    a.index_count = d_index_count.as<int32_t>();
+  }
+  a.out = d_out.as<__nv_bfloat16>();
+  a.out_seq_stride = int64_t(in.hq) * in.d;
+  a.batch = 1;
+  a.n_query_heads = in.hq;
+  a.n_kv_heads = in.hkv;
+  a.head_dim = in.d;
+  a.scale = 1.f / std::sqrt(float(in.d));
+  a.workspace = workspace.as<float>();
+  const int walkers = cuda::early_exit_walkers(a);
+  cuda::DeviceBuffer state(size_t(walkers) * cuda::kStateWords * 4), totals(3 * 8);
+  cuda::check(cudaMemset(totals.data(), 0, 3 * 8), "memset");
+  cuda::check(cudaMemset(state.data(), 0, state.bytes()), "memset");  // once per allocation
+  ea.options = options;
+  ea.walker_state = state.as<int32_t>();
+  ea.totals = totals.as<unsigned long long>();
+  ea.chunk_blocks = chunk_blocks;
+  GpuResult result;
+  result.chunk_blocks = cuda::early_exit_chunk_blocks(ea);
+  cuda::early_exit_decode(ea, nullptr);
+  cuda::check(cudaDeviceSynchronize(), "early_exit_decode");
+  result.output = test::from_device_bf16(d_out, size_t(in.hq) * in.d);
+  result.state.resize(size_t(walkers) * cuda::kStateWords);
+  state.download(result.state.data(), result.state.size() * 4);
+  totals.download(result.totals, 3 * 8);
+  return result;
+}
+
+// Dense walks: one CPU walk per KV group.
+std::vector<Walk> expected_dense(const Inputs& in, const cuda::EarlyExitDecodeOptions& options, int window) {
+  std::vector<Walk> walks;
+  const int group = in.hq / in.hkv;
+  for (int h = 0; h < in.hkv; ++h) {
+    kernels::EarlyExitAttentionArgs args;
+    args.queries = in.q.data() + size_t(h) * group * in.d;
+    args.n_heads = group;
+    args.keys = in.k.data() + size_t(h) * in.n * in.d;
+    args.values = in.v.data() + size_t(h) * in.n * in.d;
+    args.n_entries = in.n;
+    args.head_dim = in.d;
+    walks.push_back(expected_walk(args, options, window));
+  }
+  return walks;
+}
+
+void expect_matches(const std::vector<Walk>& walks, const GpuResult& gpu, int heads_per_walker, int d) {
+  for (size_t w = 0; w < walks.size(); ++w) {
+    SCOPED_TRACE("walker " + std::to_string(w));
+    EXPECT_EQ(gpu.state[w * cuda::kStateWords + cuda::kBlocksVisited], walks[w].visited);
+    EXPECT_EQ(gpu.state[w * cuda::kStateWords + cuda::kBlocksTotal], walks[w].total);
+    const int loaded = gpu.state[w * cuda::kStateWords + cuda::kBlocksLoaded];
+    EXPECT_GE(loaded, walks[w].visited);
+    EXPECT_LE(loaded, walks[w].total);
+    const std::vector<float> got(gpu.output.begin() + w * heads_per_walker * d,
+                                 gpu.output.begin() + (w + 1) * heads_per_walker * d);
+    EXPECT_LT(test::max_abs_diff(got, walks[w].output), 1e-2);
+  }
+}
+
+TEST(EarlyExitDecodeTest, ZeroThresholdsEqualFullAttentionAndDecodeAttention) {
+  KVB_REQUIRE_GPU();
+  struct Shape {
+    int d, hq, hkv, n;
+  };
+  for (const Shape s : {Shape{128, 32, 8, 3001}, Shape{64, 9, 3, 130}, Shape{128, 4, 4, 3}, Shape{64, 12, 1, 700}}) {
+    SCOPED_TRACE("d " + std::to_string(s.d) + " n " + std::to_string(s.n));
+    const Inputs in = make_random(s.d, s.hq, s.hkv, s.n, 21);
+    cuda::EarlyExitDecodeOptions options;
+    options.tau = 0.f;
+    options.phi = 0.f;
+    const GpuResult gpu = run_gpu(in, options, 0, nullptr);
+    const int group = s.hq / s.hkv;
+    std::vector<float> full(size_t(s.hq) * s.d);
+    for (int a = 0; a < s.hq; ++a) {
+      kernels::DecodeAttentionArgs cpu;
+      cpu.query = in.q.data() + size_t(a) * s.d;
+      cpu.keys = in.k.data() + size_t(a / group) * s.n * s.d;
+      cpu.values = in.v.data() + size_t(a / group) * s.n * s.d;
+      cpu.n_entries = s.n;
+      cpu.head_dim = s.d;
+      cpu.output = full.data() + size_t(a) * s.d;
+      kernels::decode_attention(cpu);
+    }
+    EXPECT_LT(test::max_abs_diff(gpu.output, full), 1e-2);
+    const int blocks = kernels::early_exit_block_count(s.n, cpu_options(options));
+    for (int h = 0; h < s.hkv; ++h) {
+      EXPECT_EQ(gpu.state[h * cuda::kStateWords + cuda::kBlocksVisited], blocks);
+      EXPECT_EQ(gpu.state[h * cuda::kStateWords + cuda::kBlocksTotal], blocks);
+      EXPECT_EQ(gpu.state[h * cuda::kStateWords + cuda::kBlocksLoaded], blocks);
+    }
+    EXPECT_EQ(gpu.totals[0], static_cast<unsigned long long>(blocks) * s.hkv);
+    EXPECT_EQ(gpu.totals[1], static_cast<unsigned long long>(blocks) * s.hkv);
+
+    // The plain flash-decoding kernel on the same inputs.
+    auto d_q = test::to_device_bf16(in.q), d_k = test::to_device_bf16(in.k), d_v = test::to_device_bf16(in.v);
+    std::vector<int64_t> offset(s.hkv);
+    for (int h = 0; h < s.hkv; ++h) offset[h] = int64_t(h) * s.n;
+    auto d_offset = test::to_device(offset), d_length = test::to_device(std::vector<int32_t>(s.hkv, s.n));
+    cuda::DeviceBuffer d_out(full.size() * 2);
+    cuda::DeviceBuffer workspace(cuda::decode_attention_workspace_floats(1, s.hq, s.d, s.n) * 4);
+    cuda::DecodeAttentionArgs plain;
+    plain.q = d_q.as<__nv_bfloat16>();
+    plain.q_seq_stride = int64_t(s.hq) * s.d;
+    plain.k = d_k.as<__nv_bfloat16>();
+    plain.v = d_v.as<__nv_bfloat16>();
+    plain.kv_offset = d_offset.as<int64_t>();
+    plain.kv_length = d_length.as<int32_t>();
+    plain.max_kv_length = s.n;
+    plain.out = d_out.as<__nv_bfloat16>();
+    plain.out_seq_stride = int64_t(s.hq) * s.d;
+    plain.batch = 1;
+    plain.n_query_heads = s.hq;
+    plain.n_kv_heads = s.hkv;
+    plain.head_dim = s.d;
+    plain.scale = 1.f / std::sqrt(float(s.d));
+    plain.workspace = workspace.as<float>();
+    cuda::decode_attention(plain, nullptr);
+    cuda::check(cudaDeviceSynchronize(), "decode_attention");
+    EXPECT_LT(test::max_abs_diff(gpu.output, test::from_device_bf16(d_out, full.size())), 1e-2);
+  }
+}
+
+// Groups (patience 2): stops at block 3 (visited 4); bump at block 3 -> stops at block 5 (the
+// window's last, visited 6); bumps at blocks 3 and 5 -> the CPU stops at block 7, beyond the
+// window: full attention; no dominant entries: never stops.
+const std::vector<GroupProfile> kMixedGroups = {{true, {}}, {true, {3}}, {true, {3, 5}}, {false, {}}};
+
+class EarlyExitCriterionTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(EarlyExitCriterionTest, DefaultsMatchTheCpuWalk) {
+  KVB_REQUIRE_GPU();
+  cuda::EarlyExitDecodeOptions options;  // tau 1e-5, phi 1e-3, patience 2, 4 sinks
+  options.norm_criterion = GetParam();
+  const int window = 6;
+  const Inputs in = make_profile(128, 32, 8, 64 * 40 + 21, kMixedGroups, 5);
+  const std::vector<Walk> walks = expected_dense(in, options, window);
+  // The inputs must exercise every case, or the test proves nothing.
+  int stopped = 0, beyond = 0, at_window_end = 0;
+  for (const Walk& w : walks) {
+    stopped += w.visited < w.total;
+    beyond += w.cpu_stopped_beyond_window;
+    at_window_end += w.visited == window;
+  }
+  ASSERT_GT(stopped, 0);
+  ASSERT_GT(beyond, 0);
+  ASSERT_GT(at_window_end, 0);
+  ASSERT_LT(stopped, static_cast<int>(walks.size()));
+  const GpuResult gpu = run_gpu(in, options, window, nullptr);
+  ASSERT_EQ(gpu.chunk_blocks, window);
+  expect_matches(walks, gpu, 4, in.d);
+}
+
+INSTANTIATE_TEST_SUITE_P(MassAndNorm, EarlyExitCriterionTest, ::testing::Values(false, true));
+
+TEST(EarlyExitDecodeTest, AutomaticChunksOnALongCacheMatchTheCpuWalk) {
+  KVB_REQUIRE_GPU();
+  cuda::EarlyExitDecodeOptions options;
+  options.patience = 3;
+  const Inputs in = make_profile(128, 32, 8, 20000, kMixedGroups, 9);
+  const GpuResult probe = run_gpu(in, options, 0, nullptr);
+  const std::vector<Walk> walks = expected_dense(in, options, probe.chunk_blocks);
+  ASSERT_GE(probe.chunk_blocks, 5);  // 313 blocks over ~50 splits: the clean groups stop inside
+  expect_matches(walks, probe, 4, in.d);
+  unsigned long long visited = 0, total = 0;
+  for (const Walk& w : walks) {
+    visited += w.visited;
+    total += w.total;
+  }
+  EXPECT_EQ(probe.totals[0], visited);
+  EXPECT_EQ(probe.totals[1], total);
+  EXPECT_LT(visited, total);
+}
+
+TEST(EarlyExitDecodeTest, DisabledVisitsEveryBlock) {
+  KVB_REQUIRE_GPU();
+  cuda::EarlyExitDecodeOptions options;
+  const Inputs in = make_profile(128, 32, 8, 64 * 30 + 5, {{true, {}}}, 13);
+  // With termination on every group stops early (so the disabled run has something to ignore).
+  const GpuResult on = run_gpu(in, options, 8, nullptr);
+  for (int h = 0; h < in.hkv; ++h)
+    ASSERT_LT(on.state[h * cuda::kStateWords + cuda::kBlocksVisited],
+              on.state[h * cuda::kStateWords + cuda::kBlocksTotal]);
+  options.enabled = false;
+  const GpuResult off = run_gpu(in, options, 8, nullptr);
+  const std::vector<Walk> walks = expected_dense(in, options, 8);
+  for (int h = 0; h < in.hkv; ++h) {
+    EXPECT_EQ(off.state[h * cuda::kStateWords + cuda::kBlocksVisited], walks[h].total);
+    EXPECT_EQ(off.state[h * cuda::kStateWords + cuda::kBlocksLoaded], walks[h].total);
+  }
+  expect_matches(walks, off, 4, in.d);
+}
+
+// Index lists: each query head walks its own ascending list (the 4 sinks except for every fourth
+// head, a third of the middle, the last 40 entries) with a logit bias; the CPU walks the gathered
+// entries of that head alone.
+TEST(EarlyExitDecodeTest, IndexListsMatchTheCpuWalkOverTheSelection) {
+  KVB_REQUIRE_GPU();
+  const Inputs in = make_profile(128, 32, 8, 3000, kMixedGroups, 17);
+  const int group = in.hq / in.hkv;
+  IndexLists lists;
+  std::mt19937 rng(3);
+  for (int a = 0; a < in.hq; ++a) {
+    lists.offset.push_back(static_cast<int64_t>(lists.indices.size()));
+    int count = 0;
+    for (int j = 0; j < in.n; ++j)
+      if ((j < 4 && a % 4 != 3) || j >= in.n - 40 || rng() % 3 == 0) {
+        lists.indices.push_back(j);
+        lists.bias.push_back(float(int(rng() % 21) - 10) / 100.f);
+        ++count;
+      }
+    lists.count.push_back(count);
+  }
+  for (const bool zero_thresholds : {false, true}) {
+    SCOPED_TRACE(zero_thresholds ? "tau = phi = 0" : "defaults");
+    cuda::EarlyExitDecodeOptions options;
+    if (zero_thresholds) options.tau = options.phi = 0.f;
+    const int window = 5;
+    std::vector<Walk> walks;
+    for (int a = 0; a < in.hq; ++a) {
+      const int m = lists.count[a];
+      std::vector<float> keys(size_t(m) * in.d), values(keys.size());
+      for (int i = 0; i < m; ++i) {
+        const int j = lists.indices[lists.offset[a] + i];
+        std::copy_n(in.k.data() + (size_t(a / group) * in.n + j) * in.d, in.d, keys.data() + size_t(i) * in.d);
+        std::copy_n(in.v.data() + (size_t(a / group) * in.n + j) * in.d, in.d, values.data() + size_t(i) * in.d);
+      }
+      kernels::EarlyExitAttentionArgs args;
+      args.queries = in.q.data() + size_t(a) * in.d;
+      args.n_heads = 1;
+      args.keys = keys.data();
+      args.values = values.data();
+      args.logit_bias = lists.bias.data() + lists.offset[a];
+      args.n_entries = m;
+      args.head_dim = in.d;
+      walks.push_back(expected_walk(args, options, window));
+    }
+    int stopped = 0;
+    for (const Walk& w : walks) stopped += w.visited < w.total;
+    if (zero_thresholds) {
+      EXPECT_EQ(stopped, 0);
+    } else {
+      ASSERT_GT(stopped, 0);
+      ASSERT_LT(stopped, in.hq);
+    }
+    const GpuResult gpu = run_gpu(in, options, window, &lists);
+    expect_matches(walks, gpu, 1, in.d);
+  }
+}
+
+TEST(EarlyExitDecodeTest, RejectsUnsupportedOptions) {
+  KVB_REQUIRE_GPU();
+  cuda::EarlyExitDecodeArgs ea;
+  ea.attention.batch = 1;
+  ea.attention.n_query_heads = 32;
+  ea.attention.n_kv_heads = 1;
+  ea.attention.head_dim = 128;
+  EXPECT_THROW(cuda::early_exit_decode(ea, nullptr), std::invalid_argument);  // group 32
+  ea.attention.n_kv_heads = 8;
+  ea.options.sink_tokens = 65;
+  EXPECT_THROW(cuda::early_exit_decode(ea, nullptr), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace kvb
