@@ -5,6 +5,7 @@
 
 #include "engine/cache_policy.h"
 #include "engine/errors.h"
+#include "policies/registry.h"
 #ifdef KVB_HAVE_CUDA
 #include "engine/cuda/cuda_bench.h"
 #include "engine/cuda/cuda_engine.h"
@@ -53,7 +54,7 @@ int run_gpu_bench(const Args& args) {
                    "with nvcc)");
 #else
   args.allow_only({"device", "model", "preset", "dummy", "context", "batch", "policy", "budget",
-                   "steps", "max-batch", "no-graphs", "json"});
+                   "params", "steps", "max-batch", "no-graphs", "json"});
   CudaBenchOptions options;
   options.preset = args.get_or("preset", "");
   options.model = args.get_or("model", "");
@@ -63,6 +64,20 @@ int run_gpu_bench(const Args& args) {
   options.batches = int_list(args, "batch", {1});
   options.policy = args.get_or("policy", "full");
   if (auto budget = args.maybe("budget")) options.budget = Budget::parse(*budget);
+  nlohmann::json params = nlohmann::json::object();
+  if (auto text = args.maybe("params")) params = nlohmann::json::parse(*text, nullptr, false);
+  if (params.is_discarded()) throw InputError("kvbench bench: --params is not valid JSON");
+  // "X+art": X shapes the cache as without ART; the decode step walks with early exit.
+  const CachePlan plan = make_cache_plan(options.policy, params, options.budget);
+  options.early_exit = plan.early_exit;
+  const std::string suffix = "+art";
+  if (plan.early_exit) {
+    if (options.policy.size() <= suffix.size() ||
+        options.policy.compare(options.policy.size() - suffix.size(), suffix.size(), suffix) != 0)
+      throw InputError("bench on the GPU: write ART as the last component (e.g. snapkv+art), got '" +
+                       options.policy + "'");
+    options.policy.resize(options.policy.size() - suffix.size());
+  }
   if (options.policy != "full" && !options.budget)
     throw InputError("--policy " + options.policy + " needs --budget (e.g. --budget 5%)");
   options.decode_steps = args.get_int("steps", 64);
@@ -73,12 +88,14 @@ int run_gpu_bench(const Args& args) {
     std::printf("%s\n", result.dump(2).c_str());
     return 0;
   }
-  std::printf("device %s: read %.0f GB/s, bf16 GEMM %.0f TFLOP/s; model %s (%s), weights %.2f GB\n",
+  std::printf("device %s: read %.0f GB/s, bf16 GEMM %.0f TFLOP/s; model %s (%s), weights %.2f GB; "
+              "policy %s\n",
               result["device"]["name"].get<std::string>().c_str(),
               result["read_bandwidth_gbs"].get<double>(), result["gemm_tflops"].get<double>(),
               result["model"]["name"].get<std::string>().c_str(),
               result["model"]["dummy_weights"].get<bool>() ? "dummy weights" : "real weights",
-              result["model"]["weight_bytes"].get<double>() / 1e9);
+              result["model"]["weight_bytes"].get<double>() / 1e9,
+              result["policy"].get<std::string>().c_str());
   std::printf("%8s %6s %8s %10s %10s %10s %10s %8s %10s %10s\n", "context", "batch", "kept", "TTFT ms",
               "prefill/s", "TPOT ms", "bound ms", "ratio", "KV GB", "peak GB");
   for (const auto& row : result.value("runs", nlohmann::json::array()))
@@ -87,6 +104,13 @@ int run_gpu_bench(const Args& args) {
                 row["prefill_tokens_per_s"].get<double>(), row["tpot_ms"].get<double>(),
                 row["tpot_bound_ms"].get<double>(), row["tpot_ratio_to_bound"].get<double>(),
                 row["kv_bytes"].get<double>() / 1e9, row["peak_device_bytes"].get<double>() / 1e9);
+  for (const auto& row : result.value("runs", nlohmann::json::array()))
+    if (row.contains("art_speedup"))
+      std::printf("context %d batch %d: ART TPOT %.3f ms vs %.3f ms without ART (speed-up %.3fx), "
+                  "KV blocks skipped %.4f, tiles never fetched %.4f\n",
+                  row["context"].get<int>(), row["batch"].get<int>(), row["tpot_ms"].get<double>(),
+                  row["tpot_without_art_ms"].get<double>(), row["art_speedup"].get<double>(),
+                  row["art_blocks_skipped"].get<double>(), row["art_work_skipped"].get<double>());
   for (const auto& row : result.value("max_batch", nlohmann::json::array()))
     std::printf("context %d, %d kept tokens: largest batch %d, decode %.0f tokens/s\n",
                 row["context"].get<int>(), row["kept_tokens"].get<int>(), row["max_batch"].get<int>(),

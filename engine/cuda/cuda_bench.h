@@ -20,6 +20,9 @@ struct CudaBenchOptions {
   std::vector<int> batches = {1};
   std::string policy = "full";       // prefill-eviction policies shrink the cache to the budget
   std::optional<Budget> budget;
+  // "+art" compositions: the decode step walks with early exit; TPOT is measured with and without
+  // it on the same cache (speed-up and the fraction of KV blocks skipped).
+  std::optional<EarlyExitParams> early_exit;
   int decode_steps = 64;
   bool find_max_batch = false;       // largest batch that fits, and throughput there
   bool use_graphs = true;

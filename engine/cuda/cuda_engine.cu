@@ -12,6 +12,7 @@
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/early_exit_decode.h"
 #include "kernels/cuda/transformer_ops.h"
 
 namespace kvb {
@@ -78,6 +79,9 @@ struct CudaEngine::Impl {
   DeviceBuffer tokens, positions, decode_workspace, logits;
   DeviceBuffer residual, normed, qkv, attn_out, gate_up, act, ffn_out;
   int activation_rows = 0;
+  std::optional<cuda::EarlyExitDecodeOptions> early_exit;  // ART walk in the decode step
+  DeviceBuffer walker_state;                               // [B * Hkv * kStateWords] int32
+  DeviceBuffer walk_counts;                                // visited, total, loaded (u64)
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t graph_exec = nullptr;
 
@@ -207,7 +211,16 @@ struct CudaEngine::Impl {
       a.head_dim = config.head_dim;
       a.scale = 1.f / std::sqrt(float(config.head_dim));
       a.workspace = ptr<float>(decode_workspace);
-      cuda::decode_attention(a, stream);
+      if (early_exit) {
+        cuda::EarlyExitDecodeArgs walk;
+        walk.attention = a;
+        walk.options = *early_exit;
+        walk.walker_state = ptr<int32_t>(walker_state);
+        walk.totals = ptr<unsigned long long>(walk_counts);
+        cuda::early_exit_decode(walk, stream);
+      } else {
+        cuda::decode_attention(a, stream);
+      }
     });
     logits_for_rows(0, batch, ptr<float>(logits));
     cuda::argmax_rows(ptr<float>(logits), batch, config.vocab_size, ptr<int32_t>(tokens), stream);
@@ -329,8 +342,17 @@ void CudaEngine::allocate_cache(int batch, int capacity) {
     m.positions = DeviceBuffer(batch * 4, "positions");
     m.logits = DeviceBuffer(int64_t(batch) * c.vocab_size * 4, "logits");
     m.decode_workspace = DeviceBuffer(
-        cuda::decode_attention_workspace_floats(batch, c.n_query_heads, c.head_dim, capacity) * 4,
+        std::max(cuda::decode_attention_workspace_floats(batch, c.n_query_heads, c.head_dim, capacity),
+                 cuda::early_exit_decode_workspace_floats(batch, c.n_query_heads, c.head_dim, capacity)) *
+            4,
         "decode workspace");
+    // The ART walk's state words are zeroed once here; every walk leaves them clean.
+    m.walker_state = DeviceBuffer(size_t(hkv) * cuda::kStateWords * 4, "ART walk state");
+    cuda::check(cudaMemsetAsync(m.walker_state.data(), 0, m.walker_state.bytes(), m.stream), "memset");
+    if (!m.walk_counts.data()) {
+      m.walk_counts = DeviceBuffer(3 * sizeof(unsigned long long), "ART walk counts");
+      cuda::check(cudaMemsetAsync(m.walk_counts.data(), 0, m.walk_counts.bytes(), m.stream), "memset");
+    }
     m.ensure_activations(batch);
   } catch (const cuda::OutOfMemory& e) {
     m.k_cache.clear();
@@ -504,6 +526,45 @@ std::vector<float> CudaEngine::last_logits(int seq) const {
   cuda::check(cudaStreamSynchronize(impl_->stream), "decode");
   impl_->logits.download(out.data(), out.size() * 4, int64_t(seq) * out.size() * 4);
   return out;
+}
+
+void CudaEngine::set_early_exit(const std::optional<EarlyExitParams>& params) {
+  Impl& m = *impl_;
+  m.drop_graph();
+  if (!params) {
+    m.early_exit.reset();
+    return;
+  }
+  if (params->block_size != cuda::kEarlyExitBlock)
+    throw InputError("ART on the GPU walks blocks of " + std::to_string(cuda::kEarlyExitBlock) +
+                     " entries (the kernel's tile); got block_size " + std::to_string(params->block_size));
+  if (params->oracle_tolerance > 0)
+    throw InputError("ART's oracle mode runs on the CPU engine only; drop oracle_tolerance for the GPU");
+  if (params->sink_tokens > cuda::kEarlyExitBlock)
+    throw InputError("ART on the GPU supports at most 64 sink tokens; got " +
+                     std::to_string(params->sink_tokens));
+  cuda::EarlyExitDecodeOptions options;
+  options.tau = params->tau;
+  options.phi = params->phi;
+  options.patience = params->patience;
+  options.sink_tokens = params->sink_tokens;
+  options.norm_criterion = params->scale_criterion == "norm";
+  options.enabled = params->enabled;
+  m.early_exit = options;
+}
+
+CudaEngine::EarlyExitCounts CudaEngine::early_exit_counts() const {
+  unsigned long long words[3] = {0, 0, 0};
+  cuda::check(cudaStreamSynchronize(impl_->stream), "sync");
+  if (impl_->walk_counts.data()) impl_->walk_counts.download(words, sizeof(words));
+  return {static_cast<int64_t>(words[0]), static_cast<int64_t>(words[1]), static_cast<int64_t>(words[2])};
+}
+
+void CudaEngine::reset_early_exit_counts() {
+  if (!impl_->walk_counts.data()) return;
+  cuda::check(cudaMemsetAsync(impl_->walk_counts.data(), 0, impl_->walk_counts.bytes(), impl_->stream),
+              "memset");
+  cuda::check(cudaStreamSynchronize(impl_->stream), "sync");
 }
 
 int64_t CudaEngine::kv_bytes() const {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/cache_policy.h"
@@ -52,6 +53,19 @@ class CudaEngine {
   void decode_step(bool use_graph);
   std::vector<int32_t> next_tokens() const;      // argmax of the last step, per sequence
   std::vector<float> last_logits(int seq) const;  // logits of the last step
+
+  // ART (kind E): with params the decode step's attention walks every KV group with early exit
+  // (kernels/cuda/early_exit_decode.h: sink block, recent-first, the recent split decides);
+  // nullopt restores the plain flash-decoding kernel. The GPU walk has 64-entry blocks and no
+  // oracle mode (InputError otherwise). Changing it drops the captured decode graph.
+  void set_early_exit(const std::optional<EarlyExitParams>& params);
+  // KV blocks of every ART walk since the last reset (all layers, steps and KV groups): folded into
+  // the output, present, and fetched from memory by any split.
+  struct EarlyExitCounts {
+    int64_t visited = 0, total = 0, loaded = 0;
+  };
+  EarlyExitCounts early_exit_counts() const;
+  void reset_early_exit_counts();
 
   int64_t kv_bytes() const;         // live entries * 2 * head_dim * 2 bytes
   int64_t kv_allocated_bytes() const;

@@ -1,12 +1,11 @@
 // ART decode attention: the recent-first early-exit walk in split-KV form. Semantics, layout and
 // limits: kernels/cuda/early_exit_decode.h. CPU twin: kernels/cpu/early_exit_attention.cc.
 //
-// Per tile (64 entries of one walk block): cp.async double buffering as decode_mma_kernel; every
-// warp computes the 16 x 64 logits (rows = the walker's query heads) with m16n8k16 mma, keeps the
-// replicated online-softmax state, and accumulates P·V for its quarter of the head dimension.
-// The decider (chunk 0) then reduces ||o_b||^2, ||o_{b-1}||^2 and <o_b, o_{b-1}> per head over the
-// warps through shared memory and thread 0 runs the counters; the other chunks read the walker's
-// stop word once per tile and leave at the next tile boundary once it is set.
+// Per tile (64 entries of one walk block): cp.async double buffering and the mma layout of
+// decode_mma_kernel (each warp 16 keys, rows = the walker's query heads). The decider (chunk 0)
+// then merges the warps' states through shared memory, reduces ||o_b||^2, ||o_{b-1}||^2 and
+// <o_b, o_{b-1}> per head and thread 0 runs the counters; the other chunks read the walker's stop
+// word once per tile and leave at the next tile boundary once it is set.
 #include "kernels/cuda/early_exit_decode.h"
 
 #include <cuda_bf16.h>
@@ -26,7 +25,7 @@ using bf16 = __nv_bfloat16;
 constexpr int kThreads = 128;
 constexpr int kWarps = 4;
 constexpr int kTile = kEarlyExitBlock;
-constexpr int kMaxRows = 16;
+constexpr int kMaxRows = 8;  // query heads per walker (rows g < 8 of the mma tile; g + 8 stay zero)
 constexpr float kLog2e = 1.4426950408889634f;
 
 __host__ __device__ inline int clamp_int(int x, int low, int high) {
@@ -110,18 +109,29 @@ __device__ __forceinline__ uint32_t load_pair(const bf16* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
 
+// The decider's test after a block: the warps' states (each over its 16 keys of every tile) are
+// merged through shared memory (the current tile's K and V buffers, free once every warp is done
+// with them), o_b = sum_w 2^(m_w - M) acc_w / sum_w 2^(m_w - M) l_w; warp w takes heads w and
+// w + 4, reduces the three sums over the head dimension and runs that head's counter; then every
+// thread reads the heads' verdicts.
+template <int D>
+struct DeciderScratch {
+  float stats[kWarps][kMaxRows][3];  // per warp and head: max (log2), sum, this tile's sum
+  float previous[kMaxRows * D];      // merged o_{b-1} (shared memory: registers are all taken)
+  int counter[kMaxRows];
+  int stable[kMaxRows];
+};
+
 template <int D, bool kIndexed>
 __global__ void __launch_bounds__(kThreads, 3)
     early_exit_walk_kernel(EarlyExitDecodeArgs ea, int chunk_blocks, int n_chunks) {
   const DecodeAttentionArgs& args = ea.attention;
   const EarlyExitDecodeOptions& opt = ea.options;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* s_k = reinterpret_cast<bf16*>(smem_raw);              // [2][64][D]
-  bf16* s_v = s_k + 2 * kTile * D;                             // [2][64][D]
+  bf16* s_k = reinterpret_cast<bf16*>(smem_raw);                  // [2][64][D]
+  bf16* s_v = s_k + 2 * kTile * D;                                 // [2][64][D]
   float* s_bias = reinterpret_cast<float*>(s_v + 2 * kTile * D);  // [2][64] (index mode)
-  __shared__ float s_norms[kWarps][kMaxRows][3];  // per warp: ||o_b||^2, ||o_{b-1}||^2, <o_b,o_{b-1}>
-  __shared__ float s_mass[kMaxRows][2];           // block mass, Z after the block
-  __shared__ int s_counter[kMaxRows];
+  __shared__ DeciderScratch<D> scratch;
   __shared__ int s_flag;
 
   const int chunk = blockIdx.x;
@@ -131,15 +141,21 @@ __global__ void __launch_bounds__(kThreads, 3)
   const int blocks = walk_blocks(wk.n, opt.sink_tokens);
   const int first = chunk * chunk_blocks;
   const int n_tiles = min(blocks, first + chunk_blocks) - first;
-  if (n_tiles <= 0) return;
+  if (n_tiles <= 0) {
+    if (chunk == 0 && threadIdx.x == 0) ea.walker_state[int64_t(wk.index) * kStateWords + kStopResult] = 0;
+    return;
+  }
   int* state = ea.walker_state + int64_t(wk.index) * kStateWords;
-  volatile int* stop_word = state + kStopBlockPlusOne;
+  // The stop word holds epoch + 1 once this call's decider stopped (older values are stale), so it
+  // never needs a reset; the merge kernel advances the epoch after the walk.
+  volatile int* stop_word = state + kStopWord;
+  const int stop_mark = state[kEpoch] + 1;
   const bool decider = chunk == 0;
   const int tid = threadIdx.x;
   if (tid == 0) s_flag = decider ? 0 : *stop_word;
-  if (tid < kMaxRows) s_counter[tid] = 0;
+  if (tid < kMaxRows) scratch.counter[tid] = 0;
   __syncthreads();
-  if (s_flag != 0) return;  // the decider already stopped: nothing of this chunk is needed
+  if (s_flag == stop_mark) return;  // the decider already stopped: nothing of this chunk is needed
 
   int tiles_loaded = 0;
   auto issue = [&](int w, int buf) {
@@ -163,36 +179,33 @@ __global__ void __launch_bounds__(kThreads, 3)
   issue(first, 0);
 
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4, j = lane / 8;
-  constexpr int kSteps = D / 16;
-  constexpr int kWarpDims = D / kWarps;
-  constexpr int kDimTiles = kWarpDims / 8;
-  // Query fragments straight from global memory (rows = query heads, zero beyond the walker's).
-  uint32_t q_frag[kSteps][4];
-  const bf16* q_base = args.q + b * args.q_seq_stride + int64_t(wk.head0) * D;
-#pragma unroll
-  for (int ks = 0; ks < kSteps; ++ks) {
-    const int col = ks * 16 + 2 * t;
-    const bool low = g < wk.rows, high = g + 8 < wk.rows;
-    q_frag[ks][0] = low ? load_pair(q_base + g * D + col) : 0u;
-    q_frag[ks][1] = high ? load_pair(q_base + (g + 8) * D + col) : 0u;
-    q_frag[ks][2] = low ? load_pair(q_base + g * D + col + 8) : 0u;
-    q_frag[ks][3] = high ? load_pair(q_base + (g + 8) * D + col + 8) : 0u;
-  }
+  constexpr int kSteps = D / 16, kDimTiles = D / 8;
+  // Query fragments are re-read (L1 hits) at the top of every tile, while the tile lands, rather
+  // than held in registers across the loop: the decider's merge needs those registers. A fragment
+  // row g holds columns 2t, 2t+1 and 2t+8, 2t+9; rows 8..15 stay zero (at most 8 heads).
+  const bf16* q_row = args.q + b * args.q_seq_stride + int64_t(wk.head0 + g) * D + 2 * t;
+  const bool q_live = g < wk.rows;
 
-  float o[kDimTiles][4], previous[kDimTiles][4];
+  // Per warp (its 16 keys of every tile) online softmax; row_sum is this thread's share.
+  float o[kDimTiles][4];
 #pragma unroll
-  for (int dt = 0; dt < kDimTiles; ++dt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[dt][e] = previous[dt][e] = 0.f;
+  for (int dt = 0; dt < kDimTiles; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
   const float scale_log2 = args.scale * kLog2e;
   bool stop = false;
+  int stopped_at = -1;  // decider: the walk block it stopped after
 
   for (int i = 0;; ++i) {
     const int buf = i & 1;
     const int w = first + i;
+    if (i + 1 < n_tiles) issue(w + 1, buf ^ 1);
+    uint32_t q_frag[kSteps][2];
+#pragma unroll
+    for (int ks = 0; ks < kSteps; ++ks) {
+      q_frag[ks][0] = q_live ? load_pair(q_row + ks * 16) : 0u;
+      q_frag[ks][1] = q_live ? load_pair(q_row + ks * 16 + 8) : 0u;
+    }
     if (i + 1 < n_tiles) {
-      issue(w + 1, buf ^ 1);
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
@@ -203,27 +216,24 @@ __global__ void __launch_bounds__(kThreads, 3)
     int begin, end;
     block_rows(w, wk.n, sinks, begin, end);
     const int count = end - begin;
-    const bf16* k_tile = s_k + buf * kTile * D;
-    const bf16* v_tile = s_v + buf * kTile * D;
+    bf16* k_tile = s_k + buf * kTile * D;
+    bf16* v_tile = s_v + buf * kTile * D;
 
-    float s[8][4];
+    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-#pragma unroll
-    for (int ks = 0; ks < kSteps; ++ks)
-#pragma unroll
-      for (int kp = 0; kp < 4; ++kp) {
-        uint32_t kb[4];
-        ldmatrix_x4(kb, k_tile + swizzled<D>(kp * 16 + (j / 2) * 8 + (lane % 8), ks * 16 + (j % 2) * 8));
-        mma_bf16(s[2 * kp], q_frag[ks], kb[0], kb[1]);
-        mma_bf16(s[2 * kp + 1], q_frag[ks], kb[2], kb[3]);
-      }
+    for (int ks = 0; ks < kSteps; ++ks) {
+      const uint32_t a[4] = {q_frag[ks][0], 0u, q_frag[ks][1], 0u};
+      uint32_t kb[4];
+      ldmatrix_x4(kb, k_tile + swizzled<D>(warp * 16 + (j / 2) * 8 + (lane % 8), ks * 16 + (j % 2) * 8));
+      mma_bf16(s[0], a, kb[0], kb[1]);
+      mma_bf16(s[1], a, kb[2], kb[3]);
+    }
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int key = nt * 8 + 2 * t + (e & 1);
+        const int key = warp * 16 + nt * 8 + 2 * t + (e & 1);
         float value = -INFINITY;
         if (key < count) {
           value = s[nt][e] * scale_log2;
@@ -243,7 +253,7 @@ __global__ void __launch_bounds__(kThreads, 3)
       row_sum[r] *= correction[r];
     }
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1;
@@ -251,151 +261,182 @@ __global__ void __launch_bounds__(kThreads, 3)
         s[nt][e] = p;
         tile_sum[r] += p;
       }
+    row_sum[0] += tile_sum[0];
+    row_sum[1] += tile_sum[1];
+    const uint32_t p_frag[4] = {pack_bf16(s[0][0], s[0][1]), pack_bf16(s[0][2], s[0][3]),
+                                pack_bf16(s[1][0], s[1][1]), pack_bf16(s[1][2], s[1][3])};
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      tile_sum[r] += __shfl_xor_sync(0xffffffff, tile_sum[r], 1);
-      tile_sum[r] += __shfl_xor_sync(0xffffffff, tile_sum[r], 2);
-      row_sum[r] += tile_sum[r];
-    }
+    for (int dp = 0; dp < kDimTiles / 2; ++dp) {
 #pragma unroll
-    for (int dt = 0; dt < kDimTiles; ++dt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[dt][e] *= correction[e >> 1];
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      const uint32_t p_frag[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                                  pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                  pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-      for (int dp = 0; dp < kDimTiles / 2; ++dp) {
-        uint32_t vb[4];
-        ldmatrix_x4_trans(vb, v_tile + swizzled<D>(kk * 16 + (j % 2) * 8 + (lane % 8),
-                                                   warp * kWarpDims + dp * 16 + (j / 2) * 8));
-        mma_bf16(o[2 * dp], p_frag, vb[0], vb[1]);
-        mma_bf16(o[2 * dp + 1], p_frag, vb[2], vb[3]);
+      for (int e = 0; e < 4; ++e) {
+        o[2 * dp][e] *= correction[e >> 1];
+        o[2 * dp + 1][e] *= correction[e >> 1];
       }
+      uint32_t vb[4];
+      ldmatrix_x4_trans(vb, v_tile + swizzled<D>(warp * 16 + (j % 2) * 8 + (lane % 8), dp * 16 + (j / 2) * 8));
+      mma_bf16(o[2 * dp], p_frag, vb[0], vb[1]);
+      mma_bf16(o[2 * dp + 1], p_frag, vb[2], vb[3]);
     }
+    if (!decider && tid == 0) s_flag = observed;
+    __syncthreads();  // every warp is done with this tile's K and V
 
     if (decider) {
-      // This warp's share of the three sums per head, then o_b becomes o_{b-1} for the next block.
-      float part[2][3] = {{0.f, 0.f, 0.f}, {0.f, 0.f, 0.f}};
+      // (1) Each warp's state of the group's heads into shared memory: per-warp accumulators in
+      // the tile's K (warps 0, 1) and V (warps 2, 3) buffers, max and sums in scratch.stats.
+      float* s_acc = reinterpret_cast<float*>(warp < 2 ? k_tile : v_tile) + (warp % 2) * kMaxRows * D;
 #pragma unroll
-      for (int dt = 0; dt < kDimTiles; ++dt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e >> 1;
-          const float current = row_sum[r] > 0.f ? o[dt][e] / row_sum[r] : 0.f;
-          part[r][0] += current * current;
-          part[r][1] += previous[dt][e] * previous[dt][e];
-          part[r][2] += current * previous[dt][e];
-          previous[dt][e] = current;
+      for (int r = 0; r < 2; ++r) {
+        float warp_sum = row_sum[r], warp_tile = tile_sum[r];
+        warp_sum += __shfl_xor_sync(0xffffffff, warp_sum, 1);
+        warp_sum += __shfl_xor_sync(0xffffffff, warp_sum, 2);
+        warp_tile += __shfl_xor_sync(0xffffffff, warp_tile, 1);
+        warp_tile += __shfl_xor_sync(0xffffffff, warp_tile, 2);
+        const int row = g + 8 * r;
+        if (row >= wk.rows) continue;
+        if (t == 0) {
+          scratch.stats[warp][row][0] = row_max[r];
+          scratch.stats[warp][row][1] = warp_sum;
+          scratch.stats[warp][row][2] = warp_tile;
         }
 #pragma unroll
-      for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int c = 0; c < 3; ++c) {
-          part[r][c] += __shfl_xor_sync(0xffffffff, part[r][c], 1);
-          part[r][c] += __shfl_xor_sync(0xffffffff, part[r][c], 2);
+        for (int dt = 0; dt < kDimTiles; ++dt) {
+          s_acc[row * D + dt * 8 + 2 * t] = o[dt][2 * r];
+          s_acc[row * D + dt * 8 + 2 * t + 1] = o[dt][2 * r + 1];
         }
-      if (t == 0) {
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = g + 8 * r;
-          if (row < wk.rows) {
-            s_norms[warp][row][0] = part[r][0];
-            s_norms[warp][row][1] = part[r][1];
-            s_norms[warp][row][2] = part[r][2];
-            if (warp == 0) {
-              s_mass[row][0] = tile_sum[r];
-              s_mass[row][1] = row_sum[r];
-            }
-          }
-        }
-      }
-    } else if (tid == 0) {
-      s_flag = observed;
-    }
-    __syncthreads();
-    if (decider) {
-      if (tid == 0) {
-        bool all_stable = w > 0;  // no previous output to compare with after the first block
-        for (int row = 0; w > 0 && row < wk.rows; ++row) {
-          float cc = 0.f, pp = 0.f, cp = 0.f;
-          for (int q = 0; q < kWarps; ++q) {
-            cc += s_norms[q][row][0];
-            pp += s_norms[q][row][1];
-            cp += s_norms[q][row][2];
-          }
-          const float current_norm = sqrtf(cc), previous_norm = sqrtf(pp);
-          const float d_scale = opt.norm_criterion
-                                    ? fabsf(current_norm - previous_norm) / fmaxf(previous_norm, FLT_MIN)
-                                    : s_mass[row][0] / s_mass[row][1];
-          const float denominator = previous_norm * current_norm;
-          const float d_direction = denominator > 0.f ? 1.f - cp / denominator : 1.f;
-          if (d_scale < opt.tau && d_direction < opt.phi) {
-            ++s_counter[row];
-          } else {
-            s_counter[row] = 0;
-          }
-          all_stable &= s_counter[row] >= opt.patience;
-        }
-        const bool stop_here = all_stable && opt.enabled;
-        s_flag = stop_here ? 1 : 0;
-        if (stop_here) atomicExch(state + kStopBlockPlusOne, w + 1);
       }
       __syncthreads();
+      // (2) Warp w merges heads w and w + 4: o_b, the three sums over the head dimension, and
+      // that head's counter (lane 0).
+      for (int row = warp; row < wk.rows; row += kWarps) {  // warp-uniform
+        float weight[kWarps], best = -INFINITY, mass = 0.f, added = 0.f;
+#pragma unroll
+        for (int q = 0; q < kWarps; ++q) best = fmaxf(best, scratch.stats[q][row][0]);
+#pragma unroll
+        for (int q = 0; q < kWarps; ++q) {
+          weight[q] = exp2f(scratch.stats[q][row][0] - best);
+          mass += scratch.stats[q][row][1] * weight[q];
+          added += scratch.stats[q][row][2] * weight[q];
+        }
+        float cc = 0.f, pp = 0.f, cp = 0.f;
+#pragma unroll
+        for (int dim = lane; dim < D; dim += 32) {
+          float value = 0.f;
+#pragma unroll
+          for (int q = 0; q < kWarps; ++q) {
+            const float* acc = reinterpret_cast<const float*>(q < 2 ? k_tile : v_tile) + (q % 2) * kMaxRows * D;
+            value += acc[row * D + dim] * weight[q];
+          }
+          const float current = mass > 0.f ? value / mass : 0.f;
+          const float before = w > 0 ? scratch.previous[row * D + dim] : 0.f;
+          cc += current * current;
+          pp += before * before;
+          cp += current * before;
+          scratch.previous[row * D + dim] = current;
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off /= 2) {
+          cc += __shfl_xor_sync(0xffffffff, cc, off);
+          pp += __shfl_xor_sync(0xffffffff, pp, off);
+          cp += __shfl_xor_sync(0xffffffff, cp, off);
+        }
+        if (lane == 0) {
+          bool stable = false;
+          if (w > 0) {  // no previous output to compare with after the first block
+            const float current_norm = sqrtf(cc), previous_norm = sqrtf(pp);
+            const float d_scale = opt.norm_criterion
+                                      ? fabsf(current_norm - previous_norm) / fmaxf(previous_norm, FLT_MIN)
+                                      : added / mass;
+            const float denominator = previous_norm * current_norm;
+            const float d_direction = denominator > 0.f ? 1.f - cp / denominator : 1.f;
+            if (d_scale < opt.tau && d_direction < opt.phi) {
+              ++scratch.counter[row];
+            } else {
+              scratch.counter[row] = 0;
+            }
+            stable = scratch.counter[row] >= opt.patience;
+          }
+          scratch.stable[row] = stable ? 1 : 0;
+        }
+      }
+      __syncthreads();
+      // (3) The group stops when every head is stable (every thread reads the same verdicts).
+      bool all_stable = true;
+      for (int row = 0; row < wk.rows; ++row) all_stable &= scratch.stable[row] != 0;
+      const bool stop_here = all_stable && opt.enabled;
+      if (stop_here && tid == 0) atomicExch(state + kStopWord, stop_mark);
+      stopped_at = stop_here ? w : -1;
     }
-    stop = s_flag != 0;
+    stop = decider ? stopped_at >= 0 : s_flag == stop_mark;
     if (stop || i + 1 >= n_tiles) break;
   }
+  if (decider && tid == 0) state[kStopResult] = stopped_at + 1;  // every call writes it
   cp_async_wait<0>();  // a tile prefetched past the stop is never used, but must land first
-
   if (tid == 0) atomicAdd(state + kLoadedScratch, tiles_loaded);
   if (!decider && stop) return;  // the merge uses the decider alone
+
+  // Merge the 4 warps' states through shared memory (as decode_mma_kernel) into the partial.
+  __syncthreads();
 #pragma unroll
-  for (int dt = 0; dt < kDimTiles; ++dt)
+  for (int r = 0; r < 2; ++r) {
+    row_sum[r] += __shfl_xor_sync(0xffffffff, row_sum[r], 1);
+    row_sum[r] += __shfl_xor_sync(0xffffffff, row_sum[r], 2);
+  }
+  float* s_acc = reinterpret_cast<float*>(s_k);  // [4][16][D] over both K buffers
+  float* s_max = reinterpret_cast<float*>(s_v);  // [4][16]
+  float* s_sum = s_max + 4 * 16;                 // [4][16]
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int row = g + 8 * (e >> 1);
-      if (row >= wk.rows) continue;
-      float* partial = args.workspace +
-                       ((int64_t(b) * args.n_query_heads + wk.head0 + row) * n_chunks + chunk) * (D + 2);
-      partial[2 + warp * kWarpDims + dt * 8 + 2 * t + (e & 1)] = o[dt][e];
+  for (int r = 0; r < 2; ++r) {
+    const int row = g + 8 * r;
+    if (t == 0) {
+      s_max[warp * 16 + row] = row_max[r];
+      s_sum[warp * 16 + row] = row_sum[r];
     }
-  if (warp == 0 && t == 0) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = g + 8 * r;
-      if (row >= wk.rows) continue;
-      float* partial = args.workspace +
-                       ((int64_t(b) * args.n_query_heads + wk.head0 + row) * n_chunks + chunk) * (D + 2);
-      partial[0] = row_max[r];
-      partial[1] = row_sum[r];
+    for (int dt = 0; dt < kDimTiles; ++dt) {
+      s_acc[(warp * 16 + row) * D + dt * 8 + 2 * t] = o[dt][2 * r];
+      s_acc[(warp * 16 + row) * D + dt * 8 + 2 * t + 1] = o[dt][2 * r + 1];
     }
+  }
+  __syncthreads();
+  for (int idx = tid; idx < wk.rows * D; idx += kThreads) {
+    const int row = idx / D, dim = idx % D;
+    float best = -INFINITY;
+    for (int q = 0; q < kWarps; ++q) best = fmaxf(best, s_max[q * 16 + row]);
+    float sum = 0.f, value = 0.f;
+    for (int q = 0; q < kWarps; ++q) {
+      const float weight = best == -INFINITY ? 0.f : exp2f(s_max[q * 16 + row] - best);
+      sum += s_sum[q * 16 + row] * weight;
+      value += s_acc[(q * 16 + row) * D + dim] * weight;
+    }
+    float* partial = args.workspace +
+                     ((int64_t(b) * args.n_query_heads + wk.head0 + row) * n_chunks + chunk) * (D + 2);
+    if (dim == 0) {
+      partial[0] = best;
+      partial[1] = sum;
+    }
+    partial[2 + dim] = value;
   }
 }
 
-// One thread block per walker: merges the chunks the walk used for each of its query heads, writes
-// the output and the visited/total/loaded words (and the running totals), then clears the scratch
-// words so that the next call starts from a clean state without a memset.
-constexpr int kMergeThreads = 512;
-
+// One thread block per (query head, sequence), as decode_merge_kernel: merges the chunks the walk
+// used (the decider alone when it stopped); the walker's first head also writes the visited /
+// total / loaded words and the totals, clears the loaded counter and advances the epoch. Nothing
+// else reads those words during the merge, so no block waits on another.
 template <int D, bool kIndexed>
-__global__ void __launch_bounds__(kMergeThreads)
-    early_exit_merge_kernel(EarlyExitDecodeArgs ea, int chunk_blocks, int n_chunks) {
+__global__ void early_exit_merge_kernel(EarlyExitDecodeArgs ea, int chunk_blocks, int n_chunks) {
   const DecodeAttentionArgs& args = ea.attention;
+  const int head = blockIdx.x;
   const int b = blockIdx.y;
-  const Walker wk = walker_of<kIndexed>(args, blockIdx.x, b);
+  const int group = args.n_query_heads / args.n_kv_heads;
+  const Walker wk = walker_of<kIndexed>(args, kIndexed ? head : head / group, b);
   const int blocks = walk_blocks(wk.n, ea.options.sink_tokens);
   int* state = ea.walker_state + int64_t(wk.index) * kStateWords;
-  const int stop = state[kStopBlockPlusOne];
+  const int stop = state[kStopResult];
   const int used = stop != 0 ? 1 : (blocks + chunk_blocks - 1) / chunk_blocks;
-  for (int idx = threadIdx.x; idx < wk.rows * D; idx += blockDim.x) {
-    const int head = wk.head0 + idx / D;
-    const int dim = idx % D;
-    const float* partial = args.workspace + (int64_t(b) * args.n_query_heads + head) * n_chunks * (D + 2);
-    float best = -INFINITY;
-    for (int c = 0; c < used; ++c) best = fmaxf(best, partial[c * (D + 2)]);
+  const float* partial = args.workspace + (int64_t(b) * args.n_query_heads + head) * n_chunks * (D + 2);
+  float best = -INFINITY;
+  for (int c = 0; c < used; ++c) best = fmaxf(best, partial[c * (D + 2)]);
+  for (int dim = threadIdx.x; dim < D; dim += blockDim.x) {
     float sum = 0.f, value = 0.f;
     for (int c = 0; c < used; ++c) {
       const float* p = partial + c * (D + 2);
@@ -405,15 +446,14 @@ __global__ void __launch_bounds__(kMergeThreads)
     }
     args.out[b * args.out_seq_stride + head * D + dim] = __float2bfloat16(sum > 0.f ? value / sum : 0.f);
   }
-  __syncthreads();  // every thread has read the stop word
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == 0 && head == wk.head0) {
     const int visited = stop != 0 ? stop : blocks;
     const int loaded = state[kLoadedScratch];
     state[kBlocksVisited] = visited;
     state[kBlocksTotal] = blocks;
     state[kBlocksLoaded] = loaded;
-    state[kStopBlockPlusOne] = 0;
     state[kLoadedScratch] = 0;
+    state[kEpoch] += 1;
     if (ea.totals != nullptr) {
       atomicAdd(ea.totals + 0, static_cast<unsigned long long>(visited));
       atomicAdd(ea.totals + 1, static_cast<unsigned long long>(blocks));
@@ -445,7 +485,7 @@ void launch(const EarlyExitDecodeArgs& ea, int chunk_blocks, cudaStream_t stream
       <<<dim3(n_chunks, axis, a.batch), kThreads, smem, stream>>>(ea, chunk_blocks, n_chunks);
   check(cudaGetLastError(), "early_exit_walk_kernel launch");
   early_exit_merge_kernel<D, kIndexed>
-      <<<dim3(axis, a.batch), kMergeThreads, 0, stream>>>(ea, chunk_blocks, n_chunks);
+      <<<dim3(a.n_query_heads, a.batch), D, 0, stream>>>(ea, chunk_blocks, n_chunks);
   check(cudaGetLastError(), "early_exit_merge_kernel launch");
 }
 
@@ -487,7 +527,7 @@ void early_exit_decode(const EarlyExitDecodeArgs& args, cudaStream_t stream) {
   const int group = a.n_query_heads / std::max(1, a.n_kv_heads);
   if (a.indices == nullptr && group > kMaxRows)
     throw std::invalid_argument("early_exit_decode: GQA group " + std::to_string(group) +
-                                " unsupported (at most 16 query heads per KV head)");
+                                " unsupported (at most 8 query heads per KV head)");
   if (args.options.sink_tokens < 0 || args.options.sink_tokens > kTile)
     throw std::invalid_argument("early_exit_decode: sink_tokens must be in [0, 64], got " +
                                 std::to_string(args.options.sink_tokens));

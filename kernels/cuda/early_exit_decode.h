@@ -29,11 +29,15 @@
 //   `loaded` statistic counts every tile any thread block fetched, including those.
 // enabled = false runs the same code (the decider still runs the test after every block) and never
 //   publishes a stop: the overhead measurement.
-// Layout inside a thread block: 4 warps; every warp computes all 64 logits of a tile for the
-//   group's query heads (rows of an m16n8k16 tile) and owns a quarter of the head dimension in
-//   P·V, so the softmax state is replicated and the stability test needs only three partial sums
-//   per head from each warp.
-// Limits: head_dim 64 or 128, KV block 64 (the tile), GQA group <= 16, sink_tokens <= 64.
+// Layout inside a thread block: decode_mma_kernel's — 4 warps, each owning 16 keys of every tile
+//   with its own online softmax (the group's query heads are rows of an m16n8k16 tile), merged at
+//   the end. Only the decider merges the warps after every block too (through the tile's shared
+//   memory, once every warp is done with it) to run the test; the other splits do exactly the
+//   plain kernel's work plus one read of the stop word per tile. (A first version in which every
+//   warp computed all 64 logits and a quarter of P·V, so the test needed no merge, was 26-63%
+//   slower than decode_attention with termination off: the 4x logits and exponentials cost more
+//   than the memory time per tile.)
+// Limits: head_dim 64 or 128, KV block 64 (the tile), GQA group <= 8, sink_tokens <= 64.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -56,15 +60,18 @@ struct EarlyExitDecodeOptions {
   bool enabled = true;
 };
 
-// Per-walker words of walker_state (int32). Zero the buffer once when it is allocated; every call
-// leaves the scratch words at zero again (no memset per call, so nothing extra in a decode graph).
+// Per-walker words of walker_state (int32). Zero the buffer once when it is allocated; after that
+// no call needs a reset (nothing extra in a decode graph): the stop word is tagged with the
+// walker's call epoch, which the merge kernel advances.
 enum EarlyExitStateWord {
-  kStopBlockPlusOne = 0,  // scratch during a call: 0 no stop, s + 1 the decider stopped after block s
-  kBlocksVisited = 1,     // after a call: blocks folded into the output (the CPU walk's `visited`)
-  kBlocksTotal = 2,       // after a call: blocks of the whole walk
-  kBlocksLoaded = 3,      // after a call: tiles fetched by all thread blocks of the walker (the work)
-  kLoadedScratch = 4,     // scratch during a call
-  kStateWords = 5,
+  kStopWord = 0,       // during a call: epoch + 1 once the decider stopped (polled by the splits)
+  kBlocksVisited = 1,  // after a call: blocks folded into the output (the CPU walk's `visited`)
+  kBlocksTotal = 2,    // after a call: blocks of the whole walk
+  kBlocksLoaded = 3,   // after a call: tiles fetched by all thread blocks of the walker (the work)
+  kLoadedScratch = 4,  // during a call: tiles fetched so far
+  kEpoch = 5,          // calls completed
+  kStopResult = 6,     // written by the decider every call: 0 no stop, s + 1 stopped after block s
+  kStateWords = 7,
 };
 
 struct EarlyExitDecodeArgs {

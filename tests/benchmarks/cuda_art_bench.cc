@@ -184,7 +184,13 @@ void BM_ArtOverhead(benchmark::State& state) {
   set_overhead_counters(state, plain_total, art_total, iterations);
   state.counters["window"] = cuda::early_exit_chunk_blocks(setup.art[0]);
 }
-BENCHMARK(BM_ArtOverhead)->Arg(4096)->Arg(32768)->Arg(131072)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_ArtOverhead)
+    ->Arg(4096)
+    ->Arg(32768)
+    ->Arg(131072)
+    ->Iterations(100)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 void BM_ArtTermination(benchmark::State& state) {
   if (!cuda::device_available()) return state.SkipWithError("no CUDA device");
@@ -225,6 +231,7 @@ BENCHMARK(BM_ArtTermination)
     ->Args({4096, 8})
     ->Args({32768, 0})
     ->Args({131072, 0})
+    ->Iterations(100)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
