@@ -15,9 +15,11 @@
 //   C-1 most recent blocks — is the *decider*: after every block it runs the exact CPU stability
 //   test (d_scale by mass or norm, d_direction, per-head counters, the group stops only when every
 //   head's counter >= patience) on the running output o_b = acc_b / Z_b. When it stops at walk
-//   block s it publishes s in the walker's state word; the other chunks poll that word once per
+//   block s it publishes that in the walker's stop word; the other chunks poll the word once per
 //   tile and stop prefetching and computing at their next tile boundary (or do not start at all),
-//   and the merge uses chunk 0 alone. So the output and blocks_visited equal the CPU walk's
+//   and the merge uses chunk 0 alone. The saving is therefore the work the other chunks had not
+//   yet done when the decider stopped: large when the cache is long (many tiles per chunk), none
+//   when every chunk holds one or two tiles (short caches at batch 1). So the output and blocks_visited equal the CPU walk's
 //   whenever the CPU walk stops at a block < C; when the CPU walk would stop later (or never) the
 //   GPU walk does not stop and returns full attention over all blocks. The test compares exactly
 //   that. Why not the CPU's sequential decision over the whole walk: the stop test after block b
