@@ -138,9 +138,12 @@ struct CudaEngine::Impl {
   const bf16* lm_head() const { return tied ? ptr<bf16>(embedding) : ptr<bf16>(output); }
 
   // The transformer block stack over `rows` rows already embedded in `residual`.
-  // attention(layer) runs the attention of that layer into attn_out.
+  // attention(layer, rope) runs the attention of that layer into attn_out; with
+  // `attention_applies_rope` it also applies `rope` itself (the decode step fuses it with the KV
+  // append), otherwise the rows are rotated before it is called.
   template <typename Attention>
-  void run_layers(int rows, const int32_t* row_positions, Attention attention) {
+  void run_layers(int rows, const int32_t* row_positions, bool attention_applies_rope,
+                  Attention attention) {
     const int d = config.d_model;
     const float eps = config.rms_norm_eps;
     for (int l = 0; l < config.n_layers; ++l) {
@@ -159,8 +162,8 @@ struct CudaEngine::Impl {
       rope.n_kv_heads = config.n_kv_heads;
       rope.head_dim = config.head_dim;
       rope.interleaved = pairing == kernels::RopePairing::kInterleavedPairs;
-      cuda::bias_rope(rope, stream);
-      attention(l);
+      if (!attention_applies_rope) cuda::bias_rope(rope, stream);
+      attention(l, rope);
       cuda::gemm_bf16(cublas, ptr<bf16>(attn_out), ptr<bf16>(w.wo), ptr<bf16>(ffn_out), rows,
                       config.n_query_heads * config.head_dim, d, stream);
       cuda::add_rmsnorm(ptr<float>(residual), ptr<bf16>(ffn_out), ptr<bf16>(w.ffn_norm), rows, d,
@@ -188,13 +191,11 @@ struct CudaEngine::Impl {
     const int hkv = heads_total();
     cuda::embedding_gather(ptr<bf16>(embedding), ptr<int32_t>(tokens), batch, d, ptr<float>(residual),
                            stream);
-    run_layers(batch, ptr<int32_t>(positions), [&](int l) {
+    run_layers(batch, ptr<int32_t>(positions), true, [&](int l, const cuda::RopeArgs& rope) {
       const int64_t* offsets = ptr<int64_t>(kv_offset) + int64_t(l) * hkv;
       int32_t* lengths = ptr<int32_t>(kv_length) + int64_t(l) * hkv;
-      cuda::append_kv(ptr<bf16>(qkv), batch, 1, config.n_query_heads, config.n_kv_heads,
-                      config.head_dim, offsets, lengths, ptr<bf16>(k_cache[l]),
-                      ptr<bf16>(v_cache[l]), stream);
-      cuda::advance_lengths(lengths, hkv, nullptr, 0, 1, stream);
+      cuda::rope_append_kv_decode(rope, offsets, lengths, ptr<bf16>(k_cache[l]),
+                                  ptr<bf16>(v_cache[l]), stream);
       cuda::DecodeAttentionArgs a;
       a.q = ptr<bf16>(qkv);
       a.q_seq_stride = qkv_width();
@@ -391,7 +392,7 @@ std::vector<float> CudaEngine::prefill(int seq, const std::vector<int32_t>& ids,
                                 m.stream), "positions upload");
     cuda::embedding_gather(ptr<bf16>(m.embedding), chunk_ids.as<int32_t>(), n, c.d_model,
                            ptr<float>(m.residual), m.stream);
-    m.run_layers(n, chunk_positions.as<int32_t>(), [&](int l) {
+    m.run_layers(n, chunk_positions.as<int32_t>(), false, [&](int l, const cuda::RopeArgs&) {
       const int64_t* offsets = ptr<int64_t>(m.kv_offset) + int64_t(l) * hkv + int64_t(seq) * c.n_kv_heads;
       int32_t* lengths = ptr<int32_t>(m.kv_length) + int64_t(l) * hkv + int64_t(seq) * c.n_kv_heads;
       cuda::append_kv(ptr<bf16>(m.qkv), n, n, c.n_query_heads, c.n_kv_heads, c.head_dim, offsets,

@@ -1,6 +1,8 @@
 #include "kernels/cuda/cuda_utils.h"
 
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 
 namespace kvb::cuda {
 namespace {
@@ -12,6 +14,15 @@ std::atomic<size_t> g_peak{0};
 void check(cudaError_t status, const char* what) {
   if (status == cudaSuccess) return;
   throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(status));
+}
+
+bool overlapped_launch_enabled() {
+  // Read once: a process-wide launch mode, so that a captured graph and its replays agree.
+  static const bool enabled = [] {
+    const char* value = std::getenv("KVB_CUDA_PDL");
+    return value == nullptr || std::strcmp(value, "0") != 0;
+  }();
+  return enabled;
 }
 
 bool device_available() {

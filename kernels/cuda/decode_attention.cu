@@ -17,6 +17,7 @@
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_tiles.cuh"
 
 namespace kvb::cuda {
@@ -43,6 +44,8 @@ __device__ __forceinline__ void to_float8(const Bf16x8& x, float (&f)[8]) {
 template <int D, int G>
 __global__ void __launch_bounds__(kThreads) decode_partial_kernel(DecodeAttentionArgs args,
                                                                   int chunk_size, int n_chunks) {
+  wait_for_predecessor();
+  allow_successor_launch();
   constexpr int kLanesPerKey = D / 8;
   constexpr int kKeySlots = kThreads / kLanesPerKey;
   const bool indexed = args.indices != nullptr;
@@ -185,6 +188,8 @@ constexpr int kTileKeys = 64;
 template <int D>
 __global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeAttentionArgs args,
                                                               int chunk_size, int n_chunks) {
+  wait_for_predecessor();
+  allow_successor_launch();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* s_q = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [16][D]
   __nv_bfloat16* s_k = s_q + 16 * D;                                  // [2][64][D]
@@ -343,6 +348,8 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeAttentionArg
 
 template <int D>
 __global__ void decode_merge_kernel(DecodeAttentionArgs args, int n_chunks, int chunk_size) {
+  wait_for_predecessor();
+  allow_successor_launch();
   const int head = blockIdx.x;
   const int b = blockIdx.y;
   const int group = args.n_query_heads / args.n_kv_heads;
@@ -376,7 +383,8 @@ int choose_chunk(const DecodeAttentionArgs& args, int blocks_per_chunk_row, int 
 template <int D, int G>
 void launch_indexed(const DecodeAttentionArgs& args, int chunk, int n_chunks, cudaStream_t stream) {
   dim3 grid(n_chunks, args.n_query_heads, args.batch);
-  decode_partial_kernel<D, G><<<grid, kThreads, 0, stream>>>(args, chunk, n_chunks);
+  launch_overlapped(decode_partial_kernel<D, G>, grid, kThreads, 0, stream, "decode_partial_kernel", args,
+                    chunk, n_chunks);
 }
 
 template <int D>
@@ -390,7 +398,6 @@ void launch_decode(const DecodeAttentionArgs& args, cudaStream_t stream) {
   const int n_chunks = std::max(1, (args.max_kv_length + chunk - 1) / chunk);
   if (indexed) {
     launch_indexed<D, 1>(args, chunk, n_chunks, stream);
-    check(cudaGetLastError(), "decode_partial_kernel launch");
   } else {
     const size_t smem = std::max<size_t>((16 + 4 * kTileKeys) * D * sizeof(__nv_bfloat16),
                                          (4 * 16 * D + 2 * 4 * 16) * sizeof(float));
@@ -402,12 +409,11 @@ void launch_decode(const DecodeAttentionArgs& args, cudaStream_t stream) {
                                  int((16 + 4 * kTileKeys) * 128 * 2)), "cudaFuncSetAttribute");
       configured = true;
     }
-    decode_mma_kernel<D><<<dim3(n_chunks, args.n_kv_heads, args.batch), kThreads, smem, stream>>>(
-        args, chunk, n_chunks);
-    check(cudaGetLastError(), "decode_mma_kernel launch");
+    launch_overlapped(decode_mma_kernel<D>, dim3(n_chunks, args.n_kv_heads, args.batch), kThreads, smem,
+                      stream, "decode_mma_kernel", args, chunk, n_chunks);
   }
-  decode_merge_kernel<D><<<dim3(args.n_query_heads, args.batch), D, 0, stream>>>(args, n_chunks, chunk);
-  check(cudaGetLastError(), "decode_merge_kernel launch");
+  launch_overlapped(decode_merge_kernel<D>, dim3(args.n_query_heads, args.batch), D, 0, stream,
+                    "decode_merge_kernel", args, n_chunks, chunk);
 }
 
 }  // namespace

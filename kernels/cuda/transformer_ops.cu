@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace kvb::cuda {
 namespace {
@@ -17,6 +18,8 @@ void check_cublas(cublasStatus_t status, const char* what) {
 
 __global__ void embedding_kernel(const __nv_bfloat16* table, const int32_t* ids, int d_model,
                                  float* residual) {
+  wait_for_predecessor();
+  allow_successor_launch();
   const int row = blockIdx.x;
   const __nv_bfloat16* src = table + int64_t(ids[row]) * d_model;
   for (int j = threadIdx.x; j < d_model; j += blockDim.x)
@@ -39,6 +42,8 @@ __device__ float block_sum(float value) {
 __global__ void add_rmsnorm_kernel(float* residual, const __nv_bfloat16* delta,
                                    const __nv_bfloat16* weight, int d_model, float eps,
                                    __nv_bfloat16* out) {
+  wait_for_predecessor();
+  allow_successor_launch();
   const int64_t row = blockIdx.x;
   float* x = residual + row * d_model;
   float sum_sq = 0.f;
@@ -55,8 +60,8 @@ __global__ void add_rmsnorm_kernel(float* residual, const __nv_bfloat16* delta,
     out[row * d_model + j] = __float2bfloat16(x[j] * inv * __bfloat162float(weight[j]));
 }
 
-__global__ void bias_rope_kernel(RopeArgs args) {
-  const int row = blockIdx.x;
+// Adds the bias to a qkv row and rotates its Q and K heads (one block per row).
+__device__ void bias_rope_row(const RopeArgs& args, int row) {
   const int heads = args.n_query_heads + 2 * args.n_kv_heads;
   const int width = heads * args.head_dim;
   __nv_bfloat16* x = args.qkv + int64_t(row) * width;
@@ -81,10 +86,19 @@ __global__ void bias_rope_kernel(RopeArgs args) {
   }
 }
 
-__global__ void append_kv_kernel(const __nv_bfloat16* qkv, int rows_per_seq, int n_query_heads,
-                                 int n_kv_heads, int head_dim, const int64_t* kv_offset,
-                                 const int32_t* kv_length, __nv_bfloat16* k, __nv_bfloat16* v) {
-  const int row = blockIdx.x;
+__global__ void bias_rope_kernel(RopeArgs args) {
+  wait_for_predecessor();
+  allow_successor_launch();
+  bias_rope_row(args, blockIdx.x);
+}
+
+// Copies the K and V heads of qkv row `row` into the cache (one block per row). With `advance`
+// (decode: one row per sequence, so this block is the only reader of its heads' lengths), the block
+// then moves its heads' lengths past the appended row.
+__device__ void append_kv_row(const __nv_bfloat16* qkv, int row, int rows_per_seq, int n_query_heads,
+                              int n_kv_heads, int head_dim, const int64_t* kv_offset,
+                              int32_t* kv_length, __nv_bfloat16* k, __nv_bfloat16* v,
+                              bool advance) {
   const int seq = row / rows_per_seq;
   const int within = row % rows_per_seq;
   const int width = (n_query_heads + 2 * n_kv_heads) * head_dim;
@@ -96,10 +110,36 @@ __global__ void append_kv_kernel(const __nv_bfloat16* qkv, int rows_per_seq, int
     k[slot] = src[idx];
     v[slot] = src[n_kv_heads * head_dim + idx];
   }
+  if (!advance) return;
+  __syncthreads();
+  if (threadIdx.x < n_kv_heads) kv_length[seq * n_kv_heads + threadIdx.x] += 1;
+}
+
+__global__ void append_kv_kernel(const __nv_bfloat16* qkv, int rows_per_seq, int n_query_heads,
+                                 int n_kv_heads, int head_dim, const int64_t* kv_offset,
+                                 int32_t* kv_length, __nv_bfloat16* k, __nv_bfloat16* v) {
+  wait_for_predecessor();
+  allow_successor_launch();
+  append_kv_row(qkv, blockIdx.x, rows_per_seq, n_query_heads, n_kv_heads, head_dim, kv_offset,
+                kv_length, k, v, false);
+}
+
+// The decode step's bias + RoPE + KV append + length advance, one block per sequence.
+__global__ void rope_append_decode_kernel(RopeArgs args, const int64_t* kv_offset,
+                                          int32_t* kv_length, __nv_bfloat16* k,
+                                          __nv_bfloat16* v) {
+  wait_for_predecessor();
+  allow_successor_launch();
+  bias_rope_row(args, blockIdx.x);
+  __syncthreads();
+  append_kv_row(args.qkv, blockIdx.x, 1, args.n_query_heads, args.n_kv_heads, args.head_dim,
+                kv_offset, kv_length, k, v, true);
 }
 
 __global__ void swiglu_kernel(const __nv_bfloat16* gate_up, int ffn, int64_t total,
                               __nv_bfloat16* out) {
+  wait_for_predecessor();
+  allow_successor_launch();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = i / ffn, j = i % ffn;
@@ -155,6 +195,8 @@ template <int N, typename Out>
 __global__ void __launch_bounds__(256) gemv_kernel(const __nv_bfloat16* __restrict__ x,
                                                    const __nv_bfloat16* __restrict__ w, Out* y,
                                                    int in_features, int out_features) {
+  wait_for_predecessor();
+  allow_successor_launch();
   const int row = blockIdx.x * 8 + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= out_features) return;
@@ -205,13 +247,9 @@ bool try_gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int n, int
               int out_features, cudaStream_t stream) {
   if (n < 1 || n > kGemvMaxRows || in_features % 8 != 0) return false;
   const dim3 grid((out_features + 7) / 8);
-  switch (n) {
-    case 1: gemv_kernel<1, Out><<<grid, 256, 0, stream>>>(x, w, y, in_features, out_features); break;
-    case 2: gemv_kernel<2, Out><<<grid, 256, 0, stream>>>(x, w, y, in_features, out_features); break;
-    case 3: gemv_kernel<3, Out><<<grid, 256, 0, stream>>>(x, w, y, in_features, out_features); break;
-    default: gemv_kernel<4, Out><<<grid, 256, 0, stream>>>(x, w, y, in_features, out_features); break;
-  }
-  check(cudaGetLastError(), "gemv_kernel");
+  void (*kernel)(const __nv_bfloat16*, const __nv_bfloat16*, Out*, int, int) =
+      n == 1 ? gemv_kernel<1, Out> : n == 2 ? gemv_kernel<2, Out> : n == 3 ? gemv_kernel<3, Out> : gemv_kernel<4, Out>;
+  launch_overlapped(kernel, grid, 256, 0, stream, "gemv_kernel", x, w, y, in_features, out_features);
   return true;
 }
 
@@ -224,34 +262,41 @@ int grid_for(size_t count, int threads) {
 void embedding_gather(const __nv_bfloat16* table, const int32_t* ids, int n, int d_model,
                       float* residual, cudaStream_t stream) {
   if (n == 0) return;
-  embedding_kernel<<<n, 256, 0, stream>>>(table, ids, d_model, residual);
-  check(cudaGetLastError(), "embedding_kernel");
+  launch_overlapped(embedding_kernel, n, 256, 0, stream, "embedding_kernel", table, ids, d_model, residual);
 }
 
 void add_rmsnorm(float* residual, const __nv_bfloat16* delta, const __nv_bfloat16* weight, int n,
                  int d_model, float eps, __nv_bfloat16* out, cudaStream_t stream) {
   if (n == 0) return;
-  add_rmsnorm_kernel<<<n, 256, 0, stream>>>(residual, delta, weight, d_model, eps, out);
-  check(cudaGetLastError(), "add_rmsnorm_kernel");
+  launch_overlapped(add_rmsnorm_kernel, n, 256, 0, stream, "add_rmsnorm_kernel", residual, delta, weight,
+                    d_model, eps, out);
 }
 
 void bias_rope(const RopeArgs& args, cudaStream_t stream) {
   if (args.n == 0) return;
-  bias_rope_kernel<<<args.n, 256, 0, stream>>>(args);
-  check(cudaGetLastError(), "bias_rope_kernel");
+  launch_overlapped(bias_rope_kernel, args.n, 256, 0, stream, "bias_rope_kernel", args);
 }
 
 void append_kv(const __nv_bfloat16* qkv, int n, int rows_per_seq, int n_query_heads, int n_kv_heads,
                int head_dim, const int64_t* kv_offset, const int32_t* kv_length, __nv_bfloat16* k,
                __nv_bfloat16* v, cudaStream_t stream) {
   if (n == 0) return;
-  append_kv_kernel<<<n, 256, 0, stream>>>(qkv, rows_per_seq, n_query_heads, n_kv_heads, head_dim,
-                                          kv_offset, kv_length, k, v);
-  check(cudaGetLastError(), "append_kv_kernel");
+  launch_overlapped(append_kv_kernel, n, 256, 0, stream, "append_kv_kernel", qkv, rows_per_seq,
+                    n_query_heads, n_kv_heads, head_dim, kv_offset, const_cast<int32_t*>(kv_length), k,
+                    v);
+}
+
+void rope_append_kv_decode(const RopeArgs& rope, const int64_t* kv_offset, int32_t* kv_length,
+                           __nv_bfloat16* k, __nv_bfloat16* v, cudaStream_t stream) {
+  if (rope.n == 0) return;
+  launch_overlapped(rope_append_decode_kernel, rope.n, 256, 0, stream, "rope_append_decode_kernel",
+                    rope, kv_offset, kv_length, k, v);
 }
 
 __global__ void advance_kernel(int32_t* lengths, int count, int32_t* positions, int n_positions,
                                int delta) {
+  wait_for_predecessor();
+  allow_successor_launch();
   for (int i = threadIdx.x + blockIdx.x * blockDim.x; i < max(count, n_positions);
        i += blockDim.x * gridDim.x) {
     if (i < count) lengths[i] += delta;
@@ -263,12 +308,15 @@ void advance_lengths(int32_t* lengths, int count, int32_t* positions, int n_posi
                      cudaStream_t stream) {
   const int total = std::max(count, n_positions);
   if (total == 0) return;
-  advance_kernel<<<grid_for(total, 256), 256, 0, stream>>>(lengths, count, positions, n_positions,
-                                                          delta);
-  check(cudaGetLastError(), "advance_kernel");
+  launch_overlapped(advance_kernel, grid_for(total, 256), 256, 0, stream, "advance_kernel", lengths,
+                    count, positions, n_positions, delta);
 }
 
-__global__ void argmax_kernel(const float* logits, int vocab, int32_t* next) {
+constexpr int kArgmaxThreads = 1024;
+
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float* logits, int vocab, int32_t* next) {
+  wait_for_predecessor();
+  allow_successor_launch();
   const float* row = logits + int64_t(blockIdx.x) * vocab;
   float best = -INFINITY;
   int best_index = 0;
@@ -278,8 +326,8 @@ __global__ void argmax_kernel(const float* logits, int vocab, int32_t* next) {
       best_index = j;
     }
   }
-  __shared__ float s_value[256];
-  __shared__ int s_index[256];
+  __shared__ float s_value[kArgmaxThreads];
+  __shared__ int s_index[kArgmaxThreads];
   s_value[threadIdx.x] = best;
   s_index[threadIdx.x] = best_index;
   __syncthreads();
@@ -321,15 +369,14 @@ void copy_rows(const __nv_bfloat16* src, __nv_bfloat16* dst, const int64_t* src_
 
 void argmax_rows(const float* logits, int rows, int vocab, int32_t* next, cudaStream_t stream) {
   if (rows == 0) return;
-  argmax_kernel<<<rows, 256, 0, stream>>>(logits, vocab, next);
-  check(cudaGetLastError(), "argmax_kernel");
+  launch_overlapped(argmax_kernel, rows, kArgmaxThreads, 0, stream, "argmax_kernel", logits, vocab, next);
 }
 
 void swiglu(const __nv_bfloat16* gate_up, int n, int ffn, __nv_bfloat16* out, cudaStream_t stream) {
   const int64_t total = int64_t(n) * ffn;
   if (total == 0) return;
-  swiglu_kernel<<<grid_for(total, 256), 256, 0, stream>>>(gate_up, ffn, total, out);
-  check(cudaGetLastError(), "swiglu_kernel");
+  launch_overlapped(swiglu_kernel, grid_for(total, 256), 256, 0, stream, "swiglu_kernel", gate_up, ffn,
+                    total, out);
 }
 
 void f32_to_bf16(const float* in, size_t count, __nv_bfloat16* out, cudaStream_t stream) {

@@ -42,6 +42,10 @@ void bias_rope(const RopeArgs& args, cudaStream_t stream);
 void append_kv(const __nv_bfloat16* qkv, int n, int rows_per_seq, int n_query_heads, int n_kv_heads,
                int head_dim, const int64_t* kv_offset, const int32_t* kv_length, __nv_bfloat16* k,
                __nv_bfloat16* v, cudaStream_t stream);
+// The decode step's fusion of bias_rope and append_kv (rope.n rows, one per sequence): rotates the
+// row, appends its K and V at each head's current length, then advances those lengths by one.
+void rope_append_kv_decode(const RopeArgs& rope, const int64_t* kv_offset, int32_t* kv_length,
+                           __nv_bfloat16* k, __nv_bfloat16* v, cudaStream_t stream);
 // lengths[i] += delta for i < count; positions[i] += delta for i < n_positions (device-side, so a
 // decode step can be replayed from a CUDA graph).
 void advance_lengths(int32_t* lengths, int count, int32_t* positions, int n_positions, int delta,

@@ -144,6 +144,99 @@ TEST(CudaOps, CopyRowsAndArgmax) {
   d_next.download(next.data(), 8);
   EXPECT_EQ(next[0], 123);
   EXPECT_EQ(next[1], 3);
+
+  // A vocabulary-sized row (Llama 3: 128,256) with the maximum near the end.
+  std::vector<float> big = random_bf16_values(128256, 10);
+  big[128250] = 3.f;
+  auto d_big = test::to_device(big);
+  cuda::argmax_rows(d_big.as<float>(), 1, 128256, d_next.as<int32_t>(), nullptr);
+  d_next.download(next.data(), 4);
+  EXPECT_EQ(next[0], 128250);
+}
+
+// The decode step's fused bias + RoPE + append + advance equals bias_rope then append_kv then
+// advance_lengths, bit for bit; chained in a captured graph (overlapped launches), each step sees
+// the lengths the previous one advanced.
+TEST(CudaOps, FusedRopeAppendDecodeInAGraph) {
+  KVB_REQUIRE_GPU();
+  const int batch = 2, hq = 4, hkv = 2, d = 64, capacity = 8, steps = 3;
+  const int width = (hq + 2 * hkv) * d;
+  std::vector<int64_t> offsets(batch * hkv);
+  for (int i = 0; i < batch * hkv; ++i) offsets[i] = int64_t(i) * capacity;
+  const std::vector<int32_t> lengths = {1, 1, 4, 4};
+  std::vector<float> inv_freq(d / 2);
+  for (int i = 0; i < d / 2; ++i) inv_freq[i] = std::pow(10000.f, -2.f * i / d);
+  auto d_inv_freq = test::to_device(inv_freq);
+  auto d_positions = test::to_device(std::vector<int32_t>{5, 9});
+  auto d_bias = test::to_device_bf16(random_bf16_values(width, 30, 0.1f));
+  auto d_offsets = test::to_device(offsets);
+  std::vector<std::vector<float>> rows;
+  for (int s = 0; s < steps; ++s) rows.push_back(random_bf16_values(size_t(batch) * width, 20 + s));
+
+  struct Run {
+    cuda::DeviceBuffer lengths, k, v;
+    std::vector<cuda::DeviceBuffer> qkv;
+  };
+  auto make_run = [&] {
+    Run r{test::to_device(lengths), cuda::DeviceBuffer(size_t(batch) * hkv * capacity * d * 2),
+          cuda::DeviceBuffer(size_t(batch) * hkv * capacity * d * 2), {}};
+    cudaMemset(r.k.data(), 0, r.k.bytes());
+    cudaMemset(r.v.data(), 0, r.v.bytes());
+    for (const auto& row : rows) r.qkv.push_back(test::to_device_bf16(row));
+    return r;
+  };
+  auto rope_for = [&](Run& r, int s) {
+    cuda::RopeArgs rope;
+    rope.qkv = r.qkv[s].as<__nv_bfloat16>();
+    rope.bias = d_bias.as<__nv_bfloat16>();
+    rope.positions = d_positions.as<int32_t>();
+    rope.inv_freq = d_inv_freq.as<float>();
+    rope.n = batch;
+    rope.n_query_heads = hq;
+    rope.n_kv_heads = hkv;
+    rope.head_dim = d;
+    return rope;
+  };
+  Run fused = make_run(), separate = make_run();
+  cudaStream_t stream;
+  cudaStreamCreate(&stream);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  for (int s = 0; s < steps; ++s)
+    cuda::rope_append_kv_decode(rope_for(fused, s), d_offsets.as<int64_t>(),
+                                fused.lengths.as<int32_t>(), fused.k.as<__nv_bfloat16>(),
+                                fused.v.as<__nv_bfloat16>(), stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  for (int s = 0; s < steps; ++s) {
+    cuda::bias_rope(rope_for(separate, s), stream);
+    cuda::append_kv(separate.qkv[s].as<__nv_bfloat16>(), batch, 1, hq, hkv, d,
+                    d_offsets.as<int64_t>(), separate.lengths.as<int32_t>(),
+                    separate.k.as<__nv_bfloat16>(), separate.v.as<__nv_bfloat16>(), stream);
+    cuda::advance_lengths(separate.lengths.as<int32_t>(), batch * hkv, nullptr, 0, 1, stream);
+  }
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  std::vector<int32_t> got_lengths(lengths.size()), want_lengths(lengths.size());
+  fused.lengths.download(got_lengths.data(), got_lengths.size() * 4);
+  separate.lengths.download(want_lengths.data(), want_lengths.size() * 4);
+  EXPECT_EQ(got_lengths, (std::vector<int32_t>{4, 4, 7, 7}));
+  EXPECT_EQ(got_lengths, want_lengths);
+  const size_t cache = size_t(batch) * hkv * capacity * d;
+  EXPECT_EQ(test::from_device_bf16(fused.k, cache), test::from_device_bf16(separate.k, cache));
+  EXPECT_EQ(test::from_device_bf16(fused.v, cache), test::from_device_bf16(separate.v, cache));
+  for (int s = 0; s < steps; ++s)  // the rotated queries too
+    EXPECT_EQ(test::from_device_bf16(fused.qkv[s], size_t(batch) * width),
+              test::from_device_bf16(separate.qkv[s], size_t(batch) * width));
+  // Slots written: step s of sequence b, head h lands at its starting length + s.
+  auto k = test::from_device_bf16(fused.k, cache);
+  for (int b = 0; b < batch; ++b)
+    for (int h = 0; h < hkv; ++h)
+      EXPECT_NE(k[(offsets[b * hkv + h] + lengths[b * hkv + h] + steps - 1) * d + 3], 0.f);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
 }
 
 }  // namespace

@@ -1,0 +1,49 @@
+// Programmatic dependent launch (Hopper): a kernel launched with launch_overlapped() may be
+// scheduled while the previous kernel of its stream is still finishing, so the launch latency and
+// the ramp-up of consecutive small decode kernels overlap instead of adding up (a decode step is
+// ~300 launches). Correctness rests on one rule: every kernel launched this way calls
+// wait_for_predecessor() before its first global-memory access; that waits until the previous grid
+// has completed and its writes are visible. allow_successor_launch() lets the next kernel be
+// scheduled once every block of this one has started. Both are no-ops below sm_90 and when the
+// kernel was launched normally, so a kernel can be launched either way.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_utils.h"
+
+namespace kvb::cuda {
+
+__device__ __forceinline__ void wait_for_predecessor() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void allow_successor_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+// Launches `kernel` with programmatic stream serialisation (captured into CUDA graphs as a
+// programmatic edge). Set KVB_CUDA_PDL=0 to launch normally (for A/B timing).
+bool overlapped_launch_enabled();
+
+template <typename... Params, typename... Args>
+void launch_overlapped(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                       cudaStream_t stream, const char* name, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = overlapped_launch_enabled() ? 1 : 0;
+  check(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...), name);
+}
+
+}  // namespace kvb::cuda

@@ -1,0 +1,247 @@
+// Where a bf16 decode step's time goes: every kernel of the CUDA engine's decode step at
+// Llama-3.1-8B shapes (B=1), each captured in a CUDA graph over 32 layers' own weights (so weights
+// stream from HBM as in the engine, not from L2), timed per launch and set against the bytes it must
+// read and the device's read bandwidth measured in the same run. The last rows time the whole step
+// (all kernels of all layers in one graph) against the sum of its parts: the difference is what
+// sits between kernels. Run on the GPU machine: ./cuda_decode_breakdown_bench [context]
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/transformer_ops.h"
+
+namespace kvb {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kLayers = 32, kModel = 4096, kHeadsQ = 32, kHeadsKv = 8, kHeadDim = 128;
+constexpr int kFfn = 14336, kVocab = 128256;
+constexpr int kQkvWidth = (kHeadsQ + 2 * kHeadsKv) * kHeadDim;
+
+struct LayerBuffers {
+  cuda::DeviceBuffer norm1, wqkv, wo, norm2, w_gate_up, w_down, k_cache, v_cache;
+};
+
+struct Step {
+  std::string name;
+  double bytes_per_launch;  // what the kernel must read (weights, cache) — its floor
+  std::function<void(int layer, cudaStream_t)> launch;
+};
+
+// Median microseconds per layer of `launch` replayed from a graph over all layers.
+double time_in_graph(const std::function<void(int, cudaStream_t)>& launch, int launches_per_graph,
+                     cudaStream_t stream) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  cuda::check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "capture");
+  for (int l = 0; l < launches_per_graph; ++l) launch(l, stream);
+  cuda::check(cudaStreamEndCapture(stream, &graph), "end capture");
+  cuda::check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::vector<float> samples;
+  for (int rep = 0; rep < 23; ++rep) {
+    cudaEventRecord(start, stream);
+    cudaGraphLaunch(exec, stream);
+    cudaEventRecord(stop, stream);
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    if (rep >= 3) samples.push_back(ms);
+  }
+  std::sort(samples.begin(), samples.end());
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return samples[samples.size() / 2] * 1000.0 / launches_per_graph;
+}
+
+int run(int context) {
+  if (!cuda::device_available()) {
+    std::printf("no CUDA device: nothing to measure\n");
+    return 0;
+  }
+  const double bandwidth_gbs = cuda::measure_read_bandwidth_gbs(size_t(4) << 30, 10);
+  cublasHandle_t cublas;
+  cublasCreate(&cublas);
+  cudaStream_t stream;
+  cudaStreamCreate(&stream);
+  cublasSetStream(cublas, stream);
+
+  const int capacity = context + 64;
+  std::vector<LayerBuffers> layers(kLayers);
+  uint64_t seed = 1;
+  auto random_bf16 = [&](size_t count, const char* label) {
+    cuda::DeviceBuffer b(count * 2, label);
+    cuda::fill_random_bf16(b.as<bf16>(), count, seed++, 0.02f, stream);
+    return b;
+  };
+  for (LayerBuffers& l : layers) {
+    l.norm1 = random_bf16(kModel, "norm");
+    l.norm2 = random_bf16(kModel, "norm");
+    l.wqkv = random_bf16(size_t(kQkvWidth) * kModel, "wqkv");
+    l.wo = random_bf16(size_t(kModel) * kModel, "wo");
+    l.w_gate_up = random_bf16(size_t(2) * kFfn * kModel, "gate/up");
+    l.w_down = random_bf16(size_t(kModel) * kFfn, "down");
+    l.k_cache = random_bf16(size_t(kHeadsKv) * capacity * kHeadDim, "k");
+    l.v_cache = random_bf16(size_t(kHeadsKv) * capacity * kHeadDim, "v");
+  }
+  cuda::DeviceBuffer lm_head = random_bf16(size_t(kVocab) * kModel, "lm head");
+  cuda::DeviceBuffer residual(kModel * 4), normed = random_bf16(kModel, "x"),
+      qkv = random_bf16(kQkvWidth, "qkv"), attn = random_bf16(kHeadsQ * kHeadDim, "attn"),
+      delta = random_bf16(kModel, "delta"), gate_up = random_bf16(2 * kFfn, "gate_up"),
+      act = random_bf16(kFfn, "act"), logits(size_t(kVocab) * 4), next(4), positions(4);
+  cudaMemsetAsync(residual.data(), 0, residual.bytes(), stream);
+  cudaMemsetAsync(positions.data(), 0, positions.bytes(), stream);
+  std::vector<float> inv_freq(kHeadDim / 2);
+  for (int i = 0; i < kHeadDim / 2; ++i) inv_freq[i] = std::pow(500000.f, -2.f * i / kHeadDim);
+  cuda::DeviceBuffer inv_freq_dev(inv_freq.size() * 4);
+  inv_freq_dev.upload(inv_freq.data(), inv_freq.size() * 4);
+  std::vector<int64_t> offsets(kHeadsKv);
+  for (int h = 0; h < kHeadsKv; ++h) offsets[h] = int64_t(h) * capacity;
+  cuda::DeviceBuffer kv_offset(kHeadsKv * 8), kv_length(kHeadsKv * 4);
+  kv_offset.upload(offsets.data(), offsets.size() * 8);
+  std::vector<int32_t> lengths(kHeadsKv, context);
+  kv_length.upload(lengths.data(), lengths.size() * 4);
+  cuda::DeviceBuffer workspace(
+      cuda::decode_attention_workspace_floats(1, kHeadsQ, kHeadDim, capacity) * 4);
+
+  int attention_chunk = 0;  // 0: the kernel's own choice
+  auto attention = [&](int l, cudaStream_t s) {
+    cuda::DecodeAttentionArgs a;
+    a.q = qkv.as<bf16>();
+    a.q_seq_stride = kQkvWidth;
+    a.k = layers[l].k_cache.as<bf16>();
+    a.v = layers[l].v_cache.as<bf16>();
+    a.kv_offset = kv_offset.as<int64_t>();
+    a.kv_length = kv_length.as<int32_t>();
+    a.max_kv_length = capacity;
+    a.out = attn.as<bf16>();
+    a.out_seq_stride = kHeadsQ * kHeadDim;
+    a.batch = 1;
+    a.n_query_heads = kHeadsQ;
+    a.n_kv_heads = kHeadsKv;
+    a.head_dim = kHeadDim;
+    a.scale = 1.f / std::sqrt(float(kHeadDim));
+    a.workspace = workspace.as<float>();
+    a.chunk_size = attention_chunk;
+    cuda::decode_attention(a, s);
+  };
+  // The engine's fused bias + RoPE + KV append + length advance. Its lengths are its own (one set per
+  // layer), since every replay advances them: capacity leaves room for the replays.
+  std::vector<int32_t> append_lengths_host(size_t(kLayers) * kHeadsKv, context);
+  cuda::DeviceBuffer append_lengths(append_lengths_host.size() * 4);
+  append_lengths.upload(append_lengths_host.data(), append_lengths_host.size() * 4);
+  auto rope_append = [&](int l, cudaStream_t s) {
+    cuda::RopeArgs r;
+    r.qkv = qkv.as<bf16>();
+    r.positions = positions.as<int32_t>();
+    r.inv_freq = inv_freq_dev.as<float>();
+    r.n = 1;
+    r.n_query_heads = kHeadsQ;
+    r.n_kv_heads = kHeadsKv;
+    r.head_dim = kHeadDim;
+    cuda::rope_append_kv_decode(r, kv_offset.as<int64_t>(), append_lengths.as<int32_t>() + l * kHeadsKv,
+                                layers[l].k_cache.as<bf16>(), layers[l].v_cache.as<bf16>(), s);
+  };
+  const double kv_bytes = 2.0 * kHeadsKv * context * kHeadDim * 2;
+  std::vector<Step> steps = {
+      {"add_rmsnorm (attn)", 0,
+       [&](int l, cudaStream_t s) {
+         cuda::add_rmsnorm(residual.as<float>(), delta.as<bf16>(), layers[l].norm1.as<bf16>(), 1,
+                           kModel, 1e-5f, normed.as<bf16>(), s);
+       }},
+      {"gemv qkv", 2.0 * kQkvWidth * kModel,
+       [&](int l, cudaStream_t s) {
+         cuda::gemm_bf16(cublas, normed.as<bf16>(), layers[l].wqkv.as<bf16>(), qkv.as<bf16>(), 1,
+                         kModel, kQkvWidth, s);
+       }},
+      {"rope + append_kv", 0, rope_append},
+      {"decode_attention", kv_bytes, attention},
+      {"gemv o", 2.0 * kModel * kModel,
+       [&](int l, cudaStream_t s) {
+         cuda::gemm_bf16(cublas, attn.as<bf16>(), layers[l].wo.as<bf16>(), delta.as<bf16>(), 1,
+                         kModel, kModel, s);
+       }},
+      {"add_rmsnorm (ffn)", 0,
+       [&](int l, cudaStream_t s) {
+         cuda::add_rmsnorm(residual.as<float>(), delta.as<bf16>(), layers[l].norm2.as<bf16>(), 1,
+                           kModel, 1e-5f, normed.as<bf16>(), s);
+       }},
+      {"gemv gate_up", 2.0 * 2 * kFfn * kModel,
+       [&](int l, cudaStream_t s) {
+         cuda::gemm_bf16(cublas, normed.as<bf16>(), layers[l].w_gate_up.as<bf16>(),
+                         gate_up.as<bf16>(), 1, kModel, 2 * kFfn, s);
+       }},
+      {"swiglu", 0,
+       [&](int, cudaStream_t s) { cuda::swiglu(gate_up.as<bf16>(), 1, kFfn, act.as<bf16>(), s); }},
+      {"gemv down", 2.0 * kModel * kFfn,
+       [&](int l, cudaStream_t s) {
+         cuda::gemm_bf16(cublas, act.as<bf16>(), layers[l].w_down.as<bf16>(), delta.as<bf16>(), 1,
+                         kFfn, kModel, s);
+       }},
+  };
+  std::printf("Llama-3.1-8B shapes, B=1, context %d; measured read bandwidth %.0f GB/s\n", context,
+              bandwidth_gbs);
+  std::printf("%-20s %10s %10s %10s %8s\n", "kernel", "us/layer", "floor us", "GB/s", "ratio");
+  double sum_us = 0, floor_sum_us = 0;
+  for (const Step& step : steps) {
+    const double us = time_in_graph(step.launch, kLayers, stream);
+    const double floor_us = step.bytes_per_launch / (bandwidth_gbs * 1e3);
+    sum_us += us;
+    floor_sum_us += floor_us;
+    std::printf("%-20s %10.2f %10.2f %10.0f %8s\n", step.name.c_str(), us, floor_us,
+                step.bytes_per_launch > 0 ? step.bytes_per_launch / (us * 1e3) : 0.0,
+                floor_us > 0 ? std::to_string(us / floor_us).substr(0, 5).c_str() : "-");
+  }
+  auto head = [&](int, cudaStream_t s) {
+    cuda::gemm_bf16_f32out(cublas, normed.as<bf16>(), lm_head.as<bf16>(), logits.as<float>(), 1,
+                           kModel, kVocab, s);
+    cuda::argmax_rows(logits.as<float>(), 1, kVocab, next.as<int32_t>(), s);
+  };
+  const double head_us = time_in_graph(head, 1, stream);
+  const double head_floor_us = 2.0 * kVocab * kModel / (bandwidth_gbs * 1e3);
+  std::printf("%-20s %10.2f %10.2f %10s %8.3f\n", "lm head + argmax", head_us, head_floor_us, "",
+              head_us / head_floor_us);
+  auto whole = [&](int l, cudaStream_t s) {
+    for (const Step& step : steps) step.launch(l, s);
+    if (l == kLayers - 1) head(l, s);
+  };
+  const double step_us = time_in_graph(whole, kLayers, stream) * kLayers;
+  const double parts_us = sum_us * kLayers + head_us;
+  const double floor_us = floor_sum_us * kLayers + head_floor_us;
+  std::printf("sum of parts: %.0f us; whole step in one graph: %.0f us; bandwidth floor %.0f us\n",
+              parts_us, step_us, floor_us);
+  std::printf("whole step / floor = %.3f; gaps between kernels = %.0f us (%.2f us per launch)\n",
+              step_us / floor_us, step_us - parts_us, (step_us - parts_us) / (steps.size() * kLayers));
+  // Split size of the decode attention: the automatic choice against fixed ones.
+  std::printf("decode_attention by split size (us/layer, floor %.2f us):", kv_bytes / (bandwidth_gbs * 1e3));
+  for (int chunk : {64, 128, 256, 512, 1024, 2048, 4096}) {
+    if (chunk > capacity) break;
+    attention_chunk = chunk;
+    std::printf(" %d:%.2f", chunk, time_in_graph(attention, kLayers, stream));
+  }
+  std::printf("\n");
+  cublasDestroy(cublas);
+  cudaStreamDestroy(stream);
+  return 0;
+}
+
+}  // namespace
+}  // namespace kvb
+
+int main(int argc, char** argv) {
+  const int context = argc > 1 ? std::atoi(argv[1]) : 4096;
+  return kvb::run(context);
+}
