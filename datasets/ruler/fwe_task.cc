@@ -3,6 +3,7 @@
 // frequent real words. FWE has its own linear sizing instead of the common binary search.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "datasets/ruler/ruler_constants.h"
 #include "datasets/ruler/ruler_task.h"
@@ -38,26 +39,30 @@ class FweTask : public RulerTask {
     // then step back once.
     const std::vector<std::string> search_vocabulary = make_vocabulary(vocabulary_size, rng);
     int num_words = limit / kCodedWordLength;
-    while (counter.fast(text(search_vocabulary, num_words).prompt()) < limit)
+    int tokens_before = 0;
+    int tokens_at = counter.fast(text(search_vocabulary, num_words).prompt());
+    while (tokens_at < limit) {
       num_words += incremental();
+      tokens_before = tokens_at;
+      tokens_at = counter.fast(text(search_vocabulary, num_words).prompt());
+    }
+    // Tokens per word: the last step's slope, or the average when the first size reached the budget.
+    const double tokens_per_word =
+        tokens_before > 0 ? static_cast<double>(tokens_at - tokens_before) / incremental()
+                          : static_cast<double>(tokens_at) / num_words;
     num_words -= incremental();
 
+    // Each sample draws its vocabulary, then (deviation, see ruler.h) takes the largest word count
+    // that fits instead of lowering the count by budget // 32 until it fits.
     std::vector<Draft> drafts;
     for (int index = 0; index < num_samples; ++index) {
       const std::vector<std::string> vocabulary = make_vocabulary(vocabulary_size, rng);
-      int words = num_words;
-      Draft draft = text(vocabulary, words);
-      int tokens = counter.exact(draft.prompt());
-      while (tokens > limit) {
-        words -= incremental();
-        if (words <= 0)
-          throw CapacityError("RULER fwe: --length " + std::to_string(max_seq_length) +
-                              " cannot hold the prompt; use a larger --length");
-        draft = text(vocabulary, words);
-        tokens = counter.exact(draft.prompt());
-      }
-      draft.extra["prompt_tokens"] = tokens;
-      draft.extra["haystack_units"] = words;
+      FittedDraft fitted = fit_sample(
+          [&](int words) { return text(vocabulary, words); }, std::max(1, num_words),
+          tokens_per_word, limit, std::numeric_limits<int>::max(), counter, "RULER fwe");
+      Draft& draft = fitted.draft;
+      draft.extra["prompt_tokens"] = fitted.tokens;
+      draft.extra["haystack_units"] = fitted.units;
       draft.extra["fitted_units"] = num_words;
       draft.extra["incremental"] = incremental();
       drafts.push_back(std::move(draft));

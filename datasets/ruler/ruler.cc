@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <set>
 
 #include "datasets/ruler/ruler_constants.h"
 #include "datasets/ruler/ruler_task.h"
@@ -70,46 +72,98 @@ std::vector<Draft> RulerTask::generate(int num_samples, PythonRandom& rng, Token
   // HEAD's search: binary search over the unit count, one fresh random sample per probe.
   const int first_tokens = counter.fast(build(incremental(), 0, rng).prompt());
   int low = incremental();
-  int high = search_upper_bound(first_tokens);
+  int high = std::min(search_upper_bound(first_tokens), max_units());
   int best = incremental();
+  int best_tokens = first_tokens;
   while (low <= high) {
     const int mid = (low + high) / 2;
-    if (counter.fast(build(mid, 0, rng).prompt()) <= budget) {
+    const int tokens = counter.fast(build(mid, 0, rng).prompt());
+    if (tokens <= budget) {
       best = mid;
+      best_tokens = tokens;
       low = mid + 1;
     } else {
       high = mid - 1;
     }
   }
-  // Per-sample retry: redraw with `incremental` fewer units until the sample fits; at or below
-  // `incremental` keep redrawing at that size (RULER), but give up eventually with a clear error.
+  // Tokens one more unit adds: the slope between the first probe and the search's size (the
+  // template's fixed cost cancels out), or the first probe's average when the search stayed put.
+  const double average = static_cast<double>(first_tokens) / incremental();
+  const double slope = best > incremental()
+                           ? static_cast<double>(best_tokens - first_tokens) / (best - incremental())
+                           : average;
+  const double tokens_per_unit = slope > 0 ? slope : average;
+
   std::vector<Draft> drafts;
   for (int index = 0; index < num_samples; ++index) {
-    int units = best;
-    for (int attempt = 0;; ++attempt) {
-      Draft draft = build(units, index, rng);
-      const int tokens = counter.exact(draft.prompt());
-      if (tokens <= budget) {
-        draft.extra["prompt_tokens"] = tokens;
-        draft.extra["haystack_units"] = units;
-        draft.extra["fitted_units"] = best;  // the search's size; less after per-sample retries
-        draft.extra["incremental"] = incremental();
-        drafts.push_back(std::move(draft));
-        break;
-      }
-      if (units > incremental()) {
-        units -= incremental();
-      } else if (attempt > 200) {
-        throw CapacityError("RULER " + task_name + ": even the smallest haystack (" +
-                            std::to_string(units) + " units) gives " + std::to_string(tokens) +
-                            " prompt tokens + " + std::to_string(tokens_to_generate()) +
-                            " to generate > --length " + std::to_string(max_seq_length) +
-                            "; use a larger --length");
-      }
-    }
+    FittedDraft fitted = fit_sample([&](int units) { return build(units, index, rng); }, best,
+                                    tokens_per_unit, budget, max_units(), counter,
+                                    "RULER " + task_name);
+    Draft& draft = fitted.draft;
+    draft.extra["prompt_tokens"] = fitted.tokens;
+    draft.extra["haystack_units"] = fitted.units;
+    draft.extra["fitted_units"] = best;  // the official search's size, where each fit starts
+    draft.extra["incremental"] = incremental();
+    drafts.push_back(std::move(draft));
     if (progress) progress(index + 1, num_samples);
   }
   return drafts;
+}
+
+FittedDraft fit_sample(const std::function<Draft(int units)>& build, int start_units,
+                       double tokens_per_unit, int budget, int max_units, TokenCounter& counter,
+                       const std::string& what) {
+  constexpr int kMaxAttempts = 64;
+  // Once the size search has converged, a draw that still leaves more than this share of the
+  // budget (and more than one unit) empty is redrawn, at most kRedraws times, alternately at the
+  // size just above (it may fit with shorter random content) and at the same size (longer
+  // content). Only QA's documents vary enough to need it (one draw's length spreads ~8% at 4K).
+  constexpr double kAcceptableSlack = 0.05;
+  constexpr int kRedraws = 12;
+  const double per_unit = std::max(tokens_per_unit, 1e-3);
+  const double acceptable_slack = std::max(per_unit, kAcceptableSlack * budget);
+  max_units = std::max(1, max_units);
+  std::optional<FittedDraft> best;  // the fullest draw that fitted (ties: more units)
+  std::set<int> overflowed;         // sizes whose draw did not fit
+  int redraws = 0;
+  int units = std::clamp(start_units, 1, max_units);
+  int last_tokens = 0;
+  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+    Draft draft = build(units);
+    const int tokens = counter.exact(draft.prompt());
+    last_tokens = tokens;
+    if (tokens <= budget) {
+      if (!best || tokens > best->tokens || (tokens == best->tokens && units > best->units))
+        best = FittedDraft{std::move(draft), units, tokens};
+    } else {
+      overflowed.insert(units);
+    }
+    if (!best) {
+      // Shrink by the overshoot; at one unit keep redrawing, as RULER does at its smallest size.
+      const int step = std::max(1, static_cast<int>(std::ceil((tokens - budget) / per_unit)));
+      units = std::max(1, units - step);
+      continue;
+    }
+    // Grow into the slack, but below the smallest size that overflowed: bisect towards it.
+    const int slack = budget - best->tokens;
+    const int64_t room = static_cast<int64_t>(std::min(slack / per_unit, 1e9));
+    int next = static_cast<int>(std::min<int64_t>(best->units + room, max_units));
+    const auto above = overflowed.upper_bound(best->units);
+    if (above != overflowed.end() && next >= *above) next = best->units + (*above - best->units) / 2;
+    if (next > best->units) {
+      units = next;
+    } else if (slack > acceptable_slack && redraws < kRedraws) {
+      const bool edge = redraws++ % 2 == 0 && best->units < max_units;
+      units = edge ? best->units + 1 : best->units;
+    } else {
+      break;
+    }
+  }
+  if (!best)
+    throw CapacityError(what + ": even a one-unit haystack gives " + std::to_string(last_tokens) +
+                        " prompt tokens, over the budget of " + std::to_string(budget) +
+                        " (--length minus the tokens to generate); use a larger --length");
+  return std::move(*best);
 }
 
 std::string format_template(const std::string& text,

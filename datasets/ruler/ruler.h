@@ -1,8 +1,19 @@
 // RULER (NVIDIA/RULER) sample generation: the 13 tasks of scripts/synthetic.yaml, with HEAD's
 // length fitting (spec §1.1): the prompt is the model's chat frame around the task template, then
 // the answer prefix; its token count (model tokenizer, no BOS) plus tokens_to_generate must be
-// <= the requested length. The haystack size is found by binary search over haystack units on
-// fresh random samples, and each sample is re-drawn with `incremental` fewer units until it fits.
+// <= the requested length. The haystack size is found by HEAD's binary search over haystack units
+// on fresh random samples (FWE: its own linear search over the word count).
+//
+// Deliberate deviation, the per-sample fit: RULER then redraws each sample at that size and, while
+// the draw overflows, drops `incremental` units (500 essay words, 25 noise lines, 10 documents;
+// FWE budget // 32 words) and redraws. One such step is 5-40% of a 4K budget, so about half of
+// the samples of some tasks used only ~80% of it, and QA samples (question i, fitted on question
+// 0) spread widely. Here each sample instead takes the largest size, at one-unit granularity,
+// whose own fresh draw fits: it starts at the searched size, shrinks by the overshoot or grows
+// into the slack (divided by the measured tokens per unit), bisecting once a size has overflowed
+// (fit_sample in ruler_task.h). The content of a sample of a given size is drawn exactly as
+// RULER draws it, so only the size distribution moves, to within one unit of the budget. The
+// search's size is recorded as extra.fitted_units, the sample's as extra.haystack_units.
 //
 // Randomness: one kvb::PythonRandom seeded with the request seed drives every draw (as RULER's
 // global `random.seed(seed)`), and RULER's fixed-seed shuffles use a fresh PythonRandom(seed), so
@@ -11,7 +22,10 @@
 //
 // The chat frame is written into the sample text (use_chat_template = false), because RULER's
 // prompt is not always "frame around the user message": the single-needle rewrite also rewrites
-// the frame, and the CWE one-shot repeats the whole framed prompt before the real one.
+// the frame, and the CWE one-shot repeats the whole framed prompt before the real one. (RULER's
+// prepare.py formats the model template around the task template and appends the answer prefix,
+// and niah.py applies the rewrite to that whole string: spec §1.2. With SmolLM2's default system
+// prompt this turns "You are a helpful" into "You is a helpful"; that is RULER's behaviour.)
 #pragma once
 
 #include <filesystem>

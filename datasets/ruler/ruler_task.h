@@ -2,6 +2,8 @@
 // they share (template formatting, the prompt split, the size search).
 #pragma once
 
+#include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -34,6 +36,8 @@ class RulerTask {
   virtual int incremental() const = 0;
   // Upper end of the binary search, given the first probe (HEAD: 3x the length in units).
   virtual int search_upper_bound(int first_probe_tokens);
+  // Most haystack units one sample can hold (CWE: the size of its word list); unbounded otherwise.
+  virtual int max_units() const { return std::numeric_limits<int>::max(); }
   // A fresh random sample with `units` haystack units; `index` is the sample number (QA uses it).
   virtual Draft build(int units, int index, PythonRandom& rng) = 0;
   // Whole procedure; the default is HEAD's binary search + per-sample retry. FWE overrides it.
@@ -44,6 +48,23 @@ class RulerTask {
   uint64_t seed = 42;
   std::string task_name;
 };
+
+// One sample fitted to the budget: the draft, its haystack size and its exact prompt tokens.
+struct FittedDraft {
+  Draft draft;
+  int units = 0;
+  int tokens = 0;
+};
+
+// The per-sample fit that replaces RULER's "drop `incremental` units and redraw" retry (a
+// deliberate deviation, explained in ruler.h): starting at `start_units` (the official search's
+// size), find the largest haystack size whose own fresh draw fits `budget`, stepping by the
+// overshoot or the slack divided by `tokens_per_unit`, bisecting once a size has overflowed.
+// `build(units)` must make a fresh random draw of that size. Throws CapacityError (naming
+// `what`) when not even one unit fits.
+FittedDraft fit_sample(const std::function<Draft(int units)>& build, int start_units,
+                       double tokens_per_unit, int budget, int max_units, TokenCounter& counter,
+                       const std::string& what);
 
 // Python str.format for the named fields only, in one pass (substituted text is not rescanned).
 std::string format_template(const std::string& text, const std::map<std::string, std::string>& fields);
