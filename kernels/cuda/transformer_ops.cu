@@ -39,25 +39,43 @@ __device__ float block_sum(float value) {
   return value;
 }
 
-__global__ void add_rmsnorm_kernel(float* residual, const __nv_bfloat16* delta,
-                                   const __nv_bfloat16* weight, int d_model, float eps,
-                                   __nv_bfloat16* out) {
+// One block per row holding the row in registers, so each element is read once and the loads of a
+// row all leave before the first use (a decode step's rows are single blocks: latency, not
+// bandwidth, sets their time).
+constexpr int kNormThreads = 1024;
+constexpr int kNormMaxPerThread = 16;
+
+__global__ void __launch_bounds__(kNormThreads) add_rmsnorm_kernel(float* residual,
+                                                                  const __nv_bfloat16* delta,
+                                                                  const __nv_bfloat16* weight,
+                                                                  int d_model, float eps,
+                                                                  __nv_bfloat16* out) {
   wait_for_predecessor();
   allow_successor_launch();
   const int64_t row = blockIdx.x;
   float* x = residual + row * d_model;
+  float values[kNormMaxPerThread];
   float sum_sq = 0.f;
-  for (int j = threadIdx.x; j < d_model; j += blockDim.x) {
-    float value = x[j];
-    if (delta) {
-      value += __bfloat162float(delta[row * d_model + j]);
-      x[j] = value;
+#pragma unroll
+  for (int k = 0; k < kNormMaxPerThread; ++k) {
+    const int j = threadIdx.x + k * kNormThreads;
+    values[k] = 0.f;
+    if (j < d_model) {
+      float value = x[j];
+      if (delta) {
+        value += __bfloat162float(delta[row * d_model + j]);
+        x[j] = value;
+      }
+      values[k] = value;
+      sum_sq += value * value;
     }
-    sum_sq += value * value;
   }
   const float inv = rsqrtf(block_sum(sum_sq) / d_model + eps);
-  for (int j = threadIdx.x; j < d_model; j += blockDim.x)
-    out[row * d_model + j] = __float2bfloat16(x[j] * inv * __bfloat162float(weight[j]));
+#pragma unroll
+  for (int k = 0; k < kNormMaxPerThread; ++k) {
+    const int j = threadIdx.x + k * kNormThreads;
+    if (j < d_model) out[row * d_model + j] = __float2bfloat16(values[k] * inv * __bfloat162float(weight[j]));
+  }
 }
 
 // Adds the bias to a qkv row and rotates its Q and K heads (one block per row).
@@ -268,8 +286,11 @@ void embedding_gather(const __nv_bfloat16* table, const int32_t* ids, int n, int
 void add_rmsnorm(float* residual, const __nv_bfloat16* delta, const __nv_bfloat16* weight, int n,
                  int d_model, float eps, __nv_bfloat16* out, cudaStream_t stream) {
   if (n == 0) return;
-  launch_overlapped(add_rmsnorm_kernel, n, 256, 0, stream, "add_rmsnorm_kernel", residual, delta, weight,
-                    d_model, eps, out);
+  if (d_model > kNormThreads * kNormMaxPerThread)
+    throw std::invalid_argument("add_rmsnorm: d_model " + std::to_string(d_model) + " exceeds " +
+                                std::to_string(kNormThreads * kNormMaxPerThread));
+  launch_overlapped(add_rmsnorm_kernel, n, kNormThreads, 0, stream, "add_rmsnorm_kernel", residual,
+                    delta, weight, d_model, eps, out);
 }
 
 void bias_rope(const RopeArgs& args, cudaStream_t stream) {
@@ -289,7 +310,7 @@ void append_kv(const __nv_bfloat16* qkv, int n, int rows_per_seq, int n_query_he
 void rope_append_kv_decode(const RopeArgs& rope, const int64_t* kv_offset, int32_t* kv_length,
                            __nv_bfloat16* k, __nv_bfloat16* v, cudaStream_t stream) {
   if (rope.n == 0) return;
-  launch_overlapped(rope_append_decode_kernel, rope.n, 256, 0, stream, "rope_append_decode_kernel",
+  launch_overlapped(rope_append_decode_kernel, rope.n, 1024, 0, stream, "rope_append_decode_kernel",
                     rope, kv_offset, kv_length, k, v);
 }
 
