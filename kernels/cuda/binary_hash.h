@@ -1,0 +1,83 @@
+// BinaryPC on the GPU (specs/methods.md §12). CPU twin: kernels/cpu/binary_hash.h (same bits,
+// same integers); selection as policies/binarypc.cc. Test: tests/cuda/binarypc_kernels_test.cc.
+//
+// A "slot" is one (sequence, KV head) pair, slot = b * Hkv + h; each slot has its own projection
+// P [64, d] (online BinaryPC fits one per prompt and KV head; OPC repeats the layer's rows).
+// One decode step of one layer:
+//   binary_pack_queries   project the group's queries (p = P q), one scale per slot, sign plane +
+//                         7 magnitude planes (round half to even, as the CPU/PyTorch path);
+//   binary_score_keys     XOR/AND/popcount against every hashed key, max over the group, written
+//                         as 16-bit keys (score + 32768; EAS tokens and sinks 0xFFFF);
+//   topk_select           (kernels/cuda/topk_select.h) the k best per slot, ties to the lower
+//                         index, then the decode tokens L..T-1 as a forced tail, in the index-list
+//                         format of decode_attention with the group's query heads sharing a list;
+//   decode_attention      (kernels/cuda/attention.h) over those lists.
+// After prefill: binary_hash_keys over tokens [0, L) (optionally with reconstruction errors),
+// topk_select over the errors (EAS set), binary_mark_tokens to turn that set into a bit mask.
+// Tokens appended later are hashed as they arrive by binary_hash_keys over their range.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace kvb::cuda {
+
+inline constexpr int kBinaryPcBits = 64;
+inline constexpr int kBinaryPcPlanes = 8;      // sign plane + 7 magnitude planes per query head
+inline constexpr uint16_t kBinaryPcForced = 0xFFFF;
+inline constexpr int kBinaryPcScoreOffset = 32768;
+
+// Algorithm 2 for tokens [begin, end) of every slot, bf16 keys, f32 residual: bit i of code j is 1
+// when r . P[i] < 0; the residual moves by -sign(r . P[i]) P[i] only when the product is nonzero
+// (PyTorch's sign(0) = 0). The product is taken in f32 and re-taken in f64 when its magnitude is
+// within f32 rounding of zero, so the bit equals the CPU reference's (which sums in f64).
+struct BinaryHashKeysArgs {
+  const float* projection = nullptr;  // slot s: projection + s * 64 * head_dim
+  const __nv_bfloat16* keys = nullptr;  // slot s, token j: keys + s * key_slot_stride + j * head_dim
+  int64_t key_slot_stride = 0;
+  int n_slots = 0;
+  int head_dim = 0;  // 64 or 128
+  int begin = 0, end = 0;
+  uint64_t* codes = nullptr;  // slot s, token j: codes + s * code_slot_stride + j
+  int64_t code_slot_stride = 0;
+  // Optional, same layout as the codes: ||k - sum_i h_i P[i]|| with h from the packed bits (EAS).
+  float* reconstruction_error = nullptr;
+};
+void binary_hash_keys(const BinaryHashKeysArgs& args, cudaStream_t stream);
+
+// Quantised query planes of every query head: planes[(b * Hq + a) * 8 + 0] is the sign plane
+// (bit i = 1 when p^_i < 0), [+ m] for m = 1..7 holds bit m-1 of |p^_i|.
+struct BinaryPackQueriesArgs {
+  const float* projection = nullptr;    // as in BinaryHashKeysArgs
+  const __nv_bfloat16* q = nullptr;     // [B, Hq, head_dim] with q_seq_stride between sequences
+  int64_t q_seq_stride = 0;
+  int batch = 0, n_query_heads = 0, n_kv_heads = 0, head_dim = 0;  // group Hq/Hkv <= 16
+  uint64_t* planes = nullptr;           // [B * Hq, 8]
+};
+void binary_pack_queries(const BinaryPackQueriesArgs& args, cudaStream_t stream);
+
+// Score of tokens [0, length) of every slot: max over the group of sum_i p^_{a,i} h_{j,i},
+// stored as score + 32768; tokens flagged in `forced_mask` (bit j % 32 of word j / 32) and the
+// first `sink_tokens` tokens get kBinaryPcForced instead.
+struct BinaryScoreKeysArgs {
+  const uint64_t* planes = nullptr;  // from binary_pack_queries
+  const uint64_t* codes = nullptr;
+  int64_t code_slot_stride = 0;
+  const uint32_t* forced_mask = nullptr;  // optional: slot s at forced_mask + s * mask_slot_stride
+  int64_t mask_slot_stride = 0;
+  int sink_tokens = 0;
+  int batch = 0, n_query_heads = 0, n_kv_heads = 0;  // group <= 8
+  int length = 0;
+  uint16_t* keys = nullptr;  // slot s, token j: keys + s * key_slot_stride + j
+  int64_t key_slot_stride = 0;
+};
+void binary_score_keys(const BinaryScoreKeysArgs& args, cudaStream_t stream);
+
+// Sets bit j of slot s's mask for each of the `count` indices at indices + s * index_stride
+// (the mask must be zeroed first; mask_slot_stride >= ceil(length / 32) words).
+void binary_mark_tokens(const int32_t* indices, int64_t index_stride, int n_slots, int count,
+                        uint32_t* mask, int64_t mask_slot_stride, cudaStream_t stream);
+
+}  // namespace kvb::cuda

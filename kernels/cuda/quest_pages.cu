@@ -1,0 +1,146 @@
+// Quest kernels: page min/max, page upper bounds, page -> token expansion. Contracts:
+// kernels/cuda/quest_pages.h; CPU twin: policies/quest.cc.
+#include <cuda_bf16.h>
+
+#include <stdexcept>
+
+#include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/quest_pages.h"
+
+namespace kvb::cuda {
+namespace {
+
+// Block (touched page, slot), thread = dimension.
+__global__ void update_pages_kernel(QuestPagesArgs args) {
+  const int slot = blockIdx.y;
+  const int page = args.begin / args.page_size + blockIdx.x;
+  const int first = page * args.page_size;
+  const int last = min(args.end, first + args.page_size);
+  const __nv_bfloat16* keys = args.keys + slot * args.key_slot_stride;
+  for (int t = threadIdx.x; t < args.head_dim; t += blockDim.x) {
+    float lo = __bfloat162float(keys[int64_t(first) * args.head_dim + t]), hi = lo;
+    for (int j = first + 1; j < last; ++j) {
+      const float x = __bfloat162float(keys[int64_t(j) * args.head_dim + t]);
+      lo = fminf(lo, x);
+      hi = fmaxf(hi, x);
+    }
+    const int64_t at = slot * args.page_slot_stride + int64_t(page) * args.head_dim + t;
+    args.page_min[at] = __float2bfloat16(lo);  // exact: lo and hi are bf16 values
+    args.page_max[at] = __float2bfloat16(hi);
+  }
+}
+
+constexpr int kScoreThreads = 256;
+constexpr int kMaxGroup = 16;
+
+struct alignas(16) Bf16x8 {
+  __nv_bfloat162 v[4];
+};
+
+// Thread = page; the group's queries sit in shared memory. Sums run in dimension order.
+template <int D>
+__global__ void __launch_bounds__(kScoreThreads) page_scores_kernel(QuestScoreArgs args) {
+  extern __shared__ float s_q[];  // [group][D]
+  const int slot = blockIdx.y;
+  const int b = slot / args.n_kv_heads, h = slot % args.n_kv_heads;
+  const int group = args.n_query_heads / args.n_kv_heads;
+  const __nv_bfloat16* q = args.q + b * args.q_seq_stride + int64_t(h) * group * D;
+  for (int i = threadIdx.x; i < group * D; i += kScoreThreads) s_q[i] = __bfloat162float(q[i]);
+  __syncthreads();
+  const int page = blockIdx.x * kScoreThreads + threadIdx.x;
+  if (page >= args.n_pages) return;
+  const __nv_bfloat16* lo_row = args.page_min + slot * args.page_slot_stride + int64_t(page) * D;
+  const __nv_bfloat16* hi_row = args.page_max + slot * args.page_slot_stride + int64_t(page) * D;
+  float sum[kMaxGroup];
+#pragma unroll
+  for (int a = 0; a < kMaxGroup; ++a) sum[a] = 0.f;
+  for (int c = 0; c < D / 8; ++c) {
+    const Bf16x8 lo8 = *reinterpret_cast<const Bf16x8*>(lo_row + c * 8);
+    const Bf16x8 hi8 = *reinterpret_cast<const Bf16x8*>(hi_row + c * 8);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float lo = e % 2 ? __high2float(lo8.v[e / 2]) : __low2float(lo8.v[e / 2]);
+      const float hi = e % 2 ? __high2float(hi8.v[e / 2]) : __low2float(hi8.v[e / 2]);
+      const int t = c * 8 + e;
+#pragma unroll
+      for (int a = 0; a < kMaxGroup; ++a) {
+        if (a < group) {
+          const float qi = s_q[a * D + t];
+          sum[a] += fmaxf(__fmul_rn(qi, lo), __fmul_rn(qi, hi));
+        }
+      }
+    }
+  }
+  const bool last = args.keep_last_page && page == args.n_pages - 1;
+  if (args.shared) {
+    float best = sum[0];
+#pragma unroll
+    for (int a = 1; a < kMaxGroup; ++a)
+      if (a < group) best = fmaxf(best, sum[a]);
+    args.scores[slot * args.score_stride + page] = last ? INFINITY : best;
+  } else {
+#pragma unroll
+    for (int a = 0; a < kMaxGroup; ++a)
+      if (a < group)
+        args.scores[(int64_t(b) * args.n_query_heads + h * group + a) * args.score_stride + page] =
+            last ? INFINITY : sum[a];
+  }
+}
+
+// Block = list. Ascending pages: only the last page of the cache can be partial and it comes last,
+// so selected page r starts at position r * P.
+__global__ void expand_pages_kernel(QuestExpandArgs args) {
+  const int list = blockIdx.x;
+  const int32_t* pages = args.pages + list * args.page_stride;
+  int32_t* out = args.indices + list * args.index_stride;
+  const int total = args.n_selected * args.page_size;
+  for (int n = threadIdx.x; n < total; n += blockDim.x) {
+    const int token = pages[n / args.page_size] * args.page_size + n % args.page_size;
+    if (token < args.length) out[n] = token;
+  }
+  if (args.index_offset && threadIdx.x < args.heads_per_list) {
+    int count = 0;
+    if (args.n_selected > 0) {
+      const int last_first = pages[args.n_selected - 1] * args.page_size;
+      count = (args.n_selected - 1) * args.page_size + min(args.page_size, args.length - last_first);
+    }
+    args.index_offset[list * args.heads_per_list + threadIdx.x] = list * args.index_stride;
+    args.index_count[list * args.heads_per_list + threadIdx.x] = count;
+  }
+}
+
+}  // namespace
+
+void quest_update_pages(const QuestPagesArgs& args, cudaStream_t stream) {
+  if (args.end <= args.begin || args.n_slots <= 0) return;
+  if (args.page_size < 1) throw std::invalid_argument("quest_update_pages: page_size must be >= 1");
+  const int first_page = args.begin / args.page_size, last_page = (args.end - 1) / args.page_size;
+  const dim3 grid(last_page - first_page + 1, args.n_slots);
+  update_pages_kernel<<<grid, std::min(args.head_dim, 256), 0, stream>>>(args);
+  check(cudaGetLastError(), "update_pages_kernel launch");
+}
+
+void quest_page_scores(const QuestScoreArgs& args, cudaStream_t stream) {
+  if (args.n_pages <= 0 || args.batch <= 0) return;
+  const int group = args.n_query_heads / args.n_kv_heads;
+  if (group < 1 || group > kMaxGroup || group * args.n_kv_heads != args.n_query_heads)
+    throw std::invalid_argument("quest_page_scores: needs Hq = g * Hkv with g <= 16");
+  const dim3 grid((args.n_pages + kScoreThreads - 1) / kScoreThreads, args.batch * args.n_kv_heads);
+  const size_t smem = size_t(group) * args.head_dim * sizeof(float);
+  if (args.head_dim == 128)
+    page_scores_kernel<128><<<grid, kScoreThreads, smem, stream>>>(args);
+  else if (args.head_dim == 64)
+    page_scores_kernel<64><<<grid, kScoreThreads, smem, stream>>>(args);
+  else
+    throw std::invalid_argument("quest_page_scores: head_dim must be 64 or 128");
+  check(cudaGetLastError(), "page_scores_kernel launch");
+}
+
+void quest_expand_pages(const QuestExpandArgs& args, cudaStream_t stream) {
+  if (args.n_lists <= 0) return;
+  if (args.heads_per_list > 256) throw std::invalid_argument("quest_expand_pages: heads_per_list > 256");
+  expand_pages_kernel<<<args.n_lists, 256, 0, stream>>>(args);
+  check(cudaGetLastError(), "expand_pages_kernel launch");
+}
+
+}  // namespace kvb::cuda

@@ -1,0 +1,80 @@
+// Quest on the GPU (specs/methods.md §10). CPU twin: policies/quest.{h,cc} (QuestPageBounds and
+// the selector). Test: tests/cuda/quest_kernels_test.cc.
+//
+// A "slot" is one (sequence, KV head) pair, slot = b * Hkv + h. Page p of a slot holds tokens
+// p*P .. p*P+P-1 (P = page_size, 16 by default; the last page may be partial).
+//   quest_update_pages   elementwise min/max of the keys of every page that tokens [begin, end)
+//                        touch, recomputed from the page's first token: after prefill over [0, L),
+//                        after each decode token over [T-1, T) (equal to the incremental update);
+//                        bf16 like the keys, so the bounds are exact;
+//   quest_page_scores    U(page) = sum_i max(q_i m_i, q_i M_i), summed in f32 in dimension order
+//                        (the CPU's order, so the scores are equal); per query head ("per_head",
+//                        the reference) or the max over the group ("shared");
+//   topk_select          (kernels/cuda/topk_select.h) over the page scores, K_p pages per list;
+//   quest_expand_pages   selected pages -> token index lists for decode_attention.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace kvb::cuda {
+
+struct QuestPagesArgs {
+  const __nv_bfloat16* keys = nullptr;  // slot s, token j: keys + s * key_slot_stride + j * head_dim
+  int64_t key_slot_stride = 0;
+  int n_slots = 0;
+  int head_dim = 0;
+  int page_size = 16;
+  int begin = 0, end = 0;  // the tokens added; pages touched are rebuilt from their first token
+  __nv_bfloat16* page_min = nullptr;  // slot s, page p: page_min + s * page_slot_stride + p * head_dim
+  __nv_bfloat16* page_max = nullptr;
+  int64_t page_slot_stride = 0;
+};
+void quest_update_pages(const QuestPagesArgs& args, cudaStream_t stream);
+
+struct QuestScoreArgs {
+  const __nv_bfloat16* q = nullptr;  // [B, Hq, head_dim] with q_seq_stride between sequences
+  int64_t q_seq_stride = 0;
+  int batch = 0, n_query_heads = 0, n_kv_heads = 0, head_dim = 0;  // head_dim % 8 == 0, group <= 16
+  const __nv_bfloat16* page_min = nullptr;
+  const __nv_bfloat16* page_max = nullptr;
+  int64_t page_slot_stride = 0;
+  int n_pages = 0;
+  bool shared = false;          // one list per slot (max over the group) instead of per query head
+  bool keep_last_page = false;  // the last page scores +inf (Quest's kernel variant)
+  // List l (query head b*Hq+a, or slot when shared), page p: scores + l * score_stride + p.
+  float* scores = nullptr;
+  int64_t score_stride = 0;
+};
+void quest_page_scores(const QuestScoreArgs& args, cudaStream_t stream);
+
+// For each list l, expands the `n_selected` pages at pages + l * page_stride (ascending, from
+// topk_select) into their tokens (< length), written at indices + l * index_stride, and fills
+// decode_attention's index_offset / index_count for the heads_per_list query heads of list l.
+struct QuestExpandArgs {
+  const int32_t* pages = nullptr;
+  int64_t page_stride = 0;
+  int n_lists = 0;
+  int n_selected = 0;
+  int page_size = 16;
+  int length = 0;
+  int32_t* indices = nullptr;
+  int64_t index_stride = 0;
+  int heads_per_list = 1;
+  int64_t* index_offset = nullptr;
+  int32_t* index_count = nullptr;
+};
+void quest_expand_pages(const QuestExpandArgs& args, cudaStream_t stream);
+
+// The page budget of one step as the CPU selector computes it: min(max(min_pages, B / P), n_pages)
+// with B = min(length, token_budget).
+inline int quest_page_budget(int length, int token_budget, int page_size, int min_pages) {
+  const int n_pages = (length + page_size - 1) / page_size;
+  const int budget = length < token_budget ? length : token_budget;
+  const int pages = budget / page_size > min_pages ? budget / page_size : min_pages;
+  return pages < n_pages ? pages : n_pages;
+}
+
+}  // namespace kvb::cuda

@@ -1,0 +1,40 @@
+// Per-list top-k on the device, written in the index-list format decode_attention takes
+// (kernels/cuda/attention.h). CPU twin: policies/decode_selector_common.h top_k_indices (the k
+// largest, ties to the lower index, indices in increasing order). Used by the decode selectors'
+// GPU paths (BinaryPC tokens, Quest pages, the EAS set). Test: tests/cuda/binarypc_kernels_test.cc.
+//
+// One block per list runs a radix select with 11-bit digits over order-preserving keys (2 passes
+// for 16-bit keys, 3 for f32 scores) to find the k-th largest key and how many of its ties to take,
+// then an ordered compaction (block scans) writes the chosen indices in increasing order. Every
+// pass is a streaming read of the list, so the cost is a few reads of the scores.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace kvb::cuda {
+
+struct TopkSelectArgs {
+  // Exactly one of the two key arrays: list l's n-th key at keys + l * key_stride + n.
+  const uint16_t* keys16 = nullptr;  // larger is better (BinaryPC: score + 32768)
+  const float* scores = nullptr;     // larger is better; +0 and -0 tie; no NaN
+  int64_t key_stride = 0;
+  int n_lists = 0;
+  int length = 0;  // keys per list
+  int k = 0;       // clamped to [0, length]
+  // Forced tail: indices tail_begin .. tail_begin + tail_count - 1 follow the k chosen ones
+  // (BinaryPC's decode tokens, never hashed, always attended).
+  int tail_begin = 0;
+  int tail_count = 0;
+  int32_t* indices = nullptr;  // list l at indices + l * index_stride (k + tail_count entries)
+  int64_t index_stride = 0;
+  // Optional decode_attention bookkeeping: query head r of list l (r < heads_per_list) gets
+  // index_offset[l * heads_per_list + r] = l * index_stride and index_count = k + tail_count.
+  int heads_per_list = 1;
+  int64_t* index_offset = nullptr;
+  int32_t* index_count = nullptr;
+};
+void topk_select(const TopkSelectArgs& args, cudaStream_t stream);
+
+}  // namespace kvb::cuda

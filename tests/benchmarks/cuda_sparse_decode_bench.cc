@@ -1,0 +1,418 @@
+// Decode-time sparse attention on the GPU, one layer of Llama-3.1-8B (Hq 32, Hkv 8, d 128, B 1):
+// BinaryPC (query packing + bit-plane scoring + top-k with EAS + sparse attention) and Quest
+// (page upper bounds + page top-k + expansion + sparse attention) against dense decode_attention
+// over the whole context, all measured in the same run. Each step is timed with CUDA events after
+// warm-up; the table gives medians over the repetitions, with the L2 cache flushed before each
+// repetition (a real decode step reaches a layer with other layers' data in L2).
+//
+//   cuda_sparse_decode_bench [--contexts 32768,131072,524288] [--budget 2048] [--reps 50]
+//
+// The BinaryPC paper reports 4.0x over dense attention at 512K with a 2,048-token budget.
+// Keys, values, queries and projections are random (speed does not depend on them); the prompt is
+// the whole context (no decode tokens in the forced tail).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/binary_hash.h"
+#include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/quest_pages.h"
+#include "kernels/cuda/topk_select.h"
+#include "kernels/cuda/transformer_ops.h"
+
+namespace kvb {
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kHq = 32, kHkv = 8, kD = 128, kGroup = kHq / kHkv, kPage = 16;
+constexpr size_t kFlushBytes = size_t(256) << 20;  // > the H200's 50 MB L2
+
+struct Options {
+  std::vector<int> contexts = {32768, 131072, 524288};
+  int budget = 2048;
+  int reps = 50;
+};
+
+Options parse(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) throw std::invalid_argument("missing value after " + flag);
+    const std::string value = argv[++i];
+    if (flag == "--contexts") {
+      options.contexts.clear();
+      std::stringstream list(value);
+      for (std::string item; std::getline(list, item, ',');) options.contexts.push_back(std::stoi(item));
+    } else if (flag == "--budget") {
+      options.budget = std::stoi(value);
+    } else if (flag == "--reps") {
+      options.reps = std::max(20, std::stoi(value));
+    } else {
+      throw std::invalid_argument("unknown option " + flag + " (use --contexts, --budget, --reps)");
+    }
+  }
+  return options;
+}
+
+// Times a sequence of steps: per repetition, events around each step; medians per step and total.
+class StepTimer {
+ public:
+  StepTimer(int steps, int reps) : steps_(steps), times_(steps + 1) {
+    events_.resize(steps + 1);
+    for (auto& e : events_) cuda::check(cudaEventCreate(&e), "cudaEventCreate");
+    for (auto& t : times_) t.reserve(reps);
+  }
+  ~StepTimer() {
+    for (auto& e : events_) cudaEventDestroy(e);
+  }
+  void mark(int i) { cuda::check(cudaEventRecord(events_[i]), "cudaEventRecord"); }
+  void collect() {
+    cuda::check(cudaEventSynchronize(events_[steps_]), "cudaEventSynchronize");
+    for (int s = 0; s < steps_; ++s) times_[s].push_back(elapsed(events_[s], events_[s + 1]));
+    times_[steps_].push_back(elapsed(events_[0], events_[steps_]));
+  }
+  double median(int step) {  // step == steps: the whole sequence
+    std::vector<float> t = times_[step];
+    std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+    return t[t.size() / 2];
+  }
+
+ private:
+  static float elapsed(cudaEvent_t a, cudaEvent_t b) {
+    float ms = 0;
+    cuda::check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+    return ms;
+  }
+  int steps_;
+  std::vector<cudaEvent_t> events_;
+  std::vector<std::vector<float>> times_;
+};
+
+struct Layer {
+  explicit Layer(int length, int budget)
+      : length(length),
+        k(size_t(kHkv) * length * kD * 2),
+        v(size_t(kHkv) * length * kD * 2),
+        q(size_t(kHq) * kD * 2),
+        out(size_t(kHq) * kD * 2),
+        kv_offset(kHkv * 8),
+        kv_length(kHkv * 4),
+        projection(size_t(kHkv) * cuda::kBinaryPcBits * kD * 4),
+        codes(size_t(kHkv) * length * 8),
+        errors(size_t(kHkv) * length * 4),
+        mask(size_t(kHkv) * words() * 4),
+        planes(size_t(kHq) * cuda::kBinaryPcPlanes * 8),
+        score_keys(size_t(kHkv) * length * 2),
+        bpc_indices(size_t(kHkv) * budget * 4),
+        index_offset(kHq * 8),
+        index_count(kHq * 4),
+        page_min(size_t(kHkv) * pages() * kD * 2),
+        page_max(size_t(kHkv) * pages() * kD * 2),
+        page_scores(size_t(kHq) * pages() * 4),
+        page_ids(size_t(kHq) * pages() * 4),
+        quest_indices(size_t(kHq) * pages() * kPage * 4),
+        dense_workspace(cuda::decode_attention_workspace_floats(1, kHq, kD, length) * 4),
+        sparse_workspace(cuda::decode_attention_workspace_floats(1, kHq, kD, std::max(budget, 3 * kPage) + kPage) * 4) {
+    cuda::fill_random_bf16(k.as<bf16>(), size_t(kHkv) * length * kD, 1, 1.f, nullptr);
+    cuda::fill_random_bf16(v.as<bf16>(), size_t(kHkv) * length * kD, 2, 1.f, nullptr);
+    cuda::fill_random_bf16(q.as<bf16>(), size_t(kHq) * kD, 3, 1.f, nullptr);
+    std::vector<int64_t> offsets(kHkv);
+    for (int h = 0; h < kHkv; ++h) offsets[h] = int64_t(h) * length;
+    kv_offset.upload(offsets.data(), offsets.size() * 8);
+    std::vector<int32_t> lengths(kHkv, length);
+    kv_length.upload(lengths.data(), lengths.size() * 4);
+    std::mt19937 rng(7);
+    std::normal_distribution<float> gaussian(0.f, 1.f / std::sqrt(float(kD)));
+    std::vector<float> rows(size_t(kHkv) * cuda::kBinaryPcBits * kD);
+    for (float& x : rows) x = gaussian(rng);
+    projection.upload(rows.data(), rows.size() * 4);
+  }
+  int words() const { return (length + 31) / 32; }
+  int pages() const { return (length + kPage - 1) / kPage; }
+
+  cuda::DecodeAttentionArgs attention_args() const {
+    cuda::DecodeAttentionArgs a;
+    a.q = q.as<bf16>();
+    a.q_seq_stride = kHq * kD;
+    a.k = k.as<bf16>();
+    a.v = v.as<bf16>();
+    a.kv_offset = kv_offset.as<int64_t>();
+    a.kv_length = kv_length.as<int32_t>();
+    a.max_kv_length = length;
+    a.out = out.as<bf16>();
+    a.out_seq_stride = kHq * kD;
+    a.batch = 1;
+    a.n_query_heads = kHq;
+    a.n_kv_heads = kHkv;
+    a.head_dim = kD;
+    a.scale = 1.f / std::sqrt(float(kD));
+    a.workspace = dense_workspace.as<float>();
+    return a;
+  }
+
+  int length;
+  cuda::DeviceBuffer k, v, q, out, kv_offset, kv_length, projection, codes, errors, mask, planes, score_keys,
+      bpc_indices, index_offset, index_count, page_min, page_max, page_scores, page_ids, quest_indices,
+      dense_workspace, sparse_workspace;
+};
+
+struct Row {
+  int context = 0;
+  double dense = 0;
+  double bpc[5] = {};    // pack, score, select, attention, total
+  double quest[5] = {};  // page scores, page top-k, expand, attention, total
+  double quest_shared_total = 0;
+  double hash_prefill = 0, eas_prefill = 0, pages_prefill = 0, hash_append = 0, page_append = 0;
+};
+
+double time_once(const std::function<void()>& body) {
+  StepTimer timer(1, 1);
+  timer.mark(0);
+  body();
+  timer.mark(1);
+  timer.collect();
+  return timer.median(1);
+}
+
+Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
+  Layer layer(length, options.budget);
+  Row row;
+  row.context = length;
+  const int k = std::min(options.budget, length);
+  const int err_k = std::min(std::max(int(0.1 * k), 1), length);
+
+  // After prefill (once): codes and reconstruction errors, the EAS set, Quest's page bounds.
+  cuda::BinaryHashKeysArgs hash;
+  hash.projection = layer.projection.as<float>();
+  hash.keys = layer.k.as<bf16>();
+  hash.key_slot_stride = int64_t(length) * kD;
+  hash.n_slots = kHkv;
+  hash.head_dim = kD;
+  hash.begin = 0;
+  hash.end = length;
+  hash.codes = layer.codes.as<uint64_t>();
+  hash.code_slot_stride = length;
+  hash.reconstruction_error = layer.errors.as<float>();
+  cuda::DeviceBuffer eas(size_t(kHkv) * err_k * 4);
+  row.hash_prefill = time_once([&] { cuda::binary_hash_keys(hash, nullptr); });
+  row.eas_prefill = time_once([&] {
+    cuda::TopkSelectArgs top;
+    top.scores = layer.errors.as<float>();
+    top.key_stride = length;
+    top.n_lists = kHkv;
+    top.length = length;
+    top.k = err_k;
+    top.indices = eas.as<int32_t>();
+    top.index_stride = err_k;
+    cuda::topk_select(top, nullptr);
+    cuda::check(cudaMemsetAsync(layer.mask.data(), 0, layer.mask.bytes()), "memset");
+    cuda::binary_mark_tokens(eas.as<int32_t>(), err_k, kHkv, err_k, layer.mask.as<uint32_t>(), layer.words(), nullptr);
+  });
+  cuda::QuestPagesArgs pages;
+  pages.keys = layer.k.as<bf16>();
+  pages.key_slot_stride = int64_t(length) * kD;
+  pages.n_slots = kHkv;
+  pages.head_dim = kD;
+  pages.page_size = kPage;
+  pages.begin = 0;
+  pages.end = length;
+  pages.page_min = layer.page_min.as<bf16>();
+  pages.page_max = layer.page_max.as<bf16>();
+  pages.page_slot_stride = int64_t(layer.pages()) * kD;
+  row.pages_prefill = time_once([&] { cuda::quest_update_pages(pages, nullptr); });
+  // One appended token (its code and its page), as each decode step does per layer.
+  hash.reconstruction_error = nullptr;
+  hash.begin = length - 1;
+  row.hash_append = time_once([&] { cuda::binary_hash_keys(hash, nullptr); });
+  pages.begin = length - 1;
+  row.page_append = time_once([&] { cuda::quest_update_pages(pages, nullptr); });
+
+  cuda::BinaryPackQueriesArgs pack;
+  pack.projection = layer.projection.as<float>();
+  pack.q = layer.q.as<bf16>();
+  pack.q_seq_stride = kHq * kD;
+  pack.batch = 1;
+  pack.n_query_heads = kHq;
+  pack.n_kv_heads = kHkv;
+  pack.head_dim = kD;
+  pack.planes = layer.planes.as<uint64_t>();
+  cuda::BinaryScoreKeysArgs score;
+  score.planes = layer.planes.as<uint64_t>();
+  score.codes = layer.codes.as<uint64_t>();
+  score.code_slot_stride = length;
+  score.forced_mask = layer.mask.as<uint32_t>();
+  score.mask_slot_stride = layer.words();
+  score.batch = 1;
+  score.n_query_heads = kHq;
+  score.n_kv_heads = kHkv;
+  score.length = length;
+  score.keys = layer.score_keys.as<uint16_t>();
+  score.key_slot_stride = length;
+  cuda::TopkSelectArgs select;
+  select.keys16 = layer.score_keys.as<uint16_t>();
+  select.key_stride = length;
+  select.n_lists = kHkv;
+  select.length = length;
+  select.k = k;
+  select.indices = layer.bpc_indices.as<int32_t>();
+  select.index_stride = k;
+  select.heads_per_list = kGroup;
+  select.index_offset = layer.index_offset.as<int64_t>();
+  select.index_count = layer.index_count.as<int32_t>();
+  cuda::DecodeAttentionArgs bpc_attention = layer.attention_args();
+  bpc_attention.indices = layer.bpc_indices.as<int32_t>();
+  bpc_attention.index_offset = layer.index_offset.as<int64_t>();
+  bpc_attention.index_count = layer.index_count.as<int32_t>();
+  bpc_attention.max_kv_length = k;
+  bpc_attention.workspace = layer.sparse_workspace.as<float>();
+
+  const int page_budget = cuda::quest_page_budget(length, options.budget, kPage, 3);
+  auto quest_step = [&](bool shared, StepTimer* timer) {
+    const int lists = shared ? kHkv : kHq;
+    cuda::QuestScoreArgs scores;
+    scores.q = layer.q.as<bf16>();
+    scores.q_seq_stride = kHq * kD;
+    scores.batch = 1;
+    scores.n_query_heads = kHq;
+    scores.n_kv_heads = kHkv;
+    scores.head_dim = kD;
+    scores.page_min = layer.page_min.as<bf16>();
+    scores.page_max = layer.page_max.as<bf16>();
+    scores.page_slot_stride = int64_t(layer.pages()) * kD;
+    scores.n_pages = layer.pages();
+    scores.shared = shared;
+    scores.scores = layer.page_scores.as<float>();
+    scores.score_stride = layer.pages();
+    cuda::TopkSelectArgs top;
+    top.scores = layer.page_scores.as<float>();
+    top.key_stride = layer.pages();
+    top.n_lists = lists;
+    top.length = layer.pages();
+    top.k = page_budget;
+    top.indices = layer.page_ids.as<int32_t>();
+    top.index_stride = page_budget;
+    cuda::QuestExpandArgs expand;
+    expand.pages = layer.page_ids.as<int32_t>();
+    expand.page_stride = page_budget;
+    expand.n_lists = lists;
+    expand.n_selected = page_budget;
+    expand.page_size = kPage;
+    expand.length = length;
+    expand.indices = layer.quest_indices.as<int32_t>();
+    expand.index_stride = int64_t(page_budget) * kPage;
+    expand.heads_per_list = shared ? kGroup : 1;
+    expand.index_offset = layer.index_offset.as<int64_t>();
+    expand.index_count = layer.index_count.as<int32_t>();
+    cuda::DecodeAttentionArgs attention = layer.attention_args();
+    attention.indices = layer.quest_indices.as<int32_t>();
+    attention.index_offset = layer.index_offset.as<int64_t>();
+    attention.index_count = layer.index_count.as<int32_t>();
+    attention.max_kv_length = page_budget * kPage;
+    attention.workspace = layer.sparse_workspace.as<float>();
+    timer->mark(0);
+    cuda::quest_page_scores(scores, nullptr);
+    timer->mark(1);
+    cuda::topk_select(top, nullptr);
+    timer->mark(2);
+    cuda::quest_expand_pages(expand, nullptr);
+    timer->mark(3);
+    cuda::decode_attention(attention, nullptr);
+    timer->mark(4);
+  };
+
+  const cuda::DecodeAttentionArgs dense = layer.attention_args();
+  StepTimer dense_timer(1, options.reps), bpc_timer(4, options.reps), quest_timer(4, options.reps),
+      shared_timer(4, options.reps);
+  const int warmup = 3;
+  for (int rep = 0; rep < warmup + options.reps; ++rep) {
+    cuda::check(cudaMemsetAsync(flush.data(), rep & 0xff, flush.bytes()), "flush L2");
+    dense_timer.mark(0);
+    cuda::decode_attention(dense, nullptr);
+    dense_timer.mark(1);
+    cuda::check(cudaMemsetAsync(flush.data(), rep & 0xff, flush.bytes()), "flush L2");
+    bpc_timer.mark(0);
+    cuda::binary_pack_queries(pack, nullptr);
+    bpc_timer.mark(1);
+    cuda::binary_score_keys(score, nullptr);
+    bpc_timer.mark(2);
+    cuda::topk_select(select, nullptr);
+    bpc_timer.mark(3);
+    cuda::decode_attention(bpc_attention, nullptr);
+    bpc_timer.mark(4);
+    cuda::check(cudaMemsetAsync(flush.data(), rep & 0xff, flush.bytes()), "flush L2");
+    quest_step(false, &quest_timer);
+    cuda::check(cudaMemsetAsync(flush.data(), rep & 0xff, flush.bytes()), "flush L2");
+    quest_step(true, &shared_timer);
+    if (rep < warmup) {
+      cuda::check(cudaDeviceSynchronize(), "warm-up");
+      continue;
+    }
+    dense_timer.collect();
+    bpc_timer.collect();
+    quest_timer.collect();
+    shared_timer.collect();
+  }
+  row.dense = dense_timer.median(1);
+  for (int s = 0; s < 5; ++s) {
+    row.bpc[s] = bpc_timer.median(s);
+    row.quest[s] = quest_timer.median(s);
+  }
+  row.quest_shared_total = shared_timer.median(4);
+  return row;
+}
+
+int run(int argc, char** argv) {
+  const Options options = parse(argc, argv);
+  if (!cuda::device_available()) {
+    std::printf("no CUDA device: nothing measured\n");
+    return 0;
+  }
+  const cuda::DeviceInfo info = cuda::device_info();
+  std::printf("device: %s (%d SMs, L2 %d MB); Llama-3.1-8B layer: Hq %d, Hkv %d, d %d, B 1; budget %d tokens; "
+              "median of %d reps (3 warm-up), L2 flushed before each step group\n\n",
+              info.name.c_str(), info.sm_count, info.l2_bytes >> 20, kHq, kHkv, kD, options.budget, options.reps);
+  cuda::DeviceBuffer flush(kFlushBytes, "L2 flush");
+  std::vector<Row> rows;
+  for (int context : options.contexts) rows.push_back(measure(context, options, flush));
+
+  std::printf("per-layer decode attention, ms (speed-up = dense / method total)\n");
+  std::printf("| context | dense | BPC pack | BPC score | BPC top-k | BPC attn | BPC total | BPC speed-up |"
+              " Quest bounds | Quest top-k | Quest expand | Quest attn | Quest total | Quest speed-up |"
+              " Quest shared total | shared speed-up |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows)
+    std::printf("| %d | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %.2fx | %.4f | %.4f | %.4f | %.4f | %.4f | %.2fx |"
+                " %.4f | %.2fx |\n",
+                r.context, r.dense, r.bpc[0], r.bpc[1], r.bpc[2], r.bpc[3], r.bpc[4], r.dense / r.bpc[4], r.quest[0],
+                r.quest[1], r.quest[2], r.quest[3], r.quest[4], r.dense / r.quest[4], r.quest_shared_total,
+                r.dense / r.quest_shared_total);
+  std::printf("\nonce per layer after prefill / per appended token, ms (single cold run)\n");
+  std::printf("| context | BPC hash all keys (+errors) | EAS top-k + mask | Quest page bounds | hash 1 token |"
+              " 1 page update | dense K/V GB/s |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows) {
+    const double kv_bytes = 2.0 * kHkv * double(r.context) * kD * 2;
+    std::printf("| %d | %.3f | %.3f | %.3f | %.4f | %.4f | %.0f |\n", r.context, r.hash_prefill, r.eas_prefill,
+                r.pages_prefill, r.hash_append, r.page_append, kv_bytes / (r.dense * 1e-3) / 1e9);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace kvb
+
+int main(int argc, char** argv) {
+  try {
+    return kvb::run(argc, argv);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "cuda_sparse_decode_bench: %s\n", error.what());
+    return 2;
+  }
+}
