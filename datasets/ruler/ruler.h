@@ -6,13 +6,15 @@
 //
 // Deliberate deviation, the per-sample fit: RULER then redraws each sample at that size and, while
 // the draw overflows, drops `incremental` units (500 essay words, 25 noise lines, 10 documents;
-// FWE budget // 32 words) and redraws. One such step is 5-40% of a 4K budget, so about half of
-// the samples of some tasks used only ~80% of it, and QA samples (question i, fitted on question
-// 0) spread widely. Here each sample instead takes the largest size, at one-unit granularity,
-// whose own fresh draw fits: it starts at the searched size, shrinks by the overshoot or grows
-// into the slack (divided by the measured tokens per unit), bisecting once a size has overflowed
-// (fit_sample in ruler_task.h). The content of a sample of a given size is drawn exactly as
-// RULER draws it, so only the size distribution moves, to within one unit of the budget. The
+// FWE budget // 32 words) and redraws. With SmolLM2 at 4K one such step is ~15% of the budget
+// for the NIAH haystacks and ~45% for QA, so every sample whose first draw overflowed (up to
+// three quarters of them for some tasks) used 84% (NIAH) or ~50% (QA) of the length; QA samples
+// (question i, sized on question 0) also spread by ~8% per draw. Here each sample instead takes
+// the largest size, at one-unit granularity, whose own fresh draw fits: it starts at the searched
+// size, shrinks by the overshoot or grows into the slack (divided by the measured tokens per
+// unit), bisecting once a size has overflowed, and redraws a few times while more than 5% of the
+// budget stays empty (fit_sample in ruler_task.h). The content of a sample of a given size is
+// drawn exactly as RULER draws it; the sizes move up to within about one unit of the budget. The
 // search's size is recorded as extra.fitted_units, the sample's as extra.haystack_units.
 //
 // Randomness: one kvb::PythonRandom seeded with the request seed drives every draw (as RULER's

@@ -59,9 +59,10 @@ struct FittedDraft {
 // The per-sample fit that replaces RULER's "drop `incremental` units and redraw" retry (a
 // deliberate deviation, explained in ruler.h): starting at `start_units` (the official search's
 // size), find the largest haystack size whose own fresh draw fits `budget`, stepping by the
-// overshoot or the slack divided by `tokens_per_unit`, bisecting once a size has overflowed.
-// `build(units)` must make a fresh random draw of that size. Throws CapacityError (naming
-// `what`) when not even one unit fits.
+// overshoot or the slack divided by `tokens_per_unit`, bisecting once a size has overflowed, and
+// redrawing a few times while more than 5% of the budget is left. Returns the fullest draw that
+// fitted. `build(units)` must make a fresh random draw of that size. Throws CapacityError
+// (naming `what`) when not even one unit fits.
 FittedDraft fit_sample(const std::function<Draft(int units)>& build, int start_units,
                        double tokens_per_unit, int budget, int max_units, TokenCounter& counter,
                        const std::string& what);

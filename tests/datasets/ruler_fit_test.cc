@@ -153,6 +153,15 @@ EssayQa write_essay_qa() {
   return qa;
 }
 
+// Removes the generated QA folder when the test program exits.
+struct RemoveAtExit {
+  fs::path path;
+  ~RemoveAtExit() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+};
+
 struct SmolLm2 {
   std::unique_ptr<Tokenizer> tokenizer;
   ChatFrame frame;
@@ -305,6 +314,7 @@ TEST_P(RulerSmolLm2Fit, FitsUsesNinetyPercentHoldsAnswersFollowsTemplate) {
   KVB_REQUIRE_FILE(test::fixtures_dir() / "haystack" / "pg_essays");
   KVB_REQUIRE_FILE(test::fixtures_dir() / "wordlists" / "nounlist.txt");
   static const EssayQa qa = write_essay_qa();
+  static const RemoveAtExit cleanup{qa.folder};
   const RulerDataPaths paths{test::fixtures_dir() / "haystack" / "pg_essays",
                              test::fixtures_dir() / "wordlists", qa.folder};
   const SmolLm2& model = smollm2();
