@@ -96,6 +96,8 @@ __global__ void __launch_bounds__(kHashThreads) hash_keys_kernel(BinaryHashKeysA
   }
 }
 
+constexpr int kPackBatch = 8;
+
 template <int D>
 __global__ void pack_queries_kernel(BinaryPackQueriesArgs args) {
   extern __shared__ float smem[];
@@ -105,9 +107,28 @@ __global__ void pack_queries_kernel(BinaryPackQueriesArgs args) {
   const int slot = blockIdx.x;
   const int b = slot / args.n_kv_heads, h = slot % args.n_kv_heads;
   const int group = args.n_query_heads / args.n_kv_heads;
-  const float* projection = args.projection + int64_t(slot) * kBinaryPcBits * D;
-  for (int i = threadIdx.x; i < kBinaryPcBits * D; i += blockDim.x)
-    s_projection[(i / D) * (D + 1) + i % D] = projection[i];
+  // All loads of P issued before any store: one memory round trip instead of one per element
+  // (this kernel is latency-bound; P is usually cold in L2 at a decode step).
+  const float4* projection = reinterpret_cast<const float4*>(args.projection + int64_t(slot) * kBinaryPcBits * D);
+  constexpr int kVectors = kBinaryPcBits * D / 4;
+  for (int base = 0; base < kVectors; base += kPackBatch * blockDim.x) {
+    float4 batch[kPackBatch];
+#pragma unroll
+    for (int u = 0; u < kPackBatch; ++u) {
+      const int i = base + u * blockDim.x + threadIdx.x;
+      if (i < kVectors) batch[u] = __ldg(projection + i);
+    }
+#pragma unroll
+    for (int u = 0; u < kPackBatch; ++u) {
+      const int i = base + u * blockDim.x + threadIdx.x;
+      if (i >= kVectors) continue;
+      float* row = s_projection + (4 * i / D) * (D + 1) + (4 * i) % D;
+      row[0] = batch[u].x;
+      row[1] = batch[u].y;
+      row[2] = batch[u].z;
+      row[3] = batch[u].w;
+    }
+  }
   const __nv_bfloat16* q = args.q + b * args.q_seq_stride + int64_t(h) * group * D;
   for (int i = threadIdx.x; i < group * D; i += blockDim.x) s_q[i] = __bfloat162float(q[i]);
   __syncthreads();

@@ -24,7 +24,7 @@ __global__ void update_pages_kernel(QuestPagesArgs args) {
       lo = fminf(lo, x);
       hi = fmaxf(hi, x);
     }
-    const int64_t at = slot * args.page_slot_stride + int64_t(page) * args.head_dim + t;
+    const int64_t at = slot * args.page_slot_stride + quest_bound_offset(page, t, args.max_pages);
     args.page_min[at] = __float2bfloat16(lo);  // exact: lo and hi are bf16 values
     args.page_max[at] = __float2bfloat16(hi);
   }
@@ -37,7 +37,8 @@ struct alignas(16) Bf16x8 {
   __nv_bfloat162 v[4];
 };
 
-// Thread = page; the group's queries sit in shared memory. Sums run in dimension order.
+// Thread = page; the group's queries sit in shared memory. Sums run in dimension order (the CPU's);
+// the chunk-major layout makes each 16-byte load of a warp one contiguous 512-byte read.
 template <int D>
 __global__ void __launch_bounds__(kScoreThreads) page_scores_kernel(QuestScoreArgs args) {
   extern __shared__ float s_q[];  // [group][D]
@@ -49,14 +50,15 @@ __global__ void __launch_bounds__(kScoreThreads) page_scores_kernel(QuestScoreAr
   __syncthreads();
   const int page = blockIdx.x * kScoreThreads + threadIdx.x;
   if (page >= args.n_pages) return;
-  const __nv_bfloat16* lo_row = args.page_min + slot * args.page_slot_stride + int64_t(page) * D;
-  const __nv_bfloat16* hi_row = args.page_max + slot * args.page_slot_stride + int64_t(page) * D;
+  const __nv_bfloat16* lo_row = args.page_min + slot * args.page_slot_stride + int64_t(page) * 8;
+  const __nv_bfloat16* hi_row = args.page_max + slot * args.page_slot_stride + int64_t(page) * 8;
+  const int64_t chunk_stride = int64_t(args.max_pages) * 8;
   float sum[kMaxGroup];
 #pragma unroll
   for (int a = 0; a < kMaxGroup; ++a) sum[a] = 0.f;
   for (int c = 0; c < D / 8; ++c) {
-    const Bf16x8 lo8 = *reinterpret_cast<const Bf16x8*>(lo_row + c * 8);
-    const Bf16x8 hi8 = *reinterpret_cast<const Bf16x8*>(hi_row + c * 8);
+    const Bf16x8 lo8 = *reinterpret_cast<const Bf16x8*>(lo_row + c * chunk_stride);
+    const Bf16x8 hi8 = *reinterpret_cast<const Bf16x8*>(hi_row + c * chunk_stride);
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       const float lo = e % 2 ? __high2float(lo8.v[e / 2]) : __low2float(lo8.v[e / 2]);
@@ -114,6 +116,8 @@ __global__ void expand_pages_kernel(QuestExpandArgs args) {
 void quest_update_pages(const QuestPagesArgs& args, cudaStream_t stream) {
   if (args.end <= args.begin || args.n_slots <= 0) return;
   if (args.page_size < 1) throw std::invalid_argument("quest_update_pages: page_size must be >= 1");
+  if (args.head_dim % 8 != 0 || (args.end + args.page_size - 1) / args.page_size > args.max_pages)
+    throw std::invalid_argument("quest_update_pages: head_dim must be a multiple of 8 and the pages fit max_pages");
   const int first_page = args.begin / args.page_size, last_page = (args.end - 1) / args.page_size;
   const dim3 grid(last_page - first_page + 1, args.n_slots);
   update_pages_kernel<<<grid, std::min(args.head_dim, 256), 0, stream>>>(args);
@@ -125,6 +129,7 @@ void quest_page_scores(const QuestScoreArgs& args, cudaStream_t stream) {
   const int group = args.n_query_heads / args.n_kv_heads;
   if (group < 1 || group > kMaxGroup || group * args.n_kv_heads != args.n_query_heads)
     throw std::invalid_argument("quest_page_scores: needs Hq = g * Hkv with g <= 16");
+  if (args.n_pages > args.max_pages) throw std::invalid_argument("quest_page_scores: n_pages > max_pages");
   const dim3 grid((args.n_pages + kScoreThreads - 1) / kScoreThreads, args.batch * args.n_kv_heads);
   const size_t smem = size_t(group) * args.head_dim * sizeof(float);
   if (args.head_dim == 128)

@@ -6,7 +6,8 @@
 //   quest_update_pages   elementwise min/max of the keys of every page that tokens [begin, end)
 //                        touch, recomputed from the page's first token: after prefill over [0, L),
 //                        after each decode token over [T-1, T) (equal to the incremental update);
-//                        bf16 like the keys, so the bounds are exact;
+//                        bf16 like the keys, so the bounds are exact; stored chunk-major (below) so
+//                        that threads scoring consecutive pages read consecutive 16-byte words;
 //   quest_page_scores    U(page) = sum_i max(q_i m_i, q_i M_i), summed in f32 in dimension order
 //                        (the CPU's order, so the scores are equal); per query head ("per_head",
 //                        the reference) or the max over the group ("shared");
@@ -21,6 +22,12 @@
 
 namespace kvb::cuda {
 
+// Bounds layout: slot s, page p, dimension t at  s * page_slot_stride + quest_bound_offset(p, t, max_pages)
+// with page_slot_stride >= max_pages * head_dim (max_pages: the page capacity of a slot).
+__host__ __device__ inline int64_t quest_bound_offset(int page, int dim, int max_pages) {
+  return (int64_t(dim / 8) * max_pages + page) * 8 + dim % 8;
+}
+
 struct QuestPagesArgs {
   const __nv_bfloat16* keys = nullptr;  // slot s, token j: keys + s * key_slot_stride + j * head_dim
   int64_t key_slot_stride = 0;
@@ -28,9 +35,10 @@ struct QuestPagesArgs {
   int head_dim = 0;
   int page_size = 16;
   int begin = 0, end = 0;  // the tokens added; pages touched are rebuilt from their first token
-  __nv_bfloat16* page_min = nullptr;  // slot s, page p: page_min + s * page_slot_stride + p * head_dim
+  __nv_bfloat16* page_min = nullptr;  // layout: quest_bound_offset
   __nv_bfloat16* page_max = nullptr;
   int64_t page_slot_stride = 0;
+  int max_pages = 0;
 };
 void quest_update_pages(const QuestPagesArgs& args, cudaStream_t stream);
 
@@ -41,6 +49,7 @@ struct QuestScoreArgs {
   const __nv_bfloat16* page_min = nullptr;
   const __nv_bfloat16* page_max = nullptr;
   int64_t page_slot_stride = 0;
+  int max_pages = 0;
   int n_pages = 0;
   bool shared = false;          // one list per slot (max over the group) instead of per query head
   bool keep_last_page = false;  // the last page scores +inf (Quest's kernel variant)

@@ -12,7 +12,12 @@ constexpr int kThreads = 1024;
 constexpr int kDigitBits = 11;
 constexpr int kBins = 1 << kDigitBits;
 constexpr int kBinsPerThread = kBins / kThreads;
-constexpr int kPerThread = 8;  // contiguous keys per thread in the compaction
+constexpr int kPerThread = 8;        // contiguous keys per thread in the compaction
+constexpr int kChunk = 16 * kThreads;  // keys per block in the split path
+constexpr int kMaxLevels = 3;
+
+using Scan = cub::BlockScan<int, kThreads>;
+using PairScan = cub::BlockScan<uint32_t, kThreads>;
 
 struct Keys16 {
   static constexpr int kBits = 16;
@@ -33,88 +38,102 @@ struct KeysF32 {
   }
 };
 
-template <class KeyOf>
-__global__ void __launch_bounds__(kThreads) topk_select_kernel(TopkSelectArgs args, KeyOf key) {
-  const int list = blockIdx.x;
-  key.p += list * args.key_stride;
-  const int n = args.length;
-  const int k = min(max(args.k, 0), n);
-  int32_t* out = args.indices + list * args.index_stride;
+__host__ __device__ constexpr int levels_for(int bits) { return (bits + kDigitBits - 1) / kDigitBits; }
 
-  // Radix select, most significant digit first, with digits of up to 11 bits (16-bit keys: 2
-  // passes, f32: 3): fine bins keep same-address shared atomics rare even when the scores bunch up
-  // (BinaryPC's integer scores sit in a few hundred values). After the passes `prefix` is the k-th
-  // largest key and `remaining` how many keys equal to it are taken (the lowest indices).
-  using Scan = cub::BlockScan<int, kThreads>;
-  __shared__ typename Scan::TempStorage scan_storage;
-  __shared__ int hist[kBins];
-  __shared__ uint32_t s_digit;
-  __shared__ int s_above;
+// Digits of up to 11 bits, most significant first (16-bit keys: 11 + 5; f32: 11 + 11 + 10): fine
+// bins keep same-address shared atomics rare even when scores bunch up (BinaryPC's integer scores
+// sit in a few hundred values).
+__device__ inline void digit_of_level(int bits, int level, int& shift, uint32_t& digit_mask) {
+  shift = bits;
+  int width = 0;
+  for (int l = 0; l <= level; ++l) {
+    width = min(kDigitBits, shift);
+    shift -= width;
+  }
+  digit_mask = (1u << width) - 1;
+}
+
+struct RadixState {
   uint32_t prefix = 0, mask = 0;
-  int remaining = k;
-  if (k > 0 && k < n) {
-    for (int shift = KeyOf::kBits; shift > 0;) {
-      const int width = min(kDigitBits, shift);
-      shift -= width;
-      const uint32_t digit_mask = (1u << width) - 1;
-      for (int i = threadIdx.x; i < kBins; i += kThreads) hist[i] = 0;
-      __syncthreads();
-      for (int i = threadIdx.x; i < n; i += kThreads) {
-        const uint32_t v = key(i);
-        if ((v & mask) == prefix) atomicAdd(&hist[(v >> shift) & digit_mask], 1);
-      }
-      __syncthreads();
-      // Thread t owns bins 2047-2t and 2046-2t (from the top); a block scan gives the counts above.
-      const int top_bin = kBins - 1 - kBinsPerThread * threadIdx.x;
-      int local = 0;
+  int remaining = 0;  // keys equal to the final prefix still to take
+};
+
+struct SharedScratch {
+  typename Scan::TempStorage scan;
+  typename PairScan::TempStorage pair_scan;
+  int hist[kBins];
+  uint32_t digit;
+  int above;
+  int sums[2];
+};
+
+// Whole block: the digit bin holding the remaining-th largest key of `hist` and the count above it.
+__device__ void narrow(const int* hist, int shift, uint32_t digit_mask, RadixState& state, SharedScratch& s) {
+  const int top_bin = kBins - 1 - kBinsPerThread * threadIdx.x;
+  int counts[kBinsPerThread];
+  int local = 0;
 #pragma unroll
-      for (int j = 0; j < kBinsPerThread; ++j) local += hist[top_bin - j];
-      int above;
-      Scan(scan_storage).ExclusiveSum(local, above);
-      if (above < remaining && remaining <= above + local) {
-        for (int j = 0; j < kBinsPerThread; ++j) {
-          const int count = hist[top_bin - j];
-          if (remaining <= above + count) {
-            s_digit = top_bin - j;
-            s_above = above;
-            break;
-          }
-          above += count;
-        }
+  for (int j = 0; j < kBinsPerThread; ++j) {
+    counts[j] = hist[top_bin - j];
+    local += counts[j];
+  }
+  int above;
+  Scan(s.scan).ExclusiveSum(local, above);
+  if (above < state.remaining && state.remaining <= above + local) {
+    for (int j = 0; j < kBinsPerThread; ++j) {
+      if (state.remaining <= above + counts[j]) {
+        s.digit = top_bin - j;
+        s.above = above;
+        break;
       }
-      __syncthreads();
-      prefix |= s_digit << shift;
-      mask |= digit_mask << shift;
-      remaining -= s_above;
-      __syncthreads();
+      above += counts[j];
     }
   }
-  const uint32_t threshold = k < n ? prefix : 0u;  // k == n: every key passes
-  const int need_equal = k < n ? remaining : n;
+  __syncthreads();
+  state.prefix |= s.digit << shift;
+  state.mask |= digit_mask << shift;
+  state.remaining -= s.above;
+  __syncthreads();
+}
 
-  // Ordered compaction: kept key i goes to (#greater before i) + min(#equal before i, need_equal).
-  using PairScan = cub::BlockScan<uint32_t, kThreads>;
-  __shared__ typename PairScan::TempStorage pair_storage;
-  int base_greater = 0, base_equal = 0;
-  for (int tile = 0; k > 0 && tile < n; tile += kThreads * kPerThread) {
+// Replays the narrowing from the global histograms of levels 0 .. levels-1 of one list.
+template <int kBits>
+__device__ RadixState replay(const int* hists, int levels, int k, SharedScratch& s) {
+  RadixState state;
+  state.remaining = k;
+  for (int level = 0; level < levels; ++level) {
+    int shift;
+    uint32_t digit_mask;
+    digit_of_level(kBits, level, shift, digit_mask);
+    narrow(hists + level * kBins, shift, digit_mask, state, s);
+  }
+  return state;
+}
+
+// Ordered compaction of keys [begin, end): kept key i goes to (#greater before i) +
+// min(#equal before i, need_equal); the bases count the keys before `begin`.
+template <class KeyOf>
+__device__ void compact(const KeyOf& key, int begin, int end, uint32_t threshold, int need_equal, int k,
+                        int base_greater, int base_equal, int32_t* out, SharedScratch& s) {
+  for (int tile = begin; tile < end; tile += kThreads * kPerThread) {
     if (base_greater + min(base_equal, need_equal) == k) break;  // uniform across the block
     const int first = tile + threadIdx.x * kPerThread;
     uint32_t v[kPerThread];
     uint32_t greater = 0, equal = 0;
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
-      const bool live = first + j < n;
+      const bool live = first + j < end;
       v[j] = live ? key(first + j) : 0u;
       greater += live && v[j] > threshold;
       equal += live && v[j] == threshold;
     }
     uint32_t before, total;
-    PairScan(pair_storage).ExclusiveSum((greater << 16) | equal, before, total);
+    PairScan(s.pair_scan).ExclusiveSum((greater << 16) | equal, before, total);
     int g = base_greater + static_cast<int>(before >> 16);
     int e = base_equal + static_cast<int>(before & 0xffffu);
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
-      if (first + j >= n) break;
+      if (first + j >= end) break;
       if (v[j] > threshold) {
         out[g + min(e, need_equal)] = first + j;
         ++g;
@@ -127,7 +146,10 @@ __global__ void __launch_bounds__(kThreads) topk_select_kernel(TopkSelectArgs ar
     base_equal += static_cast<int>(total & 0xffffu);
     __syncthreads();
   }
+}
 
+// The forced tail and decode_attention's offsets / counts of one list.
+__device__ void finish_list(const TopkSelectArgs& args, int list, int k, int32_t* out) {
   for (int i = threadIdx.x; i < args.tail_count; i += kThreads) out[k + i] = args.tail_begin + i;
   if (args.index_offset) {
     for (int r = threadIdx.x; r < args.heads_per_list; r += kThreads) {
@@ -137,7 +159,144 @@ __global__ void __launch_bounds__(kThreads) topk_select_kernel(TopkSelectArgs ar
   }
 }
 
+// Adds the keys of [begin, end) that match the state's prefix to `hist` (shared) on `level`'s digit.
+template <class KeyOf>
+__device__ void histogram(const KeyOf& key, int begin, int end, const RadixState& state, int level, int* hist) {
+  int shift;
+  uint32_t digit_mask;
+  digit_of_level(KeyOf::kBits, level, shift, digit_mask);
+  for (int i = begin + threadIdx.x; i < end; i += kThreads) {
+    const uint32_t v = key(i);
+    if ((v & state.mask) == state.prefix) atomicAdd(&hist[(v >> shift) & digit_mask], 1);
+  }
+}
+
+// One block per list: every pass reads the whole list (short lists, or without a workspace).
+template <class KeyOf>
+__global__ void __launch_bounds__(kThreads) topk_single_kernel(TopkSelectArgs args, KeyOf key) {
+  __shared__ SharedScratch s;
+  const int list = blockIdx.x;
+  key.p += list * args.key_stride;
+  const int n = args.length;
+  const int k = min(max(args.k, 0), n);
+  int32_t* out = args.indices + list * args.index_stride;
+  RadixState state;
+  state.remaining = k;
+  if (k > 0 && k < n) {
+    for (int level = 0; level < levels_for(KeyOf::kBits); ++level) {
+      for (int i = threadIdx.x; i < kBins; i += kThreads) s.hist[i] = 0;
+      __syncthreads();
+      histogram(key, 0, n, state, level, s.hist);
+      __syncthreads();
+      int shift;
+      uint32_t digit_mask;
+      digit_of_level(KeyOf::kBits, level, shift, digit_mask);
+      narrow(s.hist, shift, digit_mask, state, s);
+    }
+  }
+  if (k > 0) {
+    if (k < n)
+      compact(key, 0, n, state.prefix, state.remaining, k, 0, 0, out, s);
+    else
+      compact(key, 0, n, 0u, n, k, 0, 0, out, s);  // every key passes
+  }
+  finish_list(args, list, k, out);
+}
+
+// Split path: block (chunk, list). hists: [lists][kMaxLevels][kBins]; counts: [lists][chunks][2].
+template <class KeyOf>
+__global__ void __launch_bounds__(kThreads) topk_hist_kernel(TopkSelectArgs args, KeyOf key, int level, int* hists) {
+  __shared__ SharedScratch s;
+  const int list = blockIdx.y;
+  key.p += list * args.key_stride;
+  int* list_hists = hists + list * kMaxLevels * kBins;
+  const RadixState state = replay<KeyOf::kBits>(list_hists, level, args.k, s);
+  for (int i = threadIdx.x; i < kBins; i += kThreads) s.hist[i] = 0;
+  __syncthreads();
+  const int begin = blockIdx.x * kChunk;
+  histogram(key, begin, min(args.length, begin + kChunk), state, level, s.hist);
+  __syncthreads();
+  for (int i = threadIdx.x; i < kBins; i += kThreads)
+    if (s.hist[i]) atomicAdd(&list_hists[level * kBins + i], s.hist[i]);
+}
+
+template <class KeyOf>
+__global__ void __launch_bounds__(kThreads) topk_count_kernel(TopkSelectArgs args, KeyOf key, const int* hists,
+                                                              int* counts) {
+  __shared__ SharedScratch s;
+  const int list = blockIdx.y;
+  key.p += list * args.key_stride;
+  const RadixState state = replay<KeyOf::kBits>(hists + list * kMaxLevels * kBins, levels_for(KeyOf::kBits), args.k, s);
+  if (threadIdx.x < 2) s.sums[threadIdx.x] = 0;
+  __syncthreads();
+  const int begin = blockIdx.x * kChunk, end = min(args.length, begin + kChunk);
+  int greater = 0, equal = 0;
+  for (int i = begin + threadIdx.x; i < end; i += kThreads) {
+    const uint32_t v = key(i);
+    greater += v > state.prefix;
+    equal += v == state.prefix;
+  }
+  for (int off = 16; off > 0; off /= 2) {
+    greater += __shfl_xor_sync(0xffffffffu, greater, off);
+    equal += __shfl_xor_sync(0xffffffffu, equal, off);
+  }
+  if (threadIdx.x % 32 == 0) {
+    atomicAdd(&s.sums[0], greater);
+    atomicAdd(&s.sums[1], equal);
+  }
+  __syncthreads();
+  if (threadIdx.x < 2) counts[(list * gridDim.x + blockIdx.x) * 2 + threadIdx.x] = s.sums[threadIdx.x];
+}
+
+template <class KeyOf>
+__global__ void __launch_bounds__(kThreads) topk_write_kernel(TopkSelectArgs args, KeyOf key, const int* hists,
+                                                              const int* counts) {
+  __shared__ SharedScratch s;
+  const int list = blockIdx.y;
+  key.p += list * args.key_stride;
+  const RadixState state = replay<KeyOf::kBits>(hists + list * kMaxLevels * kBins, levels_for(KeyOf::kBits), args.k, s);
+  if (threadIdx.x < 2) s.sums[threadIdx.x] = 0;
+  __syncthreads();
+  for (int c = threadIdx.x; c < int(blockIdx.x); c += kThreads) {
+    atomicAdd(&s.sums[0], counts[(list * gridDim.x + c) * 2]);
+    atomicAdd(&s.sums[1], counts[(list * gridDim.x + c) * 2 + 1]);
+  }
+  __syncthreads();
+  int32_t* out = args.indices + list * args.index_stride;
+  const int begin = blockIdx.x * kChunk, end = min(args.length, begin + kChunk);
+  compact(key, begin, end, state.prefix, state.remaining, args.k, s.sums[0], s.sums[1], out, s);
+  if (blockIdx.x == 0) finish_list(args, list, args.k, out);
+}
+
+int chunks_for(int length) { return (length + kChunk - 1) / kChunk; }
+
+template <class KeyOf>
+void launch(const TopkSelectArgs& args, KeyOf key, cudaStream_t stream) {
+  const int k = std::min(std::max(args.k, 0), args.length);
+  const int chunks = chunks_for(args.length);
+  if (!args.workspace || chunks < 3 || k == 0 || k == args.length) {
+    topk_single_kernel<<<args.n_lists, kThreads, 0, stream>>>(args, key);
+    check(cudaGetLastError(), "topk_single_kernel launch");
+    return;
+  }
+  TopkSelectArgs a = args;
+  a.k = k;
+  int* hists = static_cast<int*>(args.workspace);
+  int* counts = hists + size_t(args.n_lists) * kMaxLevels * kBins;
+  check(cudaMemsetAsync(hists, 0, size_t(args.n_lists) * kMaxLevels * kBins * sizeof(int), stream), "topk memset");
+  const dim3 grid(chunks, args.n_lists);
+  for (int level = 0; level < levels_for(KeyOf::kBits); ++level)
+    topk_hist_kernel<<<grid, kThreads, 0, stream>>>(a, key, level, hists);
+  topk_count_kernel<<<grid, kThreads, 0, stream>>>(a, key, hists, counts);
+  topk_write_kernel<<<grid, kThreads, 0, stream>>>(a, key, hists, counts);
+  check(cudaGetLastError(), "topk split kernels launch");
+}
+
 }  // namespace
+
+size_t topk_select_workspace_bytes(int n_lists, int length) {
+  return (size_t(n_lists) * kMaxLevels * kBins + size_t(n_lists) * chunks_for(length) * 2) * sizeof(int);
+}
 
 void topk_select(const TopkSelectArgs& args, cudaStream_t stream) {
   if (args.n_lists <= 0) return;
@@ -146,10 +305,9 @@ void topk_select(const TopkSelectArgs& args, cudaStream_t stream) {
   if (args.index_offset && !args.index_count)
     throw std::invalid_argument("topk_select: index_offset needs index_count");
   if (args.keys16)
-    topk_select_kernel<<<args.n_lists, kThreads, 0, stream>>>(args, Keys16{args.keys16});
+    launch(args, Keys16{args.keys16}, stream);
   else
-    topk_select_kernel<<<args.n_lists, kThreads, 0, stream>>>(args, KeysF32{args.scores});
-  check(cudaGetLastError(), "topk_select_kernel launch");
+    launch(args, KeysF32{args.scores}, stream);
 }
 
 }  // namespace kvb::cuda

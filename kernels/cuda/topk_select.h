@@ -3,14 +3,18 @@
 // largest, ties to the lower index, indices in increasing order). Used by the decode selectors'
 // GPU paths (BinaryPC tokens, Quest pages, the EAS set). Test: tests/cuda/binarypc_kernels_test.cc.
 //
-// One block per list runs a radix select with 11-bit digits over order-preserving keys (2 passes
-// for 16-bit keys, 3 for f32 scores) to find the k-th largest key and how many of its ties to take,
-// then an ordered compaction (block scans) writes the chosen indices in increasing order. Every
-// pass is a streaming read of the list, so the cost is a few reads of the scores.
+// A radix select with 11-bit digits over order-preserving keys (2 passes for 16-bit keys, 3 for
+// f32 scores) finds the k-th largest key and how many of its ties to take, then an ordered
+// compaction (block scans) writes the chosen indices in increasing order. Short lists (or no
+// workspace): one block per list reads it once per pass. Long lists with a workspace: blocks of
+// 16K keys per list build each digit's histogram together (global atomics), count their chunk's
+// keys above / at the threshold, then write their part at the offset the earlier chunks' counts
+// give: the same result, with the whole GPU streaming the scores.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace kvb::cuda {
@@ -34,7 +38,11 @@ struct TopkSelectArgs {
   int heads_per_list = 1;
   int64_t* index_offset = nullptr;
   int32_t* index_count = nullptr;
+  // Optional scratch of topk_select_workspace_bytes(n_lists, length) bytes: lets long lists be
+  // split over many blocks (the result is the same with or without it).
+  void* workspace = nullptr;
 };
+size_t topk_select_workspace_bytes(int n_lists, int length);
 void topk_select(const TopkSelectArgs& args, cudaStream_t stream);
 
 }  // namespace kvb::cuda

@@ -118,6 +118,7 @@ struct Layer {
         page_scores(size_t(kHq) * pages() * 4),
         page_ids(size_t(kHq) * pages() * 4),
         quest_indices(size_t(kHq) * pages() * kPage * 4),
+        topk_workspace(cuda::topk_select_workspace_bytes(kHq, length)),
         dense_workspace(cuda::decode_attention_workspace_floats(1, kHq, kD, length) * 4),
         sparse_workspace(cuda::decode_attention_workspace_floats(1, kHq, kD, std::max(budget, 3 * kPage) + kPage) * 4) {
     cuda::fill_random_bf16(k.as<bf16>(), size_t(kHkv) * length * kD, 1, 1.f, nullptr);
@@ -160,7 +161,7 @@ struct Layer {
   int length;
   cuda::DeviceBuffer k, v, q, out, kv_offset, kv_length, projection, codes, errors, mask, planes, score_keys,
       bpc_indices, index_offset, index_count, page_min, page_max, page_scores, page_ids, quest_indices,
-      dense_workspace, sparse_workspace;
+      topk_workspace, dense_workspace, sparse_workspace;
 };
 
 struct Row {
@@ -211,6 +212,7 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
     top.k = err_k;
     top.indices = eas.as<int32_t>();
     top.index_stride = err_k;
+    top.workspace = layer.topk_workspace.data();
     cuda::topk_select(top, nullptr);
     cuda::check(cudaMemsetAsync(layer.mask.data(), 0, layer.mask.bytes()), "memset");
     cuda::binary_mark_tokens(eas.as<int32_t>(), err_k, kHkv, err_k, layer.mask.as<uint32_t>(), layer.words(), nullptr);
@@ -226,6 +228,7 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
   pages.page_min = layer.page_min.as<bf16>();
   pages.page_max = layer.page_max.as<bf16>();
   pages.page_slot_stride = int64_t(layer.pages()) * kD;
+  pages.max_pages = layer.pages();
   row.pages_prefill = time_once([&] { cuda::quest_update_pages(pages, nullptr); });
   // One appended token (its code and its page), as each decode step does per layer.
   hash.reconstruction_error = nullptr;
@@ -266,6 +269,7 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
   select.heads_per_list = kGroup;
   select.index_offset = layer.index_offset.as<int64_t>();
   select.index_count = layer.index_count.as<int32_t>();
+  select.workspace = layer.topk_workspace.data();
   cuda::DecodeAttentionArgs bpc_attention = layer.attention_args();
   bpc_attention.indices = layer.bpc_indices.as<int32_t>();
   bpc_attention.index_offset = layer.index_offset.as<int64_t>();
@@ -286,6 +290,7 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
     scores.page_min = layer.page_min.as<bf16>();
     scores.page_max = layer.page_max.as<bf16>();
     scores.page_slot_stride = int64_t(layer.pages()) * kD;
+    scores.max_pages = layer.pages();
     scores.n_pages = layer.pages();
     scores.shared = shared;
     scores.scores = layer.page_scores.as<float>();
@@ -298,6 +303,7 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
     top.k = page_budget;
     top.indices = layer.page_ids.as<int32_t>();
     top.index_stride = page_budget;
+    top.workspace = layer.topk_workspace.data();
     cuda::QuestExpandArgs expand;
     expand.pages = layer.page_ids.as<int32_t>();
     expand.page_stride = page_budget;

@@ -252,7 +252,7 @@ TEST(BinaryScoreKeys, ScoresEqualCpuAndForcedTokensMarked) {
 TEST(TopkSelect, MatchesCpuTopKWithLowerIndexTieBreak) {
   KVB_REQUIRE_GPU();
   std::mt19937 rng(4);
-  for (const int length : {1, 7, 1000, 8192, 70001}) {
+  for (const int length : {1, 7, 1000, 8192, 70001, 300000}) {
     for (const int k : {1, length / 3, length - 1, length}) {
       if (k < 1) continue;
       const int lists = 3, tail = 2;
@@ -263,7 +263,8 @@ TEST(TopkSelect, MatchesCpuTopKWithLowerIndexTieBreak) {
         // Many ties, and both zeros (x * -1 gives -0 for x = 0; -0 and +0 tie as on the CPU).
         scores[n] = float(int(rng() % 41) - 20) * 0.25f * (n % 7 == 0 ? -1.0f : 1.0f);
       }
-      for (const bool use_float : {false, true}) {
+      for (const int variant : {0, 1, 2, 3}) {
+        const bool use_float = variant & 1, split = variant & 2;  // split: with a workspace
         auto d_keys = test::to_device(keys);
         auto d_scores = test::to_device(scores);
         const int64_t stride = k + tail;
@@ -285,6 +286,8 @@ TEST(TopkSelect, MatchesCpuTopKWithLowerIndexTieBreak) {
         args.heads_per_list = 2;
         args.index_offset = d_offset.as<int64_t>();
         args.index_count = d_count.as<int32_t>();
+        cuda::DeviceBuffer workspace(cuda::topk_select_workspace_bytes(lists, length));
+        if (split) args.workspace = workspace.data();
         cuda::topk_select(args, nullptr);
         cuda::check(cudaDeviceSynchronize(), "sync");
         std::vector<int32_t> got(size_t(lists) * stride);
@@ -301,7 +304,8 @@ TEST(TopkSelect, MatchesCpuTopKWithLowerIndexTieBreak) {
           want.push_back(length);
           want.push_back(length + 1);
           const std::vector<int32_t> list(got.begin() + l * stride, got.begin() + (l + 1) * stride);
-          EXPECT_EQ(list, want) << "length " << length << " k " << k << " list " << l << " float " << use_float;
+          EXPECT_EQ(list, want) << "length " << length << " k " << k << " list " << l << " float " << use_float
+                              << " split " << split;
           for (int r = 0; r < 2; ++r) {
             EXPECT_EQ(offsets[l * 2 + r], l * stride);
             EXPECT_EQ(counts[l * 2 + r], k + tail);

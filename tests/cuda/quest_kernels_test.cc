@@ -38,6 +38,16 @@ struct DevicePages {
     args.page_min = minimum.as<__nv_bfloat16>();
     args.page_max = maximum.as<__nv_bfloat16>();
     args.page_slot_stride = int64_t(max_pages) * d;
+    args.max_pages = max_pages;
+  }
+  // Slot s's bounds as [n_pages, d] rows (undoing the chunk-major layout).
+  std::vector<float> rows(const cuda::DeviceBuffer& bounds, int slot, int n_pages, int d) const {
+    const std::vector<float> all = test::from_device_bf16(bounds, bounds.bytes() / 2);
+    std::vector<float> out(size_t(n_pages) * d);
+    for (int p = 0; p < n_pages; ++p)
+      for (int t = 0; t < d; ++t)
+        out[size_t(p) * d + t] = all[slot * args.page_slot_stride + cuda::quest_bound_offset(p, t, max_pages)];
+    return out;
   }
   void add(int begin, int end) {
     args.begin = begin;
@@ -64,6 +74,7 @@ std::vector<float> page_scores(const DevicePages& pages, const std::vector<float
   args.page_min = pages.minimum.as<__nv_bfloat16>();
   args.page_max = pages.maximum.as<__nv_bfloat16>();
   args.page_slot_stride = pages.args.page_slot_stride;
+  args.max_pages = pages.max_pages;
   args.n_pages = n_pages;
   args.shared = shared;
   args.keep_last_page = keep_last_page;
@@ -86,8 +97,6 @@ TEST(QuestPages, BoundsKeptCurrentTokenByTokenAndScoresEqualCpu) {
     pages.add(0, prompt);
     for (int j = prompt; j < length; ++j) pages.add(j, j + 1);
     const int n_pages = (length + kPage - 1) / kPage;
-    const std::vector<float> got_min = test::from_device_bf16(pages.minimum, size_t(hkv) * pages.max_pages * d);
-    const std::vector<float> got_max = test::from_device_bf16(pages.maximum, size_t(hkv) * pages.max_pages * d);
     const std::vector<float> q = random_bf16_values(size_t(hq) * d, 42, 2.0f);
     const std::vector<float> per_head = page_scores(pages, q, hq, hkv, d, n_pages, false, false);
     const std::vector<float> shared = page_scores(pages, q, hq, hkv, d, n_pages, true, true);
@@ -97,12 +106,8 @@ TEST(QuestPages, BoundsKeptCurrentTokenByTokenAndScoresEqualCpu) {
       bounds.head_dim = d;
       for (int j = 0; j < length; ++j) bounds.add(keys.data() + (int64_t(h) * length + j) * d, j);
       ASSERT_EQ(bounds.n_pages(), n_pages);
-      const std::vector<float> head_min(got_min.begin() + int64_t(h) * pages.max_pages * d,
-                                        got_min.begin() + (int64_t(h) * pages.max_pages + n_pages) * d);
-      const std::vector<float> head_max(got_max.begin() + int64_t(h) * pages.max_pages * d,
-                                        got_max.begin() + (int64_t(h) * pages.max_pages + n_pages) * d);
-      EXPECT_EQ(head_min, bounds.minimum) << "d " << d << " head " << h;
-      EXPECT_EQ(head_max, bounds.maximum) << "d " << d << " head " << h;
+      EXPECT_EQ(pages.rows(pages.minimum, h, n_pages, d), bounds.minimum) << "d " << d << " head " << h;
+      EXPECT_EQ(pages.rows(pages.maximum, h, n_pages, d), bounds.maximum) << "d " << d << " head " << h;
       std::vector<float> group_max(n_pages, -std::numeric_limits<float>::infinity());
       for (int g = 0; g < group; ++g) {
         const int a = h * group + g;
@@ -177,6 +182,7 @@ TEST_P(QuestSelectionTest, IndexListsAndAttentionMatchCpuSelector) {
   score.page_min = pages.minimum.as<__nv_bfloat16>();
   score.page_max = pages.maximum.as<__nv_bfloat16>();
   score.page_slot_stride = pages.args.page_slot_stride;
+  score.max_pages = pages.max_pages;
   score.n_pages = n_pages;
   score.shared = c.shared;
   score.keep_last_page = c.keep_last_page;
