@@ -24,6 +24,7 @@
 #include "engine/model.h"
 #include "harness/args.h"
 #include "harness/cli.h"
+#include "kernels/cpu/matmul.h"
 #include "policies/binarypc_projection.h"
 
 namespace kvb::cli {
@@ -96,6 +97,9 @@ int calibrate(const std::vector<std::string>& argv) {
 
   BinaryProjectionSet projection(config.n_layers, config.n_kv_heads, d);
   projection.calibration_tokens = static_cast<uint64_t>(tokens);
+  // One task per head with OpenBLAS single-threaded inside (threaded gemv hand-offs inside TBB
+  // tasks oversubscribe the cores; the fitted rows are bit-identical either way).
+  const kernels::SingleThreadedBlas single_threaded_blas;
   tbb::parallel_for(0, n_heads, [&](int i) {
     BinaryProjectionFit head_fit = fit;
     head_fit.seed = fit.seed * 1000003u + static_cast<uint64_t>(i);

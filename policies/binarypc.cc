@@ -13,11 +13,14 @@
 // Dense layers {0, 1} (fix_layers of the shipped configs).
 // Precision: the official PyTorch path runs in bf16; this one in f32 (ties are rarer here).
 // Source: yudaohai666/BPC bpc/bpc/bpc_pytorch.py, bpc/bpc/bpc.py, calibrate_projection.py.
+#include <tbb/parallel_for.h>
+
 #include <algorithm>
 #include <limits>
 
 #include "engine/errors.h"
 #include "kernels/cpu/binary_hash.h"
+#include "kernels/cpu/matmul.h"
 #include "policies/decode_selector_common.h"
 #include "policies/decode_selectors.h"
 #include "policies/methods.h"
@@ -85,10 +88,19 @@ class BinaryPcSelector : public DescribedDecodeSelector {
                        " (calibrate it with this model)");
     budget_tokens_ = budget_tokens;
     heads_.assign(store.n_layers(), std::vector<HashedKvHead>(store.n_kv_heads()));
+    std::vector<std::pair<int, int>> hashed;  // (layer, KV head)
     for (int layer = 0; layer < store.n_layers(); ++layer) {
       if (is_dense_layer(dense_layers_, layer)) continue;
-      for (int h = 0; h < store.n_kv_heads(); ++h) heads_[layer][h] = hash_head(store, layer, h);
+      for (int h = 0; h < store.n_kv_heads(); ++h) hashed.emplace_back(layer, h);
     }
+    // Heads are independent: one task each, with OpenBLAS single-threaded inside. A threaded
+    // gemv over an L x d residual hands each of the 64 x 9 products per head to a second thread,
+    // and on busy cores that hand-off, not the arithmetic, was most of BinaryPC's prefill time.
+    const kernels::SingleThreadedBlas single_threaded_blas;
+    tbb::parallel_for(size_t{0}, hashed.size(), [&](size_t i) {
+      const auto [layer, h] = hashed[i];
+      heads_[layer][h] = hash_head(store, layer, h);
+    });
   }
 
   void on_append(const KvStore&, int) override {}  // decode tokens are never hashed
