@@ -3,6 +3,7 @@
 // kvbench compare --candidate FILE.db --write-baseline FILE.json
 // Exit code 0 when nothing regressed, 1 on a regression (the diff table says which).
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
@@ -20,10 +21,24 @@ int compare(const std::vector<std::string>& argv) {
   const std::string candidate_path = args.get("candidate");
   if (auto out = args.maybe("write-baseline")) {
     const nlohmann::json summary = load_summary(candidate_path);
-    std::ofstream file(*out);
-    if (!file) throw InputError("cannot write " + *out + " (check that its folder exists)");
-    file << summary.dump(2) << "\n";
-    if (!file) throw InputError("writing " + *out + " failed");
+    // Written beside the target and renamed over it, so a failed write keeps the old baseline.
+    const std::string partial = *out + ".partial";
+    {
+      std::ofstream file(partial);
+      if (!file) throw InputError("cannot write " + *out + " (check that its folder exists)");
+      file << summary.dump(2) << "\n";
+      file.close();
+      if (!file) {
+        std::filesystem::remove(partial);
+        throw InputError("writing " + *out + " failed (" + *out + " was left as it was)");
+      }
+    }
+    std::error_code ec;
+    std::filesystem::rename(partial, *out, ec);
+    if (ec) {
+      std::filesystem::remove(partial);
+      throw InputError("cannot replace " + *out + ": " + ec.message());
+    }
     std::printf("wrote %s (%zu accuracy and %zu latency entries)\n", out->c_str(),
                 summary["accuracy"].size(), summary["latency"].size());
     return 0;
