@@ -5,6 +5,9 @@
 #include <set>
 #include <sstream>
 
+#include "datasets/infinitebench/prompts.h"
+#include "datasets/infinitebench/scorers.h"
+#include "datasets/longbench/longbench.h"
 #include "engine/cache_policy.h"
 #include "engine/errors.h"
 
@@ -108,18 +111,67 @@ ModelSpec parse_model(const nlohmann::json& value, const std::string& path, cons
   return model;
 }
 
+// LongBench dataset and InfiniteBench task names are checked here, so a typo fails before a run.
+void check_task_name(const BenchmarkSpec& spec, const std::string& task, const std::string& at,
+                     const KeyError& err) {
+  if (spec.benchmark == "longbench") {
+    try {
+      longbench_dataset(task);
+    } catch (const InputError& e) {
+      err.fail(at, e.what());
+    }
+  } else if (spec.benchmark == "infinitebench" && !is_infinitebench_task(task)) {
+    std::string known;
+    for (const auto& t : infinitebench_tasks()) known += (known.empty() ? "" : ", ") + t;
+    err.fail(at, "unknown InfiniteBench task '" + task + "' (known: " + known + ")");
+  }
+}
+
+// The keys only the file-backed benchmarks take.
+void parse_data_keys(const nlohmann::json& value, const std::string& path, const KeyError& err,
+                     const std::filesystem::path& config_path, BenchmarkSpec& spec) {
+  const bool loads = spec.benchmark == "longbench" || spec.benchmark == "infinitebench";
+  const bool infinite = spec.benchmark == "infinitebench";
+  if (value.contains("data_dir") && !loads)
+    err.fail(path + ".data_dir", "applies to longbench and infinitebench only (the sweep-wide "
+                                 "\"data_dir\" holds essays and word lists)");
+  for (const char* key : {"family", "generate"})
+    if (value.contains(key) && !infinite)
+      err.fail(path + "." + key, "applies to the infinitebench benchmark only");
+  if (!loads) return;
+  const std::string folder = value.contains("data_dir")
+                                 ? get_string(value["data_dir"], path + ".data_dir", err)
+                                 : "data/" + spec.benchmark;
+  spec.data_dir = resolve_config_path(folder, config_path);
+  if (value.contains("family")) {
+    spec.family = get_string(value["family"], path + ".family", err);
+    try {
+      infinitebench_family(spec.family);
+    } catch (const InputError& e) {
+      err.fail(path + ".family", e.what());
+    }
+  }
+  if (value.contains("generate")) {
+    if (!value["generate"].is_boolean())
+      err.fail(path + ".generate", "must be true or false, got " + value["generate"].dump());
+    spec.generate = value["generate"].get<bool>();
+  }
+}
+
 BenchmarkSpec parse_benchmark(const nlohmann::json& value, const std::string& path,
-                              const KeyError& err) {
+                              const KeyError& err, const std::filesystem::path& config_path) {
   if (!value.is_object()) err.fail(path, "must be an object with \"benchmark\", \"lengths\", ...");
   allow_only_keys(value, {"benchmark", "tasks", "lengths", "depths", "samples", "seed",
-                          "max_new_tokens"},
+                          "max_new_tokens", "data_dir", "family", "generate"},
                   path + ".", err);
   BenchmarkSpec spec;
+  spec.key = path;
   spec.benchmark = get_string(require(value, "benchmark", path + ".", err), path + ".benchmark", err);
   if (!kBenchmarks.count(spec.benchmark))
     err.fail(path + ".benchmark", "'" + spec.benchmark +
                                       "' is not one of ruler, niah, longbench, infinitebench");
   const bool is_niah = spec.benchmark == "niah";
+  parse_data_keys(value, path, err, config_path, spec);
   if (value.contains("tasks")) {
     const auto& tasks = get_array(value["tasks"], path + ".tasks", err);
     for (size_t i = 0; i < tasks.size(); ++i) {
@@ -127,10 +179,13 @@ BenchmarkSpec parse_benchmark(const nlohmann::json& value, const std::string& pa
           get_string(tasks[i], path + ".tasks[" + std::to_string(i) + "]", err);
       if (std::find(spec.tasks.begin(), spec.tasks.end(), task) != spec.tasks.end())
         err.fail(path + ".tasks[" + std::to_string(i) + "]", "repeats task " + task);
+      check_task_name(spec, task, path + ".tasks[" + std::to_string(i) + "]", err);
       spec.tasks.push_back(task);
     }
   } else if (is_niah) {
     spec.tasks = {"niah"};
+  } else if (spec.benchmark == "longbench") {
+    spec.tasks = longbench_kv_paper_datasets();
   } else {
     err.fail(path + ".tasks", "is required for " + spec.benchmark);
   }
@@ -162,8 +217,10 @@ BenchmarkSpec parse_benchmark(const nlohmann::json& value, const std::string& pa
   } else if (is_niah) {
     spec.depths = {0, 25, 50, 75, 100};
   }
-  if (value.contains("samples"))
+  if (value.contains("samples")) {
     spec.samples = get_positive_int(value["samples"], path + ".samples", err);
+    spec.samples_given = true;
+  }
   if (value.contains("seed")) {
     if (!value["seed"].is_number_unsigned())
       err.fail(path + ".seed", "must be an integer >= 0, got " + value["seed"].dump());
@@ -256,8 +313,8 @@ SweepConfig parse_sweep_config(const nlohmann::json& json,
 
   const auto& benchmarks = get_array(require(json, "benchmarks", "", err), "benchmarks", err);
   for (size_t i = 0; i < benchmarks.size(); ++i)
-    config.benchmarks.push_back(
-        parse_benchmark(benchmarks[i], "benchmarks[" + std::to_string(i) + "]", err));
+    config.benchmarks.push_back(parse_benchmark(
+        benchmarks[i], "benchmarks[" + std::to_string(i) + "]", err, config_path));
 
   std::vector<std::string> budgets;
   if (json.contains("budgets")) budgets = parse_budgets(json["budgets"], "budgets", err);

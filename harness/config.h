@@ -7,7 +7,10 @@
 //     "models": [{"name": "smollm2-135m", "path": "models/SmolLM2-135M-Instruct.Q4_1.gguf"}],
 //     "benchmarks": [{"benchmark": "ruler", "tasks": ["niah_single_1"], "lengths": [1024],
 //                     "samples": 4, "seed": 42},
-//                    {"benchmark": "niah", "lengths": [1024, 2048], "depths": [0, 50, 100]}],
+//                    {"benchmark": "niah", "lengths": [1024, 2048], "depths": [0, 50, 100]},
+//                    {"benchmark": "longbench", "data_dir": "data/longbench", "samples": 20},
+//                    {"benchmark": "infinitebench", "tasks": ["passkey", "longbook_choice_eng"],
+//                     "lengths": [4096], "data_dir": "data/infinitebench"}],
 //     "policies": [{"name": "full"}, {"name": "snapkv", "params": {"window": 32}}],
 //     "budgets": ["25%", "128"],
 //     "prompt_mode": "query-aware",          // query-aware | question-agnostic | both
@@ -35,14 +38,31 @@ struct ModelSpec {
   std::string path;  // resolved (see SweepConfig::resolve_path)
 };
 
+// Benchmarks whose samples are read from data files (LongBench; InfiniteBench's loaded tasks):
+//   tasks     LongBench datasets; when omitted the KV papers' 16 English and code datasets
+//   lengths   LongBench: the prompt limit in tokens for pred.py's middle truncation; 0 (the
+//             default) = the model's context minus the dataset's max new tokens and the chat
+//             template. InfiniteBench: prompt + answer budget, as for the generated tasks (a
+//             loaded prompt is middle-truncated to length - the task's max new tokens).
+//   samples   the first N records of each file; when omitted, every record (generated tasks: 1)
+//   data_dir  the folder of the official "{task}.jsonl" files; default data/longbench or
+//             data/infinitebench (found like model paths)
+//   family    InfiniteBench prompt templates: "yarn-mistral" (open models, default) or "gpt4"
+//   generate  InfiniteBench: false loads passkey, number_string, kv_retrieval and math_find from
+//             data_dir too, instead of generating them at each length (default true)
 struct BenchmarkSpec {
   std::string benchmark;            // ruler | niah | longbench | infinitebench
   std::vector<std::string> tasks;   // niah: {"niah"} when omitted
-  std::vector<int> lengths;         // context lengths in tokens (longbench: 0 = dataset's own)
+  std::vector<int> lengths;         // context lengths in tokens (longbench: 0 = model's limit)
   std::vector<double> depths;       // niah only: needle depths in percent
   int samples = 1;                  // per (task, length), and per depth for niah
+  bool samples_given = false;       // false: loaded tasks take every record of their file
   uint64_t seed = 42;
   std::optional<int> max_new_tokens;  // overrides the sweep-wide cap for this benchmark
+  std::string data_dir;             // longbench / infinitebench data files (resolved)
+  std::string family = "yarn-mistral";  // infinitebench prompt family
+  bool generate = true;             // infinitebench: generate the synthetic tasks
+  std::string key;                  // "benchmarks[i]": where it came from, for messages
 };
 
 struct PolicySpec {

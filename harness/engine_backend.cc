@@ -4,13 +4,12 @@
 #include <sstream>
 
 #include "datasets/generation.h"
-#include "datasets/niah/niah.h"
-#include "datasets/ruler/ruler.h"
 #include "datasets/scoring.h"
 #include "engine/chat_template.h"
 #include "engine/cpu/forward.h"
 #include "engine/errors.h"
 #include "engine/gguf.h"
+#include "harness/benchmark_data.h"
 #include "policies/registry.h"
 
 namespace kvb {
@@ -107,34 +106,18 @@ const LoadedModel& EngineBackend::model(const std::string& path) {
 void EngineBackend::begin_group(const SampleGroup& group) {
   model(group.model_path);
   current_ = models_.at(group.model_path).get();
-  const Tokenizer& tokenizer = *current_->loaded.tokenizer;
   const BenchmarkSpec& spec = group.benchmark;
-  const std::filesystem::path data_dir = data_dir_;
   if (log_)
-    std::fprintf(log_, "[kvbench run] generating %s/%s at %d tokens\n", spec.benchmark.c_str(),
-                 group.task.c_str(), group.length);
-  if (spec.benchmark == "ruler") {
-    GenerationRequest request;
-    request.task = group.task;
-    request.length = group.length;
-    request.num_samples = spec.samples;
-    request.seed = spec.seed;
-    request.data_dir = data_dir;
-    samples_ = generate_ruler(request, tokenizer, current_->frame,
-                              ruler_data_paths(project_root_, data_dir));
-  } else if (spec.benchmark == "niah") {
-    NiahRequest request;
-    request.context_lengths = {group.length};
-    request.depths = spec.depths;
-    request.essays_dir = ruler_data_paths(project_root_, data_dir).essays_dir;
-    samples_ = generate_niah(request, tokenizer);
-  } else {
-    throw InputError("benchmark '" + spec.benchmark +
-                     "' cannot run in a sweep yet (ruler and niah can); use kvbench gen-data and "
-                     "kvbench score for it");
-  }
-  if (samples_.empty())
-    throw InputError("no samples were generated for " + spec.benchmark + "/" + group.task);
+    std::fprintf(log_, "[kvbench run] %s %s/%s at %d tokens\n",
+                 loads_from_files(spec, group.task) ? "loading" : "generating",
+                 spec.benchmark.c_str(), group.task.c_str(), group.length);
+  GroupSampleInputs inputs;
+  inputs.tokenizer = current_->loaded.tokenizer.get();
+  inputs.frame = current_->frame;
+  inputs.project_root = project_root_;
+  inputs.data_dir = data_dir_;
+  inputs.model_context = current_->engine->config().max_context;
+  samples_ = samples_for_group(group, inputs);
 }
 
 bool EngineBackend::replays_prefill(const Cell& cell) const {

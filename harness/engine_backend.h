@@ -1,5 +1,6 @@
-// The real SweepBackend: loads each model once, generates each group's samples with the datasets
-// layer (RULER, NIAH, InfiniteBench generators), builds the prompt for the cell's prompt mode,
+// The real SweepBackend: loads each model once, generates or loads each group's samples with the
+// datasets layer (harness/benchmark_data.h: RULER, NIAH, LongBench v1, InfiniteBench), builds the
+// prompt for the cell's prompt mode (chat template unless the dataset skips it),
 // runs the engine under the policy's CachePlan and scores the answer with the benchmark's metric.
 #pragma once
 

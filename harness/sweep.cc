@@ -1,8 +1,10 @@
 #include "harness/sweep.h"
 
 #include <cstdlib>
+#include <map>
 
 #include "engine/errors.h"
+#include "harness/benchmark_data.h"
 
 namespace kvb {
 
@@ -73,6 +75,16 @@ int64_t SweepPlan::total_rows() const {
 
 std::vector<SampleGroup> expand_groups(const SweepConfig& config) {
   std::vector<SampleGroup> groups;
+  // Loaded tasks have as many samples as their file has records (capped by "samples").
+  std::map<std::pair<std::string, std::string>, int> records;  // (data_dir, task) -> count
+  auto samples_of = [&](const BenchmarkSpec& bench, const std::string& task) {
+    if (!loads_from_files(bench, task)) return bench.samples;
+    auto it = records.find({bench.data_dir, task});
+    if (it == records.end())
+      it = records.emplace(std::make_pair(bench.data_dir, task), count_data_records(bench, task))
+               .first;
+    return bench.samples_given ? std::min(bench.samples, it->second) : it->second;
+  };
   for (const auto& model : config.models) {
     for (const auto& bench : config.benchmarks) {
       for (const auto& task : bench.tasks) {
@@ -83,8 +95,8 @@ std::vector<SampleGroup> expand_groups(const SweepConfig& config) {
           group.benchmark = bench;
           group.task = task;
           group.length = length;
-          group.sample_count =
-              bench.samples * (bench.depths.empty() ? 1 : static_cast<int>(bench.depths.size()));
+          group.sample_count = samples_of(bench, task) *
+                               (bench.depths.empty() ? 1 : static_cast<int>(bench.depths.size()));
           const int max_new = bench.max_new_tokens.value_or(config.max_new_tokens.value_or(0));
           for (const PromptMode mode : config.prompt_modes) {
             for (const auto& policy : config.policies) {

@@ -44,7 +44,7 @@ struct SampleGroup {
   BenchmarkSpec benchmark;  // the spec this group came from
   std::string task;
   int length = 0;
-  int sample_count = 0;     // niah: depths x samples
+  int sample_count = 0;     // niah: depths x samples; loaded tasks: records (capped by samples)
   std::vector<Cell> cells;  // every cell of the group, in config order
 };
 
@@ -68,6 +68,8 @@ struct SweepPlan {
   int64_t total_rows() const;   // sum over units of the group's cell count
 };
 
+// Groups of loaded benchmarks (LongBench, InfiniteBench's loaded tasks) count the records of their
+// data files here: a missing folder or file is an InputError naming the config key.
 std::vector<SampleGroup> expand_groups(const SweepConfig& config);
 // All units of all groups (sample-major inside a group), keeping those the shard owns.
 SweepPlan plan_sweep(const SweepConfig& config, const Shard& shard);

@@ -132,14 +132,15 @@ std::vector<TextTable> per_task_tables(const std::vector<StoredRow>& rows,
 }
 
 std::vector<TextTable> longbench_tables(const std::vector<StoredRow>& rows) {
-  using GroupKey = std::pair<std::string, std::string>;  // model, mode
+  // model, mode, prompt limit (0: the model's own; other limits get their own table)
+  using GroupKey = std::tuple<std::string, std::string, int>;
   OrderedKeys<GroupKey> groups;
   std::map<GroupKey, OrderedKeys<PolicyRow>> policy_rows;
   std::map<GroupKey, std::set<std::string>> datasets;
   std::map<std::tuple<GroupKey, PolicyRow, std::string>, std::vector<double>> scores;
   for (const auto& row : rows) {
     if (row.cell.benchmark != "longbench") continue;
-    const GroupKey g{row.cell.model, mode_text(row.cell.prompt_mode)};
+    const GroupKey g{row.cell.model, mode_text(row.cell.prompt_mode), row.cell.length};
     const PolicyRow p{row.cell.policy_label(), row.cell.budget};
     groups.add(g);
     policy_rows[g].add(p);
@@ -149,7 +150,9 @@ std::vector<TextTable> longbench_tables(const std::vector<StoredRow>& rows) {
   std::vector<TextTable> tables;
   for (const auto& g : groups.items()) {
     TextTable table;
-    table.title = "LongBench, " + g.first + ", " + g.second;
+    const auto& [model, mode, limit] = g;
+    table.title = "LongBench, " + model + ", " + mode +
+                  (limit > 0 ? ", prompts truncated to " + std::to_string(limit) + " tokens" : "");
     const auto order = ordered_tasks(
         "longbench", std::vector<std::string>(datasets[g].begin(), datasets[g].end()));
     std::vector<std::string> categories;

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <fstream>
+#include <map>
 
 #include "harness/store.h"
 #include "tests/harness/fake_backend.h"
@@ -123,6 +124,28 @@ TEST_F(CliTest, ReportIntoUnwritableFolderFailsClearly) {
   const Outcome ok = kvbench("report --db " + db.string() + " --out " + (dir_ / "rep").string(), dir_);
   EXPECT_EQ(ok.code, 0) << ok.err;
   EXPECT_TRUE(fs::exists(dir_ / "rep" / "index.html"));
+}
+
+TEST_F(CliTest, UnwritableMergeOutputOrBaselineFailsClearlyAndKeepsFiles) {
+  const fs::path db = make_db("r.db");
+  std::ofstream(dir_ / "blocker") << "x";
+  Outcome o = kvbench("merge --out " + (dir_ / "blocker" / "m.db").string() + " " + db.string(),
+                      dir_);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("blocker"), std::string::npos) << o.err;
+  o = kvbench("compare --candidate " + db.string() + " --write-baseline " +
+                  (dir_ / "blocker" / "b.json").string(), dir_);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("blocker"), std::string::npos) << o.err;
+  EXPECT_EQ(read_file(dir_ / "blocker"), "x");
+  // A baseline that cannot be summarised (corrupt candidate) leaves the old one as it was.
+  std::ofstream(dir_ / "baseline.json") << "{\"old\": true}";
+  std::ofstream(dir_ / "corrupt.db") << std::string(4096, 'q');
+  o = kvbench("compare --candidate " + (dir_ / "corrupt.db").string() + " --write-baseline " +
+                  (dir_ / "baseline.json").string(), dir_);
+  EXPECT_EQ(o.code, 3) << o.err;
+  EXPECT_EQ(read_file(dir_ / "baseline.json"), "{\"old\": true}");
+  EXPECT_EQ(ResultStore(db, ResultStore::Mode::kReadOnly).result_count(), 2 * 5 + 4 * 5);
 }
 
 TEST_F(CliTest, MergeAndCompareRoundTrip) {
@@ -252,6 +275,84 @@ TEST_F(RunCliTest, TinySweepEndToEnd) {
   o = kvbench(run + " --resume", dir_);
   EXPECT_EQ(o.code, 0) << o.err;
   EXPECT_NE(o.out.find("0 rows written, 2 already there"), std::string::npos) << o.out;
+}
+
+// LongBench and InfiniteBench on the real engine: tiny files in the official layouts with short
+// prompts (one chat-templated LongBench dataset, one from the skip list, one generated and one
+// loaded InfiniteBench task), their tables, and a missing data folder failing before any row.
+TEST_F(RunCliTest, LongBenchAndInfiniteBenchOnSmolLm2) {
+  const fs::path longbench = dir_ / "longbench", infinitebench = dir_ / "infinitebench";
+  fs::create_directories(longbench);
+  fs::create_directories(infinitebench);
+  std::ofstream(longbench / "qasper.jsonl")
+      << nlohmann::json{{"input", "Which animal does the paper study?"},
+                        {"context", "This paper studies the migration of barn owls in Norway."},
+                        {"answers", {"barn owls"}}, {"all_classes", nullptr}, {"_id", "q0"}}
+             .dump()
+      << "\n";
+  std::ofstream(longbench / "trec.jsonl")
+      << nlohmann::json{{"input", "Where is Rome?"},
+                        {"context", "Question: Where is Oslo?\nType: Location\n"},
+                        {"answers", {"Location"}},
+                        {"all_classes", {"Location", "Description"}}, {"_id", "t0"}}
+             .dump()
+      << "\n";
+  std::ofstream(infinitebench / "longbook_choice_eng.jsonl")
+      << nlohmann::json{{"id", 0}, {"context", "The cat in this story is named Tom."},
+                        {"input", "What is the cat named?"}, {"answer", {"Tom"}},
+                        {"options", {"Jerry", "Tom", "Spike", "Tyke"}}}
+             .dump()
+      << "\n";
+  nlohmann::json config = {
+      {"name", "tiny-longbench"},
+      {"models", {test::default_model_path().string()}},
+      {"benchmarks",
+       {{{"benchmark", "longbench"},
+         {"tasks", {"qasper", "trec"}},
+         {"data_dir", longbench.string()}},
+        {{"benchmark", "infinitebench"}, {"tasks", {"passkey", "longbook_choice_eng"}},
+         {"lengths", {384}}, {"data_dir", infinitebench.string()}}}},
+      {"policies", {"full", "snapkv"}},
+      {"budgets", {"50%"}},
+      {"max_new_tokens", 8}};
+  std::ofstream(dir_ / "lb.json") << config.dump();
+  const fs::path db = dir_ / "lb.db";
+  Outcome o = kvbench("run --config " + (dir_ / "lb.json").string() + " --db " + db.string() +
+                          " --no-report", dir_);
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.out.find("### LongBench, "), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("### InfiniteBench, "), std::string::npos) << o.out;
+  {
+    ResultStore store(db, ResultStore::Mode::kReadOnly);
+    const auto rows = store.load_rows();
+    ASSERT_EQ(rows.size(), 8u);  // 4 samples x (full, snapkv 50%)
+    std::map<std::string, int> tokens;
+    for (const auto& row : rows) {
+      EXPECT_TRUE(row.result.prefill_reused);
+      EXPECT_GE(row.result.score, 0.0);
+      EXPECT_LE(row.result.score, 1.0);
+      tokens[row.cell.task] = static_cast<int>(row.result.tokens_in);
+    }
+    // The generated passkey prompt fills its 384-token budget; the loaded ones stay short.
+    EXPECT_GT(tokens["passkey"], 250);
+    EXPECT_LE(tokens["passkey"], 384);
+    EXPECT_LT(tokens["qasper"], 200);
+    EXPECT_LT(tokens["trec"], tokens["qasper"]);  // trec is on the skip list: no chat template
+  }
+  for (const std::string& layout : {std::string("longbench"), std::string("infinitebench")}) {
+    const Outcome t = kvbench("table --db " + db.string() + " --layout " + layout + " --format csv",
+                              dir_);
+    EXPECT_EQ(t.code, 0) << t.err;
+    EXPECT_NE(t.out.find(layout == "longbench" ? "qasper" : "passkey"), std::string::npos) << t.out;
+  }
+  config["benchmarks"][0]["data_dir"] = (dir_ / "no-such-folder").string();
+  std::ofstream(dir_ / "lb.json") << config.dump();
+  o = kvbench("run --config " + (dir_ / "lb.json").string() + " --db " + (dir_ / "x.db").string(),
+              dir_);
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.err.find("benchmarks[0].data_dir"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("no-such-folder"), std::string::npos) << o.err;
+  EXPECT_FALSE(fs::exists(dir_ / "x.db"));
 }
 
 }  // namespace
