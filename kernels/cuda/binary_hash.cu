@@ -21,7 +21,8 @@ __global__ void __launch_bounds__(kHashThreads) hash_keys_kernel(BinaryHashKeysA
   __shared__ float s_projection[kBinaryPcBits * D];
   const int slot = blockIdx.y;
   const float* projection = args.projection + int64_t(slot) * kBinaryPcBits * D;
-  for (int i = threadIdx.x; i < kBinaryPcBits * D; i += kHashThreads) s_projection[i] = projection[i];
+  for (int i = threadIdx.x; i < kBinaryPcBits * D; i += kHashThreads)
+    s_projection[i] = projection[i];
   __syncthreads();
 
   const int lane = threadIdx.x % kLanesPerKey;
@@ -59,7 +60,8 @@ __global__ void __launch_bounds__(kHashThreads) hash_keys_kernel(BinaryHashKeysA
 #pragma unroll
       for (int e = 0; e < E; ++e) exact += double(r[e]) * double(row[lane + kLanesPerKey * e]);
 #pragma unroll
-      for (int off = kLanesPerKey / 2; off > 0; off /= 2) exact += __shfl_xor_sync(kFullMask, exact, off);
+      for (int off = kLanesPerKey / 2; off > 0; off /= 2)
+        exact += __shfl_xor_sync(kFullMask, exact, off);
       if (ambiguous) {
         negative = exact < 0.0;
         nonzero = exact != 0.0;
@@ -87,7 +89,8 @@ __global__ void __launch_bounds__(kHashThreads) hash_keys_kernel(BinaryHashKeysA
       squares += diff * diff;
     }
 #pragma unroll
-    for (int off = kLanesPerKey / 2; off > 0; off /= 2) squares += __shfl_xor_sync(kFullMask, squares, off);
+    for (int off = kLanesPerKey / 2; off > 0; off /= 2)
+      squares += __shfl_xor_sync(kFullMask, squares, off);
     error = static_cast<float>(sqrt(squares));
   }
   if (live && lane == 0) {
@@ -101,15 +104,16 @@ constexpr int kPackBatch = 8;
 template <int D>
 __global__ void pack_queries_kernel(BinaryPackQueriesArgs args) {
   extern __shared__ float smem[];
-  float* s_projection = smem;                          // [64][D + 1]: no bank conflicts per bit
-  float* s_q = smem + kBinaryPcBits * (D + 1);         // [group][D]
+  float* s_projection = smem;                   // [64][D + 1]: no bank conflicts per bit
+  float* s_q = smem + kBinaryPcBits * (D + 1);  // [group][D]
   __shared__ float s_warp_max[32];
   const int slot = blockIdx.x;
   const int b = slot / args.n_kv_heads, h = slot % args.n_kv_heads;
   const int group = args.n_query_heads / args.n_kv_heads;
   // All loads of P issued before any store: one memory round trip instead of one per element
   // (this kernel is latency-bound; P is usually cold in L2 at a decode step).
-  const float4* projection = reinterpret_cast<const float4*>(args.projection + int64_t(slot) * kBinaryPcBits * D);
+  const float4* projection =
+      reinterpret_cast<const float4*>(args.projection + int64_t(slot) * kBinaryPcBits * D);
   constexpr int kVectors = kBinaryPcBits * D / 4;
   for (int base = 0; base < kVectors; base += kPackBatch * blockDim.x) {
     float4 batch[kPackBatch];
@@ -136,11 +140,13 @@ __global__ void pack_queries_kernel(BinaryPackQueriesArgs args) {
   const int head = threadIdx.x / kBinaryPcBits, bit = threadIdx.x % kBinaryPcBits;
   // Sequential f64 sum of exact products: the CPU reference's order, so p is the same float.
   double sum = 0.0;
-  for (int t = 0; t < D; ++t) sum += double(s_q[head * D + t]) * double(s_projection[bit * (D + 1) + t]);
+  for (int t = 0; t < D; ++t)
+    sum += double(s_q[head * D + t]) * double(s_projection[bit * (D + 1) + t]);
   const float p = static_cast<float>(sum);
 
   float largest = fabsf(p);
-  for (int off = 16; off > 0; off /= 2) largest = fmaxf(largest, __shfl_xor_sync(kFullMask, largest, off));
+  for (int off = 16; off > 0; off /= 2)
+    largest = fmaxf(largest, __shfl_xor_sync(kFullMask, largest, off));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (lane == 0) s_warp_max[warp] = largest;
   __syncthreads();
@@ -151,11 +157,12 @@ __global__ void pack_queries_kernel(BinaryPackQueriesArgs args) {
   }
   __syncthreads();
   const float scale = __fdiv_rn(127.f, fmaxf(s_warp_max[0], 1e-6f));  // the PyTorch path's clamp
-  const int value = max(-127, min(127, static_cast<int>(rintf(__fmul_rn(p, scale)))));  // half to even
+  const int value =
+      max(-127, min(127, static_cast<int>(rintf(__fmul_rn(p, scale)))));  // half to even
   const int magnitude = value < 0 ? -value : value;
 
-  uint32_t* out = reinterpret_cast<uint32_t*>(args.planes + (int64_t(b) * args.n_query_heads + h * group + head) *
-                                                                kBinaryPcPlanes);
+  uint32_t* out = reinterpret_cast<uint32_t*>(
+      args.planes + (int64_t(b) * args.n_query_heads + h * group + head) * kBinaryPcPlanes);
   const int half = bit / 32;  // low or high 32 bits of each little-endian 64-bit plane
   const unsigned sign = __ballot_sync(kFullMask, value < 0);
   if (lane == 0) out[half] = sign;
@@ -173,7 +180,8 @@ template <int G>
 __global__ void __launch_bounds__(kScoreThreads) score_keys_kernel(BinaryScoreKeysArgs args) {
   const int slot = blockIdx.y;
   const int b = slot / args.n_kv_heads, h = slot % args.n_kv_heads;
-  const uint64_t* planes = args.planes + (int64_t(b) * args.n_query_heads + h * G) * kBinaryPcPlanes;
+  const uint64_t* planes =
+      args.planes + (int64_t(b) * args.n_query_heads + h * G) * kBinaryPcPlanes;
   uint64_t sign[G], magnitude[G][kBinaryPcPlanes - 1];
   int base[G];  // sum_m popc(m_m) 2^(m-1): the score when no product is negative
 #pragma unroll
@@ -187,7 +195,8 @@ __global__ void __launch_bounds__(kScoreThreads) score_keys_kernel(BinaryScoreKe
     }
   }
   const uint64_t* codes = args.codes + slot * args.code_slot_stride;
-  const uint32_t* mask = args.forced_mask ? args.forced_mask + slot * args.mask_slot_stride : nullptr;
+  const uint32_t* mask =
+      args.forced_mask ? args.forced_mask + slot * args.mask_slot_stride : nullptr;
   uint16_t* keys = args.keys + slot * args.key_slot_stride;
   const int first = blockIdx.x * kScoreThreads * kScoreTokensPerThread + threadIdx.x;
 #pragma unroll
@@ -201,7 +210,8 @@ __global__ void __launch_bounds__(kScoreThreads) score_keys_kernel(BinaryScoreKe
       const uint64_t negative = sign[a] ^ code;  // p^_i h_i < 0
       int lost = 0;
 #pragma unroll
-      for (int m = 0; m < kBinaryPcPlanes - 1; ++m) lost += __popcll(magnitude[a][m] & negative) << m;
+      for (int m = 0; m < kBinaryPcPlanes - 1; ++m)
+        lost += __popcll(magnitude[a][m] & negative) << m;
       best = max(best, base[a] - 2 * lost);
     }
     const bool forced = j < args.sink_tokens || (mask && ((mask[j / 32] >> (j % 32)) & 1u));
@@ -209,8 +219,8 @@ __global__ void __launch_bounds__(kScoreThreads) score_keys_kernel(BinaryScoreKe
   }
 }
 
-__global__ void mark_tokens_kernel(const int32_t* indices, int64_t index_stride, int count, uint32_t* mask,
-                                   int64_t mask_slot_stride) {
+__global__ void mark_tokens_kernel(const int32_t* indices, int64_t index_stride, int count,
+                                   uint32_t* mask, int64_t mask_slot_stride) {
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= count) return;
   const int j = indices[blockIdx.y * index_stride + n];
@@ -252,7 +262,8 @@ void binary_pack_queries(const BinaryPackQueriesArgs& args, cudaStream_t stream)
   if (group < 1 || group > 16 || group * args.n_kv_heads != args.n_query_heads)
     throw std::invalid_argument("binary_pack_queries: needs Hq = g * Hkv with g <= 16");
   const int threads = group * kBinaryPcBits;
-  const size_t smem = (size_t(kBinaryPcBits) * (args.head_dim + 1) + size_t(group) * args.head_dim) * sizeof(float);
+  const size_t smem =
+      (size_t(kBinaryPcBits) * (args.head_dim + 1) + size_t(group) * args.head_dim) * sizeof(float);
   const int slots = args.batch * args.n_kv_heads;
   if (args.head_dim == 128)
     pack_queries_kernel<128><<<slots, threads, smem, stream>>>(args);
@@ -266,24 +277,42 @@ void binary_pack_queries(const BinaryPackQueriesArgs& args, cudaStream_t stream)
 void binary_score_keys(const BinaryScoreKeysArgs& args, cudaStream_t stream) {
   if (args.length <= 0 || args.batch <= 0) return;
   switch (args.n_query_heads / args.n_kv_heads) {
-    case 1: launch_score<1>(args, stream); break;
-    case 2: launch_score<2>(args, stream); break;
-    case 3: launch_score<3>(args, stream); break;
-    case 4: launch_score<4>(args, stream); break;
-    case 5: launch_score<5>(args, stream); break;
-    case 6: launch_score<6>(args, stream); break;
-    case 7: launch_score<7>(args, stream); break;
-    case 8: launch_score<8>(args, stream); break;
-    default: throw std::invalid_argument("binary_score_keys: GQA group must be 1..8");
+    case 1:
+      launch_score<1>(args, stream);
+      break;
+    case 2:
+      launch_score<2>(args, stream);
+      break;
+    case 3:
+      launch_score<3>(args, stream);
+      break;
+    case 4:
+      launch_score<4>(args, stream);
+      break;
+    case 5:
+      launch_score<5>(args, stream);
+      break;
+    case 6:
+      launch_score<6>(args, stream);
+      break;
+    case 7:
+      launch_score<7>(args, stream);
+      break;
+    case 8:
+      launch_score<8>(args, stream);
+      break;
+    default:
+      throw std::invalid_argument("binary_score_keys: GQA group must be 1..8");
   }
   check(cudaGetLastError(), "score_keys_kernel launch");
 }
 
-void binary_mark_tokens(const int32_t* indices, int64_t index_stride, int n_slots, int count, uint32_t* mask,
-                        int64_t mask_slot_stride, cudaStream_t stream) {
+void binary_mark_tokens(const int32_t* indices, int64_t index_stride, int n_slots, int count,
+                        uint32_t* mask, int64_t mask_slot_stride, cudaStream_t stream) {
   if (count <= 0 || n_slots <= 0) return;
   const dim3 grid((count + 255) / 256, n_slots);
-  mark_tokens_kernel<<<grid, 256, 0, stream>>>(indices, index_stride, count, mask, mask_slot_stride);
+  mark_tokens_kernel<<<grid, 256, 0, stream>>>(indices, index_stride, count, mask,
+                                               mask_slot_stride);
   check(cudaGetLastError(), "mark_tokens_kernel launch");
 }
 

@@ -25,7 +25,7 @@
 namespace kvb::cuda {
 
 inline constexpr int kBinaryPcBits = 64;
-inline constexpr int kBinaryPcPlanes = 8;      // sign plane + 7 magnitude planes per query head
+inline constexpr int kBinaryPcPlanes = 8;  // sign plane + 7 magnitude planes per query head
 inline constexpr uint16_t kBinaryPcForced = 0xFFFF;
 inline constexpr int kBinaryPcScoreOffset = 32768;
 
@@ -35,7 +35,8 @@ inline constexpr int kBinaryPcScoreOffset = 32768;
 // within f32 rounding of zero, so the bit equals the CPU reference's (which sums in f64).
 struct BinaryHashKeysArgs {
   const float* projection = nullptr;  // slot s: projection + s * 64 * head_dim
-  const __nv_bfloat16* keys = nullptr;  // slot s, token j: keys + s * key_slot_stride + j * head_dim
+  const __nv_bfloat16* keys =
+      nullptr;  // slot s, token j: keys + s * key_slot_stride + j * head_dim
   int64_t key_slot_stride = 0;
   int n_slots = 0;
   int head_dim = 0;  // 64 or 128
@@ -50,11 +51,11 @@ void binary_hash_keys(const BinaryHashKeysArgs& args, cudaStream_t stream);
 // Quantised query planes of every query head: planes[(b * Hq + a) * 8 + 0] is the sign plane
 // (bit i = 1 when p^_i < 0), [+ m] for m = 1..7 holds bit m-1 of |p^_i|.
 struct BinaryPackQueriesArgs {
-  const float* projection = nullptr;    // as in BinaryHashKeysArgs
-  const __nv_bfloat16* q = nullptr;     // [B, Hq, head_dim] with q_seq_stride between sequences
+  const float* projection = nullptr;  // as in BinaryHashKeysArgs
+  const __nv_bfloat16* q = nullptr;   // [B, Hq, head_dim] with q_seq_stride between sequences
   int64_t q_seq_stride = 0;
   int batch = 0, n_query_heads = 0, n_kv_heads = 0, head_dim = 0;  // group Hq/Hkv <= 16
-  uint64_t* planes = nullptr;           // [B * Hq, 8]
+  uint64_t* planes = nullptr;                                      // [B * Hq, 8]
 };
 void binary_pack_queries(const BinaryPackQueriesArgs& args, cudaStream_t stream);
 

@@ -38,54 +38,84 @@ struct alignas(16) Bf16x8 {
 };
 
 // Thread = page; the group's queries sit in shared memory. Sums run in dimension order (the CPU's);
-// the chunk-major layout makes each 16-byte load of a warp one contiguous 512-byte read.
-template <int D>
+// the chunk-major layout makes each 16-byte load of a warp one contiguous 512-byte read, and the
+// next chunk's loads are issued before the current chunk's arithmetic. G: the GQA group when it is
+// a compile-time constant (common models), 0 for any group up to kMaxGroup.
+template <int D, int G>
 __global__ void __launch_bounds__(kScoreThreads) page_scores_kernel(QuestScoreArgs args) {
+  constexpr int kSlots = G > 0 ? G : kMaxGroup;
   extern __shared__ float s_q[];  // [group][D]
   const int slot = blockIdx.y;
   const int b = slot / args.n_kv_heads, h = slot % args.n_kv_heads;
-  const int group = args.n_query_heads / args.n_kv_heads;
+  const int group = G > 0 ? G : args.n_query_heads / args.n_kv_heads;
   const __nv_bfloat16* q = args.q + b * args.q_seq_stride + int64_t(h) * group * D;
   for (int i = threadIdx.x; i < group * D; i += kScoreThreads) s_q[i] = __bfloat162float(q[i]);
   __syncthreads();
   const int page = blockIdx.x * kScoreThreads + threadIdx.x;
   if (page >= args.n_pages) return;
-  const __nv_bfloat16* lo_row = args.page_min + slot * args.page_slot_stride + int64_t(page) * 8;
-  const __nv_bfloat16* hi_row = args.page_max + slot * args.page_slot_stride + int64_t(page) * 8;
-  const int64_t chunk_stride = int64_t(args.max_pages) * 8;
-  float sum[kMaxGroup];
+  const int64_t chunk_stride = args.max_pages;  // in 8-element words
+  const Bf16x8* lo_row = reinterpret_cast<const Bf16x8*>(
+      args.page_min + slot * args.page_slot_stride + int64_t(page) * 8);
+  const Bf16x8* hi_row = reinterpret_cast<const Bf16x8*>(
+      args.page_max + slot * args.page_slot_stride + int64_t(page) * 8);
+  float sum[kSlots];
 #pragma unroll
-  for (int a = 0; a < kMaxGroup; ++a) sum[a] = 0.f;
+  for (int a = 0; a < kSlots; ++a) sum[a] = 0.f;
+  Bf16x8 lo8 = lo_row[0], hi8 = hi_row[0];
+#pragma unroll 4
   for (int c = 0; c < D / 8; ++c) {
-    const Bf16x8 lo8 = *reinterpret_cast<const Bf16x8*>(lo_row + c * chunk_stride);
-    const Bf16x8 hi8 = *reinterpret_cast<const Bf16x8*>(hi_row + c * chunk_stride);
+    Bf16x8 next_lo = lo8, next_hi = hi8;
+    if (c + 1 < D / 8) {
+      next_lo = lo_row[(c + 1) * chunk_stride];
+      next_hi = hi_row[(c + 1) * chunk_stride];
+    }
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       const float lo = e % 2 ? __high2float(lo8.v[e / 2]) : __low2float(lo8.v[e / 2]);
       const float hi = e % 2 ? __high2float(hi8.v[e / 2]) : __low2float(hi8.v[e / 2]);
       const int t = c * 8 + e;
 #pragma unroll
-      for (int a = 0; a < kMaxGroup; ++a) {
-        if (a < group) {
+      for (int a = 0; a < kSlots; ++a) {
+        if (G > 0 || a < group) {
           const float qi = s_q[a * D + t];
           sum[a] += fmaxf(__fmul_rn(qi, lo), __fmul_rn(qi, hi));
         }
       }
     }
+    lo8 = next_lo;
+    hi8 = next_hi;
   }
   const bool last = args.keep_last_page && page == args.n_pages - 1;
   if (args.shared) {
     float best = sum[0];
 #pragma unroll
-    for (int a = 1; a < kMaxGroup; ++a)
-      if (a < group) best = fmaxf(best, sum[a]);
+    for (int a = 1; a < kSlots; ++a)
+      if (G > 0 || a < group) best = fmaxf(best, sum[a]);
     args.scores[slot * args.score_stride + page] = last ? INFINITY : best;
   } else {
 #pragma unroll
-    for (int a = 0; a < kMaxGroup; ++a)
-      if (a < group)
+    for (int a = 0; a < kSlots; ++a)
+      if (G > 0 || a < group)
         args.scores[(int64_t(b) * args.n_query_heads + h * group + a) * args.score_stride + page] =
             last ? INFINITY : sum[a];
+  }
+}
+
+template <int D>
+void launch_page_scores(const QuestScoreArgs& args, dim3 grid, size_t smem, cudaStream_t stream) {
+  switch (args.n_query_heads / args.n_kv_heads) {
+    case 3:
+      page_scores_kernel<D, 3><<<grid, kScoreThreads, smem, stream>>>(args);
+      break;
+    case 4:
+      page_scores_kernel<D, 4><<<grid, kScoreThreads, smem, stream>>>(args);
+      break;
+    case 7:
+      page_scores_kernel<D, 7><<<grid, kScoreThreads, smem, stream>>>(args);
+      break;
+    default:
+      page_scores_kernel<D, 0><<<grid, kScoreThreads, smem, stream>>>(args);
+      break;
   }
 }
 
@@ -104,7 +134,8 @@ __global__ void expand_pages_kernel(QuestExpandArgs args) {
     int count = 0;
     if (args.n_selected > 0) {
       const int last_first = pages[args.n_selected - 1] * args.page_size;
-      count = (args.n_selected - 1) * args.page_size + min(args.page_size, args.length - last_first);
+      count =
+          (args.n_selected - 1) * args.page_size + min(args.page_size, args.length - last_first);
     }
     args.index_offset[list * args.heads_per_list + threadIdx.x] = list * args.index_stride;
     args.index_count[list * args.heads_per_list + threadIdx.x] = count;
@@ -117,7 +148,8 @@ void quest_update_pages(const QuestPagesArgs& args, cudaStream_t stream) {
   if (args.end <= args.begin || args.n_slots <= 0) return;
   if (args.page_size < 1) throw std::invalid_argument("quest_update_pages: page_size must be >= 1");
   if (args.head_dim % 8 != 0 || (args.end + args.page_size - 1) / args.page_size > args.max_pages)
-    throw std::invalid_argument("quest_update_pages: head_dim must be a multiple of 8 and the pages fit max_pages");
+    throw std::invalid_argument(
+        "quest_update_pages: head_dim must be a multiple of 8 and the pages fit max_pages");
   const int first_page = args.begin / args.page_size, last_page = (args.end - 1) / args.page_size;
   const dim3 grid(last_page - first_page + 1, args.n_slots);
   update_pages_kernel<<<grid, std::min(args.head_dim, 256), 0, stream>>>(args);
@@ -129,13 +161,14 @@ void quest_page_scores(const QuestScoreArgs& args, cudaStream_t stream) {
   const int group = args.n_query_heads / args.n_kv_heads;
   if (group < 1 || group > kMaxGroup || group * args.n_kv_heads != args.n_query_heads)
     throw std::invalid_argument("quest_page_scores: needs Hq = g * Hkv with g <= 16");
-  if (args.n_pages > args.max_pages) throw std::invalid_argument("quest_page_scores: n_pages > max_pages");
+  if (args.n_pages > args.max_pages)
+    throw std::invalid_argument("quest_page_scores: n_pages > max_pages");
   const dim3 grid((args.n_pages + kScoreThreads - 1) / kScoreThreads, args.batch * args.n_kv_heads);
   const size_t smem = size_t(group) * args.head_dim * sizeof(float);
   if (args.head_dim == 128)
-    page_scores_kernel<128><<<grid, kScoreThreads, smem, stream>>>(args);
+    launch_page_scores<128>(args, grid, smem, stream);
   else if (args.head_dim == 64)
-    page_scores_kernel<64><<<grid, kScoreThreads, smem, stream>>>(args);
+    launch_page_scores<64>(args, grid, smem, stream);
   else
     throw std::invalid_argument("quest_page_scores: head_dim must be 64 or 128");
   check(cudaGetLastError(), "page_scores_kernel launch");
@@ -143,7 +176,8 @@ void quest_page_scores(const QuestScoreArgs& args, cudaStream_t stream) {
 
 void quest_expand_pages(const QuestExpandArgs& args, cudaStream_t stream) {
   if (args.n_lists <= 0) return;
-  if (args.heads_per_list > 256) throw std::invalid_argument("quest_expand_pages: heads_per_list > 256");
+  if (args.heads_per_list > 256)
+    throw std::invalid_argument("quest_expand_pages: heads_per_list > 256");
   expand_pages_kernel<<<args.n_lists, 256, 0, stream>>>(args);
   check(cudaGetLastError(), "expand_pages_kernel launch");
 }

@@ -22,14 +22,16 @@
 
 namespace kvb::cuda {
 
-// Bounds layout: slot s, page p, dimension t at  s * page_slot_stride + quest_bound_offset(p, t, max_pages)
-// with page_slot_stride >= max_pages * head_dim (max_pages: the page capacity of a slot).
+// Bounds layout: slot s, page p, dimension t at  s * page_slot_stride + quest_bound_offset(p, t,
+// max_pages) with page_slot_stride >= max_pages * head_dim (max_pages: the page capacity of a
+// slot).
 __host__ __device__ inline int64_t quest_bound_offset(int page, int dim, int max_pages) {
   return (int64_t(dim / 8) * max_pages + page) * 8 + dim % 8;
 }
 
 struct QuestPagesArgs {
-  const __nv_bfloat16* keys = nullptr;  // slot s, token j: keys + s * key_slot_stride + j * head_dim
+  const __nv_bfloat16* keys =
+      nullptr;  // slot s, token j: keys + s * key_slot_stride + j * head_dim
   int64_t key_slot_stride = 0;
   int n_slots = 0;
   int head_dim = 0;

@@ -12,7 +12,7 @@ constexpr int kThreads = 1024;
 constexpr int kDigitBits = 11;
 constexpr int kBins = 1 << kDigitBits;
 constexpr int kBinsPerThread = kBins / kThreads;
-constexpr int kPerThread = 8;        // contiguous keys per thread in the compaction
+constexpr int kPerThread = 8;          // contiguous keys per thread in the compaction
 constexpr int kChunk = 16 * kThreads;  // keys per block in the split path
 constexpr int kMaxLevels = 3;
 
@@ -38,7 +38,9 @@ struct KeysF32 {
   }
 };
 
-__host__ __device__ constexpr int levels_for(int bits) { return (bits + kDigitBits - 1) / kDigitBits; }
+__host__ __device__ constexpr int levels_for(int bits) {
+  return (bits + kDigitBits - 1) / kDigitBits;
+}
 
 // Digits of up to 11 bits, most significant first (16-bit keys: 11 + 5; f32: 11 + 11 + 10): fine
 // bins keep same-address shared atomics rare even when scores bunch up (BinaryPC's integer scores
@@ -68,7 +70,8 @@ struct SharedScratch {
 };
 
 // Whole block: the digit bin holding the remaining-th largest key of `hist` and the count above it.
-__device__ void narrow(const int* hist, int shift, uint32_t digit_mask, RadixState& state, SharedScratch& s) {
+__device__ void narrow(const int* hist, int shift, uint32_t digit_mask, RadixState& state,
+                       SharedScratch& s) {
   const int top_bin = kBins - 1 - kBinsPerThread * threadIdx.x;
   int counts[kBinsPerThread];
   int local = 0;
@@ -113,8 +116,8 @@ __device__ RadixState replay(const int* hists, int levels, int k, SharedScratch&
 // Ordered compaction of keys [begin, end): kept key i goes to (#greater before i) +
 // min(#equal before i, need_equal); the bases count the keys before `begin`.
 template <class KeyOf>
-__device__ void compact(const KeyOf& key, int begin, int end, uint32_t threshold, int need_equal, int k,
-                        int base_greater, int base_equal, int32_t* out, SharedScratch& s) {
+__device__ void compact(const KeyOf& key, int begin, int end, uint32_t threshold, int need_equal,
+                        int k, int base_greater, int base_equal, int32_t* out, SharedScratch& s) {
   for (int tile = begin; tile < end; tile += kThreads * kPerThread) {
     if (base_greater + min(base_equal, need_equal) == k) break;  // uniform across the block
     const int first = tile + threadIdx.x * kPerThread;
@@ -159,9 +162,11 @@ __device__ void finish_list(const TopkSelectArgs& args, int list, int k, int32_t
   }
 }
 
-// Adds the keys of [begin, end) that match the state's prefix to `hist` (shared) on `level`'s digit.
+// Adds the keys of [begin, end) that match the state's prefix to `hist` (shared) on `level`'s
+// digit.
 template <class KeyOf>
-__device__ void histogram(const KeyOf& key, int begin, int end, const RadixState& state, int level, int* hist) {
+__device__ void histogram(const KeyOf& key, int begin, int end, const RadixState& state, int level,
+                          int* hist) {
   int shift;
   uint32_t digit_mask;
   digit_of_level(KeyOf::kBits, level, shift, digit_mask);
@@ -205,7 +210,8 @@ __global__ void __launch_bounds__(kThreads) topk_single_kernel(TopkSelectArgs ar
 
 // Split path: block (chunk, list). hists: [lists][kMaxLevels][kBins]; counts: [lists][chunks][2].
 template <class KeyOf>
-__global__ void __launch_bounds__(kThreads) topk_hist_kernel(TopkSelectArgs args, KeyOf key, int level, int* hists) {
+__global__ void __launch_bounds__(kThreads)
+    topk_hist_kernel(TopkSelectArgs args, KeyOf key, int level, int* hists) {
   __shared__ SharedScratch s;
   const int list = blockIdx.y;
   key.p += list * args.key_stride;
@@ -221,12 +227,13 @@ __global__ void __launch_bounds__(kThreads) topk_hist_kernel(TopkSelectArgs args
 }
 
 template <class KeyOf>
-__global__ void __launch_bounds__(kThreads) topk_count_kernel(TopkSelectArgs args, KeyOf key, const int* hists,
-                                                              int* counts) {
+__global__ void __launch_bounds__(kThreads)
+    topk_count_kernel(TopkSelectArgs args, KeyOf key, const int* hists, int* counts) {
   __shared__ SharedScratch s;
   const int list = blockIdx.y;
   key.p += list * args.key_stride;
-  const RadixState state = replay<KeyOf::kBits>(hists + list * kMaxLevels * kBins, levels_for(KeyOf::kBits), args.k, s);
+  const RadixState state =
+      replay<KeyOf::kBits>(hists + list * kMaxLevels * kBins, levels_for(KeyOf::kBits), args.k, s);
   if (threadIdx.x < 2) s.sums[threadIdx.x] = 0;
   __syncthreads();
   const int begin = blockIdx.x * kChunk, end = min(args.length, begin + kChunk);
@@ -245,16 +252,18 @@ __global__ void __launch_bounds__(kThreads) topk_count_kernel(TopkSelectArgs arg
     atomicAdd(&s.sums[1], equal);
   }
   __syncthreads();
-  if (threadIdx.x < 2) counts[(list * gridDim.x + blockIdx.x) * 2 + threadIdx.x] = s.sums[threadIdx.x];
+  if (threadIdx.x < 2)
+    counts[(list * gridDim.x + blockIdx.x) * 2 + threadIdx.x] = s.sums[threadIdx.x];
 }
 
 template <class KeyOf>
-__global__ void __launch_bounds__(kThreads) topk_write_kernel(TopkSelectArgs args, KeyOf key, const int* hists,
-                                                              const int* counts) {
+__global__ void __launch_bounds__(kThreads)
+    topk_write_kernel(TopkSelectArgs args, KeyOf key, const int* hists, const int* counts) {
   __shared__ SharedScratch s;
   const int list = blockIdx.y;
   key.p += list * args.key_stride;
-  const RadixState state = replay<KeyOf::kBits>(hists + list * kMaxLevels * kBins, levels_for(KeyOf::kBits), args.k, s);
+  const RadixState state =
+      replay<KeyOf::kBits>(hists + list * kMaxLevels * kBins, levels_for(KeyOf::kBits), args.k, s);
   if (threadIdx.x < 2) s.sums[threadIdx.x] = 0;
   __syncthreads();
   for (int c = threadIdx.x; c < int(blockIdx.x); c += kThreads) {
@@ -283,7 +292,8 @@ void launch(const TopkSelectArgs& args, KeyOf key, cudaStream_t stream) {
   a.k = k;
   int* hists = static_cast<int*>(args.workspace);
   int* counts = hists + size_t(args.n_lists) * kMaxLevels * kBins;
-  check(cudaMemsetAsync(hists, 0, size_t(args.n_lists) * kMaxLevels * kBins * sizeof(int), stream), "topk memset");
+  check(cudaMemsetAsync(hists, 0, size_t(args.n_lists) * kMaxLevels * kBins * sizeof(int), stream),
+        "topk memset");
   const dim3 grid(chunks, args.n_lists);
   for (int level = 0; level < levels_for(KeyOf::kBits); ++level)
     topk_hist_kernel<<<grid, kThreads, 0, stream>>>(a, key, level, hists);
@@ -295,7 +305,8 @@ void launch(const TopkSelectArgs& args, KeyOf key, cudaStream_t stream) {
 }  // namespace
 
 size_t topk_select_workspace_bytes(int n_lists, int length) {
-  return (size_t(n_lists) * kMaxLevels * kBins + size_t(n_lists) * chunks_for(length) * 2) * sizeof(int);
+  return (size_t(n_lists) * kMaxLevels * kBins + size_t(n_lists) * chunks_for(length) * 2) *
+         sizeof(int);
 }
 
 void topk_select(const TopkSelectArgs& args, cudaStream_t stream) {

@@ -49,7 +49,8 @@ Options parse(int argc, char** argv) {
     if (flag == "--contexts") {
       options.contexts.clear();
       std::stringstream list(value);
-      for (std::string item; std::getline(list, item, ',');) options.contexts.push_back(std::stoi(item));
+      for (std::string item; std::getline(list, item, ',');)
+        options.contexts.push_back(std::stoi(item));
     } else if (flag == "--budget") {
       options.budget = std::stoi(value);
     } else if (flag == "--reps") {
@@ -120,7 +121,9 @@ struct Layer {
         quest_indices(size_t(kHq) * pages() * kPage * 4),
         topk_workspace(cuda::topk_select_workspace_bytes(kHq, length)),
         dense_workspace(cuda::decode_attention_workspace_floats(1, kHq, kD, length) * 4),
-        sparse_workspace(cuda::decode_attention_workspace_floats(1, kHq, kD, std::max(budget, 3 * kPage) + kPage) * 4) {
+        sparse_workspace(cuda::decode_attention_workspace_floats(
+                             1, kHq, kD, std::max(budget, 3 * kPage) + kPage) *
+                         4) {
     cuda::fill_random_bf16(k.as<bf16>(), size_t(kHkv) * length * kD, 1, 1.f, nullptr);
     cuda::fill_random_bf16(v.as<bf16>(), size_t(kHkv) * length * kD, 2, 1.f, nullptr);
     cuda::fill_random_bf16(q.as<bf16>(), size_t(kHq) * kD, 3, 1.f, nullptr);
@@ -159,9 +162,9 @@ struct Layer {
   }
 
   int length;
-  cuda::DeviceBuffer k, v, q, out, kv_offset, kv_length, projection, codes, errors, mask, planes, score_keys,
-      bpc_indices, index_offset, index_count, page_min, page_max, page_scores, page_ids, quest_indices,
-      topk_workspace, dense_workspace, sparse_workspace;
+  cuda::DeviceBuffer k, v, q, out, kv_offset, kv_length, projection, codes, errors, mask, planes,
+      score_keys, bpc_indices, index_offset, index_count, page_min, page_max, page_scores, page_ids,
+      quest_indices, topk_workspace, dense_workspace, sparse_workspace;
 };
 
 struct Row {
@@ -215,7 +218,8 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
     top.workspace = layer.topk_workspace.data();
     cuda::topk_select(top, nullptr);
     cuda::check(cudaMemsetAsync(layer.mask.data(), 0, layer.mask.bytes()), "memset");
-    cuda::binary_mark_tokens(eas.as<int32_t>(), err_k, kHkv, err_k, layer.mask.as<uint32_t>(), layer.words(), nullptr);
+    cuda::binary_mark_tokens(eas.as<int32_t>(), err_k, kHkv, err_k, layer.mask.as<uint32_t>(),
+                             layer.words(), nullptr);
   });
   cuda::QuestPagesArgs pages;
   pages.keys = layer.k.as<bf16>();
@@ -381,32 +385,41 @@ int run(int argc, char** argv) {
     return 0;
   }
   const cuda::DeviceInfo info = cuda::device_info();
-  std::printf("device: %s (%d SMs, L2 %d MB); Llama-3.1-8B layer: Hq %d, Hkv %d, d %d, B 1; budget %d tokens; "
-              "median of %d reps (3 warm-up), L2 flushed before each step group\n\n",
-              info.name.c_str(), info.sm_count, info.l2_bytes >> 20, kHq, kHkv, kD, options.budget, options.reps);
+  std::printf(
+      "device: %s (%d SMs, L2 %d MB); Llama-3.1-8B layer: Hq %d, Hkv %d, d %d, B 1; budget %d "
+      "tokens; "
+      "median of %d reps (3 warm-up), L2 flushed before each step group\n\n",
+      info.name.c_str(), info.sm_count, info.l2_bytes >> 20, kHq, kHkv, kD, options.budget,
+      options.reps);
   cuda::DeviceBuffer flush(kFlushBytes, "L2 flush");
   std::vector<Row> rows;
   for (int context : options.contexts) rows.push_back(measure(context, options, flush));
 
   std::printf("per-layer decode attention, ms (speed-up = dense / method total)\n");
-  std::printf("| context | dense | BPC pack | BPC score | BPC top-k | BPC attn | BPC total | BPC speed-up |"
-              " Quest bounds | Quest top-k | Quest expand | Quest attn | Quest total | Quest speed-up |"
-              " Quest shared total | shared speed-up |\n");
+  std::printf(
+      "| context | dense | BPC pack | BPC score | BPC top-k | BPC attn | BPC total | BPC speed-up |"
+      " Quest bounds | Quest top-k | Quest expand | Quest attn | Quest total | Quest speed-up |"
+      " Quest shared total | shared speed-up |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows)
-    std::printf("| %d | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %.2fx | %.4f | %.4f | %.4f | %.4f | %.4f | %.2fx |"
-                " %.4f | %.2fx |\n",
-                r.context, r.dense, r.bpc[0], r.bpc[1], r.bpc[2], r.bpc[3], r.bpc[4], r.dense / r.bpc[4], r.quest[0],
-                r.quest[1], r.quest[2], r.quest[3], r.quest[4], r.dense / r.quest[4], r.quest_shared_total,
-                r.dense / r.quest_shared_total);
+    std::printf(
+        "| %d | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %.2fx | %.4f | %.4f | %.4f | %.4f | %.4f "
+        "| %.2fx |"
+        " %.4f | %.2fx |\n",
+        r.context, r.dense, r.bpc[0], r.bpc[1], r.bpc[2], r.bpc[3], r.bpc[4], r.dense / r.bpc[4],
+        r.quest[0], r.quest[1], r.quest[2], r.quest[3], r.quest[4], r.dense / r.quest[4],
+        r.quest_shared_total, r.dense / r.quest_shared_total);
   std::printf("\nonce per layer after prefill / per appended token, ms (single cold run)\n");
-  std::printf("| context | BPC hash all keys (+errors) | EAS top-k + mask | Quest page bounds | hash 1 token |"
-              " 1 page update | dense K/V GB/s |\n");
+  std::printf(
+      "| context | BPC hash all keys (+errors) | EAS top-k + mask | Quest page bounds | hash 1 "
+      "token |"
+      " 1 page update | dense K/V GB/s |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
     const double kv_bytes = 2.0 * kHkv * double(r.context) * kD * 2;
-    std::printf("| %d | %.3f | %.3f | %.3f | %.4f | %.4f | %.0f |\n", r.context, r.hash_prefill, r.eas_prefill,
-                r.pages_prefill, r.hash_append, r.page_append, kv_bytes / (r.dense * 1e-3) / 1e9);
+    std::printf("| %d | %.3f | %.3f | %.3f | %.4f | %.4f | %.0f |\n", r.context, r.hash_prefill,
+                r.eas_prefill, r.pages_prefill, r.hash_append, r.page_append,
+                kv_bytes / (r.dense * 1e-3) / 1e9);
   }
   return 0;
 }

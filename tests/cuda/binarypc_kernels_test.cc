@@ -39,7 +39,8 @@ std::vector<float> test_keys(int slots, int length, int d, uint32_t seed) {
 }
 
 // A projection per slot fitted to the slot's keys with Algorithm 1 (realistic residual decay).
-std::vector<float> fitted_projections(const std::vector<float>& keys, int slots, int length, int d) {
+std::vector<float> fitted_projections(const std::vector<float>& keys, int slots, int length,
+                                      int d) {
   std::vector<float> projection(size_t(slots) * kBinaryHashBits * d);
   for (int s = 0; s < slots; ++s) {
     BinaryProjectionFit fit;
@@ -107,11 +108,12 @@ TEST_P(BinaryHashKeysTest, CodesBitExactAndErrorsMatchCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, BinaryHashKeysTest,
-                         ::testing::Values(HashShape{2, 3001, 128}, HashShape{3, 517, 64}, HashShape{1, 33, 128}));
+                         ::testing::Values(HashShape{2, 3001, 128}, HashShape{3, 517, 64},
+                                           HashShape{1, 33, 128}));
 
 // Runs binary_pack_queries and returns the planes [B*Hq, 8].
-std::vector<uint64_t> gpu_planes(const std::vector<float>& projection, const std::vector<float>& q, int batch,
-                                 int hq, int hkv, int d) {
+std::vector<uint64_t> gpu_planes(const std::vector<float>& projection, const std::vector<float>& q,
+                                 int batch, int hq, int hkv, int d) {
   auto d_projection = test::to_device(projection);
   auto d_q = test::to_device_bf16(q);
   cuda::DeviceBuffer d_planes(size_t(batch) * hq * cuda::kBinaryPcPlanes * 8);
@@ -132,8 +134,9 @@ std::vector<uint64_t> gpu_planes(const std::vector<float>& projection, const std
 }
 
 // The CPU reference's quantised queries of every (sequence, query head).
-std::vector<QuantizedQuery> cpu_quantized(const std::vector<float>& projection, const std::vector<float>& q,
-                                          int batch, int hq, int hkv, int d) {
+std::vector<QuantizedQuery> cpu_quantized(const std::vector<float>& projection,
+                                          const std::vector<float>& q, int batch, int hq, int hkv,
+                                          int d) {
   const int group = hq / hkv;
   std::vector<QuantizedQuery> out(size_t(batch) * hq);
   std::vector<float> projected(size_t(group) * kBinaryHashBits);
@@ -141,17 +144,20 @@ std::vector<QuantizedQuery> cpu_quantized(const std::vector<float>& projection, 
     for (int h = 0; h < hkv; ++h) {
       const int slot = b * hkv + h;
       kernels::binary_project_queries(projection.data() + int64_t(slot) * kBinaryHashBits * d, d,
-                                      q.data() + (int64_t(b) * hq + h * group) * d, group, projected.data());
+                                      q.data() + (int64_t(b) * hq + h * group) * d, group,
+                                      projected.data());
       kernels::quantize_query_group(projected.data(), group, out.data() + b * hq + h * group);
     }
   return out;
 }
 
-void expect_planes_equal(const std::vector<uint64_t>& planes, const std::vector<QuantizedQuery>& expected) {
+void expect_planes_equal(const std::vector<uint64_t>& planes,
+                         const std::vector<QuantizedQuery>& expected) {
   for (size_t row = 0; row < expected.size(); ++row) {
     EXPECT_EQ(planes[row * 8], expected[row].sign_plane) << "sign plane of head " << row;
     for (int m = 0; m < kernels::kQueryMagnitudePlanes; ++m)
-      EXPECT_EQ(planes[row * 8 + 1 + m], expected[row].magnitude[m]) << "plane " << m << " of head " << row;
+      EXPECT_EQ(planes[row * 8 + 1 + m], expected[row].magnitude[m])
+          << "plane " << m << " of head " << row;
   }
 }
 
@@ -160,7 +166,8 @@ TEST(BinaryPackQueries, PlanesEqualCpuQuantisation) {
   struct Shape {
     int batch, hq, hkv, d;
   };
-  for (const Shape s : {Shape{2, 8, 2, 128}, Shape{1, 6, 2, 64}, Shape{1, 32, 8, 128}, Shape{3, 4, 4, 64}}) {
+  for (const Shape s :
+       {Shape{2, 8, 2, 128}, Shape{1, 6, 2, 64}, Shape{1, 32, 8, 128}, Shape{3, 4, 4, 64}}) {
     const int slots = s.batch * s.hkv;
     const std::vector<float> keys = test_keys(slots, 300, s.d, 5);
     const std::vector<float> projection = fitted_projections(keys, slots, 300, s.d);
@@ -187,7 +194,7 @@ TEST(BinaryPackQueries, RoundsHalfToEvenWithOneScalePerGroup) {
   const std::vector<QuantizedQuery> expected = cpu_quantized(projection, q, 1, hq, hkv, d);
   expect_planes_equal(planes, expected);
   EXPECT_EQ(planes[0], uint64_t{1} << 2);  // only -2 is negative in head 0
-  EXPECT_EQ(planes[1], 0u);  // |values| 2, 4, 2, 0 (0.5 -> 0): bit 0 nowhere...
+  EXPECT_EQ(planes[1], 0u);                // |values| 2, 4, 2, 0 (0.5 -> 0): bit 0 nowhere...
   EXPECT_EQ(planes[2], (uint64_t{1} << 0) | (uint64_t{1} << 2));  // ...bit 1 at 2 and -2
   EXPECT_EQ(planes[3], uint64_t{1} << 1);                         // bit 2: the 4
 }
@@ -201,7 +208,8 @@ TEST(BinaryScoreKeys, ScoresEqualCpuAndForcedTokensMarked) {
   std::vector<uint64_t> codes(size_t(slots) * length);
   for (int s = 0; s < slots; ++s)
     kernels::binary_hash_keys(projection.data() + int64_t(s) * kBinaryHashBits * d, d,
-                              keys.data() + int64_t(s) * length * d, length, codes.data() + int64_t(s) * length);
+                              keys.data() + int64_t(s) * length * d, length,
+                              codes.data() + int64_t(s) * length);
   const std::vector<float> q = random_bf16_values(size_t(batch) * hq * d, 22, 2.0f);
   const std::vector<QuantizedQuery> quantized = cpu_quantized(projection, q, batch, hq, hkv, d);
 
@@ -210,7 +218,8 @@ TEST(BinaryScoreKeys, ScoresEqualCpuAndForcedTokensMarked) {
   auto d_forced_list = test::to_device(std::vector<int32_t>{0, 0, 0, 7, 100, 4999, 0, 0, 0});
   cuda::DeviceBuffer d_mask(size_t(slots) * words * 4);
   cuda::check(cudaMemset(d_mask.data(), 0, d_mask.bytes()), "memset");
-  cuda::binary_mark_tokens(d_forced_list.as<int32_t>() + 3, 3, 1, 3, d_mask.as<uint32_t>() + words, words, nullptr);
+  cuda::binary_mark_tokens(d_forced_list.as<int32_t>() + 3, 3, 1, 3, d_mask.as<uint32_t>() + words,
+                           words, nullptr);
 
   const std::vector<uint64_t> planes = gpu_planes(projection, q, batch, hq, hkv, d);
   auto d_planes = test::to_device(planes);
@@ -236,12 +245,13 @@ TEST(BinaryScoreKeys, ScoresEqualCpuAndForcedTokensMarked) {
 
   std::vector<int> expected(length);
   for (int s = 0; s < slots; ++s) {
-    kernels::binary_hash_group_scores(quantized.data() + s * group, group, codes.data() + int64_t(s) * length,
-                                      length, expected.data());
+    kernels::binary_hash_group_scores(quantized.data() + s * group, group,
+                                      codes.data() + int64_t(s) * length, length, expected.data());
     int mismatches = 0;
     for (int j = 0; j < length; ++j) {
       const bool forced = j < 3 || (s == 1 && (j == 7 || j == 100 || j == 4999));
-      const uint16_t want = forced ? cuda::kBinaryPcForced : uint16_t(expected[j] + cuda::kBinaryPcScoreOffset);
+      const uint16_t want =
+          forced ? cuda::kBinaryPcForced : uint16_t(expected[j] + cuda::kBinaryPcScoreOffset);
       mismatches += got[int64_t(s) * length + j] != want;
     }
     EXPECT_EQ(mismatches, 0) << "slot " << s;
@@ -299,13 +309,14 @@ TEST(TopkSelect, MatchesCpuTopKWithLowerIndexTieBreak) {
         for (int l = 0; l < lists; ++l) {
           std::vector<float> ranking(length);
           for (int j = 0; j < length; ++j)
-            ranking[j] = use_float ? scores[size_t(l) * length + j] : float(keys[size_t(l) * length + j]);
+            ranking[j] =
+                use_float ? scores[size_t(l) * length + j] : float(keys[size_t(l) * length + j]);
           std::vector<int32_t> want = top_k_indices(ranking.data(), length, k);
           want.push_back(length);
           want.push_back(length + 1);
           const std::vector<int32_t> list(got.begin() + l * stride, got.begin() + (l + 1) * stride);
-          EXPECT_EQ(list, want) << "length " << length << " k " << k << " list " << l << " float " << use_float
-                              << " split " << split;
+          EXPECT_EQ(list, want) << "length " << length << " k " << k << " list " << l << " float "
+                                << use_float << " split " << split;
           for (int r = 0; r < 2; ++r) {
             EXPECT_EQ(offsets[l * 2 + r], l * stride);
             EXPECT_EQ(counts[l * 2 + r], k + tail);
@@ -348,8 +359,9 @@ TEST_P(BinaryPcSelectionTest, IndexListsAndAttentionMatchCpuSelector) {
     fit.seed = 5 + h;
     fit_binary_projection(store.keys(0, h), c.prompt, d, fit, projection_set->mutable_head(0, h));
   }
-  auto selector = make_binarypc_selector({{"dense_layers", nlohmann::json::array()}, {"eas", c.eas}},
-                                         Budget::parse(std::to_string(c.budget)), projection_set);
+  auto selector =
+      make_binarypc_selector({{"dense_layers", nlohmann::json::array()}, {"eas", c.eas}},
+                             Budget::parse(std::to_string(c.budget)), projection_set);
   selector->start(store, c.prompt, c.budget);
   for (int j = c.prompt; j < length; ++j) {
     append(j);
@@ -364,7 +376,8 @@ TEST_P(BinaryPcSelectionTest, IndexListsAndAttentionMatchCpuSelector) {
   }();
 
   // GPU: codes (+ errors) after prefill, EAS set as a mask, then the decode step.
-  auto d_k = test::to_device_bf16(k_all), d_v = test::to_device_bf16(v_all), d_q = test::to_device_bf16(q);
+  auto d_k = test::to_device_bf16(k_all), d_v = test::to_device_bf16(v_all),
+       d_q = test::to_device_bf16(q);
   auto d_projection = test::to_device(projection_set->rows);
   cuda::DeviceBuffer d_codes(size_t(hkv) * capacity * 8), d_error(size_t(hkv) * capacity * 4);
   cuda::BinaryHashKeysArgs hash;
@@ -394,9 +407,11 @@ TEST_P(BinaryPcSelectionTest, IndexListsAndAttentionMatchCpuSelector) {
     eas.indices = d_eas.as<int32_t>();
     eas.index_stride = err_k;
     cuda::topk_select(eas, nullptr);
-    cuda::binary_mark_tokens(d_eas.as<int32_t>(), err_k, hkv, err_k, d_mask.as<uint32_t>(), words, nullptr);
+    cuda::binary_mark_tokens(d_eas.as<int32_t>(), err_k, hkv, err_k, d_mask.as<uint32_t>(), words,
+                             nullptr);
   }
-  cuda::DeviceBuffer d_planes(size_t(hq) * cuda::kBinaryPcPlanes * 8), d_scores(size_t(hkv) * capacity * 2);
+  cuda::DeviceBuffer d_planes(size_t(hq) * cuda::kBinaryPcPlanes * 8),
+      d_scores(size_t(hkv) * capacity * 2);
   cuda::BinaryPackQueriesArgs pack;
   pack.projection = d_projection.as<float>();
   pack.q = d_q.as<__nv_bfloat16>();
@@ -421,7 +436,8 @@ TEST_P(BinaryPcSelectionTest, IndexListsAndAttentionMatchCpuSelector) {
   score.key_slot_stride = capacity;
   cuda::binary_score_keys(score, nullptr);
   const int list_capacity = k + c.decoded;
-  cuda::DeviceBuffer d_indices(size_t(hkv) * list_capacity * 4), d_offset(size_t(hq) * 8), d_count(size_t(hq) * 4);
+  cuda::DeviceBuffer d_indices(size_t(hkv) * list_capacity * 4), d_offset(size_t(hq) * 8),
+      d_count(size_t(hq) * 4);
   cuda::TopkSelectArgs select;
   select.keys16 = d_scores.as<uint16_t>();
   select.key_stride = capacity;
@@ -442,7 +458,8 @@ TEST_P(BinaryPcSelectionTest, IndexListsAndAttentionMatchCpuSelector) {
   auto d_kv_offset = test::to_device(kv_offset);
   auto d_kv_length = test::to_device(std::vector<int32_t>(hkv, length));
   cuda::DeviceBuffer d_out(size_t(hq) * d * 2);
-  cuda::DeviceBuffer workspace(cuda::decode_attention_workspace_floats(1, hq, d, list_capacity) * 4);
+  cuda::DeviceBuffer workspace(cuda::decode_attention_workspace_floats(1, hq, d, list_capacity) *
+                               4);
   cuda::DecodeAttentionArgs attention;
   attention.q = d_q.as<__nv_bfloat16>();
   attention.q_seq_stride = int64_t(hq) * d;
@@ -473,7 +490,8 @@ TEST_P(BinaryPcSelectionTest, IndexListsAndAttentionMatchCpuSelector) {
   const std::vector<float> got = test::from_device_bf16(d_out, size_t(hq) * d);
   std::vector<float> expected(size_t(hq) * d);
   for (int a = 0; a < hq; ++a) {
-    const std::vector<int32_t> list(indices.begin() + offsets[a], indices.begin() + offsets[a] + counts[a]);
+    const std::vector<int32_t> list(indices.begin() + offsets[a],
+                                    indices.begin() + offsets[a] + counts[a]);
     EXPECT_EQ(list, cpu.indices[a]) << "query head " << a;
     kernels::DecodeAttentionArgs reference;
     reference.query = q.data() + int64_t(a) * d;
@@ -492,7 +510,8 @@ TEST_P(BinaryPcSelectionTest, IndexListsAndAttentionMatchCpuSelector) {
 INSTANTIATE_TEST_SUITE_P(Cases, BinaryPcSelectionTest,
                          ::testing::Values(SelectCase{8, 2, 128, 3000, 3, 256, true},
                                            SelectCase{8, 2, 128, 3000, 3, 256, false},
-                                           SelectCase{6, 2, 64, 700, 1, 1000, true},   // budget > prompt
+                                           SelectCase{6, 2, 64, 700, 1, 1000,
+                                                      true},  // budget > prompt
                                            SelectCase{32, 8, 128, 2048, 5, 100, true},
                                            SelectCase{4, 4, 64, 513, 0, 1, true}));
 

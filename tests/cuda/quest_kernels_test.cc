@@ -46,7 +46,8 @@ struct DevicePages {
     std::vector<float> out(size_t(n_pages) * d);
     for (int p = 0; p < n_pages; ++p)
       for (int t = 0; t < d; ++t)
-        out[size_t(p) * d + t] = all[slot * args.page_slot_stride + cuda::quest_bound_offset(p, t, max_pages)];
+        out[size_t(p) * d + t] =
+            all[slot * args.page_slot_stride + cuda::quest_bound_offset(p, t, max_pages)];
     return out;
   }
   void add(int begin, int end) {
@@ -59,8 +60,8 @@ struct DevicePages {
   cuda::QuestPagesArgs args;
 };
 
-std::vector<float> page_scores(const DevicePages& pages, const std::vector<float>& q, int hq, int hkv, int d,
-                               int n_pages, bool shared, bool keep_last_page) {
+std::vector<float> page_scores(const DevicePages& pages, const std::vector<float>& q, int hq,
+                               int hkv, int d, int n_pages, bool shared, bool keep_last_page) {
   auto d_q = test::to_device_bf16(q);
   const int lists = shared ? hkv : hq;
   cuda::DeviceBuffer d_scores(size_t(lists) * n_pages * 4);
@@ -90,7 +91,8 @@ std::vector<float> page_scores(const DevicePages& pages, const std::vector<float
 TEST(QuestPages, BoundsKeptCurrentTokenByTokenAndScoresEqualCpu) {
   KVB_REQUIRE_GPU();
   for (const int d : {128, 64}) {
-    const int hkv = 2, hq = 6, group = hq / hkv, prompt = 1000, decoded = 40, length = prompt + decoded;
+    const int hkv = 2, hq = 6, group = hq / hkv, prompt = 1000, decoded = 40,
+              length = prompt + decoded;
     const std::vector<float> keys = random_bf16_values(size_t(hkv) * length * d, 41, 2.0f);
     auto d_keys = test::to_device_bf16(keys);
     DevicePages pages(d_keys, hkv, length, d);
@@ -106,8 +108,10 @@ TEST(QuestPages, BoundsKeptCurrentTokenByTokenAndScoresEqualCpu) {
       bounds.head_dim = d;
       for (int j = 0; j < length; ++j) bounds.add(keys.data() + (int64_t(h) * length + j) * d, j);
       ASSERT_EQ(bounds.n_pages(), n_pages);
-      EXPECT_EQ(pages.rows(pages.minimum, h, n_pages, d), bounds.minimum) << "d " << d << " head " << h;
-      EXPECT_EQ(pages.rows(pages.maximum, h, n_pages, d), bounds.maximum) << "d " << d << " head " << h;
+      EXPECT_EQ(pages.rows(pages.minimum, h, n_pages, d), bounds.minimum)
+          << "d " << d << " head " << h;
+      EXPECT_EQ(pages.rows(pages.maximum, h, n_pages, d), bounds.maximum)
+          << "d " << d << " head " << h;
       std::vector<float> group_max(n_pages, -std::numeric_limits<float>::infinity());
       for (int g = 0; g < group; ++g) {
         const int a = h * group + g;
@@ -118,7 +122,8 @@ TEST(QuestPages, BoundsKeptCurrentTokenByTokenAndScoresEqualCpu) {
         for (int p = 0; p < n_pages; ++p) group_max[p] = std::max(group_max[p], expected[p]);
       }
       group_max[n_pages - 1] = std::numeric_limits<float>::infinity();  // keep_last_page
-      const std::vector<float> got(shared.begin() + int64_t(h) * n_pages, shared.begin() + int64_t(h + 1) * n_pages);
+      const std::vector<float> got(shared.begin() + int64_t(h) * n_pages,
+                                   shared.begin() + int64_t(h + 1) * n_pages);
       EXPECT_EQ(got, group_max) << "shared, d " << d << " head " << h;
     }
   }
@@ -171,7 +176,8 @@ TEST_P(QuestSelectionTest, IndexListsAndAttentionMatchCpuSelector) {
   const int page_budget = cuda::quest_page_budget(length, c.budget, kPage, 3);
   const int lists = c.shared ? hkv : hq;
   auto d_q = test::to_device_bf16(q);
-  cuda::DeviceBuffer d_scores(size_t(lists) * n_pages * 4), d_pages(size_t(lists) * page_budget * 4);
+  cuda::DeviceBuffer d_scores(size_t(lists) * n_pages * 4),
+      d_pages(size_t(lists) * page_budget * 4);
   cuda::QuestScoreArgs score;
   score.q = d_q.as<__nv_bfloat16>();
   score.q_seq_stride = int64_t(hq) * d;
@@ -199,7 +205,8 @@ TEST_P(QuestSelectionTest, IndexListsAndAttentionMatchCpuSelector) {
   top.index_stride = page_budget;
   cuda::topk_select(top, nullptr);
   const int list_capacity = page_budget * kPage;
-  cuda::DeviceBuffer d_indices(size_t(lists) * list_capacity * 4), d_offset(size_t(hq) * 8), d_count(size_t(hq) * 4);
+  cuda::DeviceBuffer d_indices(size_t(lists) * list_capacity * 4), d_offset(size_t(hq) * 8),
+      d_count(size_t(hq) * 4);
   cuda::QuestExpandArgs expand;
   expand.pages = d_pages.as<int32_t>();
   expand.page_stride = page_budget;
@@ -219,7 +226,8 @@ TEST_P(QuestSelectionTest, IndexListsAndAttentionMatchCpuSelector) {
   auto d_kv_offset = test::to_device(kv_offset);
   auto d_kv_length = test::to_device(std::vector<int32_t>(hkv, length));
   cuda::DeviceBuffer d_out(size_t(hq) * d * 2);
-  cuda::DeviceBuffer workspace(cuda::decode_attention_workspace_floats(1, hq, d, list_capacity) * 4);
+  cuda::DeviceBuffer workspace(cuda::decode_attention_workspace_floats(1, hq, d, list_capacity) *
+                               4);
   cuda::DecodeAttentionArgs attention;
   attention.q = d_q.as<__nv_bfloat16>();
   attention.q_seq_stride = int64_t(hq) * d;
@@ -250,7 +258,8 @@ TEST_P(QuestSelectionTest, IndexListsAndAttentionMatchCpuSelector) {
   const std::vector<float> got = test::from_device_bf16(d_out, size_t(hq) * d);
   std::vector<float> expected(size_t(hq) * d);
   for (int a = 0; a < hq; ++a) {
-    const std::vector<int32_t> list(indices.begin() + offsets[a], indices.begin() + offsets[a] + counts[a]);
+    const std::vector<int32_t> list(indices.begin() + offsets[a],
+                                    indices.begin() + offsets[a] + counts[a]);
     EXPECT_EQ(list, cpu.indices[a]) << "query head " << a;
     kernels::DecodeAttentionArgs reference;
     reference.query = q.data() + int64_t(a) * d;
@@ -266,13 +275,14 @@ TEST_P(QuestSelectionTest, IndexListsAndAttentionMatchCpuSelector) {
   EXPECT_LT(test::max_abs_diff(got, expected), 1e-2);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, QuestSelectionTest,
-                         ::testing::Values(QuestCase{8, 2, 128, 3000, 7, 256, false, false},
-                                           QuestCase{8, 2, 128, 3000, 7, 256, true, false},
-                                           QuestCase{8, 2, 128, 3001, 0, 256, false, true},
-                                           QuestCase{6, 2, 64, 500, 3, 20, false, false},     // 3-page floor
-                                           QuestCase{32, 8, 128, 2000, 9, 4096, true, true},  // budget > length
-                                           QuestCase{4, 4, 64, 40, 1, 16, false, false}));
+INSTANTIATE_TEST_SUITE_P(
+    Cases, QuestSelectionTest,
+    ::testing::Values(QuestCase{8, 2, 128, 3000, 7, 256, false, false},
+                      QuestCase{8, 2, 128, 3000, 7, 256, true, false},
+                      QuestCase{8, 2, 128, 3001, 0, 256, false, true},
+                      QuestCase{6, 2, 64, 500, 3, 20, false, false},     // 3-page floor
+                      QuestCase{32, 8, 128, 2000, 9, 4096, true, true},  // budget > length
+                      QuestCase{4, 4, 64, 40, 1, 16, false, false}));
 
 }  // namespace
 }  // namespace kvb
