@@ -209,32 +209,38 @@ __global__ void read_kernel(const int4* data, size_t count, int* sink) {
 // leave a large part of the bandwidth unused at this shape.
 constexpr int kGemvMaxRows = 4;
 
+// `splits` warps share a row (each streams a contiguous slice of it, then the block adds the slices
+// in a fixed order): a projection with few rows (4,096 outputs) still puts enough warps and loads in
+// flight to stream its weights at full bandwidth.
 template <int N, typename Out>
 __global__ void __launch_bounds__(256) gemv_kernel(const __nv_bfloat16* __restrict__ x,
                                                    const __nv_bfloat16* __restrict__ w, Out* y,
-                                                   int in_features, int out_features) {
+                                                   int in_features, int out_features, int splits) {
   wait_for_predecessor();
   allow_successor_launch();
-  const int row = blockIdx.x * 8 + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= out_features) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row = blockIdx.x * (8 / splits) + warp / splits;
+  const int part = warp % splits;
+  const bool active = row < out_features;
   const int chunks = in_features / 8;
-  const int4* w_row = reinterpret_cast<const int4*>(w + int64_t(row) * in_features);
+  const int per_part = (chunks + splits - 1) / splits;
+  const int begin = part * per_part, end = min(chunks, begin + per_part);
+  const int4* w_row = reinterpret_cast<const int4*>(w + int64_t(active ? row : 0) * in_features);
   float acc[N];
 #pragma unroll
   for (int r = 0; r < N; ++r) acc[r] = 0.f;
   constexpr int kUnroll = 4;
-  for (int base = lane; base < chunks; base += 32 * kUnroll) {
+  for (int base = begin + lane; active && base < end; base += 32 * kUnroll) {
     int4 wv[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = base + u * 32;
-      wv[u] = c < chunks ? __ldg(w_row + c) : make_int4(0, 0, 0, 0);
+      wv[u] = c < end ? __ldg(w_row + c) : make_int4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = base + u * 32;
-      if (c >= chunks) break;
+      if (c >= end) break;
       const __nv_bfloat162* wp = reinterpret_cast<const __nv_bfloat162*>(&wv[u]);
 #pragma unroll
       for (int r = 0; r < N; ++r) {
@@ -249,25 +255,44 @@ __global__ void __launch_bounds__(256) gemv_kernel(const __nv_bfloat16* __restri
       }
     }
   }
+  __shared__ float slice_sums[8][N];
 #pragma unroll
   for (int r = 0; r < N; ++r) {
     float v = acc[r];
     for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffff, v, off);
-    if (lane == 0) {
-      if constexpr (std::is_same_v<Out, float>) y[int64_t(r) * out_features + row] = v;
-      else y[int64_t(r) * out_features + row] = __float2bfloat16(v);
-    }
+    if (lane == 0) slice_sums[warp][r] = v;
   }
+  __syncthreads();
+  if (!active || part != 0 || lane >= N) return;
+  float v = 0.f;
+  for (int p = 0; p < splits; ++p) v += slice_sums[warp + p][lane];
+  if constexpr (std::is_same_v<Out, float>) y[int64_t(lane) * out_features + row] = v;
+  else y[int64_t(lane) * out_features + row] = __float2bfloat16(v);
+}
+
+// Warps per row: enough blocks for about two waves of the GPU, while every warp keeps at least
+// one full pass of 32 lanes x 16 bytes over its slice.
+int gemv_splits(int in_features, int out_features) {
+  constexpr int kTargetBlocks = 2048;
+  const int chunks = in_features / 8;
+  int splits = 1;
+  while (splits < 8 && (out_features + 8 / splits - 1) / (8 / splits) < kTargetBlocks &&
+         chunks / (2 * splits) >= 32)
+    splits *= 2;
+  return splits;
 }
 
 template <typename Out>
 bool try_gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int n, int in_features,
               int out_features, cudaStream_t stream) {
   if (n < 1 || n > kGemvMaxRows || in_features % 8 != 0) return false;
-  const dim3 grid((out_features + 7) / 8);
-  void (*kernel)(const __nv_bfloat16*, const __nv_bfloat16*, Out*, int, int) =
+  const int splits = gemv_splits(in_features, out_features);
+  const int rows_per_block = 8 / splits;
+  const dim3 grid((out_features + rows_per_block - 1) / rows_per_block);
+  void (*kernel)(const __nv_bfloat16*, const __nv_bfloat16*, Out*, int, int, int) =
       n == 1 ? gemv_kernel<1, Out> : n == 2 ? gemv_kernel<2, Out> : n == 3 ? gemv_kernel<3, Out> : gemv_kernel<4, Out>;
-  launch_overlapped(kernel, grid, 256, 0, stream, "gemv_kernel", x, w, y, in_features, out_features);
+  launch_overlapped(kernel, grid, 256, 0, stream, "gemv_kernel", x, w, y, in_features, out_features,
+                    splits);
   return true;
 }
 

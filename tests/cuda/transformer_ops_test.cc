@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
+#include <vector>
 
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/matmul.h"
@@ -102,10 +104,11 @@ TEST(CudaOps, SwigluMatchesCpu) {
 
 TEST(CudaOps, GemmMatchesCpuMatmul) {
   KVB_REQUIRE_GPU();
-  // n <= 4 takes the GEMV kernel (short rows and a down projection's long ones).
-  for (auto [n, in] : std::vector<std::pair<int, int>>{{1, 576}, {3, 576}, {4, 576}, {17, 576},
-                                                     {256, 576}, {1, 14336}, {4, 8192}}) {
-    const int out = 1536;
+  // n <= 4 takes the GEMV kernel, with 1 to 8 warps per row (short rows and a down projection's long
+  // ones; an output count that leaves the last block part empty).
+  for (auto [n, in, out] : std::vector<std::tuple<int, int, int>>{
+           {1, 576, 1536}, {3, 576, 1536}, {4, 576, 1536}, {17, 576, 1536}, {256, 576, 1536},
+           {1, 14336, 1536}, {4, 8192, 1536}, {2, 4096, 1001}, {1, 4096, 28672}}) {
     auto x = random_bf16_values(size_t(n) * in, 7);
     auto w = random_bf16_values(size_t(out) * in, 8, 0.1f);
     std::vector<float> expected(size_t(n) * out);
@@ -120,7 +123,7 @@ TEST(CudaOps, GemmMatchesCpuMatmul) {
     cublasDestroy(handle);
     std::vector<float> got(expected.size());
     d_y.download(got.data(), got.size() * 4);
-    EXPECT_LT(test::max_abs_diff(got, expected), 1e-3 * std::sqrt(in / 576.0)) << "n=" << n << " in=" << in;
+    EXPECT_LT(test::max_abs_diff(got, expected), 1e-3 * std::sqrt(in / 576.0)) << "n=" << n << " in=" << in << " out=" << out;
   }
 }
 
