@@ -1,23 +1,30 @@
 // The decode-time methods on SmolLM2-135M-Instruct answering a needle-in-a-haystack question in a
-// ~2,000-token prompt at 10% budgets (issue 4's end-to-end check), with accuracy per method and the
-// fraction of KV blocks ART skipped.
+// ~2,000-token prompt at 10% budgets (issue 4's end-to-end check), with accuracy per method, the
+// fraction of KV blocks ART skipped and ART's probe/oracle agreement on the real model.
 //
 // Protocol: KVCache-Factory's run_needle_in_haystack.py as described in specs/benchmarks.md §2.2
 // (haystack = the Paul Graham essays in sorted order; needle inserted at int(len * depth/100)
 // tokens, moved left to the previous "." token; 200-token buffer; greedy decoding, 30 new tokens,
-// stop at a newline) and its visualize.py score (share of the 10 expected words in the response).
+// stop at a newline; see newline_after_text) and its visualize.py score (share of the 10 expected words in the response).
 // The needle, question and prompt strings below are those protocol constants, written exactly.
 //
-// Samples: KVB_NIAH_SAMPLES (default 2) depths from round(linspace(0, 100, n)). The test prints a
-// table; run with KVB_NIAH_SAMPLES=10 for the report's numbers.
+// Each sample is prefilled once; every method continues from a copy of that snapshot (the
+// decode-time methods keep the whole cache, only the prefill policies under ART compress it).
+//
+// The CI run (default) takes the two depths of kCiDepths and checks per-method thresholds set from
+// the measured runs (results/decode-methods-smollm2.md). The report's sweep is run by hand:
+//   KVB_NIAH_SAMPLES=10 build/tests/kvb_policy_tests --gtest_filter='DecodeNiah.*'
+// (depths round(linspace(0, 100, n)), table only, no per-method thresholds; KVB_NIAH_LENGTH sets
+// the context length, default 2000). The OPC projection is calibrated (2,048 tokens) on the essays
+// after those the haystack reads, so calibration and haystack texts are disjoint.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <set>
 #include <sstream>
 
@@ -58,18 +65,48 @@ double needle_score(const std::string& response) {
   return static_cast<double>(hits) / expected.size();
 }
 
-std::vector<TokenId> haystack_tokens(const Tokenizer& tokenizer, int needed) {
+// SmolLM2 often answers "Answer:" with a newline first, which the official newline-token stop turns
+// into an empty response. The test scores what `kvbench run` scores for NIAH (harness/
+// engine_backend.cc): the first non-blank line. Generation stops at the first newline after a
+// printable character (what ends that line) instead of running all 30 tokens.
+std::vector<std::string> newline_after_text() {
+  std::vector<std::string> stops;
+  for (char c = '!'; c <= '~'; ++c) stops.push_back(std::string(1, c) + "\n");
+  return stops;
+}
+
+std::string first_non_blank_line(const std::string& text) {
+  const size_t begin = text.find_first_not_of(" \t\r\n");
+  if (begin == std::string::npos) return "";
+  const size_t end = text.find('\n', begin);
+  return text.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+}
+
+int env_int(const char* name, int fallback, int minimum) {
+  const char* text = std::getenv(name);
+  return text ? std::max(minimum, std::atoi(text)) : fallback;
+}
+
+std::vector<std::filesystem::path> essay_files() {
   std::vector<std::filesystem::path> files;
   for (const auto& entry :
        std::filesystem::directory_iterator(test::fixtures_dir() / "haystack" / "pg_essays"))
-    files.push_back(entry.path());
+    if (entry.path().extension() == ".txt") files.push_back(entry.path());
   std::sort(files.begin(), files.end());
+  return files;
+}
+
+// The first `needed` tokens of the essays in name order; `files_used` = how many essays were read.
+std::vector<TokenId> haystack_tokens(const Tokenizer& tokenizer, int needed, size_t& files_used) {
+  const std::vector<std::filesystem::path> files = essay_files();
   std::string text;
+  files_used = 0;
   for (const auto& file : files) {
     std::ifstream in(file);
     std::ostringstream content;
     content << in.rdbuf();
     text += content.str();
+    ++files_used;
     if (static_cast<int>(text.size()) > needed * 6) break;  // > 4-5 characters per token
   }
   std::vector<TokenId> tokens = tokenizer.encode(text);
@@ -79,7 +116,9 @@ std::vector<TokenId> haystack_tokens(const Tokenizer& tokenizer, int needed) {
 
 // The context with the needle at `depth` percent (specs/benchmarks.md §2.1 steps 1-5).
 std::string context_with_needle(const Tokenizer& tokenizer, int context_length, int depth) {
-  std::vector<TokenId> haystack = tokenizer.encode(tokenizer.decode(haystack_tokens(tokenizer, context_length)));
+  size_t files_used = 0;
+  std::vector<TokenId> haystack =
+      tokenizer.encode(tokenizer.decode(haystack_tokens(tokenizer, context_length, files_used)));
   const std::vector<TokenId> needle = tokenizer.encode(kNeedle);
   const int target = context_length - 200;
   if (static_cast<int>(haystack.size() + needle.size()) > target)
@@ -99,44 +138,78 @@ std::string context_with_needle(const Tokenizer& tokenizer, int context_length, 
   return tokenizer.decode(with, true);
 }
 
+// OPC calibration texts disjoint from the haystack: a folder linking the essays after those the
+// haystack reads (calibrate takes *.txt in name order, so it starts right after the haystack's).
+std::filesystem::path calibration_folder(const Tokenizer& tokenizer, int context_length) {
+  size_t files_used = 0;
+  haystack_tokens(tokenizer, context_length, files_used);
+  const std::vector<std::filesystem::path> files = essay_files();
+  const std::filesystem::path folder =
+      std::filesystem::temp_directory_path() / "kvb_decode_niah_calibration";
+  std::filesystem::remove_all(folder);
+  std::filesystem::create_directories(folder);
+  for (size_t i = files_used; i < files.size(); ++i)
+    std::filesystem::create_symlink(files[i], folder / files[i].filename());
+  return folder;
+}
+
 struct Method {
   std::string label;
   std::string policy;
   nlohmann::json params;
+  int min_answered;  // CI samples (of kCiDepths.size()) that must score 1.0
 };
 
-// Disabled in the default run: its pass thresholds (Full and TOPK >= 0.5) have not yet been checked
-// against a completed run, and 10 methods x ~2K-token prompts on the CPU take minutes. Run it by
-// hand: KVB_NIAH_SAMPLES=10 kvb_policy_tests --gtest_also_run_disabled_tests --gtest_filter=DecodeNiah.*
-TEST(DecodeNiah, DISABLED_MethodsAnswerAtTenPercentBudgets) {
+// The CI run's needle depths (percent). SmolLM2 itself answers (Full KV, 1839-token prompt) at
+// depths 50 and 56 but ends with EOS right away at 0, 11, 22 and 33
+// (results/decode-methods-smollm2.md), so the CI run checks the methods where Full answers.
+constexpr std::array<int, 2> kCiDepths = {50, 56};
+
+// ART's probe/oracle agreement is traced on the full+art walks at this relative-error tolerance.
+constexpr double kOracleTolerance = 1e-2;
+
+TEST(DecodeNiah, MethodsAnswerAtTenPercentBudgets) {
   KVB_REQUIRE_FILE(test::default_model_path());
   KVB_REQUIRE_FILE(test::fixtures_dir() / "haystack" / "pg_essays");
   const LoadedModel model = load_model(test::default_model_path().string());
   const std::shared_ptr<const Tokenizer> tokenizer =
       model.tokenizer ? model.tokenizer
                       : std::shared_ptr<const Tokenizer>(tokenizer_from_path(test::default_model_path().string()));
-  const char* samples_env = std::getenv("KVB_NIAH_SAMPLES");
-  const int samples = samples_env ? std::max(1, std::atoi(samples_env)) : 2;
+  // CI: kCiDepths and the per-method thresholds; by hand: KVB_NIAH_SAMPLES depths, no thresholds.
+  std::vector<int> depths(kCiDepths.begin(), kCiDepths.end());
+  const bool ci_run = std::getenv("KVB_NIAH_SAMPLES") == nullptr;
+  if (!ci_run) {
+    const int n = env_int("KVB_NIAH_SAMPLES", 10, 1);
+    depths.clear();
+    for (int s = 0; s < n; ++s)
+      depths.push_back(n == 1 ? 50 : static_cast<int>(std::lround(100.0 * s / (n - 1))));
+  }
+  const int samples = static_cast<int>(depths.size());
+  const int context_length = env_int("KVB_NIAH_LENGTH", 2000, 400);
 
-  // OPC: a projection calibrated on the essays through `kvbench calibrate`.
+  // OPC: a projection calibrated through `kvbench calibrate` on essays the haystack does not use.
+  const std::filesystem::path calibration = calibration_folder(*tokenizer, context_length);
   const std::filesystem::path projection =
       std::filesystem::temp_directory_path() / "kvb_decode_niah_proj.bin";
   ASSERT_EQ(cli::calibrate({"--model", test::default_model_path().string(), "--data",
-                            (test::fixtures_dir() / "haystack" / "pg_essays").string(), "--out",
-                            projection.string(), "--max-tokens", "4096", "--json"}),
+                            calibration.string(), "--out", projection.string(), "--max-tokens",
+                            "2048", "--json"}),
             0);
 
+  // Thresholds: the measured CI run answered 2/2 with Full, TOPK and the three BinaryPC variants,
+  // 1/2 with MagicPIG and full+art, 0/2 with Quest, snapkv+art and streamingllm+art; one sample of
+  // margin where a method answered both.
   const std::vector<Method> methods = {
-      {"full", "full", nlohmann::json::object()},
-      {"topk", "topk", nlohmann::json::object()},
-      {"quest", "quest", nlohmann::json::object()},
-      {"magicpig", "magicpig", nlohmann::json::object()},
-      {"binarypc (online)", "binarypc", nlohmann::json::object()},
-      {"binarypc (OPC)", "binarypc", {{"projection", projection.string()}}},
-      {"binarypc (no EAS)", "binarypc", {{"eas", false}}},
-      {"full+art", "full+art", nlohmann::json::object()},
-      {"snapkv+art", "snapkv+art", nlohmann::json::object()},
-      {"streamingllm+art", "streamingllm+art", nlohmann::json::object()},
+      {"full", "full", nlohmann::json::object(), 2},
+      {"topk", "topk", nlohmann::json::object(), 2},
+      {"quest", "quest", nlohmann::json::object(), 0},
+      {"magicpig", "magicpig", nlohmann::json::object(), 0},
+      {"binarypc (online)", "binarypc", nlohmann::json::object(), 1},
+      {"binarypc (OPC)", "binarypc", {{"projection", projection.string()}}, 1},
+      {"binarypc (no EAS)", "binarypc", {{"eas", false}}, 1},
+      {"full+art", "full+art", {{"art", {{"oracle_tolerance", kOracleTolerance}}}}, 0},
+      {"snapkv+art", "snapkv+art", nlohmann::json::object(), 0},
+      {"streamingllm+art", "streamingllm+art", nlohmann::json::object(), 0},
   };
   const std::optional<Budget> budget = Budget::parse("10%");
   std::vector<CachePlan> plans;
@@ -153,39 +226,72 @@ TEST(DecodeNiah, DISABLED_MethodsAnswerAtTenPercentBudgets) {
   Generator generator(engine, tokenizer.get());
   GenerationOptions options;
   options.max_new_tokens = 30;
-  options.stop_strings = {"\n"};
-  std::vector<double> score(methods.size(), 0.0);
+  options.stop_strings = newline_after_text();
+  std::vector<double> score(methods.size(), 0.0), decode_ms(methods.size(), 0.0);
+  std::vector<int> answered(methods.size(), 0), steps(methods.size(), 0);
   std::vector<int64_t> visited(methods.size(), 0), total(methods.size(), 0);
+  kernels::EarlyExitOracleSummary oracle;
   int prompt_tokens = 0;
-  for (int s = 0; s < samples; ++s) {
-    const int depth = samples == 1 ? 50 : static_cast<int>(std::lround(100.0 * s / (samples - 1)));
-    const std::string prompt = niah_prompt(context_with_needle(*tokenizer, 2000, depth));
+  double prefill_ms = 0;
+  for (const int depth : depths) {
+    const std::string prompt = niah_prompt(context_with_needle(*tokenizer, context_length, depth));
     const std::vector<TokenId> ids =
         tokenizer->encode(prompt, tokenizer->adds_bos_by_default(), true);
     prompt_tokens = static_cast<int>(ids.size());
-    const PrefillSnapshot snapshot = generator.prefill(ids, request);
+    const PrefillSnapshot snapshot = generator.prefill(ids, request);  // once per sample
+    prefill_ms += snapshot.prefill_ms;
     for (size_t m = 0; m < methods.size(); ++m) {
       const GenerationResult result = generator.continue_generation(snapshot, plans[m], {}, options);
-      score[m] += needle_score(result.text) / samples;
+      const std::string answer = first_non_blank_line(tokenizer->decode(result.output_ids, true));
+      const double sample_score = needle_score(answer);
+      score[m] += sample_score / samples;
+      answered[m] += sample_score == 1.0 ? 1 : 0;
+      decode_ms[m] += result.decode_ms;
+      steps[m] += std::max(0, result.output_tokens - 1);
       visited[m] += result.kv_blocks_visited;
       total[m] += result.kv_blocks_total;
-      std::printf("depth %3d  %-18s %.2f  %s\n", depth, methods[m].label.c_str(),
-                  needle_score(result.text), result.text.c_str());
+      oracle.add(result.early_exit_oracle);
+      std::string raw = tokenizer->decode(result.output_ids, true);  // newlines shown as \n
+      for (size_t at = raw.find('\n'); at != std::string::npos; at = raw.find('\n', at + 2))
+        raw.replace(at, 1, "\\n");
+      std::printf("depth %3d  %-18s %.2f  %-6s %s\n", depth, methods[m].label.c_str(), sample_score,
+                  result.stop_reason.c_str(), raw.c_str());
+      std::fflush(stdout);
     }
   }
-  std::printf("\nNIAH (KVCache-Factory protocol), %d samples, %d-token prompts, budget 10%%\n", samples,
-              prompt_tokens);
-  std::printf("| method | score | KV blocks skipped by ART |\n|---|---|---|\n");
-  for (size_t m = 0; m < methods.size(); ++m) {
-    const std::string skipped =
-        total[m] > 0 ? std::to_string(100.0 * (1.0 - static_cast<double>(visited[m]) / total[m])) + "%"
-                     : "-";
-    std::printf("| %s | %.2f | %s |\n", methods[m].label.c_str(), score[m], skipped.c_str());
-  }
   std::filesystem::remove(projection);
+  std::filesystem::remove_all(calibration);
 
-  EXPECT_GE(score[0], 0.5) << "Full KV must find the needle for the comparison to mean anything";
-  EXPECT_GE(score[1], 0.5) << "the TOPK oracle at 10% keeps the needle's attention";
+  std::string depth_list;
+  for (const int depth : depths) depth_list += (depth_list.empty() ? "" : ",") + std::to_string(depth);
+  std::printf("\nNIAH (KVCache-Factory protocol), %d samples (depths %s), %d-token prompts, budget "
+              "10%%, prefill %.0f ms per sample\n",
+              samples, depth_list.c_str(), prompt_tokens, prefill_ms / samples);
+  std::printf("| method | mean score | samples answered (score 1.0) | KV blocks skipped by ART | "
+              "ms per decode step |\n|---|---|---|---|---|\n");
+  for (size_t m = 0; m < methods.size(); ++m) {
+    char skipped[32] = "-";
+    if (total[m] > 0)
+      std::snprintf(skipped, sizeof skipped, "%.1f%%",
+                    100.0 * (1.0 - static_cast<double>(visited[m]) / total[m]));
+    std::printf("| %s | %.2f | %d/%d | %s | %.1f |\n", methods[m].label.c_str(), score[m],
+                answered[m], samples, skipped, steps[m] > 0 ? decode_ms[m] / steps[m] : 0.0);
+  }
+  ASSERT_GT(oracle.walks, 0);
+  ASSERT_GT(oracle.boundaries, 0);
+  std::printf("\nART probe/oracle (full+art, tolerance %.0e relative L2): %lld walks, probe stopped "
+              "%.1f%%, premature stops %.1f%% of stops, mean error at stop %.2e; per block boundary: "
+              "agreement %.2f%%, false positives %.2f%%, false negatives %.2f%%\n",
+              kOracleTolerance, static_cast<long long>(oracle.walks),
+              100.0 * oracle.probe_stops / oracle.walks,
+              oracle.probe_stops ? 100.0 * oracle.premature_stops / oracle.probe_stops : 0.0,
+              oracle.probe_stops ? oracle.relative_error_at_stop_sum / oracle.probe_stops : 0.0,
+              100.0 * oracle.agreements / oracle.boundaries,
+              100.0 * oracle.false_positives / oracle.boundaries,
+              100.0 * oracle.false_negatives / oracle.boundaries);
+
+  for (size_t m = 0; m < methods.size(); ++m)
+    if (ci_run) EXPECT_GE(answered[m], methods[m].min_answered) << methods[m].label;
   EXPECT_GT(total[7], 0);
   EXPECT_LT(visited[7], total[7]) << "ART skips blocks on a real cache";
 }
