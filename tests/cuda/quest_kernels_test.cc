@@ -16,6 +16,7 @@
 #include "policies/decode_selectors.h"
 #include "policies/quest.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda/sparse_attention_check.h"
 
 namespace kvb {
 namespace {
@@ -221,58 +222,9 @@ TEST_P(QuestSelectionTest, IndexListsAndAttentionMatchCpuSelector) {
   expand.index_count = d_count.as<int32_t>();
   cuda::quest_expand_pages(expand, nullptr);
 
-  std::vector<int64_t> kv_offset(hkv);
-  for (int h = 0; h < hkv; ++h) kv_offset[h] = int64_t(h) * capacity;
-  auto d_kv_offset = test::to_device(kv_offset);
-  auto d_kv_length = test::to_device(std::vector<int32_t>(hkv, length));
-  cuda::DeviceBuffer d_out(size_t(hq) * d * 2);
-  cuda::DeviceBuffer workspace(cuda::decode_attention_workspace_floats(1, hq, d, list_capacity) *
-                               4);
-  cuda::DecodeAttentionArgs attention;
-  attention.q = d_q.as<__nv_bfloat16>();
-  attention.q_seq_stride = int64_t(hq) * d;
-  attention.k = d_k.as<__nv_bfloat16>();
-  attention.v = d_v.as<__nv_bfloat16>();
-  attention.kv_offset = d_kv_offset.as<int64_t>();
-  attention.kv_length = d_kv_length.as<int32_t>();
-  attention.max_kv_length = list_capacity;
-  attention.indices = d_indices.as<int32_t>();
-  attention.index_offset = d_offset.as<int64_t>();
-  attention.index_count = d_count.as<int32_t>();
-  attention.out = d_out.as<__nv_bfloat16>();
-  attention.out_seq_stride = int64_t(hq) * d;
-  attention.batch = 1;
-  attention.n_query_heads = hq;
-  attention.n_kv_heads = hkv;
-  attention.head_dim = d;
-  attention.scale = 1.0f / std::sqrt(float(d));
-  attention.workspace = workspace.as<float>();
-  cuda::decode_attention(attention, nullptr);
-  cuda::check(cudaDeviceSynchronize(), "sync");
-
-  std::vector<int32_t> indices(size_t(lists) * list_capacity), counts(hq);
-  std::vector<int64_t> offsets(hq);
-  d_indices.download(indices.data(), indices.size() * 4);
-  d_offset.download(offsets.data(), offsets.size() * 8);
-  d_count.download(counts.data(), counts.size() * 4);
-  const std::vector<float> got = test::from_device_bf16(d_out, size_t(hq) * d);
-  std::vector<float> expected(size_t(hq) * d);
-  for (int a = 0; a < hq; ++a) {
-    const std::vector<int32_t> list(indices.begin() + offsets[a],
-                                    indices.begin() + offsets[a] + counts[a]);
-    EXPECT_EQ(list, cpu.indices[a]) << "query head " << a;
-    kernels::DecodeAttentionArgs reference;
-    reference.query = q.data() + int64_t(a) * d;
-    reference.keys = store.keys(0, a / group);
-    reference.values = store.values(0, a / group);
-    reference.n_entries = length;
-    reference.head_dim = d;
-    reference.indices = cpu.indices[a].data();
-    reference.n_indices = static_cast<int>(cpu.indices[a].size());
-    reference.output = expected.data() + int64_t(a) * d;
-    kernels::decode_attention(reference);
-  }
-  EXPECT_LT(test::max_abs_diff(got, expected), 1e-2);
+  test::DeviceSelection gpu{&d_indices, &d_offset, &d_count, lists, list_capacity};
+  test::expect_sparse_attention_matches_cpu(q, d_q, d_k, d_v, store, hq, hkv, d, length, capacity, gpu,
+                                            cpu);
 }
 
 INSTANTIATE_TEST_SUITE_P(
