@@ -153,6 +153,7 @@ std::vector<Sample> samples_for_group(const SampleGroup& group, const GroupSampl
     request.context_lengths = {group.length};
     request.depths = spec.depths;
     request.essays_dir = ruler_data_paths(inputs.project_root, inputs.data_dir).essays_dir;
+    request.chat_template = spec.chat_template;
     samples = generate_niah(request, need_tokenizer(inputs, group));
   } else if (spec.benchmark == "longbench") {
     samples = longbench_samples(group, inputs);

@@ -162,7 +162,7 @@ BenchmarkSpec parse_benchmark(const nlohmann::json& value, const std::string& pa
                               const KeyError& err, const std::filesystem::path& config_path) {
   if (!value.is_object()) err.fail(path, "must be an object with \"benchmark\", \"lengths\", ...");
   allow_only_keys(value, {"benchmark", "tasks", "lengths", "depths", "samples", "seed",
-                          "max_new_tokens", "data_dir", "family", "generate"},
+                          "max_new_tokens", "data_dir", "family", "generate", "template"},
                   path + ".", err);
   BenchmarkSpec spec;
   spec.key = path;
@@ -228,6 +228,14 @@ BenchmarkSpec parse_benchmark(const nlohmann::json& value, const std::string& pa
   }
   if (value.contains("max_new_tokens"))
     spec.max_new_tokens = get_positive_int(value["max_new_tokens"], path + ".max_new_tokens", err);
+  if (value.contains("template")) {
+    if (!is_niah) err.fail(path + ".template", "applies to the niah benchmark only");
+    const std::string name = value["template"].is_string() ? value["template"].get<std::string>() : "";
+    if (name != "raw" && name != "chat")
+      err.fail(path + ".template", "must be \"raw\" (the KV papers' prompt) or \"chat\" (the model's chat "
+                                   "template), got " + value["template"].dump());
+    spec.chat_template = name == "chat";
+  }
   return spec;
 }
 

@@ -62,6 +62,7 @@ struct BenchmarkSpec {
   std::string data_dir;             // longbench / infinitebench data files (resolved)
   std::string family = "yarn-mistral";  // infinitebench prompt family
   bool generate = true;             // infinitebench: generate the synthetic tasks
+  bool chat_template = false;       // niah: "template": "chat" frames the prompt in the chat template
   std::string key;                  // "benchmarks[i]": where it came from, for messages
 };
 

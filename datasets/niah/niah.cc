@@ -101,15 +101,16 @@ std::vector<Sample> generate_niah(const NiahRequest& request, const Tokenizer& t
       sample.id = "niah/" + std::to_string(context_length) + "/" + depth_text;
       sample.benchmark = "niah";
       sample.task = "niah";
-      sample.context_part =
-          std::string(kNiahPromptHead) + tokenizer.decode(ids, /*skip_special=*/true) + kNiahPromptBookEnd;
+      const std::string head = request.chat_template ? std::string(kNiahPromptHead).substr(kNiahRawPrefixLength)
+                                                     : std::string(kNiahPromptHead);
+      sample.context_part = head + tokenizer.decode(ids, /*skip_special=*/true) + kNiahPromptBookEnd;
       sample.question_part =
           std::string(kNiahPromptQuestion) + kNiahRetrievalQuestion + kNiahPromptAnswer;
       sample.references = {kNiahRecallAnswer};
       sample.max_new_tokens = kNiahMaxNewTokens;
       sample.length = context_length;
       sample.depth = depth;
-      sample.use_chat_template = false;
+      sample.use_chat_template = request.chat_template;
       sample.extra = {{"context_length", context_length},
                       {"depth_percent", depth},
                       {"length_index", li},

@@ -24,6 +24,8 @@ inline constexpr char kNiahQuestion[] = "What is the best thing to do in San Fra
 // KVCache-Factory run_needle_in_haystack.py: retrieval question and raw prompt.
 inline constexpr char kNiahRetrievalQuestion[] = "The best thing to do in San Francisco is: ";
 inline constexpr char kNiahPromptHead[] = "<|im_start|> This is a very long story book: <book> ";
+// Characters of kNiahPromptHead before "This is ...": dropped when the chat template frames the prompt.
+inline constexpr size_t kNiahRawPrefixLength = 13;
 inline constexpr char kNiahPromptBookEnd[] = " </book>.\n";
 inline constexpr char kNiahPromptQuestion[] = " Based on the content of the book, Question: ";
 inline constexpr char kNiahPromptAnswer[] = "\nAnswer:";
@@ -40,6 +42,11 @@ struct NiahRequest {
   std::vector<int> context_lengths;  // in model tokens
   std::vector<double> depths;        // percent
   std::filesystem::path essays_dir;
+  // false: the KV papers' raw prompt, "<|im_start|> This is a very long story book: ..." with no
+  // chat template (run_needle_in_haystack.py). true: the same book and question inside the model's
+  // chat template (the literal "<|im_start|> " head dropped): instruction-tuned models such as
+  // SmolLM2 answer the raw prompt with an immediate end of turn.
+  bool chat_template = false;
 };
 
 // One sample per (length, depth), lengths outer; each carries grid metadata in `extra`

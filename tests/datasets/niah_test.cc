@@ -91,6 +91,24 @@ TEST(Niah, NeedleAtRequestedDepthWithSmolLm2Tokenizer) {
   check_needle_placement(generate_niah(request, *tokenizer), *tokenizer, 10);
 }
 
+// "template": "chat" keeps the book and the question but leaves the framing to the model's chat
+// template (the raw prompt's literal "<|im_start|> " head would open a second turn inside it).
+TEST(Niah, ChatTemplateFormDropsTheRawTurnMarker) {
+  KVB_REQUIRE_FILE(test::fixtures_dir() / "haystack" / "pg_essays");
+  test::FakeTokenizer tokenizer;
+  NiahRequest raw{{1000}, {50}, test::fixtures_dir() / "haystack" / "pg_essays"};
+  NiahRequest chat = raw;
+  chat.chat_template = true;
+  const Sample raw_sample = generate_niah(raw, tokenizer).at(0);
+  const Sample chat_sample = generate_niah(chat, tokenizer).at(0);
+  EXPECT_FALSE(raw_sample.use_chat_template);
+  EXPECT_TRUE(chat_sample.use_chat_template);
+  EXPECT_EQ(raw_sample.context_part.rfind("<|im_start|> This is a very long story book: <book> ", 0), 0u);
+  EXPECT_EQ(chat_sample.context_part.rfind("This is a very long story book: <book> ", 0), 0u);
+  EXPECT_EQ("<|im_start|> " + chat_sample.context_part, raw_sample.context_part);
+  EXPECT_EQ(chat_sample.question_part, raw_sample.question_part);
+}
+
 TEST(Niah, MissingEssaysAreAClearError) {
   test::FakeTokenizer tokenizer;
   try {

@@ -88,6 +88,14 @@ TEST(SweepConfig, ErrorsNameTheKey) {
   EXPECT_NE(error_of(json).find("benchmarks[0].depths"), std::string::npos);
 
   json = minimal();
+  json["benchmarks"][0]["template"] = "chat";  // niah only
+  EXPECT_NE(error_of(json).find("benchmarks[0].template"), std::string::npos);
+
+  json = minimal();
+  json["benchmarks"][0] = {{"benchmark", "niah"}, {"lengths", {1024}}, {"template", "base"}};
+  EXPECT_NE(error_of(json).find("must be \"raw\""), std::string::npos);
+
+  json = minimal();
   json["samples"] = 3;
   EXPECT_NE(error_of(json).find("'samples'"), std::string::npos);
 }
