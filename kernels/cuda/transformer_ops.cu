@@ -110,13 +110,10 @@ __global__ void bias_rope_kernel(RopeArgs args) {
   bias_rope_row(args, blockIdx.x);
 }
 
-// Copies the K and V heads of qkv row `row` into the cache (one block per row). With `advance`
-// (decode: one row per sequence, so this block is the only reader of its heads' lengths), the block
-// then moves its heads' lengths past the appended row.
+// Copies the K and V heads of qkv row `row` into the cache (one block per row).
 __device__ void append_kv_row(const __nv_bfloat16* qkv, int row, int rows_per_seq, int n_query_heads,
                               int n_kv_heads, int head_dim, const int64_t* kv_offset,
-                              int32_t* kv_length, __nv_bfloat16* k, __nv_bfloat16* v,
-                              bool advance) {
+                              const int32_t* kv_length, __nv_bfloat16* k, __nv_bfloat16* v) {
   const int seq = row / rows_per_seq;
   const int within = row % rows_per_seq;
   const int width = (n_query_heads + 2 * n_kv_heads) * head_dim;
@@ -128,30 +125,31 @@ __device__ void append_kv_row(const __nv_bfloat16* qkv, int row, int rows_per_se
     k[slot] = src[idx];
     v[slot] = src[n_kv_heads * head_dim + idx];
   }
-  if (!advance) return;
-  __syncthreads();
-  if (threadIdx.x < n_kv_heads) kv_length[seq * n_kv_heads + threadIdx.x] += 1;
 }
 
 __global__ void append_kv_kernel(const __nv_bfloat16* qkv, int rows_per_seq, int n_query_heads,
                                  int n_kv_heads, int head_dim, const int64_t* kv_offset,
-                                 int32_t* kv_length, __nv_bfloat16* k, __nv_bfloat16* v) {
+                                 const int32_t* kv_length, __nv_bfloat16* k, __nv_bfloat16* v) {
   wait_for_predecessor();
   allow_successor_launch();
   append_kv_row(qkv, blockIdx.x, rows_per_seq, n_query_heads, n_kv_heads, head_dim, kv_offset,
-                kv_length, k, v, false);
+                kv_length, k, v);
 }
 
-// The decode step's bias + RoPE + KV append + length advance, one block per sequence.
+// The decode step's bias + RoPE + KV append + length advance, one block per sequence: this block
+// is the only reader of its sequence's head lengths, so it can advance them once its row is in.
 __global__ void rope_append_decode_kernel(RopeArgs args, const int64_t* kv_offset,
                                           int32_t* kv_length, __nv_bfloat16* k,
                                           __nv_bfloat16* v) {
   wait_for_predecessor();
   allow_successor_launch();
-  bias_rope_row(args, blockIdx.x);
+  const int seq = blockIdx.x;
+  bias_rope_row(args, seq);
   __syncthreads();
-  append_kv_row(args.qkv, blockIdx.x, 1, args.n_query_heads, args.n_kv_heads, args.head_dim,
-                kv_offset, kv_length, k, v, true);
+  append_kv_row(args.qkv, seq, 1, args.n_query_heads, args.n_kv_heads, args.head_dim, kv_offset,
+                kv_length, k, v);
+  __syncthreads();
+  if (threadIdx.x < args.n_kv_heads) kv_length[seq * args.n_kv_heads + threadIdx.x] += 1;
 }
 
 __global__ void swiglu_kernel(const __nv_bfloat16* gate_up, int ffn, int64_t total,
@@ -328,8 +326,7 @@ void append_kv(const __nv_bfloat16* qkv, int n, int rows_per_seq, int n_query_he
                __nv_bfloat16* v, cudaStream_t stream) {
   if (n == 0) return;
   launch_overlapped(append_kv_kernel, n, 256, 0, stream, "append_kv_kernel", qkv, rows_per_seq,
-                    n_query_heads, n_kv_heads, head_dim, kv_offset, const_cast<int32_t*>(kv_length), k,
-                    v);
+                    n_query_heads, n_kv_heads, head_dim, kv_offset, kv_length, k, v);
 }
 
 void rope_append_kv_decode(const RopeArgs& rope, const int64_t* kv_offset, int32_t* kv_length,
