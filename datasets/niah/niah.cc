@@ -70,6 +70,9 @@ std::vector<Sample> generate_niah(const NiahRequest& request, const Tokenizer& t
   const std::vector<TokenId> needle = tokenizer.encode(kNiahNeedle);
   const std::vector<TokenId> period_ids = tokenizer.encode(".");
   const std::set<TokenId> periods(period_ids.begin(), period_ids.end());
+  const std::string head = request.chat_template
+                               ? std::string(kNiahPromptHead).substr(std::string(kNiahRawTurnMarker).size())
+                               : std::string(kNiahPromptHead);
 
   std::vector<Sample> samples;
   const int total = static_cast<int>(request.context_lengths.size() * request.depths.size());
@@ -101,8 +104,6 @@ std::vector<Sample> generate_niah(const NiahRequest& request, const Tokenizer& t
       sample.id = "niah/" + std::to_string(context_length) + "/" + depth_text;
       sample.benchmark = "niah";
       sample.task = "niah";
-      const std::string head = request.chat_template ? std::string(kNiahPromptHead).substr(kNiahRawPrefixLength)
-                                                     : std::string(kNiahPromptHead);
       sample.context_part = head + tokenizer.decode(ids, /*skip_special=*/true) + kNiahPromptBookEnd;
       sample.question_part =
           std::string(kNiahPromptQuestion) + kNiahRetrievalQuestion + kNiahPromptAnswer;

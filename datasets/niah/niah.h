@@ -24,8 +24,9 @@ inline constexpr char kNiahQuestion[] = "What is the best thing to do in San Fra
 // KVCache-Factory run_needle_in_haystack.py: retrieval question and raw prompt.
 inline constexpr char kNiahRetrievalQuestion[] = "The best thing to do in San Francisco is: ";
 inline constexpr char kNiahPromptHead[] = "<|im_start|> This is a very long story book: <book> ";
-// Characters of kNiahPromptHead before "This is ...": dropped when the chat template frames the prompt.
-inline constexpr size_t kNiahRawPrefixLength = 13;
+// The raw prompt's own turn marker at the start of kNiahPromptHead: dropped when the chat template
+// frames the prompt.
+inline constexpr char kNiahRawTurnMarker[] = "<|im_start|> ";
 inline constexpr char kNiahPromptBookEnd[] = " </book>.\n";
 inline constexpr char kNiahPromptQuestion[] = " Based on the content of the book, Question: ";
 inline constexpr char kNiahPromptAnswer[] = "\nAnswer:";
