@@ -15,6 +15,11 @@
 
 namespace kvb::cuda {
 
+// Which prefill kernel runs: kAuto takes the Hopper wgmma kernel where it applies (compute
+// capability 9.0, head_dim 128, built with sm_90a) and the mma.sync kernel otherwise; the others
+// force one (tests, A/B benchmarks). Forcing kWgmma where it does not apply throws.
+enum class PrefillKernel { kAuto, kMmaSync, kWgmma };
+
 struct PrefillAttentionArgs {
   const __nv_bfloat16* q = nullptr;  // [n, q_row_stride] with head a at column a*head_dim
   int64_t q_row_stride = 0;          // elements between consecutive queries
@@ -30,8 +35,11 @@ struct PrefillAttentionArgs {
   int n_kv_heads = 0;
   int head_dim = 0;                  // 64 or 128
   float scale = 0;                   // 1/sqrt(head_dim)
+  PrefillKernel kernel = PrefillKernel::kAuto;
 };
 void flash_attention_prefill(const PrefillAttentionArgs& args, cudaStream_t stream);
+// True when the wgmma prefill kernel is built and runs on the current device for this head_dim.
+bool wgmma_prefill_available(int head_dim);
 
 // One decode query per (sequence, query head) against a ragged KV store. KV head h of sequence b
 // occupies rows kv_offset[b*Hkv+h] .. + kv_length[b*Hkv+h] of the layer's k/v buffers (row = head_dim

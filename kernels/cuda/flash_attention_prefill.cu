@@ -9,6 +9,8 @@
 
 #include <cfloat>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_utils.h"
@@ -197,8 +199,26 @@ void launch_prefill(const PrefillAttentionArgs& args, cudaStream_t stream) {
 
 }  // namespace
 
+#if KVB_HAVE_WGMMA_PREFILL
+// flash_attention_prefill_sm90a.cu (compiled for sm_90a only).
+bool wgmma_prefill_supported(int head_dim);
+void flash_attention_prefill_wgmma(const PrefillAttentionArgs& args, cudaStream_t stream);
+bool wgmma_prefill_available(int head_dim) { return wgmma_prefill_supported(head_dim); }
+#else
+bool wgmma_prefill_available(int) { return false; }
+#endif
+
 void flash_attention_prefill(const PrefillAttentionArgs& args, cudaStream_t stream) {
   if (args.n_queries <= 0) return;
+  if (args.kernel != PrefillKernel::kMmaSync && wgmma_prefill_available(args.head_dim)) {
+#if KVB_HAVE_WGMMA_PREFILL
+    flash_attention_prefill_wgmma(args, stream);
+    return;
+#endif
+  }
+  if (args.kernel == PrefillKernel::kWgmma)
+    throw std::invalid_argument("flash_attention_prefill: the wgmma kernel needs an sm_90 GPU, "
+                                "head_dim 128 and a build with sm_90a support");
   switch (args.head_dim) {
     case 64: launch_prefill<64>(args, stream); break;
     case 128: launch_prefill<128>(args, stream); break;

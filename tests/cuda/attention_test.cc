@@ -19,11 +19,8 @@ struct PrefillShape {
   int head_dim, n_query_heads, n_kv_heads, n_queries, prefix;
 };
 
-class FlashPrefillTest : public ::testing::TestWithParam<PrefillShape> {};
-
-TEST_P(FlashPrefillTest, MatchesCpuReference) {
-  KVB_REQUIRE_GPU();
-  const PrefillShape s = GetParam();
+// Runs one prefill kernel on `s` and compares output and row log-sum-exp with the CPU reference.
+void expect_prefill_matches_cpu(const PrefillShape& s, cuda::PrefillKernel kernel) {
   const int keys = s.prefix + s.n_queries;
   const int q_width = s.n_query_heads * s.head_dim;
   auto q = random_bf16_values(size_t(s.n_queries) * q_width, 1);
@@ -63,6 +60,7 @@ TEST_P(FlashPrefillTest, MatchesCpuReference) {
   gpu.n_kv_heads = s.n_kv_heads;
   gpu.head_dim = s.head_dim;
   gpu.scale = 1.0f / std::sqrt(float(s.head_dim));
+  gpu.kernel = kernel;
   cuda::flash_attention_prefill(gpu, nullptr);
   cuda::check(cudaDeviceSynchronize(), "sync");
   auto got = test::from_device_bf16(d_out, expected.size());
@@ -73,11 +71,78 @@ TEST_P(FlashPrefillTest, MatchesCpuReference) {
   EXPECT_LT(test::max_abs_diff(got_lse, expected_lse), 2e-3);
 }
 
+// The mma.sync kernel (every GPU; the only one for head_dim 64).
+class FlashPrefillTest : public ::testing::TestWithParam<PrefillShape> {};
+
+TEST_P(FlashPrefillTest, MatchesCpuReference) {
+  KVB_REQUIRE_GPU();
+  expect_prefill_matches_cpu(GetParam(), cuda::PrefillKernel::kMmaSync);
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, FlashPrefillTest,
                          ::testing::Values(PrefillShape{64, 9, 3, 1, 0}, PrefillShape{64, 9, 3, 37, 0},
                                            PrefillShape{64, 4, 4, 130, 0}, PrefillShape{128, 8, 2, 200, 0},
                                            PrefillShape{128, 32, 8, 65, 100}, PrefillShape{128, 4, 1, 300, 1},
                                            PrefillShape{64, 6, 2, 64, 64}));
+
+// The Hopper wgmma kernel (128-row query tiles, 128-key tiles): lengths and prefixes on and off
+// the tile grid, GQA groups 1/3/4, one query, several query tiles with a long prefix.
+class WgmmaPrefillTest : public ::testing::TestWithParam<PrefillShape> {};
+
+TEST_P(WgmmaPrefillTest, MatchesCpuReference) {
+  KVB_REQUIRE_GPU();
+  if (!cuda::wgmma_prefill_available(128)) GTEST_SKIP() << "wgmma prefill needs an sm_90 GPU";
+  expect_prefill_matches_cpu(GetParam(), cuda::PrefillKernel::kWgmma);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, WgmmaPrefillTest,
+                         ::testing::Values(PrefillShape{128, 8, 2, 1, 0}, PrefillShape{128, 8, 2, 128, 0},
+                                           PrefillShape{128, 8, 2, 200, 0}, PrefillShape{128, 4, 4, 257, 0},
+                                           PrefillShape{128, 32, 8, 65, 100}, PrefillShape{128, 4, 1, 300, 1},
+                                           PrefillShape{128, 9, 3, 383, 517}, PrefillShape{128, 8, 2, 640, 1400},
+                                           PrefillShape{128, 4, 1, 1, 700}));
+
+// Both kernels on one long causal prefill (several KV heads, 32 query tiles): they agree within
+// bf16 rounding, and the wgmma kernel is what kAuto picks on this GPU.
+TEST(WgmmaPrefill, AgreesWithMmaSyncAt4096Tokens) {
+  KVB_REQUIRE_GPU();
+  if (!cuda::wgmma_prefill_available(128)) GTEST_SKIP() << "wgmma prefill needs an sm_90 GPU";
+  constexpr int kQueries = 4096, kHeadsQ = 8, kHeadsKv = 2, kDim = 128;
+  auto q = random_bf16_values(size_t(kQueries) * kHeadsQ * kDim, 4);
+  auto k = random_bf16_values(size_t(kHeadsKv) * kQueries * kDim, 5);
+  auto v = random_bf16_values(size_t(kHeadsKv) * kQueries * kDim, 6);
+  auto d_q = test::to_device_bf16(q), d_k = test::to_device_bf16(k), d_v = test::to_device_bf16(v);
+  auto run = [&](cuda::PrefillKernel kernel, std::vector<float>& lse) {
+    cuda::DeviceBuffer d_out(q.size() * 2), d_lse(size_t(kHeadsQ) * kQueries * 4);
+    cuda::PrefillAttentionArgs a;
+    a.q = d_q.as<__nv_bfloat16>();
+    a.q_row_stride = kHeadsQ * kDim;
+    a.k = d_k.as<__nv_bfloat16>();
+    a.v = d_v.as<__nv_bfloat16>();
+    a.kv_head_stride = int64_t(kQueries) * kDim;
+    a.out = d_out.as<__nv_bfloat16>();
+    a.out_row_stride = kHeadsQ * kDim;
+    a.lse = d_lse.as<float>();
+    a.n_queries = kQueries;
+    a.n_query_heads = kHeadsQ;
+    a.n_kv_heads = kHeadsKv;
+    a.head_dim = kDim;
+    a.scale = 1.0f / std::sqrt(float(kDim));
+    a.kernel = kernel;
+    cuda::flash_attention_prefill(a, nullptr);
+    cuda::check(cudaDeviceSynchronize(), "sync");
+    lse.resize(size_t(kHeadsQ) * kQueries);
+    d_lse.download(lse.data(), lse.size() * 4);
+    return test::from_device_bf16(d_out, q.size());
+  };
+  std::vector<float> lse_mma, lse_wgmma, lse_auto;
+  const auto mma = run(cuda::PrefillKernel::kMmaSync, lse_mma);
+  const auto wgmma = run(cuda::PrefillKernel::kWgmma, lse_wgmma);
+  const auto automatic = run(cuda::PrefillKernel::kAuto, lse_auto);
+  EXPECT_LT(test::max_abs_diff(mma, wgmma), 2e-2);
+  EXPECT_LT(test::max_abs_diff(lse_mma, lse_wgmma), 2e-3);
+  EXPECT_EQ(test::max_abs_diff(automatic, wgmma), 0.0);
+}
 
 struct DecodeShape {
   int head_dim, n_query_heads, n_kv_heads;

@@ -1,0 +1,289 @@
+// Causal flash attention for prefill on Hopper (sm_90a): the FlashAttention-2 scheme of
+// flash_attention_prefill.cu on warpgroup tensor-core instructions (wgmma), which the sm_90 mma.sync
+// path cannot reach (it peaks well below half of the H200's bf16 rate). Same contract: GQA, causal
+// with a prefix offset, row log-sum-exp. Built only for sm_90a (kernels/CMakeLists.txt) and
+// launched only on compute capability 9.0; other GPUs and head_dim 64 use the mma.sync kernel.
+// Test: tests/cuda/attention_test.cc (both kernels against the CPU reference).
+//
+// Block = 2 warpgroups = 128 query rows of one query head (64 rows per warpgroup); KV tiles of 128
+// keys, double-buffered with cp.async. Every 128x128 bf16 tile sits in shared memory as two
+// 64-column halves of 128-byte rows in the 128-byte-swizzled layout wgmma descriptors describe
+// (16-byte chunk c of row r stored at chunk c ^ (r % 8)). S = Q K^T reads Q and K from shared
+// memory (both K-major); P stays in registers, where the S accumulator layout is already the A
+// fragment layout, and O += P V reads V as an MN-major (transposed) B operand. The online softmax
+// runs in the log2 domain with the scale folded into one FMA. Blocks of the same query tile run
+// head-fastest, so the 4 query heads of a KV head stream the same K/V tiles through L2 together.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/mma_tiles.cuh"
+
+namespace kvb::cuda {
+namespace {
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define KVB_WGMMA_DEVICE 1
+#endif
+
+constexpr int kHeadDim = 128;
+constexpr int kRows = 128;                        // query rows per block
+constexpr int kKeys = 128;                        // keys per KV tile
+constexpr int kThreads = 256;                     // 2 warpgroups
+constexpr uint32_t kHalfBytes = 128 * 128;        // one 64-column half of a 128-row tile
+constexpr uint32_t kTileBytes = 2 * kHalfBytes;   // a Q, K or V tile (32 KB)
+constexpr int kSmemBytes = 5 * kTileBytes + 1024; // Q, 2 K, 2 V, and slack to align to 1024 B
+
+// Byte offset of 16-byte chunk `chunk` (0..15 along the head dimension) of row `row` in a tile.
+__device__ __forceinline__ uint32_t tile_offset(int row, int chunk) {
+  return (chunk >> 3) * kHalfBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
+}
+
+__device__ __forceinline__ void cp_async_shared(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+
+// 128 rows of kHeadDim bf16 (row r at base + r*stride) into a swizzled tile; rows >= valid_rows
+// are zero-filled (their keys are masked; zero V rows keep 0 * garbage out of the sums).
+__device__ __forceinline__ void load_tile_128(uint32_t tile, const __nv_bfloat16* base, int64_t stride,
+                                              int valid_rows) {
+  for (int i = threadIdx.x; i < 128 * 16; i += kThreads) {
+    const int row = i >> 4;
+    const int chunk = i & 15;
+    const bool valid = row < valid_rows;
+    cp_async_shared(tile + tile_offset(row, chunk), base + (valid ? row * stride + chunk * 8 : 0),
+                    valid);
+  }
+}
+
+// wgmma shared-memory descriptor: start address, leading and stride byte offsets (all >> 4) and
+// the 128-byte swizzle mode (1 in bits 62-63). K-major operands use only the stride offset (8
+// rows = 1024 B); the MN-major V operand also steps between its 64-column halves by the leading one.
+__device__ __forceinline__ uint64_t smem_descriptor(uint32_t address, uint32_t leading_bytes,
+                                                    uint32_t stride_bytes) {
+  return uint64_t((address & 0x3FFFF) >> 4) | (uint64_t(leading_bytes >> 4) << 16) |
+         (uint64_t(stride_bytes >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Keeps the compiler from moving reads or writes of accumulators across the asynchronous wgmma.
+__device__ __forceinline__ void fence_registers(float (&d)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// One m64n128k16 wgmma with both operands in shared memory (K-major A and B): d (+)= A B.
+__device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                         int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+      "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+      "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+      "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+      "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+// One m64n128k16 wgmma with A from registers (the accumulator layout of P) and an MN-major B in
+// shared memory (V rows: the N index, the head dimension, is contiguous): d += A B.
+__device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+      "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+      "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+      "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+      "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
+}
+
+__global__ void __launch_bounds__(kThreads, 1) flash_prefill_wgmma_kernel(const PrefillAttentionArgs args) {
+#ifdef KVB_WGMMA_DEVICE
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t s_q = (raw + 1023) & ~1023u;  // the swizzle pattern repeats every 1024 B
+  const uint32_t s_k = s_q + kTileBytes;       // 2 buffers
+  const uint32_t s_v = s_k + 2 * kTileBytes;   // 2 buffers
+
+  const int q_head = blockIdx.x;
+  const int q_tile = gridDim.y - 1 - blockIdx.y;  // longest rows first (causal imbalance)
+  const int kv_head = q_head / (args.n_query_heads / args.n_kv_heads);
+  const int warpgroup = threadIdx.x / 128;
+  const int warp = (threadIdx.x % 128) / 32;
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+
+  const int row0 = q_tile * kRows;
+  const int rows_valid = min(kRows, args.n_queries - row0);
+  const int n_keys = args.query_offset + args.n_queries;
+  const int first_pos = args.query_offset + row0;
+  const int n_tiles = (first_pos + rows_valid - 1) / kKeys + 1;
+
+  const __nv_bfloat16* k_base = args.k + kv_head * args.kv_head_stride;
+  const __nv_bfloat16* v_base = args.v + kv_head * args.kv_head_stride;
+  load_tile_128(s_q, args.q + row0 * args.q_row_stride + q_head * kHeadDim, args.q_row_stride, rows_valid);
+  load_tile_128(s_k, k_base, kHeadDim, min(kKeys, n_keys));
+  load_tile_128(s_v, v_base, kHeadDim, min(kKeys, n_keys));
+  cp_async_commit();
+
+  float o[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY};  // scaled, log2 domain
+  float row_sum[2] = {0.f, 0.f};               // this thread's columns only until the end
+  const float scale_log2 = args.scale * 1.4426950408889634f;
+  const int my_row = warpgroup * 64 + warp * 16 + g;  // and my_row + 8
+  const int q_pos[2] = {first_pos + my_row, first_pos + my_row + 8};
+  const uint32_t q_rows = s_q + warpgroup * 64 * 128;
+
+  for (int tile = 0; tile < n_tiles; ++tile) {
+    const int buf = tile & 1;
+    if (tile + 1 < n_tiles) {
+      const int next_key = (tile + 1) * kKeys;
+      const int valid = min(kKeys, n_keys - next_key);
+      load_tile_128(s_k + (buf ^ 1) * kTileBytes, k_base + int64_t(next_key) * kHeadDim, kHeadDim, valid);
+      load_tile_128(s_v + (buf ^ 1) * kTileBytes, v_base + int64_t(next_key) * kHeadDim, kHeadDim, valid);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    // cp.async wrote through the generic proxy; wgmma reads through the async proxy.
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    const uint32_t k_tile = s_k + buf * kTileBytes;
+    const uint32_t v_tile = s_v + buf * kTileBytes;
+
+    // S = Q K^T: 8 k-steps of 16 over the head dimension (4 per 64-column half, 32 B apart).
+    float s[64];
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+      const uint32_t step = (ks >> 2) * kHalfBytes + (ks & 3) * 32;
+      wgmma_ss(s, smem_descriptor(q_rows + step, 16, 1024), smem_descriptor(k_tile + step, 16, 1024),
+               ks > 0);
+    }
+    wgmma_commit();
+    wgmma_wait_all();
+    fence_registers(s);
+
+    // Accumulator layout: s[4i + 2r + e] is row my_row + 8r, key key0 + 8i + 2t + e.
+    const int key0 = tile * kKeys;
+    if (key0 + kKeys - 1 > first_pos || key0 + kKeys > n_keys) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = key0 + 8 * i + 2 * t + (e & 1);
+          if (key > q_pos[e >> 1] || key >= n_keys) s[4 * i + e] = -INFINITY;
+        }
+    }
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      tile_max[0] = fmaxf(tile_max[0], fmaxf(s[4 * i], s[4 * i + 1]));
+      tile_max[1] = fmaxf(tile_max[1], fmaxf(s[4 * i + 2], s[4 * i + 3]));
+    }
+    float correction[2], shift[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffff, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffff, tile_max[r], 2));
+      const float new_max = fmaxf(row_max[r], tile_max[r] * scale_log2);
+      correction[r] = new_max == -INFINITY ? 1.f : exp2f(row_max[r] - new_max);
+      row_max[r] = new_max;
+      shift[r] = new_max == -INFINITY ? 0.f : new_max;
+      row_sum[r] *= correction[r];
+    }
+    uint32_t p[8][4];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      float e[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        e[j] = exp2f(fmaf(s[4 * i + j], scale_log2, -shift[j >> 1]));
+        row_sum[j >> 1] += e[j];
+      }
+      p[i / 2][(i & 1) * 2] = pack_bf16(e[0], e[1]);
+      p[i / 2][(i & 1) * 2 + 1] = pack_bf16(e[2], e[3]);
+    }
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      o[4 * i] *= correction[0];
+      o[4 * i + 1] *= correction[0];
+      o[4 * i + 2] *= correction[1];
+      o[4 * i + 3] *= correction[1];
+    }
+
+    // O += P V: 8 k-steps of 16 keys (16 rows of 128 B apart); N spans both 64-column halves.
+    fence_registers(o);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk)
+      wgmma_rs(o, p[kk], smem_descriptor(v_tile + kk * 16 * 128, kHalfBytes, 1024));
+    wgmma_commit();
+    wgmma_wait_all();
+    fence_registers(o);
+    __syncthreads();  // the next iteration's loads overwrite this buffer
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_sum[r] += __shfl_xor_sync(0xffffffff, row_sum[r], 1);
+    row_sum[r] += __shfl_xor_sync(0xffffffff, row_sum[r], 2);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + my_row + 8 * r;
+    if (row >= args.n_queries) continue;
+    const float inv = row_sum[r] > 0.f ? 1.f / row_sum[r] : 0.f;
+    __nv_bfloat16* out_row = args.out + row * args.out_row_stride + q_head * kHeadDim;
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+      *reinterpret_cast<uint32_t*>(out_row + 8 * i + 2 * t) =
+          pack_bf16(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
+    if (args.lse && t == 0)
+      args.lse[int64_t(q_head) * args.n_queries + row] =
+          row_max[r] * 0.6931471805599453f + logf(row_sum[r]);
+  }
+#endif
+}
+
+}  // namespace
+
+bool wgmma_prefill_supported(int head_dim) {
+  if (head_dim != kHeadDim) return false;
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;  // sm_90a code runs on exactly 9.0
+}
+
+void flash_attention_prefill_wgmma(const PrefillAttentionArgs& args, cudaStream_t stream) {
+  if (args.n_queries <= 0) return;
+  check(cudaFuncSetAttribute(flash_prefill_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             kSmemBytes),
+        "cudaFuncSetAttribute(flash_prefill_wgmma_kernel)");
+  const dim3 grid(args.n_query_heads, (args.n_queries + kRows - 1) / kRows);
+  flash_prefill_wgmma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(args);
+  check(cudaGetLastError(), "flash_prefill_wgmma_kernel launch");
+}
+
+}  // namespace kvb::cuda
