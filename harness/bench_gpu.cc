@@ -5,6 +5,7 @@
 
 #include "engine/cache_policy.h"
 #include "engine/errors.h"
+#include "harness/gpu_selection.h"
 #include "policies/registry.h"
 #ifdef KVB_HAVE_CUDA
 #include "engine/cuda/cuda_bench.h"
@@ -33,6 +34,33 @@ std::vector<int> int_list(const Args& args, const std::string& key, std::vector<
   return out;
 }
 
+#ifdef KVB_HAVE_CUDA
+std::vector<std::string> policy_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream stream(text);
+  for (std::string item; std::getline(stream, item, ',');) out.push_back(item);
+  return out;
+}
+
+// "--policy full,binarypc,quest": Full's row on the full cache and every decode selector on the
+// same cache beside it. Budget default 2,048 tokens (the BinaryPC paper's); --params go to each.
+void add_selectors(const std::vector<std::string>& policies, const nlohmann::json& params,
+                   CudaBenchOptions& options) {
+  const Budget budget = options.budget.value_or(Budget::parse("2048"));
+  for (const std::string& policy : policies) {
+    if (policy == "full") continue;
+    if (!gpu_selects_for(policy))
+      throw InputError("bench on the GPU: a policy list holds full and the GPU decode selectors "
+                       "(binarypc, quest); run '" + policy + "' on its own");
+    const CachePlan plan = make_cache_plan(policy, params, budget);
+    options.selectors.push_back(
+        {policy, gpu_selection_config(*plan.selector, budget.tokens_for(4096)), budget});
+  }
+  options.policy = "full";
+  options.budget.reset();
+}
+#endif
+
 }  // namespace
 
 bool gpu_bench_requested(const Args& args) {
@@ -46,6 +74,10 @@ bool gpu_bench_requested(const Args& args) {
   return false;
 #endif
 }
+
+#ifdef KVB_HAVE_CUDA
+int print_gpu_bench(const nlohmann::json& result, bool json);
+#endif
 
 int run_gpu_bench(const Args& args) {
 #ifndef KVB_HAVE_CUDA
@@ -67,6 +99,14 @@ int run_gpu_bench(const Args& args) {
   nlohmann::json params = nlohmann::json::object();
   if (auto text = args.maybe("params")) params = nlohmann::json::parse(*text, nullptr, false);
   if (params.is_discarded()) throw InputError("kvbench bench: --params is not valid JSON");
+  const std::vector<std::string> policies = policy_list(options.policy);
+  if (policies.size() > 1 || gpu_selects_for(options.policy)) {
+    add_selectors(policies, params, options);
+    options.decode_steps = args.get_int("steps", 64);
+    options.find_max_batch = args.flag("max-batch");
+    options.use_graphs = !args.flag("no-graphs");
+    return print_gpu_bench(run_cuda_bench(options), args.flag("json"));
+  }
   // "X+art": X shapes the cache as without ART; the decode step walks with early exit.
   const CachePlan plan = make_cache_plan(options.policy, params, options.budget);
   options.early_exit = plan.early_exit;
@@ -83,8 +123,13 @@ int run_gpu_bench(const Args& args) {
   options.decode_steps = args.get_int("steps", 64);
   options.find_max_batch = args.flag("max-batch");
   options.use_graphs = !args.flag("no-graphs");
-  const nlohmann::json result = run_cuda_bench(options);
-  if (args.flag("json")) {
+  return print_gpu_bench(run_cuda_bench(options), args.flag("json"));
+#endif
+}
+
+#ifdef KVB_HAVE_CUDA
+int print_gpu_bench(const nlohmann::json& result, bool json) {
+  if (json) {
     std::printf("%s\n", result.dump(2).c_str());
     return 0;
   }
@@ -115,8 +160,18 @@ int run_gpu_bench(const Args& args) {
     std::printf("context %d, %d kept tokens: largest batch %d, decode %.0f tokens/s\n",
                 row["context"].get<int>(), row["kept_tokens"].get<int>(), row["max_batch"].get<int>(),
                 row.value("decode_tokens_per_s", 0.0));
+  for (const auto& row : result.value("runs", nlohmann::json::array())) {
+    if (!row.contains("selectors")) continue;
+    std::printf("context %d batch %d: TPOT full %.3f ms", row["context"].get<int>(),
+                row["batch"].get<int>(), row["tpot_ms"].get<double>());
+    for (const auto& s : row["selectors"])
+      std::printf(" | %s %.3f ms (%.2fx vs full, budget %d)", s["policy"].get<std::string>().c_str(),
+                  s["tpot_ms"].get<double>(), s["speedup_vs_full"].get<double>(),
+                  s["budget_tokens"].get<int>());
+    std::printf("\n");
+  }
   return 0;
-#endif
 }
+#endif
 
 }  // namespace kvb

@@ -1,6 +1,7 @@
 #include "engine/cuda/cuda_bench.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <random>
 
@@ -97,6 +98,48 @@ void measure_early_exit(CudaEngine& engine, const CudaBenchOptions& options, int
   tpot_ms = art_ms;
 }
 
+// P rows ~ N(0, 1/d) for every (layer, KV head): what a fit costs is not part of the decode step.
+std::vector<float> random_projection(const ModelConfig& config) {
+  std::mt19937 rng(97);
+  std::normal_distribution<float> gaussian(0.f, 1.f / std::sqrt(float(config.head_dim)));
+  std::vector<float> rows(size_t(config.n_layers) * config.n_kv_heads * 64 * config.head_dim);
+  for (float& x : rows) x = gaussian(rng);
+  return rows;
+}
+
+// TPOT of one decode selector on a cache of `keep` entries per head (the Full figure's cache,
+// refilled), with its start (hashing / page bounds of every layer) timed apart.
+nlohmann::json measure_selector(CudaEngine& engine, const CudaBenchOptions& options,
+                                const SparseDecodeBench& selector, int context, int keep,
+                                double full_tpot_ms) {
+  const int batch = engine.batch();
+  engine.fill_cache_random(keep, 11);
+  engine.set_next_tokens(std::vector<int32_t>(batch, 1), std::vector<int32_t>(batch, context));
+  SparseDecodeConfig config = selector.config;
+  config.token_budget = std::max(1, std::min(keep, selector.budget.tokens_for(keep)));
+  const bool random_rows =
+      config.method == SparseDecodeConfig::Method::kBinaryPc && config.projection.empty();
+  if (random_rows) config.projection = random_projection(engine.config());
+  const auto start = Clock::now();
+  engine.start_sparse_decode(config);
+  const double start_ms = ms_since(start);
+  const double tpot_ms = time_decode(engine, options.decode_steps, options.use_graphs);
+  engine.stop_sparse_decode();
+  nlohmann::json row{{"policy", selector.policy},
+                     {"budget_tokens", config.token_budget},
+                     {"start_ms", start_ms},
+                     {"tpot_ms", tpot_ms},
+                     {"tpot_full_ms", full_tpot_ms},
+                     {"speedup_vs_full", full_tpot_ms / tpot_ms}};
+  if (random_rows) row["projection"] = "random rows";
+  std::fprintf(stderr,
+               "[bench] ctx %d batch %d %s (budget %d): TPOT %.3f ms vs Full %.3f ms (%.2fx), "
+               "start %.1f ms\n",
+               context, batch, selector.policy.c_str(), config.token_budget, tpot_ms, full_tpot_ms,
+               full_tpot_ms / tpot_ms, start_ms);
+  return row;
+}
+
 }  // namespace
 
 nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
@@ -126,6 +169,8 @@ nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
   out["model"] = {{"name", config.name}, {"dummy_weights", config.dummy_weights},
                   {"weight_bytes", engine->weight_bytes()}, {"dtype", "bf16"}};
   out["policy"] = options.early_exit ? options.policy + "+art" : options.policy;
+  for (const SparseDecodeBench& selector : options.selectors)
+    out["policy"] = out["policy"].get<std::string>() + "," + selector.policy;
   out["budget"] = options.budget ? options.budget->to_string() : "";
   std::fprintf(stderr, "[bench] read bandwidth %.0f GB/s, bf16 GEMM %.0f TFLOP/s, weights %.2f GB\n",
                bandwidth_gbs, out["gemm_tflops"].get<double>(), engine->weight_bytes() / 1e9);
@@ -155,6 +200,8 @@ nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
       engine->set_next_tokens(std::vector<int32_t>(batch, 1), std::vector<int32_t>(batch, context));
       double tpot_ms = time_decode(*engine, options.decode_steps, options.use_graphs);
       if (options.early_exit) measure_early_exit(*engine, options, context, keep, row, tpot_ms);
+      for (const SparseDecodeBench& selector : options.selectors)
+        row["selectors"].push_back(measure_selector(*engine, options, selector, context, keep, tpot_ms));
       const double kv_bytes = double(engine->kv_bytes());
       const double bound_ms = (engine->weight_bytes() + kv_bytes) / (bandwidth_gbs * 1e9) * 1e3;
       row["tpot_ms"] = tpot_ms;

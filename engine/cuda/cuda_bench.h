@@ -10,8 +10,16 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/cache_policy.h"
+#include "engine/cuda/sparse_decode_config.h"
 
 namespace kvb {
+
+// A decode selector (kind D) measured on the full cache beside Full: TPOT and its ratio.
+struct SparseDecodeBench {
+  std::string policy;         // e.g. "binarypc"
+  SparseDecodeConfig config;  // token_budget is set per context from `budget`
+  Budget budget;
+};
 
 struct CudaBenchOptions {
   std::string model;                 // a model path, or "" with preset
@@ -23,6 +31,9 @@ struct CudaBenchOptions {
   // "+art" compositions: the decode step walks with early exit; TPOT is measured with and without
   // it on the same cache (speed-up and the fraction of KV blocks skipped).
   std::optional<EarlyExitParams> early_exit;
+  // Decode selectors timed on the same full cache as the Full row (random projection rows for
+  // BinaryPC without one: the decode cost does not depend on their values).
+  std::vector<SparseDecodeBench> selectors;
   int decode_steps = 64;
   bool find_max_batch = false;       // largest batch that fits, and throughput there
   bool use_graphs = true;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "engine/cuda/cuda_sparse_decode.h"
 #include "engine/errors.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/attention.h"
@@ -82,6 +83,8 @@ struct CudaEngine::Impl {
   std::optional<cuda::EarlyExitDecodeOptions> early_exit;  // ART walk in the decode step
   DeviceBuffer walker_state;                               // [B * Hkv * kStateWords] int32
   DeviceBuffer walk_counts;                                // visited, total, loaded (u64)
+  std::unique_ptr<CudaSparseDecode> sparse;                // kind-D selection in the decode step
+  int sparse_capture_key = 0;                              // its step key the graph was captured at
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t graph_exec = nullptr;
 
@@ -212,7 +215,9 @@ struct CudaEngine::Impl {
       a.head_dim = config.head_dim;
       a.scale = 1.f / std::sqrt(float(config.head_dim));
       a.workspace = ptr<float>(decode_workspace);
-      if (early_exit) {
+      if (sparse && sparse->selects(l)) {
+        sparse->attend(l, a, stream);
+      } else if (early_exit) {
         cuda::EarlyExitDecodeArgs walk;
         walk.attention = a;
         walk.options = *early_exit;
@@ -317,6 +322,7 @@ int CudaEngine::capacity() const { return impl_->capacity; }
 void CudaEngine::allocate_cache(int batch, int capacity) {
   Impl& m = *impl_;
   m.drop_graph();
+  m.sparse.reset();
   m.k_cache.clear();
   m.v_cache.clear();
   m.decode_workspace = DeviceBuffer();
@@ -370,6 +376,10 @@ std::vector<float> CudaEngine::prefill(int seq, const std::vector<int32_t>& ids,
   if (seq < 0 || seq >= m.batch) throw InputError("prefill: sequence index out of range");
   const int hkv = m.heads_total();
   const int start_length = m.host_length[int64_t(seq) * c.n_kv_heads];
+  if (m.sparse) {  // its metadata describes the old cache
+    m.sparse.reset();
+    m.drop_graph();
+  }
   if (start_length + int64_t(ids.size()) > m.capacity)
     throw CapacityError("prefill of " + std::to_string(ids.size()) + " tokens exceeds the cache " +
                         "capacity " + std::to_string(m.capacity));
@@ -433,6 +443,10 @@ void CudaEngine::compact(int seq, const KeptIndices& kept) {
   const int hkv = m.heads_total();
   if (static_cast<int>(kept.size()) != c.n_layers)
     throw InputError("compact: kept indices must cover every layer");
+  if (m.sparse) {  // its metadata describes the old cache
+    m.sparse.reset();
+    m.drop_graph();
+  }
   // Gather kept rows into scratch, then write them back packed at the head's first rows.
   std::vector<int64_t> src_rows, dst_rows, scratch_rows;
   for (int l = 0; l < c.n_layers; ++l) {
@@ -473,6 +487,10 @@ void CudaEngine::compact(int seq, const KeptIndices& kept) {
 void CudaEngine::fill_cache_random(int length, uint64_t seed) {
   Impl& m = *impl_;
   if (length > m.capacity) throw CapacityError("fill_cache_random: length exceeds capacity");
+  if (m.sparse) {  // its metadata describes the old cache
+    m.sparse.reset();
+    m.drop_graph();
+  }
   const ModelConfig& c = m.config;
   for (int l = 0; l < c.n_layers; ++l) {
     const size_t count = m.k_cache[l].bytes() / 2;
@@ -500,6 +518,11 @@ void CudaEngine::decode_step(bool use_graph) {
   for (int32_t length : m.host_length)
     if (length + 1 > m.capacity)
       throw CapacityError("decode step would exceed the cache capacity " + std::to_string(m.capacity));
+  if (m.sparse) {  // Quest's page budget is fixed in a captured step: re-capture when it moves
+    const int key = m.sparse->prepare_step(m.host_length[0] + 1);
+    if (key != m.sparse_capture_key) m.drop_graph();
+    m.sparse_capture_key = key;
+  }
   if (!use_graph) {
     m.decode_graph_body();
   } else {
@@ -566,6 +589,51 @@ void CudaEngine::reset_early_exit_counts() {
   cuda::check(cudaMemsetAsync(impl_->walk_counts.data(), 0, impl_->walk_counts.bytes(), impl_->stream),
               "memset");
   cuda::check(cudaStreamSynchronize(impl_->stream), "sync");
+}
+
+// Decode-time selection (kind D); the work is in engine/cuda/cuda_sparse_decode.cu.
+void CudaEngine::start_sparse_decode(const SparseDecodeConfig& config) {
+  Impl& m = *impl_;
+  m.drop_graph();
+  m.sparse.reset();
+  if (m.host_length.empty()) throw InputError("start_sparse_decode: allocate and fill the cache first");
+  for (int32_t length : m.host_length)
+    if (length != m.host_length[0])
+      throw InputError("start_sparse_decode: every sequence must hold the same number of entries");
+  SparseCacheView view;
+  view.config = &m.config;
+  view.batch = m.batch;
+  view.capacity = m.capacity;
+  view.length = m.host_length[0];
+  for (const auto& k : m.k_cache) view.keys.push_back(k.as<bf16>());
+  m.sparse = std::make_unique<CudaSparseDecode>(config, view, m.stream);
+}
+
+void CudaEngine::stop_sparse_decode() {
+  impl_->drop_graph();
+  impl_->sparse.reset();
+}
+
+std::vector<int32_t> CudaEngine::sparse_selection(int layer, int seq, int q_head) const {
+  if (!impl_->sparse) return {};
+  return impl_->sparse->selection(layer, seq, q_head, impl_->stream);
+}
+
+std::vector<float> CudaEngine::sparse_query(int layer, int seq) const {
+  if (!impl_->sparse) return {};
+  return impl_->sparse->recorded_query(layer, seq, impl_->stream);
+}
+
+std::vector<float> CudaEngine::cached_keys(int layer, int seq, int head) const {
+  const Impl& m = *impl_;
+  const int64_t slot = int64_t(layer) * m.heads_total() + int64_t(seq) * m.config.n_kv_heads + head;
+  const int64_t n = int64_t(m.host_length[slot]) * m.config.head_dim;
+  std::vector<bf16> bits(n);
+  cuda::check(cudaStreamSynchronize(m.stream), "sync");
+  m.k_cache[layer].download(bits.data(), n * 2, m.host_offset[slot] * m.config.head_dim * 2);
+  std::vector<float> out(n);
+  for (int64_t i = 0; i < n; ++i) out[i] = __bfloat162float(bits[i]);
+  return out;
 }
 
 int64_t CudaEngine::kv_bytes() const {

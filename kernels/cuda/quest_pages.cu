@@ -13,9 +13,11 @@ namespace {
 // Block (touched page, slot), thread = dimension.
 __global__ void update_pages_kernel(QuestPagesArgs args) {
   const int slot = blockIdx.y;
-  const int page = args.begin / args.page_size + blockIdx.x;
+  const int end = args.lengths ? args.lengths[slot] : args.end;
+  if (end <= 0) return;
+  const int page = args.lengths ? (end - 1) / args.page_size : args.begin / args.page_size + blockIdx.x;
   const int first = page * args.page_size;
-  const int last = min(args.end, first + args.page_size);
+  const int last = min(end, first + args.page_size);
   const __nv_bfloat16* keys = args.keys + slot * args.key_slot_stride;
   for (int t = threadIdx.x; t < args.head_dim; t += blockDim.x) {
     float lo = __bfloat162float(keys[int64_t(first) * args.head_dim + t]), hi = lo;
@@ -53,6 +55,15 @@ __global__ void __launch_bounds__(kScoreThreads) page_scores_kernel(QuestScoreAr
   __syncthreads();
   const int page = blockIdx.x * kScoreThreads + threadIdx.x;
   if (page >= args.n_pages) return;
+  const int slot_pages =
+      args.lengths ? (args.lengths[slot] + args.page_size - 1) / args.page_size : args.n_pages;
+  if (page >= slot_pages) {  // not in this slot's cache yet
+    for (int a = 0; a < (args.shared ? 1 : group); ++a) {
+      const int64_t list = args.shared ? slot : int64_t(b) * args.n_query_heads + h * group + a;
+      args.scores[list * args.score_stride + page] = -INFINITY;
+    }
+    return;
+  }
   const int64_t chunk_stride = args.max_pages;  // in 8-element words
   const Bf16x8* lo_row = reinterpret_cast<const Bf16x8*>(
       args.page_min + slot * args.page_slot_stride + int64_t(page) * 8);
@@ -85,7 +96,7 @@ __global__ void __launch_bounds__(kScoreThreads) page_scores_kernel(QuestScoreAr
     lo8 = next_lo;
     hi8 = next_hi;
   }
-  const bool last = args.keep_last_page && page == args.n_pages - 1;
+  const bool last = args.keep_last_page && page == slot_pages - 1;
   if (args.shared) {
     float best = sum[0];
 #pragma unroll
@@ -126,16 +137,17 @@ __global__ void expand_pages_kernel(QuestExpandArgs args) {
   const int32_t* pages = args.pages + list * args.page_stride;
   int32_t* out = args.indices + list * args.index_stride;
   const int total = args.n_selected * args.page_size;
+  const int length = args.lengths ? args.lengths[list / args.lists_per_slot] : args.length;
   for (int n = threadIdx.x; n < total; n += blockDim.x) {
     const int token = pages[n / args.page_size] * args.page_size + n % args.page_size;
-    if (token < args.length) out[n] = token;
+    if (token < length) out[n] = token;
   }
   if (args.index_offset && threadIdx.x < args.heads_per_list) {
     int count = 0;
     if (args.n_selected > 0) {
       const int last_first = pages[args.n_selected - 1] * args.page_size;
       count =
-          (args.n_selected - 1) * args.page_size + min(args.page_size, args.length - last_first);
+          (args.n_selected - 1) * args.page_size + min(args.page_size, length - last_first);
     }
     args.index_offset[list * args.heads_per_list + threadIdx.x] = list * args.index_stride;
     args.index_count[list * args.heads_per_list + threadIdx.x] = count;
@@ -145,6 +157,14 @@ __global__ void expand_pages_kernel(QuestExpandArgs args) {
 }  // namespace
 
 void quest_update_pages(const QuestPagesArgs& args, cudaStream_t stream) {
+  if (args.lengths) {  // one page per slot, chosen on the device
+    if (args.n_slots <= 0) return;
+    if (args.page_size < 1 || args.head_dim % 8 != 0)
+      throw std::invalid_argument("quest_update_pages: page_size >= 1 and head_dim % 8 == 0");
+    update_pages_kernel<<<dim3(1, args.n_slots), std::min(args.head_dim, 256), 0, stream>>>(args);
+    check(cudaGetLastError(), "update_pages_kernel launch");
+    return;
+  }
   if (args.end <= args.begin || args.n_slots <= 0) return;
   if (args.page_size < 1) throw std::invalid_argument("quest_update_pages: page_size must be >= 1");
   if (args.head_dim % 8 != 0 || (args.end + args.page_size - 1) / args.page_size > args.max_pages)
@@ -163,6 +183,8 @@ void quest_page_scores(const QuestScoreArgs& args, cudaStream_t stream) {
     throw std::invalid_argument("quest_page_scores: needs Hq = g * Hkv with g <= 16");
   if (args.n_pages > args.max_pages)
     throw std::invalid_argument("quest_page_scores: n_pages > max_pages");
+  if (args.lengths && args.page_size < 1)
+    throw std::invalid_argument("quest_page_scores: page_size must be >= 1");
   const dim3 grid((args.n_pages + kScoreThreads - 1) / kScoreThreads, args.batch * args.n_kv_heads);
   const size_t smem = size_t(group) * args.head_dim * sizeof(float);
   if (args.head_dim == 128)
@@ -176,8 +198,8 @@ void quest_page_scores(const QuestScoreArgs& args, cudaStream_t stream) {
 
 void quest_expand_pages(const QuestExpandArgs& args, cudaStream_t stream) {
   if (args.n_lists <= 0) return;
-  if (args.heads_per_list > 256)
-    throw std::invalid_argument("quest_expand_pages: heads_per_list > 256");
+  if (args.heads_per_list > 256 || args.lists_per_slot < 1)
+    throw std::invalid_argument("quest_expand_pages: heads_per_list <= 256, lists_per_slot >= 1");
   expand_pages_kernel<<<args.n_lists, 256, 0, stream>>>(args);
   check(cudaGetLastError(), "expand_pages_kernel launch");
 }

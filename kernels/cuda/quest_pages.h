@@ -41,6 +41,9 @@ struct QuestPagesArgs {
   __nv_bfloat16* page_max = nullptr;
   int64_t page_slot_stride = 0;
   int max_pages = 0;
+  // Optional (device, per slot): update only the page holding token lengths[s] - 1 of each slot
+  // (begin / end ignored), the decode-step form that stays valid in a captured CUDA graph.
+  const int32_t* lengths = nullptr;
 };
 void quest_update_pages(const QuestPagesArgs& args, cudaStream_t stream);
 
@@ -58,6 +61,11 @@ struct QuestScoreArgs {
   // List l (query head b*Hq+a, or slot when shared), page p: scores + l * score_stride + p.
   float* scores = nullptr;
   int64_t score_stride = 0;
+  // Optional (device, per slot): the slot holds ceil(lengths[s] / page_size) pages; pages from
+  // there to n_pages (then the fixed width scored) get -inf, keep_last_page marks the slot's own
+  // last page. Lets a captured decode step score a growing cache.
+  const int32_t* lengths = nullptr;
+  int page_size = 16;
 };
 void quest_page_scores(const QuestScoreArgs& args, cudaStream_t stream);
 
@@ -76,6 +84,9 @@ struct QuestExpandArgs {
   int heads_per_list = 1;
   int64_t* index_offset = nullptr;
   int32_t* index_count = nullptr;
+  // Optional (device): list l's length is lengths[l / lists_per_slot] instead of `length`.
+  const int32_t* lengths = nullptr;
+  int lists_per_slot = 1;
 };
 void quest_expand_pages(const QuestExpandArgs& args, cudaStream_t stream);
 

@@ -153,11 +153,13 @@ __device__ void compact(const KeyOf& key, int begin, int end, uint32_t threshold
 
 // The forced tail and decode_attention's offsets / counts of one list.
 __device__ void finish_list(const TopkSelectArgs& args, int list, int k, int32_t* out) {
-  for (int i = threadIdx.x; i < args.tail_count; i += kThreads) out[k + i] = args.tail_begin + i;
+  const int tail =
+      args.tail_end ? max(0, args.tail_end[list] - args.tail_begin) : args.tail_count;
+  for (int i = threadIdx.x; i < tail; i += kThreads) out[k + i] = args.tail_begin + i;
   if (args.index_offset) {
     for (int r = threadIdx.x; r < args.heads_per_list; r += kThreads) {
       args.index_offset[list * args.heads_per_list + r] = list * args.index_stride;
-      args.index_count[list * args.heads_per_list + r] = k + args.tail_count;
+      args.index_count[list * args.heads_per_list + r] = k + tail;
     }
   }
 }

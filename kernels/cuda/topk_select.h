@@ -31,6 +31,10 @@ struct TopkSelectArgs {
   // (BinaryPC's decode tokens, never hashed, always attended).
   int tail_begin = 0;
   int tail_count = 0;
+  // Optional (device, per list): list l's tail ends at tail_end[l] (exclusive) instead of
+  // tail_begin + tail_count, e.g. the cache lengths, so that a captured decode step stays valid as
+  // the cache grows; index_stride must leave room for the longest tail.
+  const int32_t* tail_end = nullptr;
   int32_t* indices = nullptr;  // list l at indices + l * index_stride (k + tail_count entries)
   int64_t index_stride = 0;
   // Optional decode_attention bookkeeping: query head r of list l (r < heads_per_list) gets

@@ -1,0 +1,381 @@
+#include <algorithm>
+#include <string>
+
+#include "engine/cuda/cuda_sparse_decode.h"
+#include "engine/errors.h"
+#include "kernels/cuda/binary_hash.h"
+#include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/quest_pages.h"
+#include "kernels/cuda/topk_select.h"
+
+namespace kvb {
+
+using cuda::DeviceBuffer;
+using bf16 = __nv_bfloat16;
+
+namespace {
+
+// Per selecting layer: what the method keeps across steps, and the lists of the last step.
+struct LayerState {
+  DeviceBuffer projection;          // BinaryPC [slots, 64, d] f32
+  DeviceBuffer codes;               // BinaryPC [slots, L] u64
+  DeviceBuffer forced_mask;         // BinaryPC [slots, words] (EAS)
+  DeviceBuffer page_min, page_max;  // Quest [slots, max_pages * d] bf16
+  DeviceBuffer indices;             // [lists, index_stride] int32
+  DeviceBuffer index_offset;        // [B * Hq] int64
+  DeviceBuffer index_count;         // [B * Hq] int32
+  DeviceBuffer query;               // record_queries: [B, Hq, d] bf16
+};
+
+}  // namespace
+
+struct CudaSparseDecode::State {
+  SparseDecodeConfig config;
+  ModelConfig model;
+  int batch = 0, capacity = 0, prompt_length = 0;
+  int slots = 0, group = 0;
+  std::vector<const bf16*> keys;
+  std::vector<bool> selecting;
+  std::vector<LayerState> layers;
+  // BinaryPC.
+  int k = 0;                 // prompt tokens chosen per slot
+  int64_t index_stride = 0;  // k + the longest decode tail
+  int mask_words = 0;
+  DeviceBuffer planes, score_keys;
+  // Quest.
+  int max_pages = 0, page_cap = 0, page_budget = 0, lists = 0;
+  DeviceBuffer page_scores, page_ids;
+  DeviceBuffer topk_workspace;
+
+  int64_t key_slot_stride() const { return int64_t(capacity) * model.head_dim; }
+  bool binarypc() const { return config.method == SparseDecodeConfig::Method::kBinaryPc; }
+
+  void check_shapes() const {
+    const int d = model.head_dim;
+    if (d != 64 && d != 128)
+      throw InputError("GPU decode selection needs head_dim 64 or 128; " + model.name + " has " +
+                       std::to_string(d));
+    if (group < 1 || group * model.n_kv_heads != model.n_query_heads || group > 8)
+      throw InputError("GPU decode selection needs Hq = g * Hkv with g <= 8; " + model.name +
+                       " has " + std::to_string(model.n_query_heads) + " / " +
+                       std::to_string(model.n_kv_heads));
+    if (prompt_length < 1) throw InputError("GPU decode selection: start it after prefill");
+    if (config.token_budget < 1)
+      throw InputError("GPU decode selection: the token budget must be >= 1");
+  }
+
+  void build_binarypc(cudaStream_t stream) {
+    const int d = model.head_dim;
+    const int64_t per_sequence =
+        int64_t(model.n_layers) * model.n_kv_heads * cuda::kBinaryPcBits * d;
+    const size_t given = config.projection.size();
+    if (given != size_t(per_sequence) && given != size_t(per_sequence * batch))
+      throw InputError("binarypc on the GPU: the projection holds " + std::to_string(given) +
+                       " floats; expected n_layers x Hkv x 64 x d = " +
+                       std::to_string(per_sequence) + " (or that per sequence of the batch)");
+    const bool per_prompt = given != size_t(per_sequence);
+    k = std::min(config.token_budget, prompt_length);
+    index_stride = k + (capacity - prompt_length);
+    mask_words = (prompt_length + 31) / 32;
+    const int err_k = std::min(std::max(int(config.err_ratio * k), 1), prompt_length);
+    planes =
+        DeviceBuffer(size_t(batch) * model.n_query_heads * cuda::kBinaryPcPlanes * 8, "BPC planes");
+    score_keys = DeviceBuffer(size_t(slots) * prompt_length * 2, "BPC scores");
+    topk_workspace =
+        DeviceBuffer(cuda::topk_select_workspace_bytes(slots, prompt_length), "top-k workspace");
+    DeviceBuffer errors, eas;
+    if (config.eas) {
+      errors = DeviceBuffer(size_t(slots) * prompt_length * 4, "BPC errors");
+      eas = DeviceBuffer(size_t(slots) * err_k * 4, "EAS set");
+    }
+    const int64_t head_floats = int64_t(cuda::kBinaryPcBits) * d;
+    std::vector<float> rows(size_t(slots) * head_floats);
+    for (int l = 0; l < model.n_layers; ++l) {
+      if (!selecting[l]) continue;
+      LayerState& layer = layers[l];
+      for (int b = 0; b < batch; ++b)
+        for (int h = 0; h < model.n_kv_heads; ++h) {
+          const float* source = config.projection.data() + (per_prompt ? b * per_sequence : 0) +
+                                (int64_t(l) * model.n_kv_heads + h) * head_floats;
+          std::copy(source, source + head_floats,
+                    rows.begin() + (int64_t(b) * model.n_kv_heads + h) * head_floats);
+        }
+      layer.projection = DeviceBuffer(rows.size() * 4, "BPC projection");
+      cuda::check(cudaMemcpyAsync(layer.projection.data(), rows.data(), rows.size() * 4,
+                                  cudaMemcpyHostToDevice, stream),
+                  "projection upload");
+      layer.codes = DeviceBuffer(size_t(slots) * prompt_length * 8, "BPC codes");
+      layer.forced_mask = DeviceBuffer(size_t(slots) * mask_words * 4, "EAS mask");
+      cuda::check(cudaMemsetAsync(layer.forced_mask.data(), 0, layer.forced_mask.bytes(), stream),
+                  "memset");
+      cuda::BinaryHashKeysArgs hash;
+      hash.projection = layer.projection.as<float>();
+      hash.keys = keys[l];
+      hash.key_slot_stride = key_slot_stride();
+      hash.n_slots = slots;
+      hash.head_dim = d;
+      hash.begin = 0;
+      hash.end = prompt_length;
+      hash.codes = layer.codes.as<uint64_t>();
+      hash.code_slot_stride = prompt_length;
+      hash.reconstruction_error = config.eas ? errors.as<float>() : nullptr;
+      cuda::binary_hash_keys(hash, stream);
+      if (config.eas) {
+        cuda::TopkSelectArgs top;
+        top.scores = errors.as<float>();
+        top.key_stride = prompt_length;
+        top.n_lists = slots;
+        top.length = prompt_length;
+        top.k = err_k;
+        top.indices = eas.as<int32_t>();
+        top.index_stride = err_k;
+        top.workspace = topk_workspace.data();
+        cuda::topk_select(top, stream);
+        cuda::binary_mark_tokens(eas.as<int32_t>(), err_k, slots, err_k,
+                                 layer.forced_mask.as<uint32_t>(), mask_words, stream);
+      }
+      layer.indices = DeviceBuffer(size_t(slots) * index_stride * 4, "BPC lists");
+      allocate_list_heads(layer);
+      // The temporaries above die at the end of this function: finish with them first.
+      cuda::check(cudaStreamSynchronize(stream), "BinaryPC start");
+    }
+  }
+
+  void build_quest(cudaStream_t stream) {
+    const int d = model.head_dim, P = config.page_size;
+    if (P < 1 || config.min_pages < 1)
+      throw InputError("quest on the GPU: page_size and min_pages must be >= 1");
+    max_pages = (capacity + P - 1) / P;
+    page_cap = cuda::quest_page_budget(capacity, config.token_budget, P, config.min_pages);
+    lists = config.shared_pages ? slots : batch * model.n_query_heads;
+    page_scores = DeviceBuffer(size_t(lists) * max_pages * 4, "Quest page scores");
+    page_ids = DeviceBuffer(size_t(lists) * page_cap * 4, "Quest pages");
+    topk_workspace =
+        DeviceBuffer(cuda::topk_select_workspace_bytes(lists, max_pages), "top-k workspace");
+    for (int l = 0; l < model.n_layers; ++l) {
+      if (!selecting[l]) continue;
+      LayerState& layer = layers[l];
+      layer.page_min = DeviceBuffer(size_t(slots) * max_pages * d * 2, "Quest page min");
+      layer.page_max = DeviceBuffer(size_t(slots) * max_pages * d * 2, "Quest page max");
+      cuda::QuestPagesArgs pages;
+      pages.keys = keys[l];
+      pages.key_slot_stride = key_slot_stride();
+      pages.n_slots = slots;
+      pages.head_dim = d;
+      pages.page_size = P;
+      pages.begin = 0;
+      pages.end = prompt_length;
+      pages.page_min = layer.page_min.as<bf16>();
+      pages.page_max = layer.page_max.as<bf16>();
+      pages.page_slot_stride = int64_t(max_pages) * d;
+      pages.max_pages = max_pages;
+      cuda::quest_update_pages(pages, stream);
+      layer.indices = DeviceBuffer(size_t(lists) * page_cap * P * 4, "Quest lists");
+      allocate_list_heads(layer);
+    }
+    cuda::check(cudaStreamSynchronize(stream), "Quest start");
+  }
+
+  void allocate_list_heads(LayerState& layer) {
+    const size_t heads = size_t(batch) * model.n_query_heads;
+    layer.index_offset = DeviceBuffer(heads * 8, "list offsets");
+    layer.index_count = DeviceBuffer(heads * 4, "list counts");
+    if (config.record_queries) layer.query = DeviceBuffer(heads * model.head_dim * 2, "queries");
+  }
+
+  void attend_binarypc(LayerState& layer, cuda::DecodeAttentionArgs& a, cudaStream_t stream) {
+    cuda::BinaryPackQueriesArgs pack;
+    pack.projection = layer.projection.as<float>();
+    pack.q = a.q;
+    pack.q_seq_stride = a.q_seq_stride;
+    pack.batch = batch;
+    pack.n_query_heads = model.n_query_heads;
+    pack.n_kv_heads = model.n_kv_heads;
+    pack.head_dim = model.head_dim;
+    pack.planes = planes.as<uint64_t>();
+    cuda::binary_pack_queries(pack, stream);
+    cuda::BinaryScoreKeysArgs score;
+    score.planes = planes.as<uint64_t>();
+    score.codes = layer.codes.as<uint64_t>();
+    score.code_slot_stride = prompt_length;
+    score.forced_mask = layer.forced_mask.as<uint32_t>();
+    score.mask_slot_stride = mask_words;
+    score.batch = batch;
+    score.n_query_heads = model.n_query_heads;
+    score.n_kv_heads = model.n_kv_heads;
+    score.length = prompt_length;
+    score.keys = score_keys.as<uint16_t>();
+    score.key_slot_stride = prompt_length;
+    cuda::binary_score_keys(score, stream);
+    cuda::TopkSelectArgs top;
+    top.keys16 = score_keys.as<uint16_t>();
+    top.key_stride = prompt_length;
+    top.n_lists = slots;
+    top.length = prompt_length;
+    top.k = k;
+    top.tail_begin = prompt_length;
+    top.tail_end = a.kv_length;  // the decode tokens, this step's included
+    top.indices = layer.indices.as<int32_t>();
+    top.index_stride = index_stride;
+    top.heads_per_list = group;
+    top.index_offset = layer.index_offset.as<int64_t>();
+    top.index_count = layer.index_count.as<int32_t>();
+    top.workspace = topk_workspace.data();
+    cuda::topk_select(top, stream);
+    a.max_kv_length = int(index_stride);
+  }
+
+  void attend_quest(LayerState& layer, cuda::DecodeAttentionArgs& a, cudaStream_t stream) {
+    const int d = model.head_dim, P = config.page_size;
+    cuda::QuestPagesArgs pages;
+    pages.keys = keys_of(layer);
+    pages.key_slot_stride = key_slot_stride();
+    pages.n_slots = slots;
+    pages.head_dim = d;
+    pages.page_size = P;
+    pages.page_min = layer.page_min.as<bf16>();
+    pages.page_max = layer.page_max.as<bf16>();
+    pages.page_slot_stride = int64_t(max_pages) * d;
+    pages.max_pages = max_pages;
+    pages.lengths = a.kv_length;
+    cuda::quest_update_pages(pages, stream);
+    cuda::QuestScoreArgs scores;
+    scores.q = a.q;
+    scores.q_seq_stride = a.q_seq_stride;
+    scores.batch = batch;
+    scores.n_query_heads = model.n_query_heads;
+    scores.n_kv_heads = model.n_kv_heads;
+    scores.head_dim = d;
+    scores.page_min = layer.page_min.as<bf16>();
+    scores.page_max = layer.page_max.as<bf16>();
+    scores.page_slot_stride = int64_t(max_pages) * d;
+    scores.max_pages = max_pages;
+    scores.n_pages = max_pages;
+    scores.shared = config.shared_pages;
+    scores.keep_last_page = config.keep_last_page;
+    scores.scores = page_scores.as<float>();
+    scores.score_stride = max_pages;
+    scores.lengths = a.kv_length;
+    scores.page_size = P;
+    cuda::quest_page_scores(scores, stream);
+    cuda::TopkSelectArgs top;
+    top.scores = page_scores.as<float>();
+    top.key_stride = max_pages;
+    top.n_lists = lists;
+    top.length = max_pages;
+    top.k = page_budget;  // <= the pages every slot holds, so no absent (-inf) page is chosen
+    top.indices = page_ids.as<int32_t>();
+    top.index_stride = page_cap;
+    top.workspace = topk_workspace.data();
+    cuda::topk_select(top, stream);
+    cuda::QuestExpandArgs expand;
+    expand.pages = page_ids.as<int32_t>();
+    expand.page_stride = page_cap;
+    expand.n_lists = lists;
+    expand.n_selected = page_budget;
+    expand.page_size = P;
+    expand.lengths = a.kv_length;
+    expand.lists_per_slot = config.shared_pages ? 1 : group;
+    expand.indices = layer.indices.as<int32_t>();
+    expand.index_stride = int64_t(page_cap) * P;
+    expand.heads_per_list = config.shared_pages ? group : 1;
+    expand.index_offset = layer.index_offset.as<int64_t>();
+    expand.index_count = layer.index_count.as<int32_t>();
+    cuda::quest_expand_pages(expand, stream);
+    a.max_kv_length = page_budget * P;
+  }
+
+  const bf16* keys_of(const LayerState& layer) const { return keys[&layer - layers.data()]; }
+};
+
+CudaSparseDecode::CudaSparseDecode(SparseDecodeConfig config, const SparseCacheView& cache,
+                                   cudaStream_t stream)
+    : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.config = std::move(config);
+  s.model = *cache.config;
+  s.batch = cache.batch;
+  s.capacity = cache.capacity;
+  s.prompt_length = cache.length;
+  s.slots = cache.batch * s.model.n_kv_heads;
+  s.group = s.model.n_query_heads / std::max(1, s.model.n_kv_heads);
+  s.keys = cache.keys;
+  s.check_shapes();
+  s.selecting.assign(s.model.n_layers, true);
+  for (int layer : s.config.dense_layers)
+    if (layer >= 0 && layer < s.model.n_layers) s.selecting[layer] = false;
+  s.layers.resize(s.model.n_layers);
+  try {
+    if (s.binarypc())
+      s.build_binarypc(stream);
+    else
+      s.build_quest(stream);
+  } catch (const cuda::OutOfMemory& e) {
+    throw CapacityError(std::string("decode selection metadata does not fit on the GPU: ") +
+                        e.what());
+  }
+  prepare_step(s.prompt_length + 1);
+}
+
+CudaSparseDecode::~CudaSparseDecode() = default;
+
+bool CudaSparseDecode::selects(int layer) const { return state_->selecting[layer]; }
+
+int CudaSparseDecode::prepare_step(int length) {
+  State& s = *state_;
+  if (s.binarypc()) return 0;
+  s.page_budget = cuda::quest_page_budget(length, s.config.token_budget, s.config.page_size,
+                                          s.config.min_pages);
+  return s.page_budget;
+}
+
+void CudaSparseDecode::attend(int layer, cuda::DecodeAttentionArgs a, cudaStream_t stream) {
+  State& s = *state_;
+  LayerState& state = s.layers[layer];
+  if (s.config.record_queries)
+    cuda::check(
+        cudaMemcpy2DAsync(state.query.data(), size_t(s.model.n_query_heads) * s.model.head_dim * 2,
+                          a.q, size_t(a.q_seq_stride) * 2,
+                          size_t(s.model.n_query_heads) * s.model.head_dim * 2, s.batch,
+                          cudaMemcpyDeviceToDevice, stream),
+        "record queries");
+  if (s.binarypc())
+    s.attend_binarypc(state, a, stream);
+  else
+    s.attend_quest(state, a, stream);
+  a.indices = state.indices.as<int32_t>();
+  a.index_offset = state.index_offset.as<int64_t>();
+  a.index_count = state.index_count.as<int32_t>();
+  cuda::decode_attention(a, stream);
+}
+
+std::vector<int32_t> CudaSparseDecode::selection(int layer, int seq, int q_head,
+                                                 cudaStream_t stream) const {
+  const State& s = *state_;
+  const LayerState& state = s.layers.at(layer);
+  if (!s.selecting[layer]) return {};
+  cuda::check(cudaStreamSynchronize(stream), "selection");
+  const int64_t head = int64_t(seq) * s.model.n_query_heads + q_head;
+  int64_t offset = 0;
+  int32_t count = 0;
+  state.index_offset.download(&offset, 8, head * 8);
+  state.index_count.download(&count, 4, head * 4);
+  std::vector<int32_t> out(count);
+  if (count > 0) state.indices.download(out.data(), size_t(count) * 4, offset * 4);
+  return out;
+}
+
+std::vector<float> CudaSparseDecode::recorded_query(int layer, int seq, cudaStream_t stream) const {
+  const State& s = *state_;
+  const LayerState& state = s.layers.at(layer);
+  if (!state.query.data()) return {};
+  cuda::check(cudaStreamSynchronize(stream), "recorded query");
+  const size_t n = size_t(s.model.n_query_heads) * s.model.head_dim;
+  std::vector<bf16> bits(n);
+  state.query.download(bits.data(), n * 2, seq * n * 2);
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = __bfloat162float(bits[i]);
+  return out;
+}
+
+}  // namespace kvb

@@ -1,0 +1,63 @@
+// Decode-time selection (kind D) inside CudaEngine's decode step: BinaryPC and Quest with the
+// kernels of kernels/cuda/{binary_hash,topk_select,quest_pages}.h, then the index-list form of
+// decode_attention. CPU twins: policies/binarypc.cc and policies/quest.cc (same selections on the
+// same keys and queries; tests/cuda/cuda_sparse_engine_test.cc).
+//
+// Built once from the cache after prefill (every slot at the same length L): BinaryPC hashes the
+// L prompt keys of every selecting layer (codes, EAS mask); decode tokens are never hashed (the CPU
+// selector's rule) and join every selection as a forced tail L .. T-1. Quest builds the page
+// bounds of the L keys and updates the page of each appended token in the step itself.
+// Every launch of a step has fixed sizes; what grows with the cache (the tail, Quest's pages and
+// their lengths) is read from the device lengths, so one captured decode graph serves every step.
+// The one exception is Quest's page budget while the cache is shorter than the token budget:
+// capture_key() changes then and the engine re-captures.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <vector>
+
+#include "engine/cuda/sparse_decode_config.h"
+#include "engine/model_config.h"
+#include "kernels/cuda/attention.h"
+
+namespace kvb {
+
+// The engine's cache as the selectors read it. Slot s = b * Hkv + h holds rows
+// s * capacity .. s * capacity + length - 1 of each layer's K buffer.
+struct SparseCacheView {
+  const ModelConfig* config = nullptr;
+  int batch = 0;
+  int capacity = 0;
+  int length = 0;                          // of every slot at the start (the prompt length L)
+  std::vector<const __nv_bfloat16*> keys;  // per layer
+};
+
+class CudaSparseDecode {
+ public:
+  // Builds the per-layer metadata on `stream` (returns once it is done). InputError for a
+  // projection of the wrong size, an empty cache or an unsupported head dimension / GQA group.
+  CudaSparseDecode(SparseDecodeConfig config, const SparseCacheView& cache, cudaStream_t stream);
+  ~CudaSparseDecode();
+
+  bool selects(int layer) const;
+  // Sets the host-side sizes of the next step (the cache holds `length` entries per slot once
+  // the step's token is appended); returns a key that changes when a captured step is stale.
+  int prepare_step(int length);
+  // Selection and attention of one selecting layer: `dense` are the decode step's arguments of the
+  // full attention (its new K/V appended, kv_length already counting it).
+  void attend(int layer, cuda::DecodeAttentionArgs dense, cudaStream_t stream);
+
+  // The list query head a of sequence b attended to at `layer` in the last step (synchronises).
+  std::vector<int32_t> selection(int layer, int seq, int q_head, cudaStream_t stream) const;
+  // With record_queries: that step's post-RoPE queries of sequence b, [Hq, head_dim].
+  std::vector<float> recorded_query(int layer, int seq, cudaStream_t stream) const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace kvb

@@ -1,0 +1,217 @@
+// The GPU engine's decode with BinaryPC and Quest selection (engine/cuda/cuda_sparse_decode.h)
+// against the CPU selectors (policies/binarypc.cc, policies/quest.cc) and the CPU engine, on a
+// small random model: at every decode step and selecting layer the GPU's lists equal what the CPU
+// selector picks from the same keys (the GPU cache) and queries; the CPU engine attending to those
+// lists gives the GPU's logits within bf16 tolerance and the same greedy tokens. Steps after the
+// first replay the captured decode graph; Quest's steps cross a page boundary, and with a budget
+// above the prompt its page budget moves (the graph is re-captured).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+
+#include "engine/cpu/forward.h"
+#include "engine/cuda/cuda_engine.h"
+#include "engine/errors.h"
+#include "engine/presets.h"
+#include "harness/gpu_selection.h"
+#include "policies/binarypc_projection.h"
+#include "policies/decode_selectors.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace kvb {
+namespace {
+
+constexpr int kPromptLength = 300;
+constexpr int kSteps = 6;
+
+ModelConfig small_config() {
+  ModelConfig config;
+  config.name = "random-sparse-test";
+  config.n_layers = 3;
+  config.d_model = 256;
+  config.n_query_heads = 8;
+  config.n_kv_heads = 2;
+  config.head_dim = 64;
+  config.ffn_dim = 512;
+  config.vocab_size = 1000;
+  config.max_context = 4096;
+  return config;
+}
+
+std::vector<int32_t> prompt_ids() {
+  std::vector<int32_t> ids(kPromptLength);
+  for (int i = 0; i < kPromptLength; ++i) ids[i] = (i * 37 + 11) % 1000;
+  return ids;
+}
+
+int argmax(const std::vector<float>& x) {
+  return static_cast<int>(std::max_element(x.begin(), x.end()) - x.begin());
+}
+
+// The CPU engine's decode attends to the lists the GPU used in the same step.
+class ReplaySelector : public DecodeSelector {
+ public:
+  explicit ReplaySelector(const std::vector<std::vector<std::vector<int32_t>>>* lists)
+      : lists_(lists) {}
+  std::string name() const override { return "replay"; }
+  void start(const KvStore&, int, int) override {}
+  void on_append(const KvStore&, int) override {}
+  void select(int layer, const float*, const KvStore&, Selection& out) override {
+    out.logit_bias.clear();
+    out.dense = (*lists_)[layer].empty();
+    if (!out.dense) out.indices = (*lists_)[layer];
+  }
+
+ private:
+  const std::vector<std::vector<std::vector<int32_t>>>* lists_;  // [layer][query head]
+};
+
+// Keys of the GPU cache as a CPU store (values unused by the selectors: zeros).
+KvStore mirror_of(const CudaEngine& gpu, const ModelConfig& c) {
+  KvStore store(c.n_layers, c.n_kv_heads, c.head_dim);
+  const std::vector<float> zeros(c.head_dim, 0.f);
+  for (int l = 0; l < c.n_layers; ++l)
+    for (int h = 0; h < c.n_kv_heads; ++h) {
+      const std::vector<float> keys = gpu.cached_keys(l, 0, h);
+      for (int j = 0; j < gpu.length(l, 0, h); ++j)
+        store.append_head(l, h, j, keys.data() + int64_t(j) * c.head_dim, zeros.data());
+    }
+  return store;
+}
+
+// BinaryPC projections fitted (Algorithm 1, online) on the GPU's prompt keys.
+std::shared_ptr<BinaryProjectionSet> fit_projections(const CudaEngine& gpu, const ModelConfig& c) {
+  auto set = std::make_shared<BinaryProjectionSet>(c.n_layers, c.n_kv_heads, c.head_dim);
+  for (int l = 0; l < c.n_layers; ++l)
+    for (int h = 0; h < c.n_kv_heads; ++h) {
+      const std::vector<float> keys = gpu.cached_keys(l, 0, h);
+      BinaryProjectionFit fit;
+      fit.seed = 17 + l * 131 + h;
+      fit_binary_projection(keys.data(), gpu.length(l, 0, h), c.head_dim, fit,
+                            set->mutable_head(l, h));
+    }
+  return set;
+}
+
+using SelectorFactory = std::function<std::shared_ptr<DescribedDecodeSelector>(
+    const Budget&, std::shared_ptr<const BinaryProjectionSet>)>;
+
+void check_against_cpu(const SelectorFactory& make_selector, int budget_tokens) {
+  const ModelConfig c = small_config();
+  auto weights = random_weights(c, 42);
+  const std::vector<int32_t> prompt = prompt_ids();
+  auto gpu = CudaEngine::from_weights(*weights);
+  gpu->allocate_cache(1, kPromptLength + kSteps + 4);
+  const std::vector<float> prefill_logits = gpu->prefill(0, prompt);
+
+  const Budget budget = Budget::parse(std::to_string(budget_tokens));
+  std::shared_ptr<const BinaryProjectionSet> projection = fit_projections(*gpu, c);
+  auto cpu_selector = make_selector(budget, projection);
+  SparseDecodeConfig config = gpu_selection_config(*cpu_selector, budget_tokens, projection.get());
+  config.record_queries = true;
+  gpu->start_sparse_decode(config);
+  KvStore mirror = mirror_of(*gpu, c);
+  cpu_selector->start(mirror, kPromptLength, budget_tokens);
+
+  CpuEngine cpu(*weights);
+  KvStore cpu_store(c.n_layers, c.n_kv_heads, c.head_dim);
+  cpu.forward_chunk(prompt, cpu_store, CaptureRequest{}, nullptr);
+  std::vector<std::vector<std::vector<int32_t>>> gpu_lists(c.n_layers);
+  CachePlan replay;
+  replay.selector = std::make_shared<ReplaySelector>(&gpu_lists);
+
+  int token = argmax(prefill_logits);
+  gpu->set_next_tokens({token}, {kPromptLength});
+  int selecting_layers = 0, sparse_lists = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    const int position = kPromptLength + step;
+    gpu->decode_step(/*use_graph=*/step > 0);
+    const std::vector<float> gpu_logits = gpu->last_logits(0);
+    selecting_layers = 0;
+    for (int l = 0; l < c.n_layers; ++l) {
+      gpu_lists[l].clear();
+      std::vector<float> query = gpu->sparse_query(l, 0);
+      const std::vector<float> zeros(c.head_dim, 0.f);
+      for (int h = 0; h < c.n_kv_heads; ++h) {
+        const std::vector<float> head_keys = gpu->cached_keys(l, 0, h);
+        mirror.append_head(l, h, position, head_keys.data() + int64_t(position) * c.head_dim,
+                           zeros.data());
+      }
+      cpu_selector->on_append(mirror, l);
+      if (query.empty()) continue;  // a dense layer
+      ++selecting_layers;
+      Selection expected;
+      expected.indices.resize(c.n_query_heads);
+      cpu_selector->select(l, query.data(), mirror, expected);
+      ASSERT_FALSE(expected.dense);
+      for (int a = 0; a < c.n_query_heads; ++a) {
+        std::vector<int32_t> got = gpu->sparse_selection(l, 0, a);
+        std::vector<int32_t> want = expected.indices[a];
+        std::sort(got.begin(), got.end());
+        std::sort(want.begin(), want.end());
+        ASSERT_EQ(got, want) << "step " << step << " layer " << l << " query head " << a;
+        EXPECT_LE(got.size(), size_t(position + 1));
+        if (got.size() < size_t(position + 1)) ++sparse_lists;
+        gpu_lists[l].push_back(got);
+      }
+    }
+    const std::vector<float> cpu_logits = cpu.decode_step(token, position, step, cpu_store, replay);
+    double scale = 0, worst = 0;
+    for (size_t i = 0; i < cpu_logits.size(); ++i) {
+      scale = std::max(scale, double(std::abs(cpu_logits[i])));
+      worst = std::max(worst, double(std::abs(gpu_logits[i] - cpu_logits[i])));
+    }
+    EXPECT_LT(worst, 0.05 * scale)
+        << "step " << step << ": max |diff| " << worst << " vs " << scale;
+    std::vector<float> sorted = cpu_logits;
+    std::nth_element(sorted.begin(), sorted.begin() + 1, sorted.end(), std::greater<float>());
+    const int gpu_token = gpu->next_tokens()[0];
+    EXPECT_EQ(gpu_token, argmax(gpu_logits));
+    if (sorted[0] - sorted[1] > 2 * worst) {
+      EXPECT_EQ(gpu_token, argmax(cpu_logits)) << "step " << step;
+    }
+    token = gpu_token;  // both continue from the GPU's greedy token
+  }
+  EXPECT_EQ(selecting_layers, c.n_layers - 1);
+  EXPECT_GT(sparse_lists, 0) << "no step selected fewer entries than the cache holds";
+}
+
+TEST(CudaSparseEngine, BinaryPcMatchesCpuSelector) {
+  KVB_REQUIRE_GPU();
+  check_against_cpu(
+      [](const Budget& budget, std::shared_ptr<const BinaryProjectionSet> projection) {
+        return make_binarypc_selector({{"dense_layers", {0}}}, budget, projection);
+      },
+      64);
+}
+
+TEST(CudaSparseEngine, QuestPerHeadMatchesCpuSelector) {
+  KVB_REQUIRE_GPU();
+  check_against_cpu(
+      [](const Budget& budget, std::shared_ptr<const BinaryProjectionSet>) {
+        return make_quest_selector({{"dense_layers", {0}}}, budget);
+      },
+      64);
+}
+
+// A budget above the prompt: the page budget grows with the cache (re-captured graph), shared
+// pages over the group and the last page kept.
+TEST(CudaSparseEngine, QuestSharedGrowingBudgetMatchesCpuSelector) {
+  KVB_REQUIRE_GPU();
+  check_against_cpu(
+      [](const Budget& budget, std::shared_ptr<const BinaryProjectionSet>) {
+        return make_quest_selector(
+            {{"dense_layers", {0}}, {"gqa", "shared"}, {"keep_last_page", true}}, budget);
+      },
+      512);
+}
+
+TEST(CudaSparseEngine, RefusesSelectorsWithoutGpuPath) {
+  auto topk = make_topk_selector(nlohmann::json::object(), Budget::parse("64"));
+  EXPECT_THROW(gpu_selection_config(*topk, 64), InputError);
+  EXPECT_FALSE(gpu_selects_for("magicpig"));
+}
+
+}  // namespace
+}  // namespace kvb
