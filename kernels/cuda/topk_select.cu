@@ -13,7 +13,9 @@ constexpr int kDigitBits = 11;
 constexpr int kBins = 1 << kDigitBits;
 constexpr int kBinsPerThread = kBins / kThreads;
 constexpr int kPerThread = 8;          // contiguous keys per thread in the compaction
-constexpr int kChunk = 16 * kThreads;  // keys per block in the split path
+// Keys per block in the split path: one compaction tile, so that a 128K-key list spreads over 16
+// blocks (a decode step's 8 lists then fill the GPU).
+constexpr int kChunk = kPerThread * kThreads;
 constexpr int kMaxLevels = 3;
 
 using Scan = cub::BlockScan<int, kThreads>;
@@ -285,7 +287,9 @@ template <class KeyOf>
 void launch(const TopkSelectArgs& args, KeyOf key, cudaStream_t stream) {
   const int k = std::min(std::max(args.k, 0), args.length);
   const int chunks = chunks_for(args.length);
-  if (!args.workspace || chunks < 3 || k == 0 || k == args.length) {
+  // Up to 32K keys one block per list is faster than the five split launches (H200: 18.6 vs
+  // 24.4 us for 8 lists of 32K; 28.2 -> 24.7 us at 128K with 8K-key chunks instead of 16K).
+  if (!args.workspace || chunks < 5 || k == 0 || k == args.length) {
     topk_single_kernel<<<args.n_lists, kThreads, 0, stream>>>(args, key);
     check(cudaGetLastError(), "topk_single_kernel launch");
     return;

@@ -7,7 +7,7 @@
 // f32 scores) finds the k-th largest key and how many of its ties to take, then an ordered
 // compaction (block scans) writes the chosen indices in increasing order. Short lists (or no
 // workspace): one block per list reads it once per pass. Long lists with a workspace: blocks of
-// 16K keys per list build each digit's histogram together (global atomics), count their chunk's
+// 8K keys per list build each digit's histogram together (global atomics), count their chunk's
 // keys above / at the threshold, then write their part at the offset the earlier chunks' counts
 // give: the same result, with the whole GPU streaming the scores.
 #pragma once
