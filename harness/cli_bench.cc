@@ -1,5 +1,7 @@
 // kvbench bench --model PATH | --preset NAME [--dummy] [--context N] [--decode-tokens N] [--device cpu|cuda]
 //               [--policy P --budget B [--params JSON]] [--json]
+// On the GPU (harness/bench_gpu.cc) --policy also takes a list of full and the decode selectors the
+// CUDA engine runs (full,binarypc,quest): TPOT of each on the same cache, with its ratio to Full.
 // CPU figures: prefill tokens/s at 512 and 2,048 tokens (or at --context), decode tokens/s after a
 // prefill (TTFT/TPOT/KV bytes under the policy), each beside a ceiling measured in the same run:
 // prefill FLOP/s against this machine's sgemm, decode bytes/s against its memory read bandwidth.
