@@ -334,13 +334,6 @@ int CudaSparseDecode::prepare_step(int length) {
 void CudaSparseDecode::attend(int layer, cuda::DecodeAttentionArgs a, cudaStream_t stream) {
   State& s = *state_;
   LayerState& state = s.layers[layer];
-  if (s.config.record_queries)
-    cuda::check(
-        cudaMemcpy2DAsync(state.query.data(), size_t(s.model.n_query_heads) * s.model.head_dim * 2,
-                          a.q, size_t(a.q_seq_stride) * 2,
-                          size_t(s.model.n_query_heads) * s.model.head_dim * 2, s.batch,
-                          cudaMemcpyDeviceToDevice, stream),
-        "record queries");
   if (s.binarypc())
     s.attend_binarypc(state, a, stream);
   else
@@ -353,6 +346,15 @@ void CudaSparseDecode::attend(int layer, cuda::DecodeAttentionArgs a, cudaStream
   // choice), which left the step waiting on gather latency.
   a.chunk_size = kSparseChunk;
   cuda::decode_attention(a, stream);
+  // After the attention (the queries stay in place until the output projection), so that the
+  // selection kernels, launched overlapped, follow kernels only.
+  if (s.config.record_queries)
+    cuda::check(
+        cudaMemcpy2DAsync(state.query.data(), size_t(s.model.n_query_heads) * s.model.head_dim * 2,
+                          a.q, size_t(a.q_seq_stride) * 2,
+                          size_t(s.model.n_query_heads) * s.model.head_dim * 2, s.batch,
+                          cudaMemcpyDeviceToDevice, stream),
+        "record queries");
 }
 
 std::vector<int32_t> CudaSparseDecode::selection(int layer, int seq, int q_head,

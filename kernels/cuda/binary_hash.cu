@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/binary_hash.h"
 #include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace kvb::cuda {
 namespace {
@@ -133,6 +134,11 @@ __global__ void pack_queries_kernel(BinaryPackQueriesArgs args) {
       row[3] = batch[u].w;
     }
   }
+  // P is written once before the decode steps, so it is loaded above while the previous kernel
+  // (launched with launch_overlapped) may still run; the queries are its output.
+  wait_for_predecessor();
+  // After the wait, so that the scores' early code loads never overlap an earlier kernel.
+  allow_successor_launch();
   const __nv_bfloat16* q = args.q + b * args.q_seq_stride + int64_t(h) * group * D;
   for (int i = threadIdx.x; i < group * D; i += blockDim.x) s_q[i] = __bfloat162float(q[i]);
   __syncthreads();
@@ -180,6 +186,22 @@ template <int G>
 __global__ void __launch_bounds__(kScoreThreads) score_keys_kernel(BinaryScoreKeysArgs args) {
   const int slot = blockIdx.y;
   const int b = slot / args.n_kv_heads, h = slot % args.n_kv_heads;
+  // Codes and the EAS mask are fixed during decoding: loaded before waiting for the planes.
+  const uint64_t* codes = args.codes + slot * args.code_slot_stride;
+  const uint32_t* mask =
+      args.forced_mask ? args.forced_mask + slot * args.mask_slot_stride : nullptr;
+  const int first = blockIdx.x * kScoreThreads * kScoreTokensPerThread + threadIdx.x;
+  uint64_t code[kScoreTokensPerThread];
+  bool forced[kScoreTokensPerThread];
+#pragma unroll
+  for (int t = 0; t < kScoreTokensPerThread; ++t) {
+    const int j = first + t * kScoreThreads;
+    code[t] = j < args.length ? codes[j] : 0;
+    forced[t] =
+        j < args.sink_tokens || (mask && j < args.length && ((mask[j / 32] >> (j % 32)) & 1u));
+  }
+  wait_for_predecessor();
+  allow_successor_launch();
   const uint64_t* planes =
       args.planes + (int64_t(b) * args.n_query_heads + h * G) * kBinaryPcPlanes;
   uint64_t sign[G], magnitude[G][kBinaryPcPlanes - 1];
@@ -194,28 +216,22 @@ __global__ void __launch_bounds__(kScoreThreads) score_keys_kernel(BinaryScoreKe
       base[a] += __popcll(magnitude[a][m - 1]) << (m - 1);
     }
   }
-  const uint64_t* codes = args.codes + slot * args.code_slot_stride;
-  const uint32_t* mask =
-      args.forced_mask ? args.forced_mask + slot * args.mask_slot_stride : nullptr;
   uint16_t* keys = args.keys + slot * args.key_slot_stride;
-  const int first = blockIdx.x * kScoreThreads * kScoreTokensPerThread + threadIdx.x;
 #pragma unroll
   for (int t = 0; t < kScoreTokensPerThread; ++t) {
     const int j = first + t * kScoreThreads;
     if (j >= args.length) break;
-    const uint64_t code = codes[j];
     int best = -(1 << 30);
 #pragma unroll
     for (int a = 0; a < G; ++a) {
-      const uint64_t negative = sign[a] ^ code;  // p^_i h_i < 0
+      const uint64_t negative = sign[a] ^ code[t];  // p^_i h_i < 0
       int lost = 0;
 #pragma unroll
       for (int m = 0; m < kBinaryPcPlanes - 1; ++m)
         lost += __popcll(magnitude[a][m] & negative) << m;
       best = max(best, base[a] - 2 * lost);
     }
-    const bool forced = j < args.sink_tokens || (mask && ((mask[j / 32] >> (j % 32)) & 1u));
-    keys[j] = forced ? kBinaryPcForced : static_cast<uint16_t>(best + kBinaryPcScoreOffset);
+    keys[j] = forced[t] ? kBinaryPcForced : static_cast<uint16_t>(best + kBinaryPcScoreOffset);
   }
 }
 
@@ -240,7 +256,8 @@ template <int G>
 void launch_score(const BinaryScoreKeysArgs& args, cudaStream_t stream) {
   const int per_block = kScoreThreads * kScoreTokensPerThread;
   const dim3 grid((args.length + per_block - 1) / per_block, args.batch * args.n_kv_heads);
-  score_keys_kernel<G><<<grid, kScoreThreads, 0, stream>>>(args);
+  launch_overlapped(score_keys_kernel<G>, grid, kScoreThreads, 0, stream, "score_keys_kernel",
+                    args);
 }
 
 }  // namespace
@@ -266,9 +283,11 @@ void binary_pack_queries(const BinaryPackQueriesArgs& args, cudaStream_t stream)
       (size_t(kBinaryPcBits) * (args.head_dim + 1) + size_t(group) * args.head_dim) * sizeof(float);
   const int slots = args.batch * args.n_kv_heads;
   if (args.head_dim == 128)
-    pack_queries_kernel<128><<<slots, threads, smem, stream>>>(args);
+    launch_overlapped(pack_queries_kernel<128>, slots, threads, smem, stream, "pack_queries_kernel",
+                      args);
   else if (args.head_dim == 64)
-    pack_queries_kernel<64><<<slots, threads, smem, stream>>>(args);
+    launch_overlapped(pack_queries_kernel<64>, slots, threads, smem, stream, "pack_queries_kernel",
+                      args);
   else
     throw std::invalid_argument("binary_pack_queries: head_dim must be 64 or 128");
   check(cudaGetLastError(), "pack_queries_kernel launch");

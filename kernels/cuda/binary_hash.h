@@ -15,6 +15,9 @@
 // After prefill: binary_hash_keys over tokens [0, L) (optionally with reconstruction errors),
 // topk_select over the errors (EAS set), binary_mark_tokens to turn that set into a bit mask.
 // Tokens appended later are hashed as they arrive by binary_hash_keys over their range.
+// binary_pack_queries and binary_score_keys are launched with launch_overlapped (launch.cuh) and
+// read P, the codes and the mask before waiting for the previous kernel: the kernel launched right
+// before either must not write those (the decode step's predecessors write queries and planes).
 #pragma once
 
 #include <cuda_bf16.h>

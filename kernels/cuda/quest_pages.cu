@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/quest_pages.h"
 
 namespace kvb::cuda {
@@ -12,10 +13,13 @@ namespace {
 
 // Block (touched page, slot), thread = dimension.
 __global__ void update_pages_kernel(QuestPagesArgs args) {
+  wait_for_predecessor();  // launched with launch_overlapped: nothing read before this
+  allow_successor_launch();
   const int slot = blockIdx.y;
   const int end = args.lengths ? args.lengths[slot] : args.end;
   if (end <= 0) return;
-  const int page = args.lengths ? (end - 1) / args.page_size : args.begin / args.page_size + blockIdx.x;
+  const int page =
+      args.lengths ? (end - 1) / args.page_size : args.begin / args.page_size + blockIdx.x;
   const int first = page * args.page_size;
   const int last = min(end, first + args.page_size);
   const __nv_bfloat16* keys = args.keys + slot * args.key_slot_stride;
@@ -47,6 +51,8 @@ template <int D, int G>
 __global__ void __launch_bounds__(kScoreThreads) page_scores_kernel(QuestScoreArgs args) {
   constexpr int kSlots = G > 0 ? G : kMaxGroup;
   extern __shared__ float s_q[];  // [group][D]
+  wait_for_predecessor();         // launched with launch_overlapped: nothing read before this
+  allow_successor_launch();
   const int slot = blockIdx.y;
   const int b = slot / args.n_kv_heads, h = slot % args.n_kv_heads;
   const int group = G > 0 ? G : args.n_query_heads / args.n_kv_heads;
@@ -116,16 +122,20 @@ template <int D>
 void launch_page_scores(const QuestScoreArgs& args, dim3 grid, size_t smem, cudaStream_t stream) {
   switch (args.n_query_heads / args.n_kv_heads) {
     case 3:
-      page_scores_kernel<D, 3><<<grid, kScoreThreads, smem, stream>>>(args);
+      launch_overlapped(page_scores_kernel<D, 3>, grid, kScoreThreads, smem, stream, "page_scores",
+                        args);
       break;
     case 4:
-      page_scores_kernel<D, 4><<<grid, kScoreThreads, smem, stream>>>(args);
+      launch_overlapped(page_scores_kernel<D, 4>, grid, kScoreThreads, smem, stream, "page_scores",
+                        args);
       break;
     case 7:
-      page_scores_kernel<D, 7><<<grid, kScoreThreads, smem, stream>>>(args);
+      launch_overlapped(page_scores_kernel<D, 7>, grid, kScoreThreads, smem, stream, "page_scores",
+                        args);
       break;
     default:
-      page_scores_kernel<D, 0><<<grid, kScoreThreads, smem, stream>>>(args);
+      launch_overlapped(page_scores_kernel<D, 0>, grid, kScoreThreads, smem, stream, "page_scores",
+                        args);
       break;
   }
 }
@@ -133,6 +143,8 @@ void launch_page_scores(const QuestScoreArgs& args, dim3 grid, size_t smem, cuda
 // Block = list. Ascending pages: only the last page of the cache can be partial and it comes last,
 // so selected page r starts at position r * P.
 __global__ void expand_pages_kernel(QuestExpandArgs args) {
+  wait_for_predecessor();  // launched with launch_overlapped: nothing read before this
+  allow_successor_launch();
   const int list = blockIdx.x;
   const int32_t* pages = args.pages + list * args.page_stride;
   int32_t* out = args.indices + list * args.index_stride;
@@ -146,8 +158,7 @@ __global__ void expand_pages_kernel(QuestExpandArgs args) {
     int count = 0;
     if (args.n_selected > 0) {
       const int last_first = pages[args.n_selected - 1] * args.page_size;
-      count =
-          (args.n_selected - 1) * args.page_size + min(args.page_size, length - last_first);
+      count = (args.n_selected - 1) * args.page_size + min(args.page_size, length - last_first);
     }
     args.index_offset[list * args.heads_per_list + threadIdx.x] = list * args.index_stride;
     args.index_count[list * args.heads_per_list + threadIdx.x] = count;
@@ -161,8 +172,8 @@ void quest_update_pages(const QuestPagesArgs& args, cudaStream_t stream) {
     if (args.n_slots <= 0) return;
     if (args.page_size < 1 || args.head_dim % 8 != 0)
       throw std::invalid_argument("quest_update_pages: page_size >= 1 and head_dim % 8 == 0");
-    update_pages_kernel<<<dim3(1, args.n_slots), std::min(args.head_dim, 256), 0, stream>>>(args);
-    check(cudaGetLastError(), "update_pages_kernel launch");
+    launch_overlapped(update_pages_kernel, dim3(1, args.n_slots), std::min(args.head_dim, 256), 0,
+                      stream, "update_pages_kernel", args);
     return;
   }
   if (args.end <= args.begin || args.n_slots <= 0) return;
@@ -200,7 +211,7 @@ void quest_expand_pages(const QuestExpandArgs& args, cudaStream_t stream) {
   if (args.n_lists <= 0) return;
   if (args.heads_per_list > 256 || args.lists_per_slot < 1)
     throw std::invalid_argument("quest_expand_pages: heads_per_list <= 256, lists_per_slot >= 1");
-  expand_pages_kernel<<<args.n_lists, 256, 0, stream>>>(args);
+  launch_overlapped(expand_pages_kernel, args.n_lists, 256, 0, stream, "expand_pages_kernel", args);
   check(cudaGetLastError(), "expand_pages_kernel launch");
 }
 

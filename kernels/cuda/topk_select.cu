@@ -3,6 +3,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/topk_select.h"
 
 namespace kvb::cuda {
@@ -12,7 +13,7 @@ constexpr int kThreads = 1024;
 constexpr int kDigitBits = 11;
 constexpr int kBins = 1 << kDigitBits;
 constexpr int kBinsPerThread = kBins / kThreads;
-constexpr int kPerThread = 8;          // contiguous keys per thread in the compaction
+constexpr int kPerThread = 8;  // contiguous keys per thread in the compaction
 // Keys per block in the split path: one compaction tile, so that a 128K-key list spreads over 16
 // blocks (a decode step's 8 lists then fill the GPU).
 constexpr int kChunk = kPerThread * kThreads;
@@ -155,8 +156,7 @@ __device__ void compact(const KeyOf& key, int begin, int end, uint32_t threshold
 
 // The forced tail and decode_attention's offsets / counts of one list.
 __device__ void finish_list(const TopkSelectArgs& args, int list, int k, int32_t* out) {
-  const int tail =
-      args.tail_end ? max(0, args.tail_end[list] - args.tail_begin) : args.tail_count;
+  const int tail = args.tail_end ? max(0, args.tail_end[list] - args.tail_begin) : args.tail_count;
   for (int i = threadIdx.x; i < tail; i += kThreads) out[k + i] = args.tail_begin + i;
   if (args.index_offset) {
     for (int r = threadIdx.x; r < args.heads_per_list; r += kThreads) {
@@ -184,6 +184,8 @@ __device__ void histogram(const KeyOf& key, int begin, int end, const RadixState
 template <class KeyOf>
 __global__ void __launch_bounds__(kThreads) topk_single_kernel(TopkSelectArgs args, KeyOf key) {
   __shared__ SharedScratch s;
+  wait_for_predecessor();  // launched with launch_overlapped: nothing read before this
+  allow_successor_launch();
   const int list = blockIdx.x;
   key.p += list * args.key_stride;
   const int n = args.length;
@@ -217,6 +219,8 @@ template <class KeyOf>
 __global__ void __launch_bounds__(kThreads)
     topk_hist_kernel(TopkSelectArgs args, KeyOf key, int level, int* hists) {
   __shared__ SharedScratch s;
+  wait_for_predecessor();  // launched with launch_overlapped: nothing read before this
+  allow_successor_launch();
   const int list = blockIdx.y;
   key.p += list * args.key_stride;
   int* list_hists = hists + list * kMaxLevels * kBins;
@@ -234,6 +238,8 @@ template <class KeyOf>
 __global__ void __launch_bounds__(kThreads)
     topk_count_kernel(TopkSelectArgs args, KeyOf key, const int* hists, int* counts) {
   __shared__ SharedScratch s;
+  wait_for_predecessor();  // launched with launch_overlapped: nothing read before this
+  allow_successor_launch();
   const int list = blockIdx.y;
   key.p += list * args.key_stride;
   const RadixState state =
@@ -264,6 +270,8 @@ template <class KeyOf>
 __global__ void __launch_bounds__(kThreads)
     topk_write_kernel(TopkSelectArgs args, KeyOf key, const int* hists, const int* counts) {
   __shared__ SharedScratch s;
+  wait_for_predecessor();  // launched with launch_overlapped: nothing read before this
+  allow_successor_launch();
   const int list = blockIdx.y;
   key.p += list * args.key_stride;
   const RadixState state =
@@ -290,8 +298,8 @@ void launch(const TopkSelectArgs& args, KeyOf key, cudaStream_t stream) {
   // Up to 32K keys one block per list is faster than the five split launches (H200: 18.6 vs
   // 24.4 us for 8 lists of 32K; 28.2 -> 24.7 us at 128K with 8K-key chunks instead of 16K).
   if (!args.workspace || chunks < 5 || k == 0 || k == args.length) {
-    topk_single_kernel<<<args.n_lists, kThreads, 0, stream>>>(args, key);
-    check(cudaGetLastError(), "topk_single_kernel launch");
+    launch_overlapped(topk_single_kernel<KeyOf>, args.n_lists, kThreads, 0, stream,
+                      "topk_single_kernel", args, key);
     return;
   }
   TopkSelectArgs a = args;
@@ -301,11 +309,16 @@ void launch(const TopkSelectArgs& args, KeyOf key, cudaStream_t stream) {
   check(cudaMemsetAsync(hists, 0, size_t(args.n_lists) * kMaxLevels * kBins * sizeof(int), stream),
         "topk memset");
   const dim3 grid(chunks, args.n_lists);
-  for (int level = 0; level < levels_for(KeyOf::kBits); ++level)
-    topk_hist_kernel<<<grid, kThreads, 0, stream>>>(a, key, level, hists);
-  topk_count_kernel<<<grid, kThreads, 0, stream>>>(a, key, hists, counts);
-  topk_write_kernel<<<grid, kThreads, 0, stream>>>(a, key, hists, counts);
-  check(cudaGetLastError(), "topk split kernels launch");
+  // The first histogram follows the memset (not a kernel): a plain launch.
+  topk_hist_kernel<<<grid, kThreads, 0, stream>>>(a, key, 0, hists);
+  check(cudaGetLastError(), "topk_hist_kernel launch");
+  for (int level = 1; level < levels_for(KeyOf::kBits); ++level)
+    launch_overlapped(topk_hist_kernel<KeyOf>, grid, kThreads, 0, stream, "topk_hist_kernel", a,
+                      key, level, hists);
+  launch_overlapped(topk_count_kernel<KeyOf>, grid, kThreads, 0, stream, "topk_count_kernel", a,
+                    key, hists, counts);
+  launch_overlapped(topk_write_kernel<KeyOf>, grid, kThreads, 0, stream, "topk_write_kernel", a,
+                    key, hists, counts);
 }
 
 }  // namespace
