@@ -207,6 +207,41 @@ TEST(CudaSparseEngine, QuestSharedGrowingBudgetMatchesCpuSelector) {
       512);
 }
 
+// Two sequences with the same prompt in one batch: every step each selects what the other does and
+// decodes the same tokens (slots, per-sequence lists and the batch's lengths kept apart).
+TEST(CudaSparseEngine, BatchOfTwoSelectsPerSequence) {
+  KVB_REQUIRE_GPU();
+  const ModelConfig c = small_config();
+  auto weights = random_weights(c, 42);
+  const std::vector<int32_t> prompt = prompt_ids();
+  auto gpu = CudaEngine::from_weights(*weights);
+  gpu->allocate_cache(2, kPromptLength + kSteps + 4);
+  const int token = argmax(gpu->prefill(0, prompt));
+  gpu->prefill(1, prompt);
+  for (const bool quest : {false, true}) {
+    std::shared_ptr<const BinaryProjectionSet> projection = fit_projections(*gpu, c);
+    auto selector =
+        quest ? make_quest_selector({{"dense_layers", {0}}}, Budget::parse("64"))
+              : make_binarypc_selector({{"dense_layers", {0}}}, Budget::parse("64"), projection);
+    gpu->start_sparse_decode(gpu_selection_config(*selector, 64, projection.get()));
+    const int position = gpu->length(0, 0, 0);
+    gpu->set_next_tokens({token, token}, {position, position});
+    for (int step = 0; step < 3; ++step) {
+      gpu->decode_step(/*use_graph=*/true);
+      const std::vector<int32_t> next = gpu->next_tokens();
+      EXPECT_EQ(next[0], next[1]) << "step " << step;
+      for (int l = 1; l < c.n_layers; ++l)
+        for (int a = 0; a < c.n_query_heads; ++a) {
+          const std::vector<int32_t> first = gpu->sparse_selection(l, 0, a);
+          ASSERT_FALSE(first.empty());
+          EXPECT_LT(first.size(), size_t(kPromptLength));
+          EXPECT_EQ(gpu->sparse_selection(l, 1, a), first) << "layer " << l << " head " << a;
+        }
+    }
+    gpu->stop_sparse_decode();
+  }
+}
+
 TEST(CudaSparseEngine, RefusesSelectorsWithoutGpuPath) {
   auto topk = make_topk_selector(nlohmann::json::object(), Budget::parse("64"));
   EXPECT_THROW(gpu_selection_config(*topk, 64), InputError);
