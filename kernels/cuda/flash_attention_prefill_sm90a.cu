@@ -5,17 +5,22 @@
 // launched only on compute capability 9.0; other GPUs and head_dim 64 use the mma.sync kernel.
 // Test: tests/cuda/attention_test.cc (both kernels against the CPU reference).
 //
-// Block = 2 warpgroups = 128 query rows of one query head (64 rows per warpgroup); KV tiles of 128
-// keys, double-buffered with cp.async. Every 128x128 bf16 tile sits in shared memory as two
-// 64-column halves of 128-byte rows in the 128-byte-swizzled layout wgmma descriptors describe
-// (16-byte chunk c of row r stored at chunk c ^ (r % 8)). S = Q K^T reads Q and K from shared
-// memory (both K-major); P stays in registers, where the S accumulator layout is already the A
-// fragment layout, and O += P V reads V as an MN-major (transposed) B operand. The online softmax
-// runs in the log2 domain with the scale folded into one FMA. Blocks of the same query tile run
-// head-fastest, so the 4 query heads of a KV head stream the same K/V tiles through L2 together.
+// Block = kGroups consumer warpgroups (64 query rows each, of one query head) + 1 producer
+// warpgroup. The producer streams 128-key K and V tiles with cp.async into a ring of stages guarded
+// by mbarriers (full: the tile landed; empty: every consumer warp is done with it), so consumers
+// never wait on each other: while one runs its softmax, another's products keep the tensor cores
+// busy. Every tile sits in shared memory as two 64-column halves of 128-byte rows in the
+// 128-byte-swizzled layout wgmma descriptors describe (16-byte chunk c of row r stored at chunk
+// c ^ (r % 8)). S = Q K^T reads Q and K from shared memory (both K-major); P stays in registers,
+// where the S accumulator layout is already the A fragment layout, and O += P V reads V as an
+// MN-major (transposed) B operand. The online softmax runs in the log2 domain with the scale
+// folded into one FMA. Blocks of the same query tile run head-fastest, so the query heads of a KV
+// head stream the same K/V tiles through L2 together; more rows per block (kGroups = 3) means
+// fewer K/V bytes from L2 per FLOP.
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_utils.h"
@@ -29,16 +34,28 @@ namespace {
 #endif
 
 constexpr int kHeadDim = 128;
-constexpr int kRows = 128;                        // query rows per block
 constexpr int kKeys = 128;                        // keys per KV tile
-constexpr int kThreads = 256;                     // 2 warpgroups
-constexpr uint32_t kHalfBytes = 128 * 128;        // one 64-column half of a 128-row tile
-constexpr uint32_t kTileBytes = 2 * kHalfBytes;   // a Q, K or V tile (32 KB)
-constexpr int kSmemBytes = 5 * kTileBytes + 1024; // Q, 2 K, 2 V, and slack to align to 1024 B
+constexpr int kProducerThreads = 128;             // one warpgroup only issues cp.async
+constexpr uint32_t kKvHalfBytes = kKeys * 128;    // one 64-column half of a K or V tile
+constexpr uint32_t kKvTileBytes = 2 * kKvHalfBytes;
 
-// Byte offset of 16-byte chunk `chunk` (0..15 along the head dimension) of row `row` in a tile.
-__device__ __forceinline__ uint32_t tile_offset(int row, int chunk) {
-  return (chunk >> 3) * kHalfBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
+template <int kGroups>
+struct Shape {
+  static constexpr int kRows = 64 * kGroups;                  // query rows per block
+  static constexpr int kConsumerThreads = 128 * kGroups;
+  static constexpr int kThreads = kConsumerThreads + kProducerThreads;
+  static constexpr int kStages = kGroups == 2 ? 3 : 2;         // what fits in 227 KB
+  static constexpr uint32_t kQHalfBytes = kRows * 128;
+  static constexpr int kSmemBytes = 2 * kQHalfBytes + 2 * kStages * kKvTileBytes + 1024;
+  // Registers per thread after setmaxnreg: the producer gives most of its share to consumers.
+  static constexpr int kProducerRegisters = kGroups == 2 ? 40 : 32;
+  static constexpr int kConsumerRegisters = kGroups == 2 ? 232 : 160;
+};
+
+// Byte offset of 16-byte chunk `chunk` (0..15 along the head dimension) of row `row` in a tile
+// whose 64-column halves are `half_bytes` apart.
+__device__ __forceinline__ uint32_t tile_offset(int row, int chunk, uint32_t half_bytes) {
+  return (chunk >> 3) * half_bytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
 }
 
 __device__ __forceinline__ void cp_async_shared(uint32_t dst, const void* src, bool valid) {
@@ -46,16 +63,19 @@ __device__ __forceinline__ void cp_async_shared(uint32_t dst, const void* src, b
                "r"(valid ? 16 : 0));
 }
 
-// 128 rows of kHeadDim bf16 (row r at base + r*stride) into a swizzled tile; rows >= valid_rows
-// are zero-filled (their keys are masked; zero V rows keep 0 * garbage out of the sums).
-__device__ __forceinline__ void load_tile_128(uint32_t tile, const __nv_bfloat16* base, int64_t stride,
-                                              int valid_rows) {
-  for (int i = threadIdx.x; i < 128 * 16; i += kThreads) {
+// `rows` rows of kHeadDim bf16 (row r at base + r*stride) into a swizzled tile by the producer
+// warpgroup (`lane` = its thread 0..127); rows >= valid_rows are zero-filled (their keys are
+// masked; zero V rows keep 0 * garbage out of the sums).
+template <int kTileRows>
+__device__ __forceinline__ void load_tile(uint32_t tile, const __nv_bfloat16* base, int64_t stride,
+                                          int valid_rows, int lane) {
+#pragma unroll
+  for (int i = lane; i < kTileRows * 16; i += kProducerThreads) {
     const int row = i >> 4;
     const int chunk = i & 15;
     const bool valid = row < valid_rows;
-    cp_async_shared(tile + tile_offset(row, chunk), base + (valid ? row * stride + chunk * 8 : 0),
-                    valid);
+    cp_async_shared(tile + tile_offset(row, chunk, kTileRows * 128),
+                    base + (valid ? row * stride + chunk * 8 : 0), valid);
   }
 }
 
@@ -66,6 +86,33 @@ __device__ __forceinline__ uint64_t smem_descriptor(uint32_t address, uint32_t l
                                                     uint32_t stride_bytes) {
   return uint64_t((address & 0x3FFFF) >> 4) | (uint64_t(leading_bytes >> 4) << 16) |
          (uint64_t(stride_bytes >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+// mbarriers (shared::cta).
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar)
+               : "memory");
+}
+// Arrives on `bar` once every cp.async this thread issued so far has landed (counted in init).
+__device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  }
+}
+// cp.async wrote through the generic proxy; wgmma reads through the async proxy.
+__device__ __forceinline__ void fence_async_proxy() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -94,12 +141,15 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t desc_a, uint64
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
-// One m64n128k16 wgmma with A from registers (the accumulator layout of P) and an MN-major B in
-// shared memory (V rows: the N index, the head dimension, is contiguous): d += A B.
-__device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
+// One m64n128k16 wgmma with A from registers (the accumulator layout: P, or Q fragments) and B in
+// shared memory, K-major (kTransposeB = 0: K rows) or MN-major (1: V rows, the N index, the head
+// dimension, contiguous): d (+)= A B.
+template <int kTransposeB>
+__device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,
+                                         int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -108,83 +158,52 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4],
       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransposeB));
 }
 
-__global__ void __launch_bounds__(kThreads, 1) flash_prefill_wgmma_kernel(const PrefillAttentionArgs args) {
-#ifdef KVB_WGMMA_DEVICE
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
-  const uint32_t s_q = (raw + 1023) & ~1023u;  // the swizzle pattern repeats every 1024 B
-  const uint32_t s_k = s_q + kTileBytes;       // 2 buffers
-  const uint32_t s_v = s_k + 2 * kTileBytes;   // 2 buffers
-
-  const int q_head = blockIdx.x;
-  const int q_tile = gridDim.y - 1 - blockIdx.y;  // longest rows first (causal imbalance)
-  const int kv_head = q_head / (args.n_query_heads / args.n_kv_heads);
-  const int warpgroup = threadIdx.x / 128;
-  const int warp = (threadIdx.x % 128) / 32;
-  const int lane = threadIdx.x % 32;
-  const int g = lane / 4;
-  const int t = lane % 4;
-
-  const int row0 = q_tile * kRows;
-  const int rows_valid = min(kRows, args.n_queries - row0);
-  const int n_keys = args.query_offset + args.n_queries;
-  const int first_pos = args.query_offset + row0;
-  const int n_tiles = (first_pos + rows_valid - 1) / kKeys + 1;
-
-  const __nv_bfloat16* k_base = args.k + kv_head * args.kv_head_stride;
-  const __nv_bfloat16* v_base = args.v + kv_head * args.kv_head_stride;
-  load_tile_128(s_q, args.q + row0 * args.q_row_stride + q_head * kHeadDim, args.q_row_stride, rows_valid);
-  load_tile_128(s_k, k_base, kHeadDim, min(kKeys, n_keys));
-  load_tile_128(s_v, v_base, kHeadDim, min(kKeys, n_keys));
-  cp_async_commit();
-
-  float o[64];
+// S = Q K^T for one warpgroup's 64 rows: 8 k-steps of 16 over the head dimension (4 per 64-column
+// half, 32 B apart within the swizzled rows).
+__device__ __forceinline__ void issue_qk(float (&s)[64], uint32_t q_rows, uint32_t q_half_bytes,
+                                         uint32_t k_tile) {
 #pragma unroll
-  for (int i = 0; i < 64; ++i) o[i] = 0.f;
+  for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+    const uint32_t within = (ks & 3) * 32;
+    wgmma_ss(s, smem_descriptor(q_rows + (ks >> 2) * q_half_bytes + within, 16, 1024),
+             smem_descriptor(k_tile + (ks >> 2) * kKvHalfBytes + within, 16, 1024), ks > 0);
+  }
+}
+
+// O += P V: 8 k-steps of 16 keys (16 rows of 128 B apart); N spans both 64-column halves.
+__device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&p)[8][4], uint32_t v_tile) {
+#pragma unroll
+  for (int kk = 0; kk < kKeys / 16; ++kk)
+    wgmma_rs<1>(o, p[kk], smem_descriptor(v_tile + kk * 16 * 128, kKvHalfBytes, 1024), 1);
+}
+
+// 2^x on the MUFU unit, flushing denormal results to zero (exp2f's denormal handling costs three
+// more instructions per probability).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// The online softmax of one thread's two rows (accumulator layout: s[4i + 2r + e] is row r's
+// key key0 + 8i + 2t + e), in the log2 domain with the scale folded into one FMA.
+struct OnlineSoftmax {
+  float scale_log2 = 0;
+  int n_keys = 0;
+  int t = 0;
+  int q_pos[2] = {0, 0};
   float row_max[2] = {-INFINITY, -INFINITY};  // scaled, log2 domain
   float row_sum[2] = {0.f, 0.f};               // this thread's columns only until the end
-  const float scale_log2 = args.scale * 1.4426950408889634f;
-  const int my_row = warpgroup * 64 + warp * 16 + g;  // and my_row + 8
-  const int q_pos[2] = {first_pos + my_row, first_pos + my_row + 8};
-  const uint32_t q_rows = s_q + warpgroup * 64 * 128;
 
-  for (int tile = 0; tile < n_tiles; ++tile) {
-    const int buf = tile & 1;
-    if (tile + 1 < n_tiles) {
-      const int next_key = (tile + 1) * kKeys;
-      const int valid = min(kKeys, n_keys - next_key);
-      load_tile_128(s_k + (buf ^ 1) * kTileBytes, k_base + int64_t(next_key) * kHeadDim, kHeadDim, valid);
-      load_tile_128(s_v + (buf ^ 1) * kTileBytes, v_base + int64_t(next_key) * kHeadDim, kHeadDim, valid);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    // cp.async wrote through the generic proxy; wgmma reads through the async proxy.
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    __syncthreads();
-    const uint32_t k_tile = s_k + buf * kTileBytes;
-    const uint32_t v_tile = s_v + buf * kTileBytes;
-
-    // S = Q K^T: 8 k-steps of 16 over the head dimension (4 per 64-column half, 32 B apart).
-    float s[64];
-    wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-      const uint32_t step = (ks >> 2) * kHalfBytes + (ks & 3) * 32;
-      wgmma_ss(s, smem_descriptor(q_rows + step, 16, 1024), smem_descriptor(k_tile + step, 16, 1024),
-               ks > 0);
-    }
-    wgmma_commit();
-    wgmma_wait_all();
-    fence_registers(s);
-
-    // Accumulator layout: s[4i + 2r + e] is row my_row + 8r, key key0 + 8i + 2t + e.
-    const int key0 = tile * kKeys;
-    if (key0 + kKeys - 1 > first_pos || key0 + kKeys > n_keys) {
+  // Turns the logits of the tile at key0 into bf16 probabilities p (the A fragments of P V) and
+  // rescales o and the sums to the new row maxima. `masked`: the tile reaches past some row's
+  // position (only then, or past the last key, are keys compared).
+  __device__ __forceinline__ void step(float (&s)[64], float (&o)[64], uint32_t (&p)[8][4], int key0,
+                                       bool masked) {
+    if (masked || key0 + kKeys > n_keys) {
 #pragma unroll
       for (int i = 0; i < 16; ++i)
 #pragma unroll
@@ -205,19 +224,18 @@ __global__ void __launch_bounds__(kThreads, 1) flash_prefill_wgmma_kernel(const 
       tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffff, tile_max[r], 1));
       tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffff, tile_max[r], 2));
       const float new_max = fmaxf(row_max[r], tile_max[r] * scale_log2);
-      correction[r] = new_max == -INFINITY ? 1.f : exp2f(row_max[r] - new_max);
+      correction[r] = new_max == -INFINITY ? 1.f : fast_exp2(row_max[r] - new_max);
       row_max[r] = new_max;
       shift[r] = new_max == -INFINITY ? 0.f : new_max;
       row_sum[r] *= correction[r];
     }
-    uint32_t p[8][4];
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
       float e[4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        e[j] = exp2f(fmaf(s[4 * i + j], scale_log2, -shift[j >> 1]));
-        row_sum[j >> 1] += e[j];
+      for (int k = 0; k < 4; ++k) {
+        e[k] = fast_exp2(fmaf(s[4 * i + k], scale_log2, -shift[k >> 1]));
+        row_sum[k >> 1] += e[k];
       }
       p[i / 2][(i & 1) * 2] = pack_bf16(e[0], e[1]);
       p[i / 2][(i & 1) * 2 + 1] = pack_bf16(e[2], e[3]);
@@ -229,19 +247,114 @@ __global__ void __launch_bounds__(kThreads, 1) flash_prefill_wgmma_kernel(const 
       o[4 * i + 2] *= correction[1];
       o[4 * i + 3] *= correction[1];
     }
+  }
+};
 
-    // O += P V: 8 k-steps of 16 keys (16 rows of 128 B apart); N spans both 64-column halves.
+template <int kGroups>
+__global__ void __launch_bounds__(Shape<kGroups>::kThreads, 1)
+    flash_prefill_wgmma_kernel(const PrefillAttentionArgs args) {
+#ifdef KVB_WGMMA_DEVICE
+  using S = Shape<kGroups>;
+  constexpr int kStages = S::kStages;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t barriers[1 + 3 * kStages];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t s_q = (raw + 1023) & ~1023u;  // the swizzle pattern repeats every 1024 B
+  const uint32_t s_k = s_q + 2 * S::kQHalfBytes;  // kStages tiles
+  const uint32_t s_v = s_k + kStages * kKvTileBytes;
+  const uint32_t bar_q = static_cast<uint32_t>(__cvta_generic_to_shared(barriers));
+  auto bar_k = [&](int stage) { return bar_q + 8 * (1 + stage); };
+  auto bar_v = [&](int stage) { return bar_q + 8 * (1 + kStages + stage); };
+  auto bar_empty = [&](int stage) { return bar_q + 8 * (1 + 2 * kStages + stage); };
+
+  const int q_head = blockIdx.x;
+  const int q_tile = gridDim.y - 1 - blockIdx.y;  // longest rows first (causal imbalance)
+  const int kv_head = q_head / (args.n_query_heads / args.n_kv_heads);
+  const int row0 = q_tile * S::kRows;
+  const int rows_valid = min(S::kRows, args.n_queries - row0);
+  const int n_keys = args.query_offset + args.n_queries;
+  const int first_pos = args.query_offset + row0;
+  const int n_tiles = (first_pos + rows_valid - 1) / kKeys + 1;
+
+  if (threadIdx.x == 0) {
+    mbarrier_init(bar_q, kProducerThreads);
+    for (int stage = 0; stage < kStages; ++stage) {
+      mbarrier_init(bar_k(stage), kProducerThreads);
+      mbarrier_init(bar_v(stage), kProducerThreads);
+      mbarrier_init(bar_empty(stage), 4 * kGroups);  // lane 0 of each consumer warp
+    }
+  }
+  __syncthreads();
+
+  // Warp-uniform as far as the compiler can tell (a plain threadIdx.x / 128 makes ptxas treat the
+  // wgmma code as divergent and serialize it).
+  const int group = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
+  if (group == kGroups) {  // the producer warpgroup
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(S::kProducerRegisters) : "memory");
+    const int lane = threadIdx.x - S::kConsumerThreads;
+    const __nv_bfloat16* k_base = args.k + kv_head * args.kv_head_stride;
+    const __nv_bfloat16* v_base = args.v + kv_head * args.kv_head_stride;
+    load_tile<S::kRows>(s_q, args.q + row0 * args.q_row_stride + q_head * kHeadDim, args.q_row_stride,
+                        rows_valid, lane);
+    cp_async_arrive(bar_q);
+    for (int tile = 0; tile < n_tiles; ++tile) {
+      const int stage = tile % kStages;
+      if (tile >= kStages) mbarrier_wait(bar_empty(stage), (tile / kStages - 1) & 1);
+      const int64_t key = int64_t(tile) * kKeys;
+      const int valid = min(kKeys, n_keys - tile * kKeys);
+      load_tile<kKeys>(s_k + stage * kKvTileBytes, k_base + key * kHeadDim, kHeadDim, valid, lane);
+      cp_async_arrive(bar_k(stage));
+      load_tile<kKeys>(s_v + stage * kKvTileBytes, v_base + key * kHeadDim, kHeadDim, valid, lane);
+      cp_async_arrive(bar_v(stage));
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(S::kConsumerRegisters) : "memory");
+
+  const int warp = (threadIdx.x % 128) / 32;
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  float o[64], s[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] = s[i] = 0.f;
+  OnlineSoftmax softmax;
+  softmax.scale_log2 = args.scale * 1.4426950408889634f;
+  softmax.n_keys = n_keys;
+  softmax.t = t;
+  const int my_row = group * 64 + warp * 16 + g;  // and my_row + 8
+  softmax.q_pos[0] = first_pos + my_row;
+  softmax.q_pos[1] = first_pos + my_row + 8;
+  const uint32_t q_rows = s_q + group * 64 * 128;
+  mbarrier_wait(bar_q, 0);
+
+  for (int j = 0; j < n_tiles; ++j) {
+    const int stage = j % kStages;
+    const uint32_t parity = (j / kStages) & 1;
+    mbarrier_wait(bar_k(stage), parity);
+    fence_async_proxy();
+    wgmma_fence();
+    issue_qk(s, q_rows, S::kQHalfBytes, s_k + stage * kKvTileBytes);
+    wgmma_commit();
+    wgmma_wait_all();
+    fence_registers(s);
+
+    uint32_t p[8][4];
+    softmax.step(s, o, p, j * kKeys, j * kKeys + kKeys - 1 > first_pos);
+
+    mbarrier_wait(bar_v(stage), parity);
+    fence_async_proxy();
     fence_registers(o);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk)
-      wgmma_rs(o, p[kk], smem_descriptor(v_tile + kk * 16 * 128, kHalfBytes, 1024));
+    issue_pv(o, p, s_v + stage * kKvTileBytes);
     wgmma_commit();
     wgmma_wait_all();
     fence_registers(o);
-    __syncthreads();  // the next iteration's loads overwrite this buffer
+    if (lane == 0) mbarrier_arrive(bar_empty(stage));
   }
 
+  float row_sum[2] = {softmax.row_sum[0], softmax.row_sum[1]};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     row_sum[r] += __shfl_xor_sync(0xffffffff, row_sum[r], 1);
@@ -259,9 +372,20 @@ __global__ void __launch_bounds__(kThreads, 1) flash_prefill_wgmma_kernel(const 
           pack_bf16(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
     if (args.lse && t == 0)
       args.lse[int64_t(q_head) * args.n_queries + row] =
-          row_max[r] * 0.6931471805599453f + logf(row_sum[r]);
+          softmax.row_max[r] * 0.6931471805599453f + logf(row_sum[r]);
   }
 #endif
+}
+
+template <int kGroups>
+void launch(const PrefillAttentionArgs& args, cudaStream_t stream) {
+  using S = Shape<kGroups>;
+  check(cudaFuncSetAttribute(flash_prefill_wgmma_kernel<kGroups>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes),
+        "cudaFuncSetAttribute(flash_prefill_wgmma_kernel)");
+  const dim3 grid(args.n_query_heads, (args.n_queries + S::kRows - 1) / S::kRows);
+  flash_prefill_wgmma_kernel<kGroups><<<grid, S::kThreads, S::kSmemBytes, stream>>>(args);
+  check(cudaGetLastError(), "flash_prefill_wgmma_kernel launch");
 }
 
 }  // namespace
@@ -278,12 +402,12 @@ bool wgmma_prefill_supported(int head_dim) {
 
 void flash_attention_prefill_wgmma(const PrefillAttentionArgs& args, cudaStream_t stream) {
   if (args.n_queries <= 0) return;
-  check(cudaFuncSetAttribute(flash_prefill_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             kSmemBytes),
-        "cudaFuncSetAttribute(flash_prefill_wgmma_kernel)");
-  const dim3 grid(args.n_query_heads, (args.n_queries + kRows - 1) / kRows);
-  flash_prefill_wgmma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(args);
-  check(cudaGetLastError(), "flash_prefill_wgmma_kernel launch");
+  // KVB_WGMMA_GROUPS=2 or 3 consumer warpgroups per block (A/B timing).
+  const char* groups = std::getenv("KVB_WGMMA_GROUPS");
+  if (groups && groups[0] == '2')
+    launch<2>(args, stream);
+  else
+    launch<3>(args, stream);
 }
 
 }  // namespace kvb::cuda
