@@ -16,6 +16,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_tiles.cuh"
 
 namespace kvb::cuda {
@@ -27,6 +28,8 @@ constexpr int kWarps = 4;
 constexpr int kTile = kEarlyExitBlock;
 constexpr int kMaxRows = 8;  // query heads per walker (rows g < 8 of the mma tile; g + 8 stay zero)
 constexpr float kLog2e = 1.4426950408889634f;
+// Automatic layout: the decider's blocks as a share of the other splits' chunk (walk_layout).
+constexpr int kDeciderSharePercent = 50;
 
 __host__ __device__ inline int clamp_int(int x, int low, int high) {
   return x < low ? low : (x > high ? high : x);
@@ -122,40 +125,49 @@ struct DeciderScratch {
   int stable[kMaxRows];
 };
 
-template <int D, bool kIndexed>
-__global__ void __launch_bounds__(kThreads, 3)
-    early_exit_walk_kernel(EarlyExitDecodeArgs ea, int chunk_blocks, int n_chunks) {
+// Which walk blocks each split folds: the decider (chunk 0) blocks [0, decider_blocks), chunk
+// c >= 1 blocks [decider_blocks + (c-1) chunk_blocks, decider_blocks + c chunk_blocks).
+struct WalkLayout {
+  int decider_blocks = 1;
+  int chunk_blocks = 1;
+  int n_chunks = 1;
+};
+
+__host__ __device__ inline int chunks_used(const WalkLayout& layout, int blocks) {
+  if (blocks <= layout.decider_blocks) return 1;
+  return 1 + (blocks - layout.decider_blocks + layout.chunk_blocks - 1) / layout.chunk_blocks;
+}
+
+// One split's walk. The decider and the other splits are separate instantiations, so that the
+// others' loop carries none of the decider's register pressure (their query fragments stay in
+// registers, as in the plain kernel; the decider re-reads them per tile).
+template <int D, bool kIndexed, bool kDecider>
+__device__ __forceinline__ void walk_split(const EarlyExitDecodeArgs& ea, const WalkLayout& layout,
+                                           unsigned char* smem_raw, DeciderScratch<D>& scratch, int& s_flag) {
   const DecodeAttentionArgs& args = ea.attention;
   const EarlyExitDecodeOptions& opt = ea.options;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* s_k = reinterpret_cast<bf16*>(smem_raw);                  // [2][64][D]
   bf16* s_v = s_k + 2 * kTile * D;                                 // [2][64][D]
   float* s_bias = reinterpret_cast<float*>(s_v + 2 * kTile * D);  // [2][64] (index mode)
-  __shared__ DeciderScratch<D> scratch;
-  __shared__ int s_flag;
 
   const int chunk = blockIdx.x;
+  const int n_chunks = layout.n_chunks;
   const int b = blockIdx.z;
   const Walker wk = walker_of<kIndexed>(args, blockIdx.y, b);
   const int sinks = clamp_int(opt.sink_tokens, 0, wk.n);
   const int blocks = walk_blocks(wk.n, opt.sink_tokens);
-  const int first = chunk * chunk_blocks;
-  const int n_tiles = min(blocks, first + chunk_blocks) - first;
+  constexpr bool decider = kDecider;
+  const int first = decider ? 0 : layout.decider_blocks + (chunk - 1) * layout.chunk_blocks;
+  const int n_tiles = min(blocks, first + (decider ? layout.decider_blocks : layout.chunk_blocks)) - first;
   if (n_tiles <= 0) {
-    if (chunk == 0 && threadIdx.x == 0) ea.walker_state[int64_t(wk.index) * kStateWords + kStopResult] = 0;
+    if (decider && threadIdx.x == 0) ea.walker_state[int64_t(wk.index) * kStateWords + kStopResult] = 0;
     return;
   }
   int* state = ea.walker_state + int64_t(wk.index) * kStateWords;
   // The stop word holds epoch + 1 once this call's decider stopped (older values are stale), so it
   // never needs a reset; the merge kernel advances the epoch after the walk.
   volatile int* stop_word = state + kStopWord;
-  const int stop_mark = state[kEpoch] + 1;
-  const bool decider = chunk == 0;
   const int tid = threadIdx.x;
-  if (tid == 0) s_flag = decider ? 0 : *stop_word;
-  if (tid < kMaxRows) scratch.counter[tid] = 0;
-  __syncthreads();
-  if (s_flag == stop_mark) return;  // the decider already stopped: nothing of this chunk is needed
 
   int tiles_loaded = 0;
   auto issue = [&](int w, int buf) {
@@ -176,15 +188,26 @@ __global__ void __launch_bounds__(kThreads, 3)
     cp_async_commit();
     ++tiles_loaded;
   };
-  issue(first, 0);
+  issue(first, 0);  // before anything else waits on memory
+  const int stop_mark = state[kEpoch] + 1;
+  if (tid < kMaxRows) scratch.counter[tid] = 0;
+  if (tid == 0) s_flag = 0;
 
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4, j = lane / 8;
   constexpr int kSteps = D / 16, kDimTiles = D / 8;
-  // Query fragments are re-read (L1 hits) at the top of every tile, while the tile lands, rather
-  // than held in registers across the loop: the decider's merge needs those registers. A fragment
-  // row g holds columns 2t, 2t+1 and 2t+8, 2t+9; rows 8..15 stay zero (at most 8 heads).
+  // Query fragments, held in registers for the whole walk (as the plain kernel): row g holds
+  // columns 2t, 2t+1 and 2t+8, 2t+9; rows 8..15 of the mma tile stay zero (at most 8 heads).
   const bf16* q_row = args.q + b * args.q_seq_stride + int64_t(wk.head0 + g) * D + 2 * t;
   const bool q_live = g < wk.rows;
+  uint32_t q_frag[kSteps][2];
+  auto load_query = [&] {
+#pragma unroll
+    for (int ks = 0; ks < kSteps; ++ks) {
+      q_frag[ks][0] = q_live ? load_pair(q_row + ks * 16) : 0u;
+      q_frag[ks][1] = q_live ? load_pair(q_row + ks * 16 + 8) : 0u;
+    }
+  };
+  if constexpr (!kDecider) load_query();
 
   // Per warp (its 16 keys of every tile) online softmax; row_sum is this thread's share.
   float o[kDimTiles][4];
@@ -194,16 +217,22 @@ __global__ void __launch_bounds__(kThreads, 3)
   const float scale_log2 = args.scale * kLog2e;
   bool stop = false;
   int stopped_at = -1;  // decider: the walk block it stopped after
+  // Non-deciders poll the stop word with one load per tile by thread 0, issued together with the
+  // next tile's copy and published to the block at the next tile's first barrier, which waits for
+  // that copy anyway (a stop is seen one or two tiles late). Issued after the first barrier
+  // instead, the poll's round trip came on top of the tile's: +30% kernel time with nothing
+  // stopping (cuda_art_bench at 32K).
+  int polled = 0;
 
   for (int i = 0;; ++i) {
     const int buf = i & 1;
     const int w = first + i;
     if (i + 1 < n_tiles) issue(w + 1, buf ^ 1);
-    uint32_t q_frag[kSteps][2];
-#pragma unroll
-    for (int ks = 0; ks < kSteps; ++ks) {
-      q_frag[ks][0] = q_live ? load_pair(q_row + ks * 16) : 0u;
-      q_frag[ks][1] = q_live ? load_pair(q_row + ks * 16 + 8) : 0u;
+    if constexpr (kDecider) {
+      load_query();  // L1 hits, while the tile lands
+    } else if (tid == 0) {
+      s_flag = polled;
+      polled = *stop_word;
     }
     if (i + 1 < n_tiles) {
       cp_async_wait<1>();
@@ -211,8 +240,10 @@ __global__ void __launch_bounds__(kThreads, 3)
       cp_async_wait<0>();
     }
     __syncthreads();
-    // Non-deciders: read the stop word now, use it after the tile (its latency hides behind it).
-    const int observed = (!decider && tid == 0) ? *stop_word : 0;
+    if (!decider && s_flag == stop_mark) {  // block-uniform: the decider stopped
+      stop = true;
+      break;
+    }
     int begin, end;
     block_rows(w, wk.n, sinks, begin, end);
     const int count = end - begin;
@@ -277,7 +308,6 @@ __global__ void __launch_bounds__(kThreads, 3)
       mma_bf16(o[2 * dp], p_frag, vb[0], vb[1]);
       mma_bf16(o[2 * dp + 1], p_frag, vb[2], vb[3]);
     }
-    if (!decider && tid == 0) s_flag = observed;
     __syncthreads();  // every warp is done with this tile's K and V
 
     if (decider) {
@@ -366,7 +396,7 @@ __global__ void __launch_bounds__(kThreads, 3)
       if (stop_here && tid == 0) atomicExch(state + kStopWord, stop_mark);
       stopped_at = stop_here ? w : -1;
     }
-    stop = decider ? stopped_at >= 0 : s_flag == stop_mark;
+    stop = decider && stopped_at >= 0;
     if (stop || i + 1 >= n_tiles) break;
   }
   if (decider && tid == 0) state[kStopResult] = stopped_at + 1;  // every call writes it
@@ -418,12 +448,30 @@ __global__ void __launch_bounds__(kThreads, 3)
   }
 }
 
+template <int D, bool kIndexed>
+__global__ void __launch_bounds__(kThreads, 3)
+    early_exit_walk_kernel(EarlyExitDecodeArgs ea, WalkLayout layout) {
+  wait_for_predecessor();  // launched overlapped (launch.cuh): no global access before this
+  allow_successor_launch();
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ DeciderScratch<D> scratch;
+  __shared__ int s_flag;
+  if (blockIdx.x == 0) {
+    walk_split<D, kIndexed, true>(ea, layout, smem_raw, scratch, s_flag);
+  } else {
+    walk_split<D, kIndexed, false>(ea, layout, smem_raw, scratch, s_flag);
+  }
+}
+
 // One thread block per (query head, sequence), as decode_merge_kernel: merges the chunks the walk
 // used (the decider alone when it stopped); the walker's first head also writes the visited /
 // total / loaded words and the totals, clears the loaded counter and advances the epoch. Nothing
 // else reads those words during the merge, so no block waits on another.
 template <int D, bool kIndexed>
-__global__ void early_exit_merge_kernel(EarlyExitDecodeArgs ea, int chunk_blocks, int n_chunks) {
+__global__ void early_exit_merge_kernel(EarlyExitDecodeArgs ea, WalkLayout layout) {
+  wait_for_predecessor();
+  allow_successor_launch();
+  const int n_chunks = layout.n_chunks;
   const DecodeAttentionArgs& args = ea.attention;
   const int head = blockIdx.x;
   const int b = blockIdx.y;
@@ -432,7 +480,7 @@ __global__ void early_exit_merge_kernel(EarlyExitDecodeArgs ea, int chunk_blocks
   const int blocks = walk_blocks(wk.n, ea.options.sink_tokens);
   int* state = ea.walker_state + int64_t(wk.index) * kStateWords;
   const int stop = state[kStopResult];
-  const int used = stop != 0 ? 1 : (blocks + chunk_blocks - 1) / chunk_blocks;
+  const int used = stop != 0 ? 1 : chunks_used(layout, blocks);
   const float* partial = args.workspace + (int64_t(b) * args.n_query_heads + head) * n_chunks * (D + 2);
   float best = -INFINITY;
   for (int c = 0; c < used; ++c) best = fmaxf(best, partial[c * (D + 2)]);
@@ -468,10 +516,8 @@ int sm_count() {
 }
 
 template <int D, bool kIndexed>
-void launch(const EarlyExitDecodeArgs& ea, int chunk_blocks, cudaStream_t stream) {
+void launch(const EarlyExitDecodeArgs& ea, const WalkLayout& layout, cudaStream_t stream) {
   const DecodeAttentionArgs& a = ea.attention;
-  const int max_blocks = std::max(1, walk_blocks(a.max_kv_length, ea.options.sink_tokens));
-  const int n_chunks = (max_blocks + chunk_blocks - 1) / chunk_blocks;
   const size_t smem = 2 * 2 * kTile * D * sizeof(bf16) + 2 * kTile * sizeof(float);
   static const bool configured = [&] {
     check(cudaFuncSetAttribute(early_exit_walk_kernel<D, kIndexed>,
@@ -481,21 +527,50 @@ void launch(const EarlyExitDecodeArgs& ea, int chunk_blocks, cudaStream_t stream
   }();
   (void)configured;
   const int axis = kIndexed ? a.n_query_heads : a.n_kv_heads;
-  early_exit_walk_kernel<D, kIndexed>
-      <<<dim3(n_chunks, axis, a.batch), kThreads, smem, stream>>>(ea, chunk_blocks, n_chunks);
-  check(cudaGetLastError(), "early_exit_walk_kernel launch");
-  early_exit_merge_kernel<D, kIndexed>
-      <<<dim3(a.n_query_heads, a.batch), D, 0, stream>>>(ea, chunk_blocks, n_chunks);
-  check(cudaGetLastError(), "early_exit_merge_kernel launch");
+  launch_overlapped(early_exit_walk_kernel<D, kIndexed>, dim3(layout.n_chunks, axis, a.batch), kThreads, smem,
+                    stream, "early_exit_walk_kernel", ea, layout);
+  launch_overlapped(early_exit_merge_kernel<D, kIndexed>, dim3(a.n_query_heads, a.batch), D, 0, stream,
+                    "early_exit_merge_kernel", ea, layout);
 }
 
 template <int D>
-void launch_for_dim(const EarlyExitDecodeArgs& ea, int chunk_blocks, cudaStream_t stream) {
+void launch_for_dim(const EarlyExitDecodeArgs& ea, const WalkLayout& layout, cudaStream_t stream) {
   if (ea.attention.indices != nullptr) {
-    launch<D, true>(ea, chunk_blocks, stream);
+    launch<D, true>(ea, layout, stream);
   } else {
-    launch<D, false>(ea, chunk_blocks, stream);
+    launch<D, false>(ea, layout, stream);
   }
+}
+
+// The automatic layout starts from the plain kernel's split count S and chunk C (decode_attention.cu,
+// choose_chunk: about three thread blocks per SM over all walkers), in walk blocks. The decider
+// takes kDeciderSharePercent of C: its per-block merge and test make each of its blocks slower,
+// and the slowest split is the kernel's time. The other splits keep C, which may need one split
+// more than the plain kernel; when that extra thread block per walker would not fit the resident
+// slots (three per SM) next to the others, the other splits stretch over S - 1 splits instead (a
+// second wave of blocks costs far more than a block per split).
+WalkLayout walk_layout(const EarlyExitDecodeArgs& args) {
+  const int max_blocks = std::max(1, walk_blocks(args.attention.max_kv_length, args.options.sink_tokens));
+  const int walkers = std::max(1, early_exit_walkers(args.attention));
+  const int slots = 3 * sm_count();
+  const int splits = std::max(1, (slots + walkers - 1) / walkers);
+  WalkLayout layout;
+  layout.chunk_blocks = args.chunk_blocks > 0 ? args.chunk_blocks : std::max(1, (max_blocks + splits - 1) / splits);
+  if (args.decider_blocks > 0) {
+    layout.decider_blocks = args.decider_blocks;
+  } else if (args.chunk_blocks > 0) {
+    layout.decider_blocks = args.chunk_blocks;
+  } else {
+    layout.decider_blocks = std::max(1, (layout.chunk_blocks * kDeciderSharePercent + 99) / 100);
+  }
+  layout.n_chunks = chunks_used(layout, max_blocks);
+  if (args.chunk_blocks <= 0 && layout.n_chunks > splits && int64_t(layout.n_chunks) * walkers > slots &&
+      splits > 1) {
+    const int rest = max_blocks - layout.decider_blocks;
+    layout.chunk_blocks = (rest + splits - 2) / (splits - 1);
+    layout.n_chunks = chunks_used(layout, max_blocks);
+  }
+  return layout;
 }
 
 }  // namespace
@@ -512,14 +587,11 @@ size_t early_exit_decode_workspace_floats(int batch, int n_query_heads, int head
   return size_t(batch) * n_query_heads * max_blocks * (head_dim + 2);
 }
 
-int early_exit_chunk_blocks(const EarlyExitDecodeArgs& args) {
-  if (args.chunk_blocks > 0) return args.chunk_blocks;
-  // The plain kernel's split count: about three thread blocks per SM over all walkers.
-  const int walkers = std::max(1, early_exit_walkers(args.attention));
-  const int splits = std::max(1, (3 * sm_count() + walkers - 1) / walkers);
-  const int max_blocks = std::max(1, walk_blocks(args.attention.max_kv_length, args.options.sink_tokens));
-  return std::max(1, (max_blocks + splits - 1) / splits);
-}
+int early_exit_chunk_blocks(const EarlyExitDecodeArgs& args) { return walk_layout(args).chunk_blocks; }
+
+int early_exit_decider_blocks(const EarlyExitDecodeArgs& args) { return walk_layout(args).decider_blocks; }
+
+int early_exit_splits(const EarlyExitDecodeArgs& args) { return walk_layout(args).n_chunks; }
 
 void early_exit_decode(const EarlyExitDecodeArgs& args, cudaStream_t stream) {
   const DecodeAttentionArgs& a = args.attention;
@@ -535,10 +607,12 @@ void early_exit_decode(const EarlyExitDecodeArgs& args, cudaStream_t stream) {
     throw std::invalid_argument("early_exit_decode: patience must be >= 1");
   if (args.walker_state == nullptr || a.workspace == nullptr)
     throw std::invalid_argument("early_exit_decode: walker_state and workspace are required");
-  const int chunk_blocks = early_exit_chunk_blocks(args);
+  if (args.chunk_blocks < 0 || args.decider_blocks < 0)
+    throw std::invalid_argument("early_exit_decode: chunk_blocks and decider_blocks must be >= 0 (0 = automatic)");
+  const WalkLayout layout = walk_layout(args);
   switch (a.head_dim) {
-    case 64: launch_for_dim<64>(args, chunk_blocks, stream); break;
-    case 128: launch_for_dim<128>(args, chunk_blocks, stream); break;
+    case 64: launch_for_dim<64>(args, layout, stream); break;
+    case 128: launch_for_dim<128>(args, layout, stream); break;
     default:
       throw std::invalid_argument("early_exit_decode: head_dim " + std::to_string(a.head_dim) +
                                   " unsupported (64 or 128)");

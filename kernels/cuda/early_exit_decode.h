@@ -83,8 +83,9 @@ struct EarlyExitDecodeArgs {
   EarlyExitDecodeOptions options;
   int32_t* walker_state = nullptr;         // device [early_exit_walkers(attention) * kStateWords]
   unsigned long long* totals = nullptr;    // optional device [3]: visited, total, loaded, summed
-  int chunk_blocks = 0;                    // walk blocks per split; 0 = as many splits as the
-                                           // plain kernel would use
+  int chunk_blocks = 0;    // walk blocks per split after the decider; 0 = the plain kernel's chunk
+  int decider_blocks = 0;  // walk blocks of the decider split (the decision window); 0 = automatic:
+                           // chunk_blocks when that is given, else a share of the automatic chunk
 };
 
 // Dense: batch * n_kv_heads walkers; index lists: batch * n_query_heads.
@@ -92,8 +93,11 @@ int early_exit_walkers(const DecodeAttentionArgs& args);
 // Blocks of a walk over n entries (sink block + 64-entry blocks), as the CPU's count.
 int early_exit_walk_blocks(int n, int sink_tokens);
 size_t early_exit_decode_workspace_floats(int batch, int n_query_heads, int head_dim, int max_kv_length);
-// The chunk size (walk blocks per split) a call with these arguments uses.
+// The layout a call with these arguments uses: walk blocks per split after the decider, the
+// decider's blocks (the decision window), and the number of splits.
 int early_exit_chunk_blocks(const EarlyExitDecodeArgs& args);
+int early_exit_decider_blocks(const EarlyExitDecodeArgs& args);
+int early_exit_splits(const EarlyExitDecodeArgs& args);
 // Launches the walk and the merge on `stream` (two kernels; graph-capturable).
 void early_exit_decode(const EarlyExitDecodeArgs& args, cudaStream_t stream);
 

@@ -2,14 +2,16 @@
 // (decode_attention) at Llama-3.1-8B shapes: Hq 32, Hkv 8, d 128, batch 1, one layer's cache.
 // Run on the GPU machine: ./cuda_art_bench --benchmark_counters_tabular=true
 //
-// BM_ArtOverhead/n: termination disabled (the same walk and the stability test after every block
-//   of the deciding split, never acted on) vs decode_attention on random K/V. Counters: plain_us,
-//   art_us, overhead_pct = art/plain - 1 (target < 2%; the ART paper reports 1.3%).
-// BM_ArtTermination/n/chunk: termination on (defaults tau 1e-5, phi 1e-3, patience 2, 4 sinks) on
-//   a sink-and-recent-dominated profile; chunk = walk blocks per split (0 = automatic, which is
-//   also the decision window). Counters: plain_us (same inputs), art_us, speedup = plain/art,
-//   skipped = 1 - visited/total blocks (what the output ignores), work_skipped = 1 - loaded/total
-//   (tiles never fetched), window = the decider's blocks.
+// BM_ArtOverhead/n/decider/chunk: termination disabled (the same walk and the stability test after
+//   every block of the deciding split, never acted on) vs decode_attention on random K/V; decider
+//   and chunk are the walk layout's blocks (0/0 = automatic, what the engine runs; the explicit
+//   rows compare other layouts). Counters: plain_us, art_us, overhead_pct = art/plain - 1 (target
+//   < 2%; the ART paper reports 1.3%), window (the decider's blocks), chunk, splits.
+// BM_ArtTermination/n/decider: termination on (defaults tau 1e-5, phi 1e-3, patience 2, 4 sinks)
+//   on a sink-and-recent-dominated profile; decider = the decision window in walk blocks (0 =
+//   automatic), the other chunks automatic. Counters: plain_us (same inputs), art_us, speedup =
+//   plain/art, skipped = 1 - visited/total blocks (what the output ignores), work_skipped =
+//   1 - loaded/total (tiles never fetched), window, chunk, splits.
 // Profile (synthetic, documented): per KV group a shared query direction c (q_a = c + 5% noise);
 //   key j = uniform(-0.5, 0.5) noise + lambda_j c sqrt(d)/|c|^2, so its logit is about lambda_j:
 //   16 for the 4 sink entries, 10 for the 48 most recent, ~0 (±0.2) for every other entry — the
@@ -157,16 +159,21 @@ double time_us(Setup& setup, Launch launch) {
   return elapsed_ms(start, stop) * 1e3 / kRepeats;
 }
 
-void set_overhead_counters(benchmark::State& state, double plain_us, double art_us, int iterations) {
-  state.counters["plain_us"] = plain_us / iterations;
-  state.counters["art_us"] = art_us / iterations;
-  state.counters["overhead_pct"] = (art_us / plain_us - 1.0) * 100.0;
+void set_layout_counters(benchmark::State& state, const cuda::EarlyExitDecodeArgs& args) {
+  state.counters["window"] = cuda::early_exit_decider_blocks(args);
+  state.counters["chunk"] = cuda::early_exit_chunk_blocks(args);
+  state.counters["splits"] = cuda::early_exit_splits(args);
 }
 
+// Args: n, decider_blocks, chunk_blocks (0 = automatic, the layout the engine uses).
 void BM_ArtOverhead(benchmark::State& state) {
   if (!cuda::device_available()) return state.SkipWithError("no CUDA device");
   Setup setup(static_cast<int>(state.range(0)), false);
-  for (auto& e : setup.art) e.options.enabled = false;
+  for (auto& e : setup.art) {
+    e.options.enabled = false;
+    e.decider_blocks = static_cast<int>(state.range(1));
+    e.chunk_blocks = static_cast<int>(state.range(2));
+  }
   auto plain = [&](int c) { cuda::decode_attention(setup.plain[c], nullptr); };
   auto art = [&](int c) { cuda::early_exit_decode(setup.art[c], nullptr); };
   time_us(setup, plain);  // warm-up (and kernel attributes)
@@ -181,13 +188,25 @@ void BM_ArtOverhead(benchmark::State& state) {
     ++iterations;
     state.SetIterationTime(a / 1e6);
   }
-  set_overhead_counters(state, plain_total, art_total, iterations);
-  state.counters["window"] = cuda::early_exit_chunk_blocks(setup.art[0]);
+  state.counters["plain_us"] = plain_total / iterations;
+  state.counters["art_us"] = art_total / iterations;
+  state.counters["overhead_pct"] = (art_total / plain_total - 1.0) * 100.0;
+  set_layout_counters(state, setup.art[0]);
 }
+// The automatic layout first; then explicit layouts for comparison: the decider as large as the
+// other chunks (the previous layout), and smaller deciders.
 BENCHMARK(BM_ArtOverhead)
-    ->Arg(4096)
-    ->Arg(32768)
-    ->Arg(131072)
+    ->Args({4096, 0, 0})
+    ->Args({32768, 0, 0})
+    ->Args({131072, 0, 0})
+    ->Args({4096, 2, 2})
+    ->Args({32768, 11, 11})
+    ->Args({32768, 3, 11})
+    ->Args({32768, 8, 11})
+    ->Args({131072, 41, 41})
+    ->Args({131072, 1, 42})
+    ->Args({131072, 10, 42})
+    ->Args({131072, 30, 42})
     ->Iterations(100)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
@@ -195,7 +214,7 @@ BENCHMARK(BM_ArtOverhead)
 void BM_ArtTermination(benchmark::State& state) {
   if (!cuda::device_available()) return state.SkipWithError("no CUDA device");
   Setup setup(static_cast<int>(state.range(0)), true);
-  for (auto& e : setup.art) e.chunk_blocks = static_cast<int>(state.range(1));
+  for (auto& e : setup.art) e.decider_blocks = static_cast<int>(state.range(1));
   auto plain = [&](int c) { cuda::decode_attention(setup.plain[c], nullptr); };
   auto art = [&](int c) { cuda::early_exit_decode(setup.art[c], nullptr); };
   time_us(setup, plain);
@@ -224,13 +243,15 @@ void BM_ArtTermination(benchmark::State& state) {
   state.counters["speedup"] = plain_total / art_total;
   state.counters["skipped"] = 1.0 - visited / total;
   state.counters["work_skipped"] = 1.0 - loaded / total;
-  state.counters["window"] = cuda::early_exit_chunk_blocks(setup.art[0]);
+  set_layout_counters(state, setup.art[0]);
 }
 BENCHMARK(BM_ArtTermination)
     ->Args({4096, 0})
     ->Args({4096, 8})
     ->Args({32768, 0})
+    ->Args({32768, 11})
     ->Args({131072, 0})
+    ->Args({131072, 41})
     ->Iterations(100)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);

@@ -1,7 +1,7 @@
 // The ART decode kernel (kernels/cuda/early_exit_decode.h) against the CPU walk
 // (kernels/cpu/early_exit_attention.h) on bf16-representable inputs.
 //
-// The GPU semantics: only the decider chunk (walk blocks 0 .. C-1) may stop. So the expectation of
+// The GPU semantics: only the decider split (walk blocks 0 .. W-1, W its window) may stop. So the expectation of
 // a walker is the CPU walk when that walk stops at a block < C, and full attention over every
 // block otherwise (expected_walk below); the tests choose inputs where walkers stop inside the
 // window, exactly at its last block, beyond it and never.
@@ -153,11 +153,12 @@ struct GpuResult {
   std::vector<float> output;  // [hq, d]
   std::vector<int32_t> state;  // [walkers, 4]
   unsigned long long totals[3] = {0, 0, 0};
-  int chunk_blocks = 0;
+  int chunk_blocks = 0, window = 0, splits = 0;  // the layout the call used (window: the decider's)
 };
 
+// chunk_blocks / decider_blocks as in EarlyExitDecodeArgs (0 = automatic).
 GpuResult run_gpu(const Inputs& in, const cuda::EarlyExitDecodeOptions& options, int chunk_blocks,
-                  const IndexLists* lists) {
+                  const IndexLists* lists, int decider_blocks = 0) {
   auto d_q = test::to_device_bf16(in.q), d_k = test::to_device_bf16(in.k), d_v = test::to_device_bf16(in.v);
   std::vector<int64_t> offset(in.hkv);
   std::vector<int32_t> length(in.hkv, in.n);
@@ -201,8 +202,11 @@ GpuResult run_gpu(const Inputs& in, const cuda::EarlyExitDecodeOptions& options,
   ea.walker_state = state.as<int32_t>();
   ea.totals = totals.as<unsigned long long>();
   ea.chunk_blocks = chunk_blocks;
+  ea.decider_blocks = decider_blocks;
   GpuResult result;
   result.chunk_blocks = cuda::early_exit_chunk_blocks(ea);
+  result.window = cuda::early_exit_decider_blocks(ea);
+  result.splits = cuda::early_exit_splits(ea);
   cuda::early_exit_decode(ea, nullptr);
   cuda::check(cudaDeviceSynchronize(), "early_exit_decode");
   result.output = test::from_device_bf16(d_out, size_t(in.hq) * in.d);
@@ -331,21 +335,32 @@ TEST_P(EarlyExitCriterionTest, DefaultsMatchTheCpuWalk) {
   ASSERT_GT(beyond, 0);
   ASSERT_GT(at_window_end, 0);
   ASSERT_LT(stopped, static_cast<int>(walks.size()));
-  const GpuResult gpu = run_gpu(in, options, window, nullptr);
-  ASSERT_EQ(gpu.chunk_blocks, window);
-  expect_matches(walks, gpu, 4, in.d);
+  // The other splits' chunk equal to, smaller and larger than the decider's window.
+  for (const int chunk : {window, 4, 11}) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    const GpuResult gpu = run_gpu(in, options, chunk, nullptr, window);
+    ASSERT_EQ(gpu.window, window);
+    ASSERT_EQ(gpu.chunk_blocks, chunk);
+    const int blocks = walks[0].total;
+    ASSERT_EQ(gpu.splits, 1 + (blocks - window + chunk - 1) / chunk);
+    expect_matches(walks, gpu, 4, in.d);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(MassAndNorm, EarlyExitCriterionTest, ::testing::Values(false, true));
 
+// Automatic chunks after an explicit decider window (the layout is uneven: the window is smaller
+// than the other chunks), then the fully automatic layout.
 TEST(EarlyExitDecodeTest, AutomaticChunksOnALongCacheMatchTheCpuWalk) {
   KVB_REQUIRE_GPU();
   cuda::EarlyExitDecodeOptions options;
   options.patience = 3;
   const Inputs in = make_profile(128, 32, 8, 20000, kMixedGroups, 9);
-  const GpuResult probe = run_gpu(in, options, 0, nullptr);
-  const std::vector<Walk> walks = expected_dense(in, options, probe.chunk_blocks);
-  ASSERT_GE(probe.chunk_blocks, 5);  // 313 blocks over ~50 splits: the clean groups stop inside
+  const int window = 5;  // the clean groups stop at walk block 4
+  const GpuResult probe = run_gpu(in, options, 0, nullptr, window);
+  const std::vector<Walk> walks = expected_dense(in, options, window);
+  ASSERT_EQ(probe.window, window);
+  ASSERT_GT(probe.chunk_blocks, window);  // 314 blocks over ~50 splits
   expect_matches(walks, probe, 4, in.d);
   unsigned long long visited = 0, total = 0;
   for (const Walk& w : walks) {
@@ -355,6 +370,12 @@ TEST(EarlyExitDecodeTest, AutomaticChunksOnALongCacheMatchTheCpuWalk) {
   EXPECT_EQ(probe.totals[0], visited);
   EXPECT_EQ(probe.totals[1], total);
   EXPECT_LT(visited, total);
+
+  const GpuResult automatic = run_gpu(in, options, 0, nullptr);
+  SCOPED_TRACE("automatic window " + std::to_string(automatic.window));
+  ASSERT_GE(automatic.window, 1);
+  ASSERT_LE(automatic.window, automatic.chunk_blocks);
+  expect_matches(expected_dense(in, options, automatic.window), automatic, 4, in.d);
 }
 
 TEST(EarlyExitDecodeTest, DisabledVisitsEveryBlock) {
