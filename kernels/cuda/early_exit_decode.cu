@@ -2,10 +2,10 @@
 // limits: kernels/cuda/early_exit_decode.h. CPU twin: kernels/cpu/early_exit_attention.cc.
 //
 // Per tile (64 entries of one walk block): cp.async double buffering and the mma layout of
-// decode_mma_kernel (each warp 16 keys, rows = the walker's query heads). The decider (chunk 0)
+// decode_mma_kernel (each warp 16 keys, rows = the walker's query heads). The decider (split 0)
 // then merges the warps' states through shared memory, reduces ||o_b||^2, ||o_{b-1}||^2 and
-// <o_b, o_{b-1}> per head and thread 0 runs the counters; the other chunks read the walker's stop
-// word once per tile and leave at the next tile boundary once it is set.
+// <o_b, o_{b-1}> per head, and lanes 0 run the counters; the other splits poll the walker's stop
+// word once per tile and leave at a tile boundary once it is set.
 #include "kernels/cuda/early_exit_decode.h"
 
 #include <cuda_bf16.h>

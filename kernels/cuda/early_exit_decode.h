@@ -9,23 +9,31 @@
 // the order given (pass them in store order, as the CPU engine gathers them).
 //
 // Semantics on the GPU: split-KV in walk order, the recent split decides.
-//   The walk's blocks are cut into chunks of `chunk_blocks` consecutive walk blocks; thread block
-//   (chunk c, walker) folds walk blocks [c*C, (c+1)*C) recent-first with its own online softmax,
-//   and a merge kernel combines the chunks (flash-decoding). Chunk 0 — the sink block and the
-//   C-1 most recent blocks — is the *decider*: after every block it runs the exact CPU stability
-//   test (d_scale by mass or norm, d_direction, per-head counters, the group stops only when every
-//   head's counter >= patience) on the running output o_b = acc_b / Z_b. When it stops at walk
-//   block s it publishes that in the walker's stop word; the other chunks poll the word once per
-//   tile and stop prefetching and computing at their next tile boundary (or do not start at all),
-//   and the merge uses chunk 0 alone. The saving is therefore the work the other chunks had not
-//   yet done when the decider stopped: large when the cache is long (many tiles per chunk), none
-//   when every chunk holds one or two tiles (short caches at batch 1). So the output and blocks_visited equal the CPU walk's
-//   whenever the CPU walk stops at a block < C; when the CPU walk would stop later (or never) the
+//   The walk's blocks are cut into splits of consecutive walk blocks; thread block (split c,
+//   walker) folds its blocks recent-first with its own online softmax, and a merge kernel combines
+//   the splits (flash-decoding). Split 0 — the sink block and the W-1 most recent blocks, W =
+//   decider_blocks, the decision window — is the *decider*: after every block it runs the exact
+//   CPU stability test (d_scale by mass or norm, d_direction, per-head counters, the group stops
+//   only when every head's counter >= patience) on the running output o_b = acc_b / Z_b. The
+//   other splits hold chunk_blocks blocks each. When the decider stops at walk block s it
+//   publishes that in the walker's stop word; the other splits poll the word once per tile and
+//   stop prefetching and computing one or two tiles later, and the merge uses the decider alone.
+//   The saving is therefore the work the other splits had not yet done when the decider stopped:
+//   large when the cache is long (many tiles per split), none when every split holds one or two
+//   tiles (short caches at batch 1). So the output and blocks_visited equal the CPU walk's
+//   whenever the CPU walk stops at a block < W; when the CPU walk would stop later (or never) the
 //   GPU walk does not stop and returns full attention over all blocks. The test compares exactly
 //   that. Why not the CPU's sequential decision over the whole walk: the stop test after block b
-//   depends on the merged state of every earlier block, so deciding beyond chunk 0 means either one
-//   thread block per walker (8 of 132 SMs busy at B = 1) or chunks waiting on each other in a
+//   depends on the merged state of every earlier block, so deciding beyond split 0 means either
+//   one thread block per walker (8 of 132 SMs busy at B = 1) or splits waiting on each other in a
 //   chain, and both cost far more than the 2% the overhead target allows when nothing stops.
+// Automatic layout (chunk_blocks = decider_blocks = 0): the plain kernel's split count S and
+//   chunk C (about three thread blocks per SM over all walkers); the decider gets half of C (its
+//   per-block merge and test make its blocks slower, and the slowest split is the kernel's time),
+//   the others keep C, one split more than the plain kernel, unless that extra thread block per
+//   walker would not fit the resident slots: then the others stretch over S - 1 splits. At
+//   Llama-3.1-8B shapes, batch 1: 4K: W 1, C 2 (no stop is possible: patience 2 needs 3 blocks);
+//   32K: W 6, C 11; 128K: W 21, C 42 (cuda_art_bench prints the layout).
 // Prefetch: every thread block keeps one tile in flight ahead of the one it computes (as the plain
 //   kernel), so the decider has loaded one block past its stop block, never folded in; the
 //   `loaded` statistic counts every tile any thread block fetched, including those.
@@ -35,10 +43,15 @@
 //   with its own online softmax (the group's query heads are rows of an m16n8k16 tile), merged at
 //   the end. Only the decider merges the warps after every block too (through the tile's shared
 //   memory, once every warp is done with it) to run the test; the other splits do exactly the
-//   plain kernel's work plus one read of the stop word per tile. (A first version in which every
-//   warp computed all 64 logits and a quarter of P·V, so the test needed no merge, was 26-63%
-//   slower than decode_attention with termination off: the 4x logits and exponentials cost more
-//   than the memory time per tile.)
+//   plain kernel's work plus one read of the stop word per tile (decider and others are separate
+//   instantiations of the walk, so the others keep the query in registers as the plain kernel).
+//   (A first version in which every warp computed all 64 logits and a quarter of P·V, so the test
+//   needed no merge, was 26-63% slower than decode_attention with termination off.)
+// Cost with termination off (cuda_art_bench, H200): the walk kernel alone takes the plain
+//   kernel's time (ncu, 32K: 38.6 vs 38.7 us); a whole call (walk + merge, launched overlapped)
+//   costs +2 us at 4K and +4 us at 32K over decode_attention, and is faster at 128K, where the
+//   plain kernel's 400 thread blocks leave 4 for a second wave and the short decider's slots take
+//   them early.
 // Limits: head_dim 64 or 128, KV block 64 (the tile), GQA group <= 8, sink_tokens <= 64.
 #pragma once
 
