@@ -78,6 +78,8 @@ struct CudaEngine::Impl {
 
   // Decode state.
   DeviceBuffer tokens, positions, decode_workspace, logits;
+  // The LM head's argmax keys [B] (u64), zeroed once and left zero by every decode step.
+  DeviceBuffer argmax_keys;
   DeviceBuffer residual, normed, qkv, attn_out, gate_up, act, ffn_out;
   int activation_rows = 0;
   std::optional<cuda::EarlyExitDecodeOptions> early_exit;  // ART walk in the decode step
@@ -171,9 +173,8 @@ struct CudaEngine::Impl {
                       config.n_query_heads * config.head_dim, d, stream);
       cuda::add_rmsnorm(ptr<float>(residual), ptr<bf16>(ffn_out), ptr<bf16>(w.ffn_norm), rows, d,
                         eps, ptr<bf16>(normed), stream);
-      cuda::gemm_bf16(cublas, ptr<bf16>(normed), ptr<bf16>(w.w_gate_up), ptr<bf16>(gate_up), rows,
-                      d, 2 * config.ffn_dim, stream);
-      cuda::swiglu(ptr<bf16>(gate_up), rows, config.ffn_dim, ptr<bf16>(act), stream);
+      cuda::gate_up_swiglu(cublas, ptr<bf16>(normed), ptr<bf16>(w.w_gate_up), ptr<bf16>(gate_up),
+                           ptr<bf16>(act), rows, d, config.ffn_dim, stream);
       cuda::gemm_bf16(cublas, ptr<bf16>(act), ptr<bf16>(w.w_down), ptr<bf16>(ffn_out), rows,
                       config.ffn_dim, d, stream);
     }
@@ -228,8 +229,11 @@ struct CudaEngine::Impl {
         cuda::decode_attention(a, stream);
       }
     });
-    logits_for_rows(0, batch, ptr<float>(logits));
-    cuda::argmax_rows(ptr<float>(logits), batch, config.vocab_size, ptr<int32_t>(tokens), stream);
+    cuda::add_rmsnorm(ptr<float>(residual), ptr<bf16>(ffn_out), ptr<bf16>(output_norm), batch, d,
+                      config.rms_norm_eps, ptr<bf16>(normed), stream);
+    cuda::lm_head_argmax(cublas, ptr<bf16>(normed), lm_head(), ptr<float>(logits), batch, d,
+                         config.vocab_size, ptr<unsigned long long>(argmax_keys), ptr<int32_t>(tokens),
+                         stream);
     cuda::advance_lengths(nullptr, 0, ptr<int32_t>(positions), batch, 1, stream);
   }
 };
@@ -353,6 +357,8 @@ void CudaEngine::allocate_cache(int batch, int capacity) {
                  cuda::early_exit_decode_workspace_floats(batch, c.n_query_heads, c.head_dim, capacity)) *
             4,
         "decode workspace");
+    m.argmax_keys = DeviceBuffer(size_t(batch) * 8, "argmax keys");
+    cuda::check(cudaMemsetAsync(m.argmax_keys.data(), 0, m.argmax_keys.bytes(), m.stream), "memset");
     // The ART walk's state words are zeroed once here; every walk leaves them clean.
     m.walker_state = DeviceBuffer(size_t(hkv) * cuda::kStateWords * 4, "ART walk state");
     cuda::check(cudaMemsetAsync(m.walker_state.data(), 0, m.walker_state.bytes(), m.stream), "memset");

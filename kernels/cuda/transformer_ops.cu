@@ -204,68 +204,169 @@ __global__ void read_kernel(const int4* data, size_t count, int* sink) {
 
 // Decode-time products (n <= 4 rows of x) are bandwidth-bound: one warp streams one weight row in
 // 16-byte chunks, four chunks in flight per lane, x read through the cache; cuBLAS's GEMM kernels
-// leave a large part of the bandwidth unused at this shape.
+// leave a large part of the bandwidth unused at this shape. (Measured on the H200 and dropped: a
+// persistent one-wave variant with the next loads always in flight, and issuing the first loads
+// before griddepcontrol.wait, were no faster; an RMSNorm in the last block of the o/down GEMVs
+// was slower than its own kernel, the blocks' atomic count serialising.)
 constexpr int kGemvMaxRows = 4;
 
-// `splits` warps share a row (each streams a contiguous slice of it, then the block adds the slices
-// in a fixed order): a projection with few rows (4,096 outputs) still puts enough warps and loads in
-// flight to stream its weights at full bandwidth.
-template <int N, typename Out>
-__global__ void __launch_bounds__(256) gemv_kernel(const __nv_bfloat16* __restrict__ x,
-                                                   const __nv_bfloat16* __restrict__ w, Out* y,
-                                                   int in_features, int out_features, int splits) {
-  wait_for_predecessor();
-  allow_successor_launch();
+// What a GEMV does with its dot products. kStore: y = x·wᵀ. kSwiGLU: the weight holds gate rows
+// then up rows (2·items rows); a warp streams gate row j and up row j together and writes
+// silu(gate)·up, each rounded to bf16 exactly as gemm_bf16 then swiglu would. kArgmax: f32 y, and
+// the maxima as (value, row) keys folded into best[r] by 64-bit atomicMax (order-independent, so
+// deterministic); argmax_finish_kernel turns best into token ids.
+enum class GemvEpilogue { kStore, kSwiGLU, kArgmax };
+
+template <typename Out>
+struct GemvParams {
+  const __nv_bfloat16* x = nullptr;
+  const __nv_bfloat16* w = nullptr;
+  Out* y = nullptr;
+  int in_features = 0;
+  int items = 0;  // output columns of y (rows of w, or gate/up row pairs for kSwiGLU)
+  int splits = 1;
+  unsigned long long* best = nullptr;  // kArgmax: [n] packed (value, row) maxima
+};
+
+// Orders floats as unsigned integers (larger float -> larger key); the low word holds ~row so
+// that among equal values the lowest row wins.
+__device__ __forceinline__ unsigned long long argmax_key(float value, int row) {
+  const unsigned int bits = __float_as_uint(value);
+  const unsigned int ordered = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+  return (static_cast<unsigned long long>(ordered) << 32) | (0xFFFFFFFFu - static_cast<unsigned int>(row));
+}
+
+__device__ __forceinline__ float dot8(const int4& w, const int4& x, float acc) {
+  const __nv_bfloat162* wp = reinterpret_cast<const __nv_bfloat162*>(&w);
+  const __nv_bfloat162* xp = reinterpret_cast<const __nv_bfloat162*>(&x);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 a = __bfloat1622float2(wp[i]);
+    const float2 b = __bfloat1622float2(xp[i]);
+    acc = fmaf(a.x, b.x, fmaf(a.y, b.y, acc));
+  }
+  return acc;
+}
+
+// Writes one output of a GEMV (all lanes call it; lane r < N holds row r's sums) and, for
+// kArgmax, folds it into the lane's running key.
+template <int N, int R, typename Out, GemvEpilogue E>
+__device__ __forceinline__ void gemv_write(const GemvParams<Out>& p, int item, int lane,
+                                           const float (&sums)[R], unsigned long long& key) {
+  if (lane >= N) return;
+  const int64_t out_index = int64_t(lane) * p.items + item;
+  if constexpr (E == GemvEpilogue::kSwiGLU) {
+    const float g = __bfloat162float(__float2bfloat16(sums[0]));
+    const float u = __bfloat162float(__float2bfloat16(sums[R - 1]));
+    p.y[out_index] = __float2bfloat16(g / (1.f + __expf(-g)) * u);
+  } else if constexpr (std::is_same_v<Out, float>) {
+    p.y[out_index] = sums[0];
+    if constexpr (E == GemvEpilogue::kArgmax) key = max(key, argmax_key(sums[0], item));
+  } else {
+    p.y[out_index] = __float2bfloat16(sums[0]);
+  }
+}
+
+// kArgmax: folds the block's keys into best.
+template <int N, typename Out, GemvEpilogue E>
+__device__ __forceinline__ void gemv_finish(const GemvParams<Out>& p, int warp, int lane,
+                                            unsigned long long key) {
+  if constexpr (E == GemvEpilogue::kArgmax) {
+    __shared__ unsigned long long block_best[8][N];
+    if (lane < N) block_best[warp][lane] = key;
+    __syncthreads();
+    if (threadIdx.x < N) {
+      unsigned long long best = 0;
+      for (int w = 0; w < 8; ++w) best = max(best, block_best[w][threadIdx.x]);
+      if (best != 0) atomicMax(p.best + threadIdx.x, best);
+    }
+  }
+}
+
+// `splits` warps share an output (each streams a contiguous slice of its row, then the block adds
+// the slices in a fixed order): a projection with few rows (4,096 outputs) still puts enough warps
+// and loads in flight to stream its weights at full bandwidth.
+template <int N, typename Out, GemvEpilogue E>
+__global__ void __launch_bounds__(256) gemv_kernel(GemvParams<Out> p) {
+  constexpr int R = E == GemvEpilogue::kSwiGLU ? 2 : 1;  // weight rows per warp
+  constexpr int kUnroll = 4 / R;
+  const int splits = p.splits;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row = blockIdx.x * (8 / splits) + warp / splits;
+  const int item = blockIdx.x * (8 / splits) + warp / splits;
   const int part = warp % splits;
-  const bool active = row < out_features;
+  const bool active = item < p.items;
+  const int in_features = p.in_features;
   const int chunks = in_features / 8;
   const int per_part = (chunks + splits - 1) / splits;
   const int begin = part * per_part, end = min(chunks, begin + per_part);
-  const int4* w_row = reinterpret_cast<const int4*>(w + int64_t(active ? row : 0) * in_features);
-  float acc[N];
+  const int4* w_row[R];
 #pragma unroll
-  for (int r = 0; r < N; ++r) acc[r] = 0.f;
-  constexpr int kUnroll = 4;
+  for (int r = 0; r < R; ++r)
+    w_row[r] = reinterpret_cast<const int4*>(p.w + (int64_t(active ? item : 0) + int64_t(r) * p.items) *
+                                                      in_features);
+  int4 wv[R][kUnroll];
+  auto load = [&](int base) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int c = base + u * 32;
+        wv[r][u] = active && c < end ? __ldg(w_row[r] + c) : make_int4(0, 0, 0, 0);
+      }
+  };
+  allow_successor_launch();
+  wait_for_predecessor();
+  float acc[R][N];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int n = 0; n < N; ++n) acc[r][n] = 0.f;
   for (int base = begin + lane; active && base < end; base += 32 * kUnroll) {
-    int4 wv[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = base + u * 32;
-      wv[u] = c < end ? __ldg(w_row + c) : make_int4(0, 0, 0, 0);
-    }
+    load(base);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = base + u * 32;
       if (c >= end) break;
-      const __nv_bfloat162* wp = reinterpret_cast<const __nv_bfloat162*>(&wv[u]);
 #pragma unroll
-      for (int r = 0; r < N; ++r) {
-        const int4 xv = __ldg(reinterpret_cast<const int4*>(x + int64_t(r) * in_features) + c);
-        const __nv_bfloat162* xp = reinterpret_cast<const __nv_bfloat162*>(&xv);
+      for (int n = 0; n < N; ++n) {
+        const int4 xv = __ldg(reinterpret_cast<const int4*>(p.x + int64_t(n) * in_features) + c);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float2 a = __bfloat1622float2(wp[i]);
-          const float2 b = __bfloat1622float2(xp[i]);
-          acc[r] = fmaf(a.x, b.x, fmaf(a.y, b.y, acc[r]));
-        }
+        for (int r = 0; r < R; ++r) acc[r][n] = dot8(wv[r][u], xv, acc[r][n]);
       }
     }
   }
-  __shared__ float slice_sums[8][N];
+  __shared__ float slice_sums[8][R][N];
 #pragma unroll
-  for (int r = 0; r < N; ++r) {
-    float v = acc[r];
-    for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffff, v, off);
-    if (lane == 0) slice_sums[warp][r] = v;
-  }
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      float v = acc[r][n];
+      for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffff, v, off);
+      if (lane == 0) slice_sums[warp][r][n] = v;
+    }
   __syncthreads();
-  if (!active || part != 0 || lane >= N) return;
-  float v = 0.f;
-  for (int p = 0; p < splits; ++p) v += slice_sums[warp + p][lane];
-  if constexpr (std::is_same_v<Out, float>) y[int64_t(lane) * out_features + row] = v;
-  else y[int64_t(lane) * out_features + row] = __float2bfloat16(v);
+  unsigned long long key = 0;
+  if (active && part == 0 && lane < N) {
+    float sums[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      sums[r] = 0.f;
+      for (int q = 0; q < splits; ++q) sums[r] += slice_sums[warp + q][r][lane];
+    }
+    gemv_write<N, R, Out, E>(p, item, lane, sums, key);
+  }
+  gemv_finish<N, Out, E>(p, warp, lane, key);
+}
+
+// next[r] = the row packed in best[r]; best[r] is left zero for the next step.
+__global__ void argmax_finish_kernel(unsigned long long* best, int n, int32_t* next) {
+  wait_for_predecessor();
+  allow_successor_launch();
+  if (threadIdx.x < n) {
+    const unsigned long long key = best[threadIdx.x];
+    next[threadIdx.x] = static_cast<int32_t>(0xFFFFFFFFu - static_cast<unsigned int>(key & 0xFFFFFFFFull));
+    best[threadIdx.x] = 0;
+  }
 }
 
 // Warps per row: enough blocks for about two waves of the GPU, while every warp keeps at least
@@ -280,17 +381,36 @@ int gemv_splits(int in_features, int out_features) {
   return splits;
 }
 
+bool gemv_applies(int n, int in_features) {
+  return n >= 1 && n <= kGemvMaxRows && in_features % 8 == 0;
+}
+
+template <typename Out, GemvEpilogue E>
+void launch_gemv(const GemvParams<Out>& params, int n, int weight_rows, cudaStream_t stream) {
+  GemvParams<Out> p = params;
+  // Splits follow the weight rows streamed (a SwiGLU pair is two), so the fused gate/up product
+  // sums in exactly the order of the plain one.
+  p.splits = gemv_splits(p.in_features, weight_rows);
+  const int items_per_block = 8 / p.splits;
+  const dim3 grid((p.items + items_per_block - 1) / items_per_block);
+  void (*kernel)(GemvParams<Out>) = n == 1   ? gemv_kernel<1, Out, E>
+                                    : n == 2 ? gemv_kernel<2, Out, E>
+                                    : n == 3 ? gemv_kernel<3, Out, E>
+                                             : gemv_kernel<4, Out, E>;
+  launch_overlapped(kernel, grid, 256, 0, stream, "gemv_kernel", p);
+}
+
 template <typename Out>
 bool try_gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int n, int in_features,
               int out_features, cudaStream_t stream) {
-  if (n < 1 || n > kGemvMaxRows || in_features % 8 != 0) return false;
-  const int splits = gemv_splits(in_features, out_features);
-  const int rows_per_block = 8 / splits;
-  const dim3 grid((out_features + rows_per_block - 1) / rows_per_block);
-  void (*kernel)(const __nv_bfloat16*, const __nv_bfloat16*, Out*, int, int, int) =
-      n == 1 ? gemv_kernel<1, Out> : n == 2 ? gemv_kernel<2, Out> : n == 3 ? gemv_kernel<3, Out> : gemv_kernel<4, Out>;
-  launch_overlapped(kernel, grid, 256, 0, stream, "gemv_kernel", x, w, y, in_features, out_features,
-                    splits);
+  if (!gemv_applies(n, in_features)) return false;
+  GemvParams<Out> p;
+  p.x = x;
+  p.w = w;
+  p.y = y;
+  p.in_features = in_features;
+  p.items = out_features;
+  launch_gemv<Out, GemvEpilogue::kStore>(p, n, out_features, stream);
   return true;
 }
 
@@ -462,6 +582,44 @@ void gemm_bf16_f32out(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_
                             CUDA_R_16BF, in_features, x, CUDA_R_16BF, in_features, &zero, y,
                             CUDA_R_32F, out_features, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                "cublasGemmEx(bf16->f32)");
+}
+
+void gate_up_swiglu(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w_gate_up,
+                    __nv_bfloat16* gate_up, __nv_bfloat16* out, int n, int in_features, int ffn,
+                    cudaStream_t stream) {
+  if (n == 0) return;
+  if (!gemv_applies(n, in_features)) {
+    gemm_bf16(handle, x, w_gate_up, gate_up, n, in_features, 2 * ffn, stream);
+    swiglu(gate_up, n, ffn, out, stream);
+    return;
+  }
+  GemvParams<__nv_bfloat16> p;
+  p.x = x;
+  p.w = w_gate_up;
+  p.y = out;
+  p.in_features = in_features;
+  p.items = ffn;
+  launch_gemv<__nv_bfloat16, GemvEpilogue::kSwiGLU>(p, n, 2 * ffn, stream);
+}
+
+void lm_head_argmax(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                    float* logits, int n, int in_features, int vocab, unsigned long long* best,
+                    int32_t* next, cudaStream_t stream) {
+  if (n == 0) return;
+  if (!gemv_applies(n, in_features)) {
+    gemm_bf16_f32out(handle, x, w, logits, n, in_features, vocab, stream);
+    argmax_rows(logits, n, vocab, next, stream);
+    return;
+  }
+  GemvParams<float> p;
+  p.x = x;
+  p.w = w;
+  p.y = logits;
+  p.in_features = in_features;
+  p.items = vocab;
+  p.best = best;
+  launch_gemv<float, GemvEpilogue::kArgmax>(p, n, vocab, stream);
+  launch_overlapped(argmax_finish_kernel, 1, 32, 0, stream, "argmax_finish_kernel", best, n, next);
 }
 
 double measure_read_bandwidth_gbs(size_t bytes, int repeats) {

@@ -74,6 +74,20 @@ void gemm_bf16(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat1
 void gemm_bf16_f32out(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w,
                       float* y, int n, int in_features, int out_features, cudaStream_t stream);
 
+// The decode step's fused MLP input: out = swiglu(x · w_gate_upᵀ) with w_gate_up = [gate; up] rows
+// ([2 ffn, in]). For n <= 4 one GEMV streams gate row j and up row j together and writes
+// silu(gate)·up (the same bf16 roundings as gemm_bf16 then swiglu, bit for bit), so neither the
+// [n, 2 ffn] product nor a second kernel is needed; otherwise gemm_bf16 into `gate_up`, then swiglu.
+void gate_up_swiglu(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w_gate_up,
+                    __nv_bfloat16* gate_up, __nv_bfloat16* out, int n, int in_features, int ffn,
+                    cudaStream_t stream);
+// logits = x · wᵀ (f32) and next[r] = argmax_j logits[r, j] (lowest index on ties), as
+// gemm_bf16_f32out then argmax_rows. For n <= 4 the GEMV reduces the maxima itself through
+// `best` (n words, zero before the first call, left zero) and one tiny kernel writes `next`.
+void lm_head_argmax(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                    float* logits, int n, int in_features, int vocab, unsigned long long* best,
+                    int32_t* next, cudaStream_t stream);
+
 // Reads `bytes` of device memory and returns the achieved GB/s (best of `repeats`): the
 // bandwidth ceiling that bench ratios are taken against.
 double measure_read_bandwidth_gbs(size_t bytes, int repeats);

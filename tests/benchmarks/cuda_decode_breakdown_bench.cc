@@ -117,6 +117,8 @@ int run(int context) {
   cuda::DeviceBuffer workspace(
       cuda::decode_attention_workspace_floats(1, kHeadsQ, kHeadDim, capacity) * 4);
 
+  cuda::DeviceBuffer argmax_keys(8);  // lm_head_argmax's keys: zero, and left zero by every call
+  cudaMemsetAsync(argmax_keys.data(), 0, argmax_keys.bytes(), stream);
   int attention_chunk = 0;  // 0: the kernel's own choice
   auto attention = [&](int l, cudaStream_t s) {
     cuda::DecodeAttentionArgs a;
@@ -179,13 +181,11 @@ int run(int context) {
          cuda::add_rmsnorm(residual.as<float>(), delta.as<bf16>(), layers[l].norm2.as<bf16>(), 1,
                            kModel, 1e-5f, normed.as<bf16>(), s);
        }},
-      {"gemv gate_up", 2.0 * 2 * kFfn * kModel,
+      {"gate_up + swiglu", 2.0 * 2 * kFfn * kModel,
        [&](int l, cudaStream_t s) {
-         cuda::gemm_bf16(cublas, normed.as<bf16>(), layers[l].w_gate_up.as<bf16>(),
-                         gate_up.as<bf16>(), 1, kModel, 2 * kFfn, s);
+         cuda::gate_up_swiglu(cublas, normed.as<bf16>(), layers[l].w_gate_up.as<bf16>(),
+                              gate_up.as<bf16>(), act.as<bf16>(), 1, kModel, kFfn, s);
        }},
-      {"swiglu", 0,
-       [&](int, cudaStream_t s) { cuda::swiglu(gate_up.as<bf16>(), 1, kFfn, act.as<bf16>(), s); }},
       {"gemv down", 2.0 * kModel * kFfn,
        [&](int l, cudaStream_t s) {
          cuda::gemm_bf16(cublas, act.as<bf16>(), layers[l].w_down.as<bf16>(), delta.as<bf16>(), 1,
@@ -205,10 +205,33 @@ int run(int context) {
                 step.bytes_per_launch > 0 ? step.bytes_per_launch / (us * 1e3) : 0.0,
                 floor_us > 0 ? std::to_string(us / floor_us).substr(0, 5).c_str() : "-");
   }
-  auto head = [&](int, cudaStream_t s) {
+  // The unfused forms, for comparison (not part of the whole step): the gate/up product then
+  // SwiGLU, and the LM head then its argmax, as two kernels each.
+  const std::vector<Step> unfused = {
+      {"(gemv gate_up)", 2.0 * 2 * kFfn * kModel,
+       [&](int l, cudaStream_t s) {
+         cuda::gemm_bf16(cublas, normed.as<bf16>(), layers[l].w_gate_up.as<bf16>(),
+                         gate_up.as<bf16>(), 1, kModel, 2 * kFfn, s);
+       }},
+      {"(swiglu)", 0,
+       [&](int, cudaStream_t s) { cuda::swiglu(gate_up.as<bf16>(), 1, kFfn, act.as<bf16>(), s); }},
+  };
+  for (const Step& step : unfused) {
+    const double us = time_in_graph(step.launch, kLayers, stream);
+    const double floor_us = step.bytes_per_launch / (bandwidth_gbs * 1e3);
+    std::printf("%-20s %10.2f %10.2f %10.0f %8s\n", step.name.c_str(), us, floor_us,
+                step.bytes_per_launch > 0 ? step.bytes_per_launch / (us * 1e3) : 0.0,
+                floor_us > 0 ? std::to_string(us / floor_us).substr(0, 5).c_str() : "-");
+  }
+  auto head_unfused = [&](int, cudaStream_t s) {
     cuda::gemm_bf16_f32out(cublas, normed.as<bf16>(), lm_head.as<bf16>(), logits.as<float>(), 1,
                            kModel, kVocab, s);
     cuda::argmax_rows(logits.as<float>(), 1, kVocab, next.as<int32_t>(), s);
+  };
+  std::printf("%-20s %10.2f\n", "(lm head, argmax)", time_in_graph(head_unfused, 1, stream));
+  auto head = [&](int, cudaStream_t s) {
+    cuda::lm_head_argmax(cublas, normed.as<bf16>(), lm_head.as<bf16>(), logits.as<float>(), 1,
+                         kModel, kVocab, argmax_keys.as<unsigned long long>(), next.as<int32_t>(), s);
   };
   const double head_us = time_in_graph(head, 1, stream);
   const double head_floor_us = 2.0 * kVocab * kModel / (bandwidth_gbs * 1e3);

@@ -243,16 +243,22 @@ TEST_P(DecodeAttentionTest, MatchesCpuReference) {
   gpu.head_dim = d;
   gpu.scale = 1.0f / std::sqrt(float(d));
   gpu.workspace = workspace.as<float>();
-  cuda::decode_attention(gpu, nullptr);
-  cuda::check(cudaDeviceSynchronize(), "sync");
-  auto got = test::from_device_bf16(d_out, expected.size());
-  EXPECT_LT(test::max_abs_diff(got, expected), 1e-2);
+  // The automatic split, and 64-key chunks (many partials to merge).
+  for (int chunk : {0, 64}) {
+    gpu.chunk_size = chunk;
+    cuda::check(cudaMemset(d_out.data(), 0xff, d_out.bytes()), "memset");
+    cuda::decode_attention(gpu, nullptr);
+    cuda::check(cudaDeviceSynchronize(), "sync");
+    auto got = test::from_device_bf16(d_out, expected.size());
+    EXPECT_LT(test::max_abs_diff(got, expected), 1e-2) << "chunk " << chunk;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, DecodeAttentionTest,
     ::testing::Values(DecodeShape{64, 9, 3, {1, 300, 1000}, false}, DecodeShape{128, 32, 8, {4096}, false},
                       DecodeShape{128, 8, 2, {1, 257, 5000}, false}, DecodeShape{128, 4, 4, {700}, false},
+                      DecodeShape{128, 32, 8, {0, 130, 20000}, false},
                       DecodeShape{64, 9, 3, {1, 300, 1000}, true}, DecodeShape{128, 32, 8, {2000, 5}, true}));
 
 }  // namespace

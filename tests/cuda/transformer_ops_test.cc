@@ -2,6 +2,7 @@
 // pairings, llama3-scaled frequencies, QKV bias), SwiGLU, and the bf16 GEMM against kernels::matmul.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <tuple>
 #include <vector>
@@ -105,10 +106,11 @@ TEST(CudaOps, SwigluMatchesCpu) {
 TEST(CudaOps, GemmMatchesCpuMatmul) {
   KVB_REQUIRE_GPU();
   // n <= 4 takes the GEMV kernel, with 1 to 8 warps per row (short rows and a down projection's long
-  // ones; an output count that leaves the last block part empty).
+  // ones; an output count that leaves the last block part empty; a last pass of one chunk).
   for (auto [n, in, out] : std::vector<std::tuple<int, int, int>>{
            {1, 576, 1536}, {3, 576, 1536}, {4, 576, 1536}, {17, 576, 1536}, {256, 576, 1536},
-           {1, 14336, 1536}, {4, 8192, 1536}, {2, 4096, 1001}, {1, 4096, 28672}}) {
+           {1, 14336, 1536}, {4, 8192, 1536}, {2, 4096, 1001}, {1, 4096, 28672}, {3, 2056, 17000},
+           {2, 1000, 20000}}) {
     auto x = random_bf16_values(size_t(n) * in, 7);
     auto w = random_bf16_values(size_t(out) * in, 8, 0.1f);
     std::vector<float> expected(size_t(n) * out);
@@ -160,6 +162,97 @@ TEST(CudaOps, CopyRowsAndArgmax) {
   cuda::argmax_rows(d_big.as<float>(), 1, 128256, d_next.as<int32_t>(), nullptr);
   d_next.download(next.data(), 4);
   EXPECT_EQ(next[0], 128250);
+}
+
+// The fused gate/up GEMV + SwiGLU equals gemm_bf16 then swiglu bit for bit (n <= 4: the same sums
+// in the same order, the same roundings), and both match the CPU twins; n = 6 takes the unfused
+// fallback.
+TEST(CudaOps, GateUpSwigluMatchesUnfusedAndCpu) {
+  KVB_REQUIRE_GPU();
+  cublasHandle_t handle;
+  cublasCreate(&handle);
+  for (auto [n, in, ffn] : std::vector<std::tuple<int, int, int>>{
+           {1, 576, 1536}, {2, 576, 1536}, {4, 4096, 1000}, {1, 4096, 14336}, {6, 576, 1536}}) {
+    auto x = random_bf16_values(size_t(n) * in, 21, 2.0f);
+    auto w = random_bf16_values(size_t(2) * ffn * in, 22, 0.1f);
+    std::vector<float> product(size_t(n) * 2 * ffn), expected(size_t(n) * ffn);
+    kernels::matmul(x.data(), n, in, w.data(), 2 * ffn, nullptr, product.data());
+    for (float& value : product) value = test::round_bf16(value);
+    for (int r = 0; r < n; ++r)
+      kernels::swiglu(product.data() + size_t(r) * 2 * ffn, product.data() + size_t(r) * 2 * ffn + ffn,
+                      ffn, expected.data() + size_t(r) * ffn);
+    auto d_x = test::to_device_bf16(x), d_w = test::to_device_bf16(w);
+    cuda::DeviceBuffer d_gate_up(size_t(n) * 2 * ffn * 2), d_fused(size_t(n) * ffn * 2),
+        d_unfused(size_t(n) * ffn * 2);
+    cuda::gate_up_swiglu(handle, d_x.as<__nv_bfloat16>(), d_w.as<__nv_bfloat16>(),
+                         d_gate_up.as<__nv_bfloat16>(), d_fused.as<__nv_bfloat16>(), n, in, ffn, nullptr);
+    cuda::gemm_bf16(handle, d_x.as<__nv_bfloat16>(), d_w.as<__nv_bfloat16>(), d_gate_up.as<__nv_bfloat16>(),
+                    n, in, 2 * ffn, nullptr);
+    cuda::swiglu(d_gate_up.as<__nv_bfloat16>(), n, ffn, d_unfused.as<__nv_bfloat16>(), nullptr);
+    cuda::check(cudaDeviceSynchronize(), "sync");
+    const auto fused = test::from_device_bf16(d_fused, expected.size());
+    const auto unfused = test::from_device_bf16(d_unfused, expected.size());
+    EXPECT_EQ(fused, unfused) << "n=" << n << " in=" << in << " ffn=" << ffn;
+    // The GPU's f32 sums differ from the CPU's in order, so gate and up may round to a neighbouring
+    // bf16 value: a few rounding steps of the product, relative to the operands' scale.
+    double worst = 0;
+    for (size_t i = 0; i < expected.size(); ++i)
+      worst = std::max(worst, std::abs(fused[i] - expected[i]) / (std::abs(expected[i]) + 0.05));
+    EXPECT_LT(worst, 0.05) << "n=" << n << " in=" << in << " ffn=" << ffn;
+  }
+  cublasDestroy(handle);
+}
+
+// The LM head with its argmax folded in: logits as gemm_bf16_f32out's, next = the argmax of those
+// logits with the lowest index on ties (two identical weight rows), over two calls (the argmax
+// keys must be left zero) and for n = 6 (the unfused fallback).
+TEST(CudaOps, LmHeadArgmaxMatchesCpu) {
+  KVB_REQUIRE_GPU();
+  cublasHandle_t handle;
+  cublasCreate(&handle);
+  const int in = 576, vocab = 50001;
+  auto w = random_bf16_values(size_t(vocab) * in, 31, 0.1f);
+  std::copy(w.begin() + size_t(40000) * in, w.begin() + size_t(40001) * in, w.begin() + size_t(7) * in);
+  auto d_w = test::to_device_bf16(w);
+  cuda::DeviceBuffer keys(8 * 8), d_next(8 * 4);
+  cuda::check(cudaMemset(keys.data(), 0, keys.bytes()), "memset");
+  for (int n : {1, 3, 4, 6}) {
+    for (int call = 0; call < 2; ++call) {
+      auto x = random_bf16_values(size_t(n) * in, 32 + call + 10 * n, 1.0f);
+      // Row 0 of x points along weight row 40000 (and its twin 7), so those two tie for the max.
+      if (call == 1)
+        for (int j = 0; j < in; ++j) x[j] = w[size_t(40000) * in + j] * 20.f;
+      x = [&] {
+        std::vector<float> rounded(x.size());
+        for (size_t i = 0; i < x.size(); ++i) rounded[i] = test::round_bf16(x[i]);
+        return rounded;
+      }();
+      std::vector<float> expected(size_t(n) * vocab);
+      kernels::matmul(x.data(), n, in, w.data(), vocab, nullptr, expected.data());
+      auto d_x = test::to_device_bf16(x);
+      cuda::DeviceBuffer d_logits(expected.size() * 4);
+      cuda::lm_head_argmax(handle, d_x.as<__nv_bfloat16>(), d_w.as<__nv_bfloat16>(), d_logits.as<float>(),
+                           n, in, vocab, keys.as<unsigned long long>(), d_next.as<int32_t>(), nullptr);
+      cuda::check(cudaDeviceSynchronize(), "sync");
+      std::vector<float> logits(expected.size());
+      d_logits.download(logits.data(), logits.size() * 4);
+      EXPECT_LT(test::max_abs_diff(logits, expected), 1e-3) << "n=" << n;
+      std::vector<int32_t> next(n);
+      d_next.download(next.data(), n * 4);
+      for (int r = 0; r < n; ++r) {
+        const float* row = logits.data() + size_t(r) * vocab;
+        const int32_t want = int32_t(std::max_element(row, row + vocab) - row);  // first maximum
+        EXPECT_EQ(next[r], want) << "n=" << n << " call=" << call << " row=" << r;
+      }
+      if (call == 1) {
+        EXPECT_EQ(next[0], 7) << "n=" << n;
+      }
+    }
+  }
+  std::vector<unsigned long long> left(8);
+  keys.download(left.data(), left.size() * 8);
+  for (unsigned long long k : left) EXPECT_EQ(k, 0ull);
+  cublasDestroy(handle);
 }
 
 // The decode step's fused bias + RoPE + append + advance equals bias_rope then append_kv then
