@@ -372,17 +372,16 @@ __global__ void decode_merge_kernel(DecodeAttentionArgs args, int n_chunks, int 
   }
 }
 
-// Chunks give every SM about `blocks_per_sm` blocks; dense chunks are whole 64-key tiles. Dense
-// mode takes 2, which at B=1 with 8 KV heads puts exactly 2 blocks on every SM: aiming at 3 gave
-// 376 blocks at 32K (3 on some SMs, 2 on others, the former setting the time) and 400 at 128K
-// (more than the 3 x 132 that fit at once). H200, Llama-3.1-8B shapes (cuda_decode_breakdown_bench):
-// 32K keys in 1,024-key chunks 40.6 us/layer, in the 704-key chunks aimed at 3 per SM 45.0; at 4K
-// both choose 128-key chunks.
+// Chunks give every SM about 3 blocks; dense chunks are whole 64-key tiles, and in dense mode never
+// more blocks than 3 per SM in all, the most that are resident at once (a second wave of a few
+// blocks doubles the time). H200, Llama-3.1-8B shapes at B=1 (8 KV heads, tile blocks of 69.6 KB):
+// rounding the split count up had put 400 blocks on the 396 places at 128K keys (kvbench TPOT
+// 10.13 ms; 9.28 with 2 blocks per SM).
 int choose_chunk(const DecodeAttentionArgs& args, int blocks_per_chunk_row, int sm_count, int granule,
-                 int blocks_per_sm) {
+                 bool within_one_wave) {
   if (args.chunk_size > 0) return args.chunk_size;
-  const int splits = std::max(1, (blocks_per_sm * sm_count + blocks_per_chunk_row - 1) /
-                                     std::max(1, blocks_per_chunk_row));
+  const int rows = std::max(1, blocks_per_chunk_row);
+  const int splits = std::max(1, within_one_wave ? 3 * sm_count / rows : (3 * sm_count + rows - 1) / rows);
   const int chunk = (args.max_kv_length + splits - 1) / splits;
   return std::max(granule, ((chunk + granule - 1) / granule) * granule);
 }
@@ -401,8 +400,7 @@ void launch_decode(const DecodeAttentionArgs& args, cudaStream_t stream) {
   const int group = args.n_query_heads / args.n_kv_heads;
   if (!indexed && group > 16) throw std::invalid_argument("decode_attention: GQA group > 16 unsupported");
   const int heads_axis = indexed ? args.n_query_heads : args.n_kv_heads;
-  const int chunk = choose_chunk(args, heads_axis * args.batch, sm_count, indexed ? 256 : kTileKeys,
-                                 indexed ? 3 : 2);
+  const int chunk = choose_chunk(args, heads_axis * args.batch, sm_count, indexed ? 256 : kTileKeys, !indexed);
   const int n_chunks = std::max(1, (args.max_kv_length + chunk - 1) / chunk);
   if (indexed) {
     launch_indexed<D, 1>(args, chunk, n_chunks, stream);
