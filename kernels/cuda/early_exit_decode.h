@@ -28,12 +28,12 @@
 //   one thread block per walker (8 of 132 SMs busy at B = 1) or splits waiting on each other in a
 //   chain, and both cost far more than the 2% the overhead target allows when nothing stops.
 // Automatic layout (chunk_blocks = decider_blocks = 0): the plain kernel's split count S and
-//   chunk C (about three thread blocks per SM over all walkers); the decider gets half of C (its
-//   per-block merge and test make its blocks slower, and the slowest split is the kernel's time),
-//   the others keep C, one split more than the plain kernel, unless that extra thread block per
-//   walker would not fit the resident slots: then the others stretch over S - 1 splits. At
-//   Llama-3.1-8B shapes, batch 1: 4K: W 1, C 2 (no stop is possible: patience 2 needs 3 blocks);
-//   32K: W 6, C 11; 128K: W 21, C 42 (cuda_art_bench prints the layout).
+//   chunk C (about two thread blocks per SM over all walkers, three with index lists); the
+//   decider gets half of C (its per-block merge and test make its blocks slower, and the slowest
+//   split is the kernel's time), the others keep C, one split more than the plain kernel, unless
+//   that extra thread block per walker would exceed those slots: then the others stretch over
+//   S - 1 splits. At Llama-3.1-8B shapes, batch 1: 4K: W 1, C 2 (no stop is possible: patience 2
+//   needs 3 blocks); 32K: W 8, C 16; 128K: W 32, C 64 (cuda_art_bench prints the layout).
 // Prefetch: every thread block keeps one tile in flight ahead of the one it computes (as the plain
 //   kernel), so the decider has loaded one block past its stop block, never folded in; the
 //   `loaded` statistic counts every tile any thread block fetched, including those.
