@@ -20,7 +20,6 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
-#include <cstdlib>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_utils.h"
@@ -39,18 +38,19 @@ constexpr int kProducerThreads = 128;             // one warpgroup only issues c
 constexpr uint32_t kKvHalfBytes = kKeys * 128;    // one 64-column half of a K or V tile
 constexpr uint32_t kKvTileBytes = 2 * kKvHalfBytes;
 
-template <int kGroups>
-struct Shape {
-  static constexpr int kRows = 64 * kGroups;                  // query rows per block
-  static constexpr int kConsumerThreads = 128 * kGroups;
-  static constexpr int kThreads = kConsumerThreads + kProducerThreads;
-  static constexpr int kStages = kGroups == 2 ? 3 : 2;         // what fits in 227 KB
-  static constexpr uint32_t kQHalfBytes = kRows * 128;
-  static constexpr int kSmemBytes = 2 * kQHalfBytes + 2 * kStages * kKvTileBytes + 1024;
-  // Registers per thread after setmaxnreg: the producer gives most of its share to consumers.
-  static constexpr int kProducerRegisters = kGroups == 2 ? 40 : 32;
-  static constexpr int kConsumerRegisters = kGroups == 2 ? 232 : 160;
-};
+// 3 consumer warpgroups measured faster on the H200 than 2 (with 3 K/V stages, or with
+// FlashAttention-3's turns and intra-warpgroup overlap, 488-525 TFLOP/s against 514-529 at 16K).
+constexpr int kGroups = 3;
+constexpr int kRows = 64 * kGroups;                  // query rows per block
+constexpr int kConsumerThreads = 128 * kGroups;
+constexpr int kThreads = kConsumerThreads + kProducerThreads;
+constexpr int kStages = 2;                           // what fits in 227 KB with a 192-row Q
+constexpr uint32_t kQHalfBytes = kRows * 128;
+constexpr int kSmemBytes = 2 * kQHalfBytes + 2 * kStages * kKvTileBytes + 1024;
+// Registers per thread after setmaxnreg (entry: 65536 / 512 = 128): the producer gives most of
+// its share to the consumers (3 * 160 + 32 = 4 * 128).
+constexpr int kProducerRegisters = 32;
+constexpr int kConsumerRegisters = 160;
 
 // Byte offset of 16-byte chunk `chunk` (0..15 along the head dimension) of row `row` in a tile
 // whose 64-column halves are `half_bytes` apart.
@@ -250,17 +250,13 @@ struct OnlineSoftmax {
   }
 };
 
-template <int kGroups>
-__global__ void __launch_bounds__(Shape<kGroups>::kThreads, 1)
-    flash_prefill_wgmma_kernel(const PrefillAttentionArgs args) {
+__global__ void __launch_bounds__(kThreads, 1) flash_prefill_wgmma_kernel(const PrefillAttentionArgs args) {
 #ifdef KVB_WGMMA_DEVICE
-  using S = Shape<kGroups>;
-  constexpr int kStages = S::kStages;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t barriers[1 + 3 * kStages];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t s_q = (raw + 1023) & ~1023u;  // the swizzle pattern repeats every 1024 B
-  const uint32_t s_k = s_q + 2 * S::kQHalfBytes;  // kStages tiles
+  const uint32_t s_k = s_q + 2 * kQHalfBytes;  // kStages tiles
   const uint32_t s_v = s_k + kStages * kKvTileBytes;
   const uint32_t bar_q = static_cast<uint32_t>(__cvta_generic_to_shared(barriers));
   auto bar_k = [&](int stage) { return bar_q + 8 * (1 + stage); };
@@ -270,8 +266,8 @@ __global__ void __launch_bounds__(Shape<kGroups>::kThreads, 1)
   const int q_head = blockIdx.x;
   const int q_tile = gridDim.y - 1 - blockIdx.y;  // longest rows first (causal imbalance)
   const int kv_head = q_head / (args.n_query_heads / args.n_kv_heads);
-  const int row0 = q_tile * S::kRows;
-  const int rows_valid = min(S::kRows, args.n_queries - row0);
+  const int row0 = q_tile * kRows;
+  const int rows_valid = min(kRows, args.n_queries - row0);
   const int n_keys = args.query_offset + args.n_queries;
   const int first_pos = args.query_offset + row0;
   const int n_tiles = (first_pos + rows_valid - 1) / kKeys + 1;
@@ -290,11 +286,11 @@ __global__ void __launch_bounds__(Shape<kGroups>::kThreads, 1)
   // wgmma code as divergent and serialize it).
   const int group = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
   if (group == kGroups) {  // the producer warpgroup
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(S::kProducerRegisters) : "memory");
-    const int lane = threadIdx.x - S::kConsumerThreads;
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters) : "memory");
+    const int lane = threadIdx.x - kConsumerThreads;
     const __nv_bfloat16* k_base = args.k + kv_head * args.kv_head_stride;
     const __nv_bfloat16* v_base = args.v + kv_head * args.kv_head_stride;
-    load_tile<S::kRows>(s_q, args.q + row0 * args.q_row_stride + q_head * kHeadDim, args.q_row_stride,
+    load_tile<kRows>(s_q, args.q + row0 * args.q_row_stride + q_head * kHeadDim, args.q_row_stride,
                         rows_valid, lane);
     cp_async_arrive(bar_q);
     for (int tile = 0; tile < n_tiles; ++tile) {
@@ -310,7 +306,7 @@ __global__ void __launch_bounds__(Shape<kGroups>::kThreads, 1)
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     return;
   }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(S::kConsumerRegisters) : "memory");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters) : "memory");
 
   const int warp = (threadIdx.x % 128) / 32;
   const int lane = threadIdx.x % 32;
@@ -335,7 +331,7 @@ __global__ void __launch_bounds__(Shape<kGroups>::kThreads, 1)
     mbarrier_wait(bar_k(stage), parity);
     fence_async_proxy();
     wgmma_fence();
-    issue_qk(s, q_rows, S::kQHalfBytes, s_k + stage * kKvTileBytes);
+    issue_qk(s, q_rows, kQHalfBytes, s_k + stage * kKvTileBytes);
     wgmma_commit();
     wgmma_wait_all();
     fence_registers(s);
@@ -377,17 +373,6 @@ __global__ void __launch_bounds__(Shape<kGroups>::kThreads, 1)
 #endif
 }
 
-template <int kGroups>
-void launch(const PrefillAttentionArgs& args, cudaStream_t stream) {
-  using S = Shape<kGroups>;
-  check(cudaFuncSetAttribute(flash_prefill_wgmma_kernel<kGroups>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes),
-        "cudaFuncSetAttribute(flash_prefill_wgmma_kernel)");
-  const dim3 grid(args.n_query_heads, (args.n_queries + S::kRows - 1) / S::kRows);
-  flash_prefill_wgmma_kernel<kGroups><<<grid, S::kThreads, S::kSmemBytes, stream>>>(args);
-  check(cudaGetLastError(), "flash_prefill_wgmma_kernel launch");
-}
-
 }  // namespace
 
 bool wgmma_prefill_supported(int head_dim) {
@@ -402,12 +387,12 @@ bool wgmma_prefill_supported(int head_dim) {
 
 void flash_attention_prefill_wgmma(const PrefillAttentionArgs& args, cudaStream_t stream) {
   if (args.n_queries <= 0) return;
-  // KVB_WGMMA_GROUPS=2 or 3 consumer warpgroups per block (A/B timing).
-  const char* groups = std::getenv("KVB_WGMMA_GROUPS");
-  if (groups && groups[0] == '2')
-    launch<2>(args, stream);
-  else
-    launch<3>(args, stream);
+  check(cudaFuncSetAttribute(flash_prefill_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             kSmemBytes),
+        "cudaFuncSetAttribute(flash_prefill_wgmma_kernel)");
+  const dim3 grid(args.n_query_heads, (args.n_queries + kRows - 1) / kRows);
+  flash_prefill_wgmma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(args);
+  check(cudaGetLastError(), "flash_prefill_wgmma_kernel launch");
 }
 
 }  // namespace kvb::cuda
