@@ -559,18 +559,20 @@ void launch_for_dim(const EarlyExitDecodeArgs& ea, const WalkLayout& layout, cud
 }
 
 // The automatic layout starts from the plain kernel's split count S and chunk C (decode_attention.cu,
-// choose_chunk: about two thread blocks per SM over all walkers, three with index lists), in walk
-// blocks. The decider takes kDeciderSharePercent of C: its per-block merge and test make each of
+// choose_chunk: about three thread blocks per SM over all walkers, in dense mode no more than fit
+// at once), in walk blocks. The decider takes kDeciderSharePercent of C: its per-block merge and test make each of
 // its blocks slower, and the slowest split is the kernel's time. The other splits keep C, which
 // may need one split more than the plain kernel; when that extra thread block per walker would
-// exceed those slots, the other splits stretch over S - 1 splits instead (more blocks on some SMs
-// than on others, or a second wave, costs more than a block per split).
+// not fit the 3 x SMs resident slots, the other splits stretch over S - 1 splits instead (a second
+// wave of a few blocks costs far more than a block per split).
 WalkLayout walk_layout(const EarlyExitDecodeArgs& args) {
   const int max_blocks = std::max(1, walk_blocks(args.attention.max_kv_length, args.options.sink_tokens));
   const int walkers = std::max(1, early_exit_walkers(args.attention));
-  // As decode_attention.cu's choose_chunk: two thread blocks per SM (dense), three (index lists).
-  const int slots = (args.attention.indices != nullptr ? 3 : 2) * sm_count();
-  const int splits = std::max(1, (slots + walkers - 1) / walkers);
+  // As decode_attention.cu's choose_chunk: about three thread blocks per SM, in dense mode never
+  // more than the 3 per SM resident at once.
+  const int slots = 3 * sm_count();
+  const bool dense = args.attention.indices == nullptr;
+  const int splits = std::max(1, dense ? slots / walkers : (slots + walkers - 1) / walkers);
   WalkLayout layout;
   layout.chunk_blocks = args.chunk_blocks > 0 ? args.chunk_blocks : std::max(1, (max_blocks + splits - 1) / splits);
   if (args.decider_blocks > 0) {
