@@ -232,8 +232,8 @@ struct CudaEngine::Impl {
     cuda::add_rmsnorm(ptr<float>(residual), ptr<bf16>(ffn_out), ptr<bf16>(output_norm), batch, d,
                       config.rms_norm_eps, ptr<bf16>(normed), stream);
     cuda::lm_head_argmax(cublas, ptr<bf16>(normed), lm_head(), ptr<float>(logits), batch, d,
-                         config.vocab_size, ptr<unsigned long long>(argmax_keys), ptr<int32_t>(tokens),
-                         stream);
+                         config.vocab_size, ptr<unsigned long long>(argmax_keys),
+                         ptr<int32_t>(tokens), stream);
     cuda::advance_lengths(nullptr, 0, ptr<int32_t>(positions), batch, 1, stream);
   }
 };
@@ -358,7 +358,8 @@ void CudaEngine::allocate_cache(int batch, int capacity) {
             4,
         "decode workspace");
     m.argmax_keys = DeviceBuffer(size_t(batch) * 8, "argmax keys");
-    cuda::check(cudaMemsetAsync(m.argmax_keys.data(), 0, m.argmax_keys.bytes(), m.stream), "memset");
+    cuda::check(cudaMemsetAsync(m.argmax_keys.data(), 0, m.argmax_keys.bytes(), m.stream),
+                "memset");
     // The ART walk's state words are zeroed once here; every walk leaves them clean.
     m.walker_state = DeviceBuffer(size_t(hkv) * cuda::kStateWords * 4, "ART walk state");
     cuda::check(cudaMemsetAsync(m.walker_state.data(), 0, m.walker_state.bytes(), m.stream), "memset");

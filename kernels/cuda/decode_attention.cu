@@ -377,11 +377,12 @@ __global__ void decode_merge_kernel(DecodeAttentionArgs args, int n_chunks, int 
 // blocks doubles the time). H200, Llama-3.1-8B shapes at B=1 (8 KV heads, tile blocks of 69.6 KB):
 // rounding the split count up had put 400 blocks on the 396 places at 128K keys (kvbench TPOT
 // 10.13 ms; 9.28 with 2 blocks per SM).
-int choose_chunk(const DecodeAttentionArgs& args, int blocks_per_chunk_row, int sm_count, int granule,
-                 bool within_one_wave) {
+int choose_chunk(const DecodeAttentionArgs& args, int blocks_per_chunk_row, int sm_count,
+                 int granule, bool within_one_wave) {
   if (args.chunk_size > 0) return args.chunk_size;
   const int rows = std::max(1, blocks_per_chunk_row);
-  const int splits = std::max(1, within_one_wave ? 3 * sm_count / rows : (3 * sm_count + rows - 1) / rows);
+  const int splits =
+      std::max(1, within_one_wave ? 3 * sm_count / rows : (3 * sm_count + rows - 1) / rows);
   const int chunk = (args.max_kv_length + splits - 1) / splits;
   return std::max(granule, ((chunk + granule - 1) / granule) * granule);
 }
@@ -400,7 +401,8 @@ void launch_decode(const DecodeAttentionArgs& args, cudaStream_t stream) {
   const int group = args.n_query_heads / args.n_kv_heads;
   if (!indexed && group > 16) throw std::invalid_argument("decode_attention: GQA group > 16 unsupported");
   const int heads_axis = indexed ? args.n_query_heads : args.n_kv_heads;
-  const int chunk = choose_chunk(args, heads_axis * args.batch, sm_count, indexed ? 256 : kTileKeys, !indexed);
+  const int chunk =
+      choose_chunk(args, heads_axis * args.batch, sm_count, indexed ? 256 : kTileKeys, !indexed);
   const int n_chunks = std::max(1, (args.max_kv_length + chunk - 1) / chunk);
   if (indexed) {
     launch_indexed<D, 1>(args, chunk, n_chunks, stream);

@@ -201,7 +201,6 @@ __global__ void read_kernel(const int4* data, size_t count, int* sink) {
   if ((acc.x ^ acc.y ^ acc.z ^ acc.w) == 0x7fffffff) *sink = 1;  // keeps the loads alive
 }
 
-
 // Decode-time products (n <= 4 rows of x) are bandwidth-bound: one warp streams one weight row in
 // 16-byte chunks, four chunks in flight per lane, x read through the cache; cuBLAS's GEMM kernels
 // leave a large part of the bandwidth unused at this shape. (Measured on the H200 and dropped: a
@@ -233,7 +232,8 @@ struct GemvParams {
 __device__ __forceinline__ unsigned long long argmax_key(float value, int row) {
   const unsigned int bits = __float_as_uint(value);
   const unsigned int ordered = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
-  return (static_cast<unsigned long long>(ordered) << 32) | (0xFFFFFFFFu - static_cast<unsigned int>(row));
+  return (static_cast<unsigned long long>(ordered) << 32) |
+         (0xFFFFFFFFu - static_cast<unsigned int>(row));
 }
 
 __device__ __forceinline__ float dot8(const int4& w, const int4& x, float acc) {
@@ -302,8 +302,8 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvParams<Out> p) {
   const int4* w_row[R];
 #pragma unroll
   for (int r = 0; r < R; ++r)
-    w_row[r] = reinterpret_cast<const int4*>(p.w + (int64_t(active ? item : 0) + int64_t(r) * p.items) *
-                                                      in_features);
+    w_row[r] = reinterpret_cast<const int4*>(
+        p.w + (int64_t(active ? item : 0) + int64_t(r) * p.items) * in_features);
   int4 wv[R][kUnroll];
   auto load = [&](int base) {
 #pragma unroll
@@ -364,7 +364,8 @@ __global__ void argmax_finish_kernel(unsigned long long* best, int n, int32_t* n
   allow_successor_launch();
   if (threadIdx.x < n) {
     const unsigned long long key = best[threadIdx.x];
-    next[threadIdx.x] = static_cast<int32_t>(0xFFFFFFFFu - static_cast<unsigned int>(key & 0xFFFFFFFFull));
+    next[threadIdx.x] =
+        static_cast<int32_t>(0xFFFFFFFFu - static_cast<unsigned int>(key & 0xFFFFFFFFull));
     best[threadIdx.x] = 0;
   }
 }

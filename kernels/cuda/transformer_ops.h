@@ -77,7 +77,8 @@ void gemm_bf16_f32out(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_
 // The decode step's fused MLP input: out = swiglu(x · w_gate_upᵀ) with w_gate_up = [gate; up] rows
 // ([2 ffn, in]). For n <= 4 one GEMV streams gate row j and up row j together and writes
 // silu(gate)·up (the same bf16 roundings as gemm_bf16 then swiglu, bit for bit), so neither the
-// [n, 2 ffn] product nor a second kernel is needed; otherwise gemm_bf16 into `gate_up`, then swiglu.
+// [n, 2 ffn] product nor a second kernel is needed; otherwise gemm_bf16 into `gate_up`, then
+// swiglu.
 void gate_up_swiglu(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w_gate_up,
                     __nv_bfloat16* gate_up, __nv_bfloat16* out, int n, int in_features, int ffn,
                     cudaStream_t stream);

@@ -231,7 +231,8 @@ int run(int context) {
   std::printf("%-20s %10.2f\n", "(lm head, argmax)", time_in_graph(head_unfused, 1, stream));
   auto head = [&](int, cudaStream_t s) {
     cuda::lm_head_argmax(cublas, normed.as<bf16>(), lm_head.as<bf16>(), logits.as<float>(), 1,
-                         kModel, kVocab, argmax_keys.as<unsigned long long>(), next.as<int32_t>(), s);
+                         kModel, kVocab, argmax_keys.as<unsigned long long>(), next.as<int32_t>(),
+                         s);
   };
   const double head_us = time_in_graph(head, 1, stream);
   const double head_floor_us = 2.0 * kVocab * kModel / (bandwidth_gbs * 1e3);

@@ -254,12 +254,14 @@ TEST_P(DecodeAttentionTest, MatchesCpuReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, DecodeAttentionTest,
-    ::testing::Values(DecodeShape{64, 9, 3, {1, 300, 1000}, false}, DecodeShape{128, 32, 8, {4096}, false},
-                      DecodeShape{128, 8, 2, {1, 257, 5000}, false}, DecodeShape{128, 4, 4, {700}, false},
-                      DecodeShape{128, 32, 8, {0, 130, 20000}, false},
-                      DecodeShape{64, 9, 3, {1, 300, 1000}, true}, DecodeShape{128, 32, 8, {2000, 5}, true}));
+INSTANTIATE_TEST_SUITE_P(Shapes, DecodeAttentionTest,
+                         ::testing::Values(DecodeShape{64, 9, 3, {1, 300, 1000}, false},
+                                           DecodeShape{128, 32, 8, {4096}, false},
+                                           DecodeShape{128, 8, 2, {1, 257, 5000}, false},
+                                           DecodeShape{128, 4, 4, {700}, false},
+                                           DecodeShape{128, 32, 8, {0, 130, 20000}, false},
+                                           DecodeShape{64, 9, 3, {1, 300, 1000}, true},
+                                           DecodeShape{128, 32, 8, {2000, 5}, true}));
 
 }  // namespace
 }  // namespace kvb

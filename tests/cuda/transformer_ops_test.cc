@@ -105,8 +105,8 @@ TEST(CudaOps, SwigluMatchesCpu) {
 
 TEST(CudaOps, GemmMatchesCpuMatmul) {
   KVB_REQUIRE_GPU();
-  // n <= 4 takes the GEMV kernel, with 1 to 8 warps per row (short rows and a down projection's long
-  // ones; an output count that leaves the last block part empty; a last pass of one chunk).
+  // n <= 4 takes the GEMV kernel, with 1 to 8 warps per row (short rows and a down projection's
+  // long ones; an output count that leaves the last block part empty; a last pass of one chunk).
   for (auto [n, in, out] : std::vector<std::tuple<int, int, int>>{
            {1, 576, 1536}, {3, 576, 1536}, {4, 576, 1536}, {17, 576, 1536}, {256, 576, 1536},
            {1, 14336, 1536}, {4, 8192, 1536}, {2, 4096, 1001}, {1, 4096, 28672}, {3, 2056, 17000},
@@ -179,15 +179,17 @@ TEST(CudaOps, GateUpSwigluMatchesUnfusedAndCpu) {
     kernels::matmul(x.data(), n, in, w.data(), 2 * ffn, nullptr, product.data());
     for (float& value : product) value = test::round_bf16(value);
     for (int r = 0; r < n; ++r)
-      kernels::swiglu(product.data() + size_t(r) * 2 * ffn, product.data() + size_t(r) * 2 * ffn + ffn,
-                      ffn, expected.data() + size_t(r) * ffn);
+      kernels::swiglu(product.data() + size_t(r) * 2 * ffn,
+                      product.data() + size_t(r) * 2 * ffn + ffn, ffn,
+                      expected.data() + size_t(r) * ffn);
     auto d_x = test::to_device_bf16(x), d_w = test::to_device_bf16(w);
     cuda::DeviceBuffer d_gate_up(size_t(n) * 2 * ffn * 2), d_fused(size_t(n) * ffn * 2),
         d_unfused(size_t(n) * ffn * 2);
     cuda::gate_up_swiglu(handle, d_x.as<__nv_bfloat16>(), d_w.as<__nv_bfloat16>(),
-                         d_gate_up.as<__nv_bfloat16>(), d_fused.as<__nv_bfloat16>(), n, in, ffn, nullptr);
-    cuda::gemm_bf16(handle, d_x.as<__nv_bfloat16>(), d_w.as<__nv_bfloat16>(), d_gate_up.as<__nv_bfloat16>(),
-                    n, in, 2 * ffn, nullptr);
+                         d_gate_up.as<__nv_bfloat16>(), d_fused.as<__nv_bfloat16>(), n, in, ffn,
+                         nullptr);
+    cuda::gemm_bf16(handle, d_x.as<__nv_bfloat16>(), d_w.as<__nv_bfloat16>(),
+                    d_gate_up.as<__nv_bfloat16>(), n, in, 2 * ffn, nullptr);
     cuda::swiglu(d_gate_up.as<__nv_bfloat16>(), n, ffn, d_unfused.as<__nv_bfloat16>(), nullptr);
     cuda::check(cudaDeviceSynchronize(), "sync");
     const auto fused = test::from_device_bf16(d_fused, expected.size());
@@ -212,7 +214,8 @@ TEST(CudaOps, LmHeadArgmaxMatchesCpu) {
   cublasCreate(&handle);
   const int in = 576, vocab = 50001;
   auto w = random_bf16_values(size_t(vocab) * in, 31, 0.1f);
-  std::copy(w.begin() + size_t(40000) * in, w.begin() + size_t(40001) * in, w.begin() + size_t(7) * in);
+  std::copy(w.begin() + size_t(40000) * in, w.begin() + size_t(40001) * in,
+            w.begin() + size_t(7) * in);
   auto d_w = test::to_device_bf16(w);
   cuda::DeviceBuffer keys(8 * 8), d_next(8 * 4);
   cuda::check(cudaMemset(keys.data(), 0, keys.bytes()), "memset");
@@ -231,8 +234,9 @@ TEST(CudaOps, LmHeadArgmaxMatchesCpu) {
       kernels::matmul(x.data(), n, in, w.data(), vocab, nullptr, expected.data());
       auto d_x = test::to_device_bf16(x);
       cuda::DeviceBuffer d_logits(expected.size() * 4);
-      cuda::lm_head_argmax(handle, d_x.as<__nv_bfloat16>(), d_w.as<__nv_bfloat16>(), d_logits.as<float>(),
-                           n, in, vocab, keys.as<unsigned long long>(), d_next.as<int32_t>(), nullptr);
+      cuda::lm_head_argmax(handle, d_x.as<__nv_bfloat16>(), d_w.as<__nv_bfloat16>(),
+                           d_logits.as<float>(), n, in, vocab, keys.as<unsigned long long>(),
+                           d_next.as<int32_t>(), nullptr);
       cuda::check(cudaDeviceSynchronize(), "sync");
       std::vector<float> logits(expected.size());
       d_logits.download(logits.data(), logits.size() * 4);
