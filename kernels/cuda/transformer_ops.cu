@@ -78,7 +78,70 @@ __global__ void __launch_bounds__(kNormThreads) add_rmsnorm_kernel(float* residu
   }
 }
 
-// Adds the bias to a qkv row and rotates its Q and K heads (one block per row).
+// Prefill's many rows: 256 threads per row, 4 consecutive values per access (16-byte residual, 8-byte
+// delta and output), so a 32K-row norm streams at the memory's rate instead of one scalar per thread.
+constexpr int kRowsNormThreads = 256;
+constexpr int kRowsNormMaxChunks = 8;  // d_model <= 256 * 4 * 8 = 8,192
+constexpr int kRowsNormMinRows = 16;
+
+struct Bf16x4 {
+  __nv_bfloat162 lo, hi;
+};
+
+__global__ void __launch_bounds__(kRowsNormThreads) add_rmsnorm_rows_kernel(
+    float* residual, const __nv_bfloat16* delta, const __nv_bfloat16* weight, int d_model, float eps,
+    __nv_bfloat16* out) {
+  wait_for_predecessor();
+  allow_successor_launch();
+  const int64_t row = blockIdx.x;
+  const int chunks = d_model / 4;
+  auto* x = reinterpret_cast<float4*>(residual + row * d_model);
+  float4 values[kRowsNormMaxChunks];
+  float sum_sq = 0.f;
+#pragma unroll
+  for (int k = 0; k < kRowsNormMaxChunks; ++k) {
+    const int c = threadIdx.x + k * kRowsNormThreads;
+    values[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (c < chunks) {
+      float4 value = x[c];
+      if (delta) {
+        const Bf16x4 d = reinterpret_cast<const Bf16x4*>(delta + row * d_model)[c];
+        const float2 lo = __bfloat1622float2(d.lo), hi = __bfloat1622float2(d.hi);
+        value = make_float4(value.x + lo.x, value.y + lo.y, value.z + hi.x, value.w + hi.y);
+        x[c] = value;
+      }
+      values[k] = value;
+      sum_sq += value.x * value.x + value.y * value.y + value.z * value.z + value.w * value.w;
+    }
+  }
+  const float inv = rsqrtf(block_sum(sum_sq) / d_model + eps);
+#pragma unroll
+  for (int k = 0; k < kRowsNormMaxChunks; ++k) {
+    const int c = threadIdx.x + k * kRowsNormThreads;
+    if (c < chunks) {
+      const Bf16x4 w = reinterpret_cast<const Bf16x4*>(weight)[c];
+      const float2 wlo = __bfloat1622float2(w.lo), whi = __bfloat1622float2(w.hi);
+      const float4 v = values[k];
+      Bf16x4 o;
+      o.lo = __floats2bfloat162_rn(v.x * inv * wlo.x, v.y * inv * wlo.y);
+      o.hi = __floats2bfloat162_rn(v.z * inv * whi.x, v.w * inv * whi.y);
+      reinterpret_cast<Bf16x4*>(out + row * d_model)[c] = o;
+    }
+  }
+}
+
+bool rows_norm_applies(int n, int d_model, const void* residual, const void* delta, const void* weight,
+                       const void* out) {
+  const auto address = reinterpret_cast<uintptr_t>(residual) % 16 | reinterpret_cast<uintptr_t>(delta) % 8 |
+                       reinterpret_cast<uintptr_t>(weight) % 8 | reinterpret_cast<uintptr_t>(out) % 8;
+  return n >= kRowsNormMinRows && d_model % 4 == 0 &&
+         d_model <= kRowsNormThreads * 4 * kRowsNormMaxChunks && address == 0;
+}
+
+// Adds the bias to a qkv row and rotates its Q and K heads (one block per row). A rotation angle
+// depends on the position and the pair index only, so each thread takes one pair index for a group of
+// heads and computes its sine and cosine once for all of them (per element it was 40x the sincosf
+// work for Llama-3.1-8B's 32 + 8 rotated heads, the costliest part of a long prefill's RoPE).
 __device__ void bias_rope_row(const RopeArgs& args, int row) {
   const int heads = args.n_query_heads + 2 * args.n_kv_heads;
   const int width = heads * args.head_dim;
@@ -89,18 +152,20 @@ __device__ void bias_rope_row(const RopeArgs& args, int row) {
   __syncthreads();
   const int half = args.head_dim / 2;
   const int rotated_heads = args.n_query_heads + args.n_kv_heads;  // Q and K, not V
+  const int head_groups = max(1, min(int(blockDim.x) / half, rotated_heads));
   const float position = float(args.positions[row]);
-  for (int idx = threadIdx.x; idx < rotated_heads * half; idx += blockDim.x) {
-    const int head = idx / half;
+  for (int idx = threadIdx.x; idx < head_groups * half; idx += blockDim.x) {
     const int i = idx % half;
     float s, c;
     sincosf(position * args.inv_freq[i], &s, &c);
-    __nv_bfloat16* h = x + head * args.head_dim;
     const int a = args.interleaved ? 2 * i : i;
     const int b = args.interleaved ? 2 * i + 1 : i + half;
-    const float x0 = __bfloat162float(h[a]), x1 = __bfloat162float(h[b]);
-    h[a] = __float2bfloat16(x0 * c - x1 * s);
-    h[b] = __float2bfloat16(x0 * s + x1 * c);
+    for (int head = idx / half; head < rotated_heads; head += head_groups) {
+      __nv_bfloat16* h = x + head * args.head_dim;
+      const float x0 = __bfloat162float(h[a]), x1 = __bfloat162float(h[b]);
+      h[a] = __float2bfloat16(x0 * c - x1 * s);
+      h[b] = __float2bfloat16(x0 * s + x1 * c);
+    }
   }
 }
 
@@ -110,34 +175,49 @@ __global__ void bias_rope_kernel(RopeArgs args) {
   bias_rope_row(args, blockIdx.x);
 }
 
-// Copies the K and V heads of qkv row `row` into the cache (one block per row).
+// Copies the K and V heads of qkv row `row` into the cache (one block per row), kWidth bf16 values
+// per access: 8 (16-byte loads and stores) when head_dim and the buffers allow it, else 1.
+template <int kWidth>
 __device__ void append_kv_row(const __nv_bfloat16* qkv, int row, int rows_per_seq, int n_query_heads,
                               int n_kv_heads, int head_dim, const int64_t* kv_offset,
                               const int32_t* kv_length, __nv_bfloat16* k, __nv_bfloat16* v) {
+  using Chunk = std::conditional_t<kWidth == 8, int4, __nv_bfloat16>;
+  static_assert(sizeof(Chunk) == kWidth * sizeof(__nv_bfloat16));
   const int seq = row / rows_per_seq;
   const int within = row % rows_per_seq;
   const int width = (n_query_heads + 2 * n_kv_heads) * head_dim;
   const __nv_bfloat16* src = qkv + int64_t(row) * width + n_query_heads * head_dim;
-  for (int idx = threadIdx.x; idx < n_kv_heads * head_dim; idx += blockDim.x) {
-    const int h = seq * n_kv_heads + idx / head_dim;
-    const int j = idx % head_dim;
+  const int chunks_per_head = head_dim / kWidth;
+  for (int idx = threadIdx.x; idx < n_kv_heads * chunks_per_head; idx += blockDim.x) {
+    const int h = seq * n_kv_heads + idx / chunks_per_head;
+    const int j = (idx % chunks_per_head) * kWidth;
     const int64_t slot = (kv_offset[h] + kv_length[h] + within) * head_dim + j;
-    k[slot] = src[idx];
-    v[slot] = src[n_kv_heads * head_dim + idx];
+    const int from = idx * kWidth;
+    *reinterpret_cast<Chunk*>(k + slot) = *reinterpret_cast<const Chunk*>(src + from);
+    *reinterpret_cast<Chunk*>(v + slot) = *reinterpret_cast<const Chunk*>(src + n_kv_heads * head_dim + from);
   }
 }
 
+// 16-byte copies need head_dim a multiple of 8 and every buffer 16-byte aligned (rows then are).
+bool append_kv_vectorizable(const void* qkv, int head_dim, const void* k, const void* v) {
+  const auto misaligned = (reinterpret_cast<uintptr_t>(qkv) | reinterpret_cast<uintptr_t>(k) |
+                           reinterpret_cast<uintptr_t>(v)) % 16;
+  return head_dim % 8 == 0 && misaligned == 0;
+}
+
+template <int kWidth>
 __global__ void append_kv_kernel(const __nv_bfloat16* qkv, int rows_per_seq, int n_query_heads,
                                  int n_kv_heads, int head_dim, const int64_t* kv_offset,
                                  const int32_t* kv_length, __nv_bfloat16* k, __nv_bfloat16* v) {
   wait_for_predecessor();
   allow_successor_launch();
-  append_kv_row(qkv, blockIdx.x, rows_per_seq, n_query_heads, n_kv_heads, head_dim, kv_offset,
+  append_kv_row<kWidth>(qkv, blockIdx.x, rows_per_seq, n_query_heads, n_kv_heads, head_dim, kv_offset,
                 kv_length, k, v);
 }
 
 // The decode step's bias + RoPE + KV append + length advance, one block per sequence: this block
 // is the only reader of its sequence's head lengths, so it can advance them once its row is in.
+template <int kWidth>
 __global__ void rope_append_decode_kernel(RopeArgs args, const int64_t* kv_offset,
                                           int32_t* kv_length, __nv_bfloat16* k,
                                           __nv_bfloat16* v) {
@@ -146,22 +226,38 @@ __global__ void rope_append_decode_kernel(RopeArgs args, const int64_t* kv_offse
   const int seq = blockIdx.x;
   bias_rope_row(args, seq);
   __syncthreads();
-  append_kv_row(args.qkv, seq, 1, args.n_query_heads, args.n_kv_heads, args.head_dim, kv_offset,
+  append_kv_row<kWidth>(args.qkv, seq, 1, args.n_query_heads, args.n_kv_heads, args.head_dim, kv_offset,
                 kv_length, k, v);
   __syncthreads();
   if (threadIdx.x < args.n_kv_heads) kv_length[seq * args.n_kv_heads + threadIdx.x] += 1;
 }
 
-__global__ void swiglu_kernel(const __nv_bfloat16* gate_up, int ffn, int64_t total,
-                              __nv_bfloat16* out) {
+// silu(gate) * up for rows [gate | up] of width 2 ffn. Rows on the grid's y axis and 32-bit column
+// indices: per element a 64-bit division and remainder cost more than the memory traffic (a 32K
+// prefill has 470 M elements per layer). kWidth values per access: 8 (16-byte) when aligned, else 1.
+template <int kWidth>
+__global__ void swiglu_kernel(const __nv_bfloat16* gate_up, int n, int ffn, __nv_bfloat16* out) {
+  using Chunk = std::conditional_t<kWidth == 8, int4, __nv_bfloat16>;
   wait_for_predecessor();
   allow_successor_launch();
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t row = i / ffn, j = i % ffn;
-    const float g = __bfloat162float(gate_up[row * 2 * ffn + j]);
-    const float u = __bfloat162float(gate_up[row * 2 * ffn + ffn + j]);
-    out[i] = __float2bfloat16(g / (1.f + __expf(-g)) * u);
+  const int chunks = ffn / kWidth;
+  for (int64_t row = blockIdx.y; row < n; row += gridDim.y) {
+    const __nv_bfloat16* gate = gate_up + row * 2 * ffn;
+    const __nv_bfloat16* up = gate + ffn;
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < chunks; c += gridDim.x * blockDim.x) {
+      Chunk g_chunk = reinterpret_cast<const Chunk*>(gate)[c];
+      Chunk u_chunk = reinterpret_cast<const Chunk*>(up)[c];
+      Chunk result;
+      const auto* g = reinterpret_cast<const __nv_bfloat16*>(&g_chunk);
+      const auto* u = reinterpret_cast<const __nv_bfloat16*>(&u_chunk);
+      auto* r = reinterpret_cast<__nv_bfloat16*>(&result);
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) {
+        const float gv = __bfloat162float(g[e]);
+        r[e] = __float2bfloat16(gv / (1.f + __expf(-gv)) * __bfloat162float(u[e]));
+      }
+      reinterpret_cast<Chunk*>(out + row * ffn)[c] = result;
+    }
   }
 }
 
@@ -433,8 +529,12 @@ void add_rmsnorm(float* residual, const __nv_bfloat16* delta, const __nv_bfloat1
   if (d_model > kNormThreads * kNormMaxPerThread)
     throw std::invalid_argument("add_rmsnorm: d_model " + std::to_string(d_model) + " exceeds " +
                                 std::to_string(kNormThreads * kNormMaxPerThread));
-  launch_overlapped(add_rmsnorm_kernel, n, kNormThreads, 0, stream, "add_rmsnorm_kernel", residual,
-                    delta, weight, d_model, eps, out);
+  if (rows_norm_applies(n, d_model, residual, delta, weight, out))
+    launch_overlapped(add_rmsnorm_rows_kernel, n, kRowsNormThreads, 0, stream, "add_rmsnorm_rows_kernel",
+                      residual, delta, weight, d_model, eps, out);
+  else
+    launch_overlapped(add_rmsnorm_kernel, n, kNormThreads, 0, stream, "add_rmsnorm_kernel", residual,
+                      delta, weight, d_model, eps, out);
 }
 
 void bias_rope(const RopeArgs& args, cudaStream_t stream) {
@@ -446,15 +546,18 @@ void append_kv(const __nv_bfloat16* qkv, int n, int rows_per_seq, int n_query_he
                int head_dim, const int64_t* kv_offset, const int32_t* kv_length, __nv_bfloat16* k,
                __nv_bfloat16* v, cudaStream_t stream) {
   if (n == 0) return;
-  launch_overlapped(append_kv_kernel, n, 256, 0, stream, "append_kv_kernel", qkv, rows_per_seq,
-                    n_query_heads, n_kv_heads, head_dim, kv_offset, kv_length, k, v);
+  const auto kernel = append_kv_vectorizable(qkv, head_dim, k, v) ? append_kv_kernel<8> : append_kv_kernel<1>;
+  launch_overlapped(kernel, n, 256, 0, stream, "append_kv_kernel", qkv, rows_per_seq, n_query_heads,
+                    n_kv_heads, head_dim, kv_offset, kv_length, k, v);
 }
 
 void rope_append_kv_decode(const RopeArgs& rope, const int64_t* kv_offset, int32_t* kv_length,
                            __nv_bfloat16* k, __nv_bfloat16* v, cudaStream_t stream) {
   if (rope.n == 0) return;
-  launch_overlapped(rope_append_decode_kernel, rope.n, 1024, 0, stream, "rope_append_decode_kernel",
-                    rope, kv_offset, kv_length, k, v);
+  const auto kernel = append_kv_vectorizable(rope.qkv, rope.head_dim, k, v) ? rope_append_decode_kernel<8>
+                                                                             : rope_append_decode_kernel<1>;
+  launch_overlapped(kernel, rope.n, 1024, 0, stream, "rope_append_decode_kernel", rope, kv_offset,
+                    kv_length, k, v);
 }
 
 __global__ void advance_kernel(int32_t* lengths, int count, int32_t* positions, int n_positions,
@@ -537,10 +640,14 @@ void argmax_rows(const float* logits, int rows, int vocab, int32_t* next, cudaSt
 }
 
 void swiglu(const __nv_bfloat16* gate_up, int n, int ffn, __nv_bfloat16* out, cudaStream_t stream) {
-  const int64_t total = int64_t(n) * ffn;
-  if (total == 0) return;
-  launch_overlapped(swiglu_kernel, grid_for(total, 256), 256, 0, stream, "swiglu_kernel", gate_up, ffn,
-                    total, out);
+  if (int64_t(n) * ffn == 0) return;
+  const bool vectorized =
+      ffn % 8 == 0 && (reinterpret_cast<uintptr_t>(gate_up) | reinterpret_cast<uintptr_t>(out)) % 16 == 0;
+  const int width = vectorized ? 8 : 1;
+  constexpr int kThreads = 256;
+  const dim3 grid((ffn / width + kThreads - 1) / kThreads, std::min(n, 65535));
+  launch_overlapped(vectorized ? swiglu_kernel<8> : swiglu_kernel<1>, grid, kThreads, 0, stream,
+                    "swiglu_kernel", gate_up, n, ffn, out);
 }
 
 void f32_to_bf16(const float* in, size_t count, __nv_bfloat16* out, cudaStream_t stream) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/activations.h"
@@ -19,11 +20,13 @@ namespace {
 
 using test::random_bf16_values;
 
-// SmolLM2's width, Llama's, and one past a whole number of the kernel's 1,024 threads.
+// SmolLM2's width, Llama's, and one past a whole number of the kernel's 1,024 threads; 5 rows take
+// the one-block-per-row decode kernel, 300 the prefill kernel (5,002 is not a multiple of 4, so the
+// decode kernel serves it at 300 rows too).
 TEST(CudaOps, AddRmsNormMatchesCpu) {
   KVB_REQUIRE_GPU();
-  for (int dim : {576, 4096, 5000}) {
-    const int rows = 5;
+  for (auto [rows, dim] : std::vector<std::pair<int, int>>{
+           {5, 576}, {5, 4096}, {5, 5000}, {300, 576}, {300, 4096}, {300, 8192}, {300, 5002}}) {
     auto residual = random_bf16_values(rows * dim, 1, 3.0f);
     auto delta = random_bf16_values(rows * dim, 2);
     auto weight = random_bf16_values(dim, 3);
@@ -40,7 +43,7 @@ TEST(CudaOps, AddRmsNormMatchesCpu) {
     std::vector<float> got_residual(rows * dim);
     d_res.download(got_residual.data(), got_residual.size() * 4);
     EXPECT_LT(test::max_abs_diff(got_residual, summed), 1e-5);
-    EXPECT_LT(test::max_abs_diff(got, expected), 3e-2) << "dim " << dim;
+    EXPECT_LT(test::max_abs_diff(got, expected), 3e-2) << "rows " << rows << " dim " << dim;
   }
 }
 
@@ -86,21 +89,55 @@ TEST_P(CudaRopeTest, MatchesCpu) {
 INSTANTIATE_TEST_SUITE_P(Variants, CudaRopeTest,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Bool()));
 
+// 16-byte path (ffn a multiple of 8), the one-value path (ffn = 1001), and more rows than a grid's
+// y extent (70,000 > 65,535) so the row loop wraps.
 TEST(CudaOps, SwigluMatchesCpu) {
   KVB_REQUIRE_GPU();
-  const int rows = 3, ffn = 1536;
-  auto gate_up = random_bf16_values(rows * 2 * ffn, 6, 4.0f);
-  std::vector<float> expected(rows * ffn);
-  for (int r = 0; r < rows; ++r)
-    kernels::swiglu(gate_up.data() + size_t(r) * 2 * ffn, gate_up.data() + size_t(r) * 2 * ffn + ffn, ffn,
-                    expected.data() + size_t(r) * ffn);
-  auto d_in = test::to_device_bf16(gate_up);
-  cuda::DeviceBuffer d_out(rows * ffn * 2);
-  cuda::swiglu(d_in.as<__nv_bfloat16>(), rows, ffn, d_out.as<__nv_bfloat16>(), nullptr);
-  // bf16 output: within one rounding step (2^-8 relative) of the f32 value.
-  const auto got = test::from_device_bf16(d_out, rows * ffn);
-  for (size_t i = 0; i < got.size(); ++i)
-    ASSERT_NEAR(got[i], expected[i], std::abs(expected[i]) / 128 + 1e-3) << "element " << i;
+  for (auto [rows, ffn] : std::vector<std::pair<int, int>>{{3, 1536}, {2, 1001}, {70000, 16}}) {
+    auto gate_up = random_bf16_values(size_t(rows) * 2 * ffn, 6, 4.0f);
+    std::vector<float> expected(size_t(rows) * ffn);
+    for (int r = 0; r < rows; ++r)
+      kernels::swiglu(gate_up.data() + size_t(r) * 2 * ffn, gate_up.data() + size_t(r) * 2 * ffn + ffn, ffn,
+                      expected.data() + size_t(r) * ffn);
+    auto d_in = test::to_device_bf16(gate_up);
+    cuda::DeviceBuffer d_out(expected.size() * 2);
+    cuda::swiglu(d_in.as<__nv_bfloat16>(), rows, ffn, d_out.as<__nv_bfloat16>(), nullptr);
+    // bf16 output: within one rounding step (2^-8 relative) of the f32 value.
+    const auto got = test::from_device_bf16(d_out, expected.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], expected[i], std::abs(expected[i]) / 128 + 1e-3)
+          << "rows " << rows << " ffn " << ffn << " element " << i;
+  }
+}
+
+// Prefill rows land at each head's offset + length + row, K and V alike: head_dim 128 takes the
+// 16-byte copies, head_dim 12 the one-value path.
+TEST(CudaOps, AppendKvPlacesPrefillRowsInTheCache) {
+  KVB_REQUIRE_GPU();
+  for (int d : {128, 12}) {
+    const int rows = 37, hq = 4, hkv = 2, capacity = 64, width = (hq + 2 * hkv) * d;
+    const std::vector<int64_t> offsets = {capacity, 0};
+    const std::vector<int32_t> lengths = {3, 20};
+    auto qkv = random_bf16_values(size_t(rows) * width, 40);
+    std::vector<float> want_k(size_t(2) * capacity * d, 0.f), want_v = want_k;
+    for (int r = 0; r < rows; ++r)
+      for (int h = 0; h < hkv; ++h)
+        for (int j = 0; j < d; ++j) {
+          const size_t slot = size_t(offsets[h] + lengths[h] + r) * d + j;
+          want_k[slot] = qkv[size_t(r) * width + (hq + h) * d + j];
+          want_v[slot] = qkv[size_t(r) * width + (hq + hkv + h) * d + j];
+        }
+    auto d_qkv = test::to_device_bf16(qkv);
+    auto d_offsets = test::to_device(offsets);
+    auto d_lengths = test::to_device(lengths);
+    cuda::DeviceBuffer d_k(want_k.size() * 2), d_v(want_v.size() * 2);
+    cudaMemset(d_k.data(), 0, d_k.bytes());
+    cudaMemset(d_v.data(), 0, d_v.bytes());
+    cuda::append_kv(d_qkv.as<__nv_bfloat16>(), rows, rows, hq, hkv, d, d_offsets.as<int64_t>(),
+                    d_lengths.as<int32_t>(), d_k.as<__nv_bfloat16>(), d_v.as<__nv_bfloat16>(), nullptr);
+    EXPECT_EQ(test::from_device_bf16(d_k, want_k.size()), want_k) << "head_dim " << d;
+    EXPECT_EQ(test::from_device_bf16(d_v, want_v.size()), want_v) << "head_dim " << d;
+  }
 }
 
 TEST(CudaOps, GemmMatchesCpuMatmul) {
