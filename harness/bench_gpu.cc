@@ -1,10 +1,13 @@
 #include "harness/bench_gpu.h"
 
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "engine/cache_policy.h"
 #include "engine/errors.h"
+#include "engine/model.h"
 #include "harness/gpu_selection.h"
 #include "policies/registry.h"
 #ifdef KVB_HAVE_CUDA
@@ -59,6 +62,18 @@ void add_selectors(const std::vector<std::string>& policies, const nlohmann::jso
   options.policy = "full";
   options.budget.reset();
 }
+
+// The text of `path` in the model's tokens (no BOS: the ids are tiled to each context length).
+std::vector<int32_t> prompt_tokens(const std::string& path, const std::string& model) {
+  if (model.empty())
+    throw InputError("--prompt-file " + path + " needs --model PATH (a preset has no tokenizer)");
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw InputError("--prompt-file " + path + ": cannot open the file");
+  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const auto ids = load_model(model).tokenizer->encode(text, false);
+  if (ids.empty()) throw InputError("--prompt-file " + path + " holds no text to tokenize");
+  return std::vector<int32_t>(ids.begin(), ids.end());
+}
 #endif
 
 }  // namespace
@@ -86,12 +101,14 @@ int run_gpu_bench(const Args& args) {
                    "with nvcc)");
 #else
   args.allow_only({"device", "model", "preset", "dummy", "context", "batch", "policy", "budget",
-                   "params", "steps", "max-batch", "no-graphs", "json"});
+                   "params", "steps", "max-batch", "no-graphs", "prompt-file", "json"});
   CudaBenchOptions options;
   options.preset = args.get_or("preset", "");
   options.model = args.get_or("model", "");
   if (options.preset.empty() == options.model.empty())
     throw InputError("bench on the GPU needs exactly one of --model PATH or --preset NAME");
+  if (auto prompt_file = args.maybe("prompt-file"))
+    options.prompt_ids = prompt_tokens(*prompt_file, options.model);
   options.contexts = int_list(args, "context", {4096});
   options.batches = int_list(args, "batch", {1});
   options.policy = args.get_or("policy", "full");

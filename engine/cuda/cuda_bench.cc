@@ -1,8 +1,10 @@
 #include "engine/cuda/cuda_bench.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <random>
 
 #include "engine/cuda/cuda_engine.h"
@@ -26,6 +28,17 @@ std::vector<int32_t> random_ids(int n, int vocab, uint32_t seed) {
   std::vector<int32_t> ids(n);
   for (auto& id : ids) id = static_cast<int32_t>(rng() % vocab);
   return ids;
+}
+
+// `tokens` repeated (and cut) to exactly n ids.
+std::vector<int32_t> tiled_ids(const std::vector<int32_t>& tokens, int n) {
+  std::vector<int32_t> ids(n);
+  for (int i = 0; i < n; ++i) ids[i] = tokens[i % tokens.size()];
+  return ids;
+}
+
+int32_t argmax_token(const std::vector<float>& logits) {
+  return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
 // Tokens kept per head after prefill compression (the window counts inside the budget).
@@ -75,11 +88,9 @@ int largest_batch(CudaEngine& engine, int capacity) {
 
 // TPOT with the ART walk on the same cache (reset to the same state) as the plain measurement in
 // `tpot_ms`, which becomes the ART figure; the plain one is kept as tpot_without_art_ms.
-void measure_early_exit(CudaEngine& engine, const CudaBenchOptions& options, int context, int keep,
-                        nlohmann::json& row, double& tpot_ms) {
-  const int batch = engine.batch();
-  engine.fill_cache_random(keep, 11);
-  engine.set_next_tokens(std::vector<int32_t>(batch, 1), std::vector<int32_t>(batch, context));
+void measure_early_exit(CudaEngine& engine, const CudaBenchOptions& options,
+                        const std::function<void()>& reset_cache, nlohmann::json& row, double& tpot_ms) {
+  reset_cache();
   engine.set_early_exit(options.early_exit);
   engine.reset_early_exit_counts();
   const double art_ms = time_decode(engine, options.decode_steps, options.use_graphs);
@@ -110,11 +121,10 @@ std::vector<float> random_projection(const ModelConfig& config) {
 // TPOT of one decode selector on a cache of `keep` entries per head (the Full figure's cache,
 // refilled), with its start (hashing / page bounds of every layer) timed apart.
 nlohmann::json measure_selector(CudaEngine& engine, const CudaBenchOptions& options,
-                                const SparseDecodeBench& selector, int context, int keep,
-                                double full_tpot_ms) {
+                                const SparseDecodeBench& selector, const std::function<void()>& reset_cache,
+                                int context, int keep, double full_tpot_ms) {
   const int batch = engine.batch();
-  engine.fill_cache_random(keep, 11);
-  engine.set_next_tokens(std::vector<int32_t>(batch, 1), std::vector<int32_t>(batch, context));
+  reset_cache();
   SparseDecodeConfig config = selector.config;
   config.token_budget = std::max(1, std::min(keep, selector.budget.tokens_for(keep)));
   const bool random_rows =
@@ -182,7 +192,8 @@ nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
       cuda::reset_device_peak();
       engine->allocate_cache(batch, context + options.decode_steps + 2);
       // TTFT: prefill + (uniform) compression + first sampling, for sequence 0.
-      const auto ids = random_ids(context, config.vocab_size, 7);
+      const auto ids = options.prompt_ids.empty() ? random_ids(context, config.vocab_size, 7)
+                                                   : tiled_ids(options.prompt_ids, context);
       engine->prefill(0, random_ids(128, config.vocab_size, 3));  // warm-up
       engine->allocate_cache(batch, context + options.decode_steps + 2);
       const auto start = Clock::now();
@@ -195,13 +206,28 @@ nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
       row["compress_ms"] = compress_ms;
       row["ttft_ms"] = prefill_ms + compress_ms;
       row["prefill_tokens_per_s"] = context / (prefill_ms / 1e3);
-      // TPOT at this batch: every sequence holds `keep` entries.
-      engine->fill_cache_random(keep, 11);
-      engine->set_next_tokens(std::vector<int32_t>(batch, 1), std::vector<int32_t>(batch, context));
+      // TPOT at this batch: every sequence holds `keep` entries, random or the real prompt's.
+      const int32_t first_token = argmax_token(logits);
+      const std::function<void()> reset_cache = [&] {
+        if (options.prompt_ids.empty()) {
+          engine->fill_cache_random(keep, 11);
+          engine->set_next_tokens(std::vector<int32_t>(batch, 1), std::vector<int32_t>(batch, context));
+          return;
+        }
+        engine->allocate_cache(batch, context + options.decode_steps + 2);
+        for (int seq = 0; seq < batch; ++seq) {
+          engine->prefill(seq, ids);
+          if (keep < context) engine->compact(seq, recent_kept(config, context, keep));
+        }
+        engine->set_next_tokens(std::vector<int32_t>(batch, first_token),
+                                std::vector<int32_t>(batch, context));
+      };
+      reset_cache();
       double tpot_ms = time_decode(*engine, options.decode_steps, options.use_graphs);
-      if (options.early_exit) measure_early_exit(*engine, options, context, keep, row, tpot_ms);
+      if (options.early_exit) measure_early_exit(*engine, options, reset_cache, row, tpot_ms);
       for (const SparseDecodeBench& selector : options.selectors)
-        row["selectors"].push_back(measure_selector(*engine, options, selector, context, keep, tpot_ms));
+        row["selectors"].push_back(
+            measure_selector(*engine, options, selector, reset_cache, context, keep, tpot_ms));
       const double kv_bytes = double(engine->kv_bytes());
       const double bound_ms = (engine->weight_bytes() + kv_bytes) / (bandwidth_gbs * 1e9) * 1e3;
       row["tpot_ms"] = tpot_ms;
