@@ -206,6 +206,8 @@ EarlyExitOracleTrace early_exit_oracle_trace(const EarlyExitAttentionArgs& args,
     if (trace.oracle_stop_block < 0 && worst < tolerance) trace.oracle_stop_block = static_cast<int>(b);
     if (trace.probe_stop_block < 0 && trace.probe_says_stop[b]) trace.probe_stop_block = static_cast<int>(b);
   }
+  for (int b = trace.blocks_total - 1; b >= 0 && trace.relative_error[b] < tolerance; --b)
+    trace.safe_stop_block = b;
   return trace;
 }
 
@@ -217,6 +219,8 @@ void EarlyExitOracleSummary::add(const EarlyExitOracleTrace& trace, float tolera
     if (error >= tolerance) premature_stops += 1;
     relative_error_at_stop_sum += error;
   }
+  blocks += trace.blocks_total;
+  if (trace.safe_stop_block >= 0) safely_skippable_blocks += trace.blocks_total - 1 - trace.safe_stop_block;
   for (size_t b = 0; b < trace.relative_error.size(); ++b) {
     const bool probe = trace.probe_says_stop[b];
     const bool oracle = trace.relative_error[b] < tolerance;
@@ -236,6 +240,8 @@ void EarlyExitOracleSummary::add(const EarlyExitOracleSummary& other) {
   false_positives += other.false_positives;
   false_negatives += other.false_negatives;
   relative_error_at_stop_sum += other.relative_error_at_stop_sum;
+  blocks += other.blocks;
+  safely_skippable_blocks += other.safely_skippable_blocks;
 }
 
 }  // namespace kvb::kernels

@@ -76,6 +76,9 @@ struct EarlyExitOracleTrace {
   std::vector<bool> probe_says_stop;  // every head's counter >= patience after block b
   int probe_stop_block = -1;          // first block where the probe stops (-1: never)
   int oracle_stop_block = -1;         // first block with relative_error < tolerance (-1: never)
+  // First block from which relative_error stays < tolerance to the end: the earliest stop a
+  // perfect probe could make (-1: never; the error can rise again after oracle_stop_block).
+  int safe_stop_block = -1;
 };
 EarlyExitOracleTrace early_exit_oracle_trace(const EarlyExitAttentionArgs& args,
                                              const EarlyExitOptions& options, float tolerance);
@@ -92,6 +95,13 @@ struct EarlyExitOracleSummary {
   int64_t false_positives = 0;     // probe stops, oracle says the error is still too large
   int64_t false_negatives = 0;     // probe continues, oracle says the error is already small
   double relative_error_at_stop_sum = 0;  // over the walks that stopped
+  // Blocks of all walks, and those after each walk's safe_stop_block: the fraction a perfect
+  // probe at this tolerance could skip (what ART's probe could gain at best).
+  int64_t blocks = 0;
+  int64_t safely_skippable_blocks = 0;
+  double safely_skippable_fraction() const {
+    return blocks == 0 ? 0.0 : static_cast<double>(safely_skippable_blocks) / blocks;
+  }
   void add(const EarlyExitOracleTrace& trace, float tolerance);
   void add(const EarlyExitOracleSummary& other);
 };

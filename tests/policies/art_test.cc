@@ -166,6 +166,7 @@ TEST(EarlyExitOracle, TraceAgreesWithTheWalkAndSummaryAddsUp) {
   EarlyExitOptions defaults;
   EarlyExitOracleSummary summary;
   const float tolerance = 1e-3f;
+  int64_t skippable = 0, blocks = 0;
   for (int trial = 0; trial < 20; ++trial) {
     const int n = 1024 + 37 * trial;
     const DecodeLikeHead head = decode_like_head(n, 32, 1, 300 + trial);
@@ -178,9 +179,25 @@ TEST(EarlyExitOracle, TraceAgreesWithTheWalkAndSummaryAddsUp) {
     const int stop = trace.probe_stop_block < 0 ? trace.blocks_total - 1 : trace.probe_stop_block;
     EXPECT_EQ(stats.blocks_visited, stop + 1);
     EXPECT_GE(trace.oracle_stop_block, 0);
+    // The safe stop: every block from it on is within the tolerance, the one before it is not.
+    ASSERT_GE(trace.safe_stop_block, trace.oracle_stop_block);
+    for (int b = trace.safe_stop_block; b < trace.blocks_total; ++b)
+      EXPECT_LT(trace.relative_error[b], tolerance);
+    if (trace.safe_stop_block > 0) {
+      EXPECT_GE(trace.relative_error[trace.safe_stop_block - 1], tolerance);
+    }
+    skippable += trace.blocks_total - 1 - trace.safe_stop_block;
+    blocks += trace.blocks_total;
     summary.add(trace, tolerance);
   }
   EXPECT_EQ(summary.walks, 20);
+  EXPECT_EQ(summary.blocks, blocks);
+  EXPECT_EQ(summary.safely_skippable_blocks, skippable);
+  EXPECT_GT(summary.safely_skippable_fraction(), 0.0);
+  EarlyExitOracleSummary merged;
+  merged.add(summary);
+  EXPECT_EQ(merged.blocks, summary.blocks);
+  EXPECT_EQ(merged.safely_skippable_blocks, summary.safely_skippable_blocks);
   EXPECT_EQ(summary.agreements + summary.false_positives + summary.false_negatives, summary.boundaries);
   EXPECT_LE(summary.premature_stops, summary.probe_stops);
 }
