@@ -340,20 +340,11 @@ TEST_P(BinaryPcSelectionTest, IndexListsAndAttentionMatchCpuSelector) {
   const SelectCase c = GetParam();
   const int hq = c.n_query_heads, hkv = c.n_kv_heads, d = c.head_dim, group = hq / hkv;
   const int length = c.prompt + c.decoded, capacity = length + 8;
-  // One layer; keys and values bf16-representable; K/V [Hkv, capacity, d] for the GPU.
-  const std::vector<float> k_all = random_bf16_values(size_t(hkv) * capacity * d, 31, 2.0f);
-  const std::vector<float> v_all = random_bf16_values(size_t(hkv) * capacity * d, 32);
-  KvStore store(1, hkv, d);
-  store.reserve(capacity);
-  std::vector<float> k_row(size_t(hkv) * d), v_row(k_row.size());
-  auto append = [&](int j) {
-    for (int h = 0; h < hkv; ++h) {
-      std::copy_n(k_all.begin() + (int64_t(h) * capacity + j) * d, d, k_row.begin() + h * d);
-      std::copy_n(v_all.begin() + (int64_t(h) * capacity + j) * d, d, v_row.begin() + h * d);
-    }
-    store.append(0, j, k_row.data(), v_row.data());
-  };
-  for (int j = 0; j < c.prompt; ++j) append(j);
+  test::RandomLayerCache cache(hkv, d, capacity, 31);
+  const std::vector<float>& k_all = cache.k_all;
+  const std::vector<float>& v_all = cache.v_all;
+  KvStore& store = cache.store;
+  for (int j = 0; j < c.prompt; ++j) cache.append(j);
   auto projection_set = std::make_shared<BinaryProjectionSet>(1, hkv, d);
   for (int h = 0; h < hkv; ++h) {
     BinaryProjectionFit fit;
@@ -365,7 +356,7 @@ TEST_P(BinaryPcSelectionTest, IndexListsAndAttentionMatchCpuSelector) {
                              Budget::parse(std::to_string(c.budget)), projection_set);
   selector->start(store, c.prompt, c.budget);
   for (int j = c.prompt; j < length; ++j) {
-    append(j);
+    cache.append(j);
     selector->on_append(store, 0);
   }
   const std::vector<float> q = random_bf16_values(size_t(hq) * d, 33, 2.0f);

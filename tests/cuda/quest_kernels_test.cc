@@ -141,22 +141,14 @@ TEST_P(QuestSelectionTest, IndexListsAndAttentionMatchCpuSelector) {
   const QuestCase c = GetParam();
   const int hq = c.n_query_heads, hkv = c.n_kv_heads, d = c.head_dim, group = hq / hkv;
   const int length = c.prompt + c.decoded, capacity = length + 5;
-  const std::vector<float> k_all = random_bf16_values(size_t(hkv) * capacity * d, 51, 2.0f);
-  const std::vector<float> v_all = random_bf16_values(size_t(hkv) * capacity * d, 52);
-  KvStore store(1, hkv, d);
-  store.reserve(capacity);
-  std::vector<float> k_row(size_t(hkv) * d), v_row(k_row.size());
-  auto append = [&](int j) {
-    for (int h = 0; h < hkv; ++h) {
-      std::copy_n(k_all.begin() + (int64_t(h) * capacity + j) * d, d, k_row.begin() + h * d);
-      std::copy_n(v_all.begin() + (int64_t(h) * capacity + j) * d, d, v_row.begin() + h * d);
-    }
-    store.append(0, j, k_row.data(), v_row.data());
-  };
+  test::RandomLayerCache cache(hkv, d, capacity, 51);
+  const std::vector<float>& k_all = cache.k_all;
+  const std::vector<float>& v_all = cache.v_all;
+  KvStore& store = cache.store;
   auto d_k = test::to_device_bf16(k_all), d_v = test::to_device_bf16(v_all);
   DevicePages pages(d_k, hkv, capacity, d);
 
-  for (int j = 0; j < c.prompt; ++j) append(j);
+  for (int j = 0; j < c.prompt; ++j) cache.append(j);
   auto selector = make_quest_selector({{"dense_layers", nlohmann::json::array()},
                                        {"gqa", c.shared ? "shared" : "per_head"},
                                        {"keep_last_page", c.keep_last_page}},
@@ -164,7 +156,7 @@ TEST_P(QuestSelectionTest, IndexListsAndAttentionMatchCpuSelector) {
   selector->start(store, c.prompt, c.budget);
   pages.add(0, c.prompt);
   for (int j = c.prompt; j < length; ++j) {
-    append(j);
+    cache.append(j);
     selector->on_append(store, 0);
     pages.add(j, j + 1);
   }

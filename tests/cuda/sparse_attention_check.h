@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -23,6 +24,36 @@ struct DeviceSelection {
   const cuda::DeviceBuffer* count = nullptr;    // [hq] int32
   int n_lists = 0;
   int list_capacity = 0;
+};
+
+// One layer of random bf16-representable keys (scale 2) and values, both in the GPU layout
+// [Hkv, capacity, d], and the CPU store the selectors read, filled one position at a time.
+struct RandomLayerCache {
+  RandomLayerCache(int n_kv_heads, int head_dim, int capacity, uint32_t key_seed)
+      : k_all(random_bf16_values(size_t(n_kv_heads) * capacity * head_dim, key_seed, 2.0f)),
+        v_all(random_bf16_values(size_t(n_kv_heads) * capacity * head_dim, key_seed + 1)),
+        store(1, n_kv_heads, head_dim),
+        hkv(n_kv_heads),
+        d(head_dim),
+        capacity(capacity) {
+    store.reserve(capacity);
+  }
+
+  // Appends position j of every head to the store.
+  void append(int j) {
+    std::vector<float> k_row(size_t(hkv) * d), v_row(k_row.size());
+    for (int h = 0; h < hkv; ++h) {
+      std::copy_n(k_all.begin() + (int64_t(h) * capacity + j) * d, d, k_row.begin() + h * d);
+      std::copy_n(v_all.begin() + (int64_t(h) * capacity + j) * d, d, v_row.begin() + h * d);
+    }
+    store.append(0, j, k_row.data(), v_row.data());
+  }
+
+  const std::vector<float> k_all, v_all;
+  KvStore store;
+
+ private:
+  int hkv, d, capacity;
 };
 
 // One sequence; the cache holds `length` entries per KV head in rows of `capacity` (as `store`).
