@@ -159,18 +159,9 @@ struct CudaSparseDecode::State {
       LayerState& layer = layers[l];
       layer.page_min = DeviceBuffer(size_t(slots) * max_pages * d * 2, "Quest page min");
       layer.page_max = DeviceBuffer(size_t(slots) * max_pages * d * 2, "Quest page max");
-      cuda::QuestPagesArgs pages;
-      pages.keys = keys[l];
-      pages.key_slot_stride = key_slot_stride();
-      pages.n_slots = slots;
-      pages.head_dim = d;
-      pages.page_size = P;
+      cuda::QuestPagesArgs pages = quest_pages_of(layer);
       pages.begin = 0;
       pages.end = prompt_length;
-      pages.page_min = layer.page_min.as<bf16>();
-      pages.page_max = layer.page_max.as<bf16>();
-      pages.page_slot_stride = int64_t(max_pages) * d;
-      pages.max_pages = max_pages;
       cuda::quest_update_pages(pages, stream);
       layer.indices = DeviceBuffer(size_t(lists) * page_cap * P * 4, "Quest lists");
       allocate_list_heads(layer);
@@ -229,16 +220,7 @@ struct CudaSparseDecode::State {
 
   void attend_quest(LayerState& layer, cuda::DecodeAttentionArgs& a, cudaStream_t stream) {
     const int d = model.head_dim, P = config.page_size;
-    cuda::QuestPagesArgs pages;
-    pages.keys = keys_of(layer);
-    pages.key_slot_stride = key_slot_stride();
-    pages.n_slots = slots;
-    pages.head_dim = d;
-    pages.page_size = P;
-    pages.page_min = layer.page_min.as<bf16>();
-    pages.page_max = layer.page_max.as<bf16>();
-    pages.page_slot_stride = int64_t(max_pages) * d;
-    pages.max_pages = max_pages;
+    cuda::QuestPagesArgs pages = quest_pages_of(layer);
     pages.lengths = a.kv_length;
     cuda::quest_update_pages(pages, stream);
     cuda::QuestScoreArgs scores;
@@ -288,6 +270,22 @@ struct CudaSparseDecode::State {
   }
 
   const bf16* keys_of(const LayerState& layer) const { return keys[&layer - layers.data()]; }
+
+  // The page bounds of `layer` over its keys; the caller names the tokens to fold in (a range
+  // after prefill, the device lengths in a decode step).
+  cuda::QuestPagesArgs quest_pages_of(LayerState& layer) const {
+    cuda::QuestPagesArgs pages;
+    pages.keys = keys_of(layer);
+    pages.key_slot_stride = key_slot_stride();
+    pages.n_slots = slots;
+    pages.head_dim = model.head_dim;
+    pages.page_size = config.page_size;
+    pages.page_min = layer.page_min.as<bf16>();
+    pages.page_max = layer.page_max.as<bf16>();
+    pages.page_slot_stride = int64_t(max_pages) * model.head_dim;
+    pages.max_pages = max_pages;
+    return pages;
+  }
 };
 
 CudaSparseDecode::CudaSparseDecode(SparseDecodeConfig config, const SparseCacheView& cache,
