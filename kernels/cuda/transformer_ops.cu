@@ -78,6 +78,12 @@ __global__ void __launch_bounds__(kNormThreads) add_rmsnorm_kernel(float* residu
   }
 }
 
+// Whether every pointer is a multiple of `bytes` (the vectorised kernels' 8- and 16-byte accesses).
+template <typename... T>
+bool aligned_to(uintptr_t bytes, const T*... pointers) {
+  return ((reinterpret_cast<uintptr_t>(pointers) % bytes == 0) && ...);
+}
+
 // Prefill's many rows: 256 threads per row, 4 consecutive values per access (16-byte residual, 8-byte
 // delta and output), so a 32K-row norm streams at the memory's rate instead of one scalar per thread.
 constexpr int kRowsNormThreads = 256;
@@ -132,10 +138,9 @@ __global__ void __launch_bounds__(kRowsNormThreads) add_rmsnorm_rows_kernel(
 
 bool rows_norm_applies(int n, int d_model, const void* residual, const void* delta, const void* weight,
                        const void* out) {
-  const auto address = reinterpret_cast<uintptr_t>(residual) % 16 | reinterpret_cast<uintptr_t>(delta) % 8 |
-                       reinterpret_cast<uintptr_t>(weight) % 8 | reinterpret_cast<uintptr_t>(out) % 8;
   return n >= kRowsNormMinRows && d_model % 4 == 0 &&
-         d_model <= kRowsNormThreads * 4 * kRowsNormMaxChunks && address == 0;
+         d_model <= kRowsNormThreads * 4 * kRowsNormMaxChunks && aligned_to(16, residual) &&
+         aligned_to(8, delta, weight, out);
 }
 
 // Adds the bias to a qkv row and rotates its Q and K heads (one block per row). A rotation angle
@@ -200,9 +205,7 @@ __device__ void append_kv_row(const __nv_bfloat16* qkv, int row, int rows_per_se
 
 // 16-byte copies need head_dim a multiple of 8 and every buffer 16-byte aligned (rows then are).
 bool append_kv_vectorizable(const void* qkv, int head_dim, const void* k, const void* v) {
-  const auto misaligned = (reinterpret_cast<uintptr_t>(qkv) | reinterpret_cast<uintptr_t>(k) |
-                           reinterpret_cast<uintptr_t>(v)) % 16;
-  return head_dim % 8 == 0 && misaligned == 0;
+  return head_dim % 8 == 0 && aligned_to(16, qkv, k, v);
 }
 
 template <int kWidth>
@@ -642,7 +645,7 @@ void argmax_rows(const float* logits, int rows, int vocab, int32_t* next, cudaSt
 void swiglu(const __nv_bfloat16* gate_up, int n, int ffn, __nv_bfloat16* out, cudaStream_t stream) {
   if (int64_t(n) * ffn == 0) return;
   const bool vectorized =
-      ffn % 8 == 0 && (reinterpret_cast<uintptr_t>(gate_up) | reinterpret_cast<uintptr_t>(out)) % 16 == 0;
+      ffn % 8 == 0 && aligned_to(16, gate_up, out);
   const int width = vectorized ? 8 : 1;
   constexpr int kThreads = 256;
   const dim3 grid((ffn / width + kThreads - 1) / kThreads, std::min(n, 65535));
