@@ -7,7 +7,6 @@
 
 #include "engine/cache_policy.h"
 #include "engine/errors.h"
-#include "engine/model.h"
 #include "harness/gpu_selection.h"
 #include "policies/registry.h"
 #ifdef KVB_HAVE_CUDA
@@ -63,16 +62,13 @@ void add_selectors(const std::vector<std::string>& policies, const nlohmann::jso
   options.budget.reset();
 }
 
-// The text of `path` in the model's tokens (no BOS: the ids are tiled to each context length).
-std::vector<int32_t> prompt_tokens(const std::string& path, const std::string& model) {
-  if (model.empty())
-    throw InputError("--prompt-file " + path + " needs --model PATH (a preset has no tokenizer)");
+// The text of `path` (the bench tokenizes it with the model it loads, and refuses it with a preset).
+std::string prompt_text(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
   if (!file) throw InputError("--prompt-file " + path + ": cannot open the file");
-  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  const auto ids = load_model(model).tokenizer->encode(text, false);
-  if (ids.empty()) throw InputError("--prompt-file " + path + " holds no text to tokenize");
-  return std::vector<int32_t>(ids.begin(), ids.end());
+  std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  if (text.empty()) throw InputError("--prompt-file " + path + " holds no text to tokenize");
+  return text;
 }
 #endif
 
@@ -108,7 +104,7 @@ int run_gpu_bench(const Args& args) {
   if (options.preset.empty() == options.model.empty())
     throw InputError("bench on the GPU needs exactly one of --model PATH or --preset NAME");
   if (auto prompt_file = args.maybe("prompt-file"))
-    options.prompt_ids = prompt_tokens(*prompt_file, options.model);
+    options.prompt_text = prompt_text(*prompt_file);
   options.contexts = int_list(args, "context", {4096});
   options.batches = int_list(args, "batch", {1});
   options.policy = args.get_or("policy", "full");

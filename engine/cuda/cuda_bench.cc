@@ -154,6 +154,8 @@ nlohmann::json measure_selector(CudaEngine& engine, const CudaBenchOptions& opti
 
 nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
   if (!cuda::device_available()) throw InputError("bench on the GPU: no CUDA device is present");
+  if (!options.prompt_text.empty() && options.model.empty())
+    throw InputError("bench on the GPU: --prompt-file needs --model PATH (a preset has no tokenizer)");
   const auto device = cuda::device_info();
   std::fprintf(stderr, "[bench] device %s, %d SMs, %.1f GiB\n", device.name.c_str(), device.sm_count,
                device.total_bytes / double(1 << 30));
@@ -162,11 +164,17 @@ nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
                    {"memory_bytes", device.total_bytes}};
   const double bandwidth_gbs = cuda::measure_read_bandwidth_gbs(size_t(4) << 30, 10);
   std::unique_ptr<CudaEngine> engine;
+  std::vector<int32_t> prompt_ids;
   if (!options.preset.empty()) {
     engine = CudaEngine::from_preset(preset_config(options.preset), 1234);
   } else {
     LoadedModel model = load_model(options.model);
     engine = CudaEngine::from_weights(*model.weights);
+    if (!options.prompt_text.empty()) {
+      const auto tokens = model.tokenizer->encode(options.prompt_text, false);
+      prompt_ids.assign(tokens.begin(), tokens.end());
+      if (prompt_ids.empty()) throw InputError("bench on the GPU: the prompt has no tokens");
+    }
   }
   {
     cublasHandle_t handle;
@@ -192,8 +200,8 @@ nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
       cuda::reset_device_peak();
       engine->allocate_cache(batch, context + options.decode_steps + 2);
       // TTFT: prefill + (uniform) compression + first sampling, for sequence 0.
-      const auto ids = options.prompt_ids.empty() ? random_ids(context, config.vocab_size, 7)
-                                                   : tiled_ids(options.prompt_ids, context);
+      const auto ids = prompt_ids.empty() ? random_ids(context, config.vocab_size, 7)
+                                          : tiled_ids(prompt_ids, context);
       engine->prefill(0, random_ids(128, config.vocab_size, 3));  // warm-up
       engine->allocate_cache(batch, context + options.decode_steps + 2);
       const auto start = Clock::now();
@@ -207,22 +215,27 @@ nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
       row["ttft_ms"] = prefill_ms + compress_ms;
       row["prefill_tokens_per_s"] = context / (prefill_ms / 1e3);
       // TPOT at this batch: every sequence holds `keep` entries, random or the real prompt's.
+      // With a prompt, sequences from `first_prefill` on are prefilled (the earlier ones hold it).
       const int32_t first_token = argmax_token(logits);
-      const std::function<void()> reset_cache = [&] {
-        if (options.prompt_ids.empty()) {
+      const auto fill_cache = [&](int first_prefill) {
+        if (prompt_ids.empty()) {
           engine->fill_cache_random(keep, 11);
           engine->set_next_tokens(std::vector<int32_t>(batch, 1), std::vector<int32_t>(batch, context));
           return;
         }
-        engine->allocate_cache(batch, context + options.decode_steps + 2);
-        for (int seq = 0; seq < batch; ++seq) {
+        for (int seq = first_prefill; seq < batch; ++seq) {
           engine->prefill(seq, ids);
           if (keep < context) engine->compact(seq, recent_kept(config, context, keep));
         }
         engine->set_next_tokens(std::vector<int32_t>(batch, first_token),
                                 std::vector<int32_t>(batch, context));
       };
-      reset_cache();
+      // Sequence 0 already holds the timed prefill, compressed.
+      fill_cache(1);
+      const std::function<void()> reset_cache = [&] {
+        if (!prompt_ids.empty()) engine->allocate_cache(batch, context + options.decode_steps + 2);
+        fill_cache(0);
+      };
       double tpot_ms = time_decode(*engine, options.decode_steps, options.use_graphs);
       if (options.early_exit) measure_early_exit(*engine, options, reset_cache, row, tpot_ms);
       for (const SparseDecodeBench& selector : options.selectors)

@@ -34,10 +34,11 @@ struct CudaBenchOptions {
   // Decode selectors timed on the same full cache as the Full row (random projection rows for
   // BinaryPC without one: the decode cost does not depend on their values).
   std::vector<SparseDecodeBench> selectors;
-  // Real text instead of random ids (`--prompt-file`): its tokens, repeated to each context, are
-  // prefilled and every TPOT figure decodes greedily from that prefill's own keys and values (so
-  // ART sees the model's real attention); empty: random ids and a random-filled cache.
-  std::vector<int32_t> prompt_ids;
+  // Real text instead of random ids (`--prompt-file`, needs `model`): its tokens in the model's
+  // tokenizer, repeated to each context, are prefilled and every TPOT figure decodes greedily from
+  // that prefill's own keys and values (so ART sees the model's real attention); empty: random ids
+  // and a random-filled cache.
+  std::string prompt_text;
   int decode_steps = 64;
   bool find_max_batch = false;       // largest batch that fits, and throughput there
   bool use_graphs = true;
