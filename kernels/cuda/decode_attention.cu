@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cfloat>
 #include <cstdint>
 
@@ -19,6 +20,7 @@
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_tiles.cuh"
+#include "kernels/cuda/split_merge.cuh"
 
 namespace kvb::cuda {
 namespace {
@@ -187,9 +189,8 @@ constexpr int kTileKeys = 64;
 
 template <int D>
 __global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeAttentionArgs args,
-                                                              int chunk_size, int n_chunks) {
-  wait_for_predecessor();
-  allow_successor_launch();
+                                                              int chunk_size, int n_chunks,
+                                                              bool early_tile) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* s_q = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [16][D]
   __nv_bfloat16* s_k = s_q + 16 * D;                                  // [2][64][D]
@@ -199,16 +200,28 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeAttentionArg
   const int b = blockIdx.z;
   const int group = args.n_query_heads / args.n_kv_heads;
   const int head0 = kv_head * group;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-
-  const int64_t kv_row0 = args.kv_offset[b * args.n_kv_heads + kv_head];
-  const int count = args.kv_length[b * args.n_kv_heads + kv_head];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
   const int begin = chunk * chunk_size;
+  // The first tile's loads leave before the wait when its rows are settled. Offsets change only when
+  // the cache is allocated, and within a decode step kernels only append: the length read here is
+  // the step's old one or (if the append has landed) one more, so rows below it minus one are final.
+  const int64_t kv_row0 = args.kv_offset[b * args.n_kv_heads + kv_head];
+  const bool tile0_early =
+      early_tile && begin + kTileKeys <= args.kv_length[b * args.n_kv_heads + kv_head] - 1;
+  if (tile0_early) {
+    load_tile<D>(s_k, args.k + (kv_row0 + begin) * D, D, kTileKeys, kTileKeys);
+    load_tile<D>(s_v, args.v + (kv_row0 + begin) * D, D, kTileKeys, kTileKeys);
+    cp_async_commit();
+  }
+  wait_for_predecessor();
+  allow_successor_launch();
+
+  const int count = args.kv_length[b * args.n_kv_heads + kv_head];
   const int end = min(count, begin + chunk_size);
   const int n_tiles = end > begin ? (end - begin + kTileKeys - 1) / kTileKeys : 0;
 
   load_tile<D>(s_q, args.q + b * args.q_seq_stride + int64_t(head0) * D, D, 16, group);
-  if (n_tiles > 0) {
+  if (n_tiles > 0 && !tile0_early) {
     load_tile<D>(s_k, args.k + (kv_row0 + begin) * D, D, kTileKeys, min(kTileKeys, end - begin));
     load_tile<D>(s_v, args.v + (kv_row0 + begin) * D, D, kTileKeys, min(kTileKeys, end - begin));
   }
@@ -303,47 +316,9 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeAttentionArg
     __syncthreads();
   }
 
-  // Merge the 4 warps' states (rows = query heads of the group) through shared memory.
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    row_sum[r] += __shfl_xor_sync(0xffffffff, row_sum[r], 1);
-    row_sum[r] += __shfl_xor_sync(0xffffffff, row_sum[r], 2);
-  }
-  float* s_acc = reinterpret_cast<float*>(s_k);  // [4][16][D], reuses the K/V tiles
-  float* s_max = s_acc + 4 * 16 * D;             // [4][16]
-  float* s_sum = s_max + 4 * 16;                 // [4][16]
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = g + 8 * r;
-    if (t == 0) {
-      s_max[warp * 16 + row] = row_max[r];
-      s_sum[warp * 16 + row] = row_sum[r];
-    }
-#pragma unroll
-    for (int dt = 0; dt < kDimTiles; ++dt) {
-      s_acc[(warp * 16 + row) * D + dt * 8 + 2 * t] = o[dt][2 * r];
-      s_acc[(warp * 16 + row) * D + dt * 8 + 2 * t + 1] = o[dt][2 * r + 1];
-    }
-  }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < group * D; idx += kThreads) {
-    const int row = idx / D, dim = idx % D;
-    float best = -INFINITY;
-    for (int w = 0; w < 4; ++w) best = fmaxf(best, s_max[w * 16 + row]);
-    float sum = 0.f, value = 0.f;
-    for (int w = 0; w < 4; ++w) {
-      const float weight = best == -INFINITY ? 0.f : exp2f(s_max[w * 16 + row] - best);
-      sum += s_sum[w * 16 + row] * weight;
-      value += s_acc[(w * 16 + row) * D + dim] * weight;
-    }
-    float* partial = args.workspace +
-                     ((int64_t(b) * args.n_query_heads + head0 + row) * n_chunks + chunk) * (D + 2);
-    if (dim == 0) {
-      partial[0] = best;
-      partial[1] = sum;
-    }
-    partial[2 + dim] = value;
-  }
+  store_split_partials<D, kThreads>(o, row_max, row_sum, reinterpret_cast<float*>(s_k), group, [&](int row) {
+    return args.workspace + ((int64_t(b) * args.n_query_heads + head0 + row) * n_chunks + chunk) * (D + 2);
+  });
 }
 
 template <int D>
@@ -356,20 +331,8 @@ __global__ void decode_merge_kernel(DecodeAttentionArgs args, int n_chunks, int 
   int count = args.indices ? args.index_count[b * args.n_query_heads + head]
                            : args.kv_length[b * args.n_kv_heads + head / group];
   const int used = min(n_chunks, (count + chunk_size - 1) / chunk_size);
-  const float* partial = args.workspace + (int64_t(b) * args.n_query_heads + head) * n_chunks * (D + 2);
-  float best = -INFINITY;
-  for (int c = 0; c < used; ++c) best = fmaxf(best, partial[c * (D + 2)]);
-  for (int dim = threadIdx.x; dim < D; dim += blockDim.x) {
-    float sum = 0.f, value = 0.f;
-    for (int c = 0; c < used; ++c) {
-      const float* p = partial + c * (D + 2);
-      const float w = best == -INFINITY ? 0.f : exp2f(p[0] - best);
-      sum += p[1] * w;
-      value += p[2 + dim] * w;
-    }
-    args.out[b * args.out_seq_stride + head * D + dim] =
-        __float2bfloat16(sum > 0.f ? value / sum : 0.f);
-  }
+  merge_split_partials<D>(args.workspace + (int64_t(b) * args.n_query_heads + head) * n_chunks * (D + 2), used,
+                          args.out + b * args.out_seq_stride + head * D);
 }
 
 // Chunks give every SM about 3 blocks; dense chunks are whole 64-key tiles, and in dense mode never
@@ -392,6 +355,14 @@ void launch_indexed(const DecodeAttentionArgs& args, int chunk, int n_chunks, cu
   dim3 grid(n_chunks, args.n_query_heads, args.batch);
   launch_overlapped(decode_partial_kernel<D, G>, grid, kThreads, 0, stream, "decode_partial_kernel", args,
                     chunk, n_chunks);
+}
+
+bool early_tile_enabled() {  // KVB_CUDA_EARLY_TILE=0 turns the early first tile off (A/B timing)
+  static const bool enabled = [] {
+    const char* value = std::getenv("KVB_CUDA_EARLY_TILE");
+    return value == nullptr || std::string(value) != "0";
+  }();
+  return enabled;
 }
 
 template <int D>
@@ -418,7 +389,7 @@ void launch_decode(const DecodeAttentionArgs& args, cudaStream_t stream) {
       configured = true;
     }
     launch_overlapped(decode_mma_kernel<D>, dim3(n_chunks, args.n_kv_heads, args.batch), kThreads, smem,
-                      stream, "decode_mma_kernel", args, chunk, n_chunks);
+                      stream, "decode_mma_kernel", args, chunk, n_chunks, early_tile_enabled());
   }
   launch_overlapped(decode_merge_kernel<D>, dim3(args.n_query_heads, args.batch), D, 0, stream,
                     "decode_merge_kernel", args, n_chunks, chunk);

@@ -18,6 +18,7 @@
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_tiles.cuh"
+#include "kernels/cuda/split_merge.cuh"
 
 namespace kvb::cuda {
 namespace {
@@ -410,48 +411,12 @@ __device__ __forceinline__ void walk_split(const EarlyExitDecodeArgs& ea, const 
   if (tid == 0) atomicAdd(state + kLoadedScratch, tiles_loaded);
   if (!decider && stop) return;  // the merge uses the decider alone
 
-  // Merge the 4 warps' states through shared memory (as decode_mma_kernel) into the partial.
+  // The warps' states into the partial, through the K tiles' shared memory (free once every warp
+  // is done with them).
   __syncthreads();
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    row_sum[r] += __shfl_xor_sync(0xffffffff, row_sum[r], 1);
-    row_sum[r] += __shfl_xor_sync(0xffffffff, row_sum[r], 2);
-  }
-  float* s_acc = reinterpret_cast<float*>(s_k);  // [4][16][D] over both K buffers
-  float* s_max = reinterpret_cast<float*>(s_v);  // [4][16]
-  float* s_sum = s_max + 4 * 16;                 // [4][16]
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = g + 8 * r;
-    if (t == 0) {
-      s_max[warp * 16 + row] = row_max[r];
-      s_sum[warp * 16 + row] = row_sum[r];
-    }
-#pragma unroll
-    for (int dt = 0; dt < kDimTiles; ++dt) {
-      s_acc[(warp * 16 + row) * D + dt * 8 + 2 * t] = o[dt][2 * r];
-      s_acc[(warp * 16 + row) * D + dt * 8 + 2 * t + 1] = o[dt][2 * r + 1];
-    }
-  }
-  __syncthreads();
-  for (int idx = tid; idx < wk.rows * D; idx += kThreads) {
-    const int row = idx / D, dim = idx % D;
-    float best = -INFINITY;
-    for (int q = 0; q < kWarps; ++q) best = fmaxf(best, s_max[q * 16 + row]);
-    float sum = 0.f, value = 0.f;
-    for (int q = 0; q < kWarps; ++q) {
-      const float weight = best == -INFINITY ? 0.f : exp2f(s_max[q * 16 + row] - best);
-      sum += s_sum[q * 16 + row] * weight;
-      value += s_acc[(q * 16 + row) * D + dim] * weight;
-    }
-    float* partial = args.workspace +
-                     ((int64_t(b) * args.n_query_heads + wk.head0 + row) * n_chunks + chunk) * (D + 2);
-    if (dim == 0) {
-      partial[0] = best;
-      partial[1] = sum;
-    }
-    partial[2 + dim] = value;
-  }
+  store_split_partials<D, kThreads>(o, row_max, row_sum, reinterpret_cast<float*>(s_k), wk.rows, [&](int row) {
+    return args.workspace + ((int64_t(b) * args.n_query_heads + wk.head0 + row) * n_chunks + chunk) * (D + 2);
+  });
 }
 
 template <int D, bool kIndexed>
@@ -495,22 +460,8 @@ __global__ void early_exit_merge_kernel(EarlyExitDecodeArgs ea, WalkLayout layou
   const int loaded = bookkeeper ? state[kLoadedScratch] : 0;
   const int epoch = bookkeeper ? state[kEpoch] : 0;
   const int used = stop != 0 ? 1 : chunks_used(layout, blocks);
-  const float* partial = args.workspace + (int64_t(b) * args.n_query_heads + head) * n_chunks * (D + 2);
-  // Unrolled so that the partials' loads are in flight together (-0.8 us per call at 32K).
-  float best = -INFINITY;
-#pragma unroll 8
-  for (int c = 0; c < used; ++c) best = fmaxf(best, partial[c * (D + 2)]);
-  for (int dim = threadIdx.x; dim < D; dim += blockDim.x) {
-    float sum = 0.f, value = 0.f;
-#pragma unroll 8
-    for (int c = 0; c < used; ++c) {
-      const float* p = partial + c * (D + 2);
-      const float weight = best == -INFINITY ? 0.f : exp2f(p[0] - best);
-      sum += p[1] * weight;
-      value += p[2 + dim] * weight;
-    }
-    args.out[b * args.out_seq_stride + head * D + dim] = __float2bfloat16(sum > 0.f ? value / sum : 0.f);
-  }
+  merge_split_partials<D>(args.workspace + (int64_t(b) * args.n_query_heads + head) * n_chunks * (D + 2), used,
+                          args.out + b * args.out_seq_stride + head * D);
   if (bookkeeper) {
     const int visited = stop != 0 ? stop : blocks;
     state[kBlocksVisited] = visited;

@@ -2,8 +2,10 @@
 // scheduled while the previous kernel of its stream is still finishing, so the launch latency and
 // the ramp-up of consecutive small decode kernels overlap instead of adding up (a decode step is
 // ~300 launches). Correctness rests on one rule: every kernel launched this way calls
-// wait_for_predecessor() before its first global-memory access; that waits until the previous grid
-// has completed and its writes are visible. allow_successor_launch() lets the next kernel be
+// wait_for_predecessor() before it reads anything an earlier kernel may still be writing; that waits
+// until the previous grid has completed and its writes are visible. Before the wait a kernel reads
+// only what no kernel writes (weights, cache offsets) or what it shows to be settled (the decode
+// attention's first tile), which takes a memory round trip off a latency-bound kernel. allow_successor_launch() lets the next kernel be
 // scheduled once every block of this one has started. Both are no-ops below sm_90 and when the
 // kernel was launched normally, so a kernel can be launched either way.
 #pragma once

@@ -50,6 +50,12 @@ __global__ void __launch_bounds__(kNormThreads) add_rmsnorm_kernel(float* residu
                                                                   const __nv_bfloat16* weight,
                                                                   int d_model, float eps,
                                                                   __nv_bfloat16* out) {
+  float scales[kNormMaxPerThread];  // the weights: constant, so read before the wait
+#pragma unroll
+  for (int k = 0; k < kNormMaxPerThread; ++k) {
+    const int j = threadIdx.x + k * kNormThreads;
+    scales[k] = j < d_model ? __bfloat162float(weight[j]) : 0.f;
+  }
   wait_for_predecessor();
   allow_successor_launch();
   const int64_t row = blockIdx.x;
@@ -74,7 +80,7 @@ __global__ void __launch_bounds__(kNormThreads) add_rmsnorm_kernel(float* residu
 #pragma unroll
   for (int k = 0; k < kNormMaxPerThread; ++k) {
     const int j = threadIdx.x + k * kNormThreads;
-    if (j < d_model) out[row * d_model + j] = __float2bfloat16(values[k] * inv * __bfloat162float(weight[j]));
+    if (j < d_model) out[row * d_model + j] = __float2bfloat16(values[k] * inv * scales[k]);
   }
 }
 

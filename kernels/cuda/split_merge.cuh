@@ -1,0 +1,103 @@
+// The two merges of split-KV (flash-decoding) attention, shared by the dense decode kernel
+// (decode_attention.cu) and the ART walk (early_exit_decode.cu). A split's partial is
+// [max (log2 units), sum, acc[D]] with acc = sum_j 2^(s_j - max) v_j and sum its weights; merging
+// partials is out = sum_c 2^(m_c - M) acc_c / sum_c 2^(m_c - M) l_c with M = max_c m_c.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace kvb::cuda {
+
+// Within a split: the 4 warps of an m16n8k16 walk (each saw its 16 keys of every tile; rows g and
+// g + 8 of the tile are query heads) merge through shared memory `scratch` — at least
+// 4 * 16 * D + 2 * 4 * 16 floats, free to overwrite — and rows [0, rows) are written to
+// partial_of(row). row_sum is this thread's share (the quad's lanes are summed here).
+template <int D, int kThreads, typename PartialOf>
+__device__ __forceinline__ void store_split_partials(float (&o)[D / 8][4], const float (&row_max)[2],
+                                                     float (&row_sum)[2], float* scratch, int rows,
+                                                     PartialOf partial_of) {
+  constexpr int kDimTiles = D / 8;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_sum[r] += __shfl_xor_sync(0xffffffff, row_sum[r], 1);
+    row_sum[r] += __shfl_xor_sync(0xffffffff, row_sum[r], 2);
+  }
+  float* s_acc = scratch;                 // [4][16][D]
+  float* s_max = s_acc + 4 * 16 * D;      // [4][16]
+  float* s_sum = s_max + 4 * 16;          // [4][16]
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = g + 8 * r;
+    if (t == 0) {
+      s_max[warp * 16 + row] = row_max[r];
+      s_sum[warp * 16 + row] = row_sum[r];
+    }
+#pragma unroll
+    for (int dt = 0; dt < kDimTiles; ++dt) {
+      s_acc[(warp * 16 + row) * D + dt * 8 + 2 * t] = o[dt][2 * r];
+      s_acc[(warp * 16 + row) * D + dt * 8 + 2 * t + 1] = o[dt][2 * r + 1];
+    }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < rows * D; idx += kThreads) {
+    const int row = idx / D, dim = idx % D;
+    float best = -INFINITY;
+    for (int w = 0; w < 4; ++w) best = fmaxf(best, s_max[w * 16 + row]);
+    float sum = 0.f, value = 0.f;
+    for (int w = 0; w < 4; ++w) {
+      const float weight = best == -INFINITY ? 0.f : exp2f(s_max[w * 16 + row] - best);
+      sum += s_sum[w * 16 + row] * weight;
+      value += s_acc[(w * 16 + row) * D + dim] * weight;
+    }
+    float* partial = partial_of(row);
+    if (dim == 0) {
+      partial[0] = best;
+      partial[1] = sum;
+    }
+    partial[2 + dim] = value;
+  }
+}
+
+// Across splits, one block per (query head, sequence): out[dim] from partials [0, used) (stride
+// D + 2). The block is latency-bound (a few KB from L2), so its loads go out in as few dependent
+// rounds as possible: every thread takes a share of the maxima, then each dimension's thread keeps
+// kInFlight splits' loads in flight; sums run in split order, as a sequential merge would.
+template <int D>
+__device__ __forceinline__ void merge_split_partials(const float* partial, int used, __nv_bfloat16* out) {
+  constexpr int kInFlight = 16;
+  __shared__ float s_best[32];
+  float best = -INFINITY;
+  for (int c = threadIdx.x; c < used; c += blockDim.x) best = fmaxf(best, partial[int64_t(c) * (D + 2)]);
+  for (int off = 16; off > 0; off /= 2) best = fmaxf(best, __shfl_xor_sync(0xffffffff, best, off));
+  if (threadIdx.x % 32 == 0) s_best[threadIdx.x / 32] = best;
+  __syncthreads();
+  best = -INFINITY;
+  for (int w = 0; w < int(blockDim.x + 31) / 32; ++w) best = fmaxf(best, s_best[w]);
+  for (int dim = threadIdx.x; dim < D; dim += blockDim.x) {
+    float sum = 0.f, value = 0.f;
+    for (int c0 = 0; c0 < used; c0 += kInFlight) {
+      float m[kInFlight], l[kInFlight], v[kInFlight];
+#pragma unroll
+      for (int k = 0; k < kInFlight; ++k) {
+        const float* p = partial + int64_t(c0 + k) * (D + 2);
+        const bool live = c0 + k < used;
+        m[k] = live ? p[0] : -INFINITY;
+        l[k] = live ? p[1] : 0.f;
+        v[k] = live ? p[2 + dim] : 0.f;
+      }
+#pragma unroll
+      for (int k = 0; k < kInFlight; ++k) {
+        if (c0 + k >= used) break;
+        const float weight = best == -INFINITY ? 0.f : exp2f(m[k] - best);
+        sum += l[k] * weight;
+        value += v[k] * weight;
+      }
+    }
+    out[dim] = __float2bfloat16(sum > 0.f ? value / sum : 0.f);
+  }
+}
+
+}  // namespace kvb::cuda
