@@ -46,6 +46,22 @@ bool wgmma_prefill_available(int head_dim);
 // elements). With `indices`, head (b, a) attends only to the rows listed at
 // indices[index_offset[b*Hq+a] .. + index_count[b*Hq+a]] (relative to its KV head's first row), each
 // with an optional additive logit bias at the same place in `logit_bias`.
+// The decode step's token, appended by decode_attention itself (dense mode): what
+// rope_append_kv_decode would do before it, without a kernel boundary between. The query and the
+// new K and V are read pre-RoPE and unbiased from the sequence's row at `q` ([Hq | Hkv K | Hkv V]
+// heads of head_dim); the query is biased and rotated in shared memory (q in memory stays as it
+// is), K and V are written at each KV head's current length in k_cache/v_cache (the buffers behind
+// k/v), the query attends over length + 1 entries, and kv_length advances by one.
+struct DecodeAppend {
+  const int32_t* positions = nullptr;   // [B]; nullptr = no append (the caller appended)
+  const float* inv_freq = nullptr;      // [head_dim / 2]
+  const __nv_bfloat16* bias = nullptr;  // [(Hq + 2 Hkv) * head_dim] or nullptr
+  bool interleaved = false;
+  __nv_bfloat16* k_cache = nullptr;
+  __nv_bfloat16* v_cache = nullptr;
+  int32_t* kv_length = nullptr;         // the same lengths as DecodeAttentionArgs::kv_length
+};
+
 struct DecodeAttentionArgs {
   const __nv_bfloat16* q = nullptr;   // [B, Hq, head_dim] contiguous per sequence with q_seq_stride
   int64_t q_seq_stride = 0;
@@ -67,6 +83,7 @@ struct DecodeAttentionArgs {
   float scale = 0;
   float* workspace = nullptr;          // decode_attention_workspace_floats(...) floats
   int chunk_size = 0;                  // 0 = choose automatically
+  DecodeAppend append;                 // dense mode only
 };
 size_t decode_attention_workspace_floats(int batch, int n_query_heads, int head_dim, int max_kv_length);
 void decode_attention(const DecodeAttentionArgs& args, cudaStream_t stream);

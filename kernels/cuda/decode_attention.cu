@@ -20,6 +20,7 @@
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_tiles.cuh"
+#include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/split_merge.cuh"
 
 namespace kvb::cuda {
@@ -213,14 +214,56 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeAttentionArg
     load_tile<D>(s_v, args.v + (kv_row0 + begin) * D, D, kTileKeys, kTileKeys);
     cp_async_commit();
   }
+  const DecodeAppend& append = args.append;
+  const bool appends = append.positions != nullptr;
+  // With the append: this thread's RoPE pair (the same index for every row it rotates).
+  constexpr int kHalf = D / 2;
+  const int pair = threadIdx.x % kHalf;
+  int col_a = 0, col_b = 0;
+  float inv_freq = 0.f;
+  if (appends) {
+    rope_pair_columns(pair, kHalf, append.interleaved, col_a, col_b);
+    inv_freq = append.inv_freq[pair];  // constant
+  }
   wait_for_predecessor();
   allow_successor_launch();
 
-  const int count = args.kv_length[b * args.n_kv_heads + kv_head];
+  const int stored = args.kv_length[b * args.n_kv_heads + kv_head];
+  const int count = stored + (appends ? 1 : 0);
   const int end = min(count, begin + chunk_size);
   const int n_tiles = end > begin ? (end - begin + kTileKeys - 1) / kTileKeys : 0;
 
-  load_tile<D>(s_q, args.q + b * args.q_seq_stride + int64_t(head0) * D, D, 16, group);
+  if (appends) {
+    const __nv_bfloat16* row = args.q + b * args.q_seq_stride;
+    float sine, cosine;
+    sincosf(float(append.positions[b]) * inv_freq, &sine, &cosine);
+    if (stored >= begin && stored < begin + chunk_size) {  // this block's chunk takes the new entry
+      const int k_col = (args.n_query_heads + kv_head) * D;
+      const int v_col = (args.n_query_heads + args.n_kv_heads + kv_head) * D;
+      __nv_bfloat16* k_new = append.k_cache + (kv_row0 + stored) * D;
+      __nv_bfloat16* v_new = append.v_cache + (kv_row0 + stored) * D;
+      if (threadIdx.x < kHalf)
+        rotate_pair(with_bias(row[k_col + col_a], append.bias, k_col + col_a),
+                    with_bias(row[k_col + col_b], append.bias, k_col + col_b), sine, cosine, k_new[col_a],
+                    k_new[col_b]);
+      for (int j = threadIdx.x; j < D; j += kThreads)
+        v_new[j] = __float2bfloat16(with_bias(row[v_col + j], append.bias, v_col + j));
+      __syncthreads();  // the tile copies below read the new row
+    }
+    // The group's queries, biased and rotated into shared memory (rows past the group are zero).
+    for (int r = threadIdx.x / kHalf; r < 16; r += kThreads / kHalf) {
+      __nv_bfloat16 r0 = __float2bfloat16(0.f), r1 = r0;
+      if (r < group) {
+        const int col = (head0 + r) * D;
+        rotate_pair(with_bias(row[col + col_a], append.bias, col + col_a),
+                    with_bias(row[col + col_b], append.bias, col + col_b), sine, cosine, r0, r1);
+      }
+      s_q[swizzled<D>(r, col_a)] = r0;
+      s_q[swizzled<D>(r, col_b)] = r1;
+    }
+  } else {
+    load_tile<D>(s_q, args.q + b * args.q_seq_stride + int64_t(head0) * D, D, 16, group);
+  }
   if (n_tiles > 0 && !tile0_early) {
     load_tile<D>(s_k, args.k + (kv_row0 + begin) * D, D, kTileKeys, min(kTileKeys, end - begin));
     load_tile<D>(s_v, args.v + (kv_row0 + begin) * D, D, kTileKeys, min(kTileKeys, end - begin));
@@ -328,11 +371,19 @@ __global__ void decode_merge_kernel(DecodeAttentionArgs args, int n_chunks, int 
   const int head = blockIdx.x;
   const int b = blockIdx.y;
   const int group = args.n_query_heads / args.n_kv_heads;
+  const float* partial = args.workspace + (int64_t(b) * args.n_query_heads + head) * n_chunks * (D + 2);
+  __nv_bfloat16* out = args.out + b * args.out_seq_stride + head * D;
+  if (args.append.positions != nullptr) {
+    // Every chunk wrote a partial (empty ones: max -inf), so the merge needs no length, and the
+    // group's first head's block can advance it with no other reader left in this step.
+    merge_split_partials<D>(partial, n_chunks, out);
+    if (head % group == 0 && threadIdx.x == 0) args.append.kv_length[b * args.n_kv_heads + head / group] += 1;
+    return;
+  }
   int count = args.indices ? args.index_count[b * args.n_query_heads + head]
                            : args.kv_length[b * args.n_kv_heads + head / group];
   const int used = min(n_chunks, (count + chunk_size - 1) / chunk_size);
-  merge_split_partials<D>(args.workspace + (int64_t(b) * args.n_query_heads + head) * n_chunks * (D + 2), used,
-                          args.out + b * args.out_seq_stride + head * D);
+  merge_split_partials<D>(partial, used, out);
 }
 
 // Chunks give every SM about 3 blocks; dense chunks are whole 64-key tiles, and in dense mode never
@@ -371,6 +422,11 @@ void launch_decode(const DecodeAttentionArgs& args, cudaStream_t stream) {
   const bool indexed = args.indices != nullptr;
   const int group = args.n_query_heads / args.n_kv_heads;
   if (!indexed && group > 16) throw std::invalid_argument("decode_attention: GQA group > 16 unsupported");
+  if (args.append.positions != nullptr &&
+      (indexed || !args.append.inv_freq || !args.append.k_cache || !args.append.v_cache ||
+       args.append.kv_length != args.kv_length))
+    throw std::invalid_argument("decode_attention: the step's append runs in dense mode only and needs "
+                                "inv_freq, the writable cache buffers and the same kv_length");
   const int heads_axis = indexed ? args.n_query_heads : args.n_kv_heads;
   const int chunk =
       choose_chunk(args, heads_axis * args.batch, sm_count, indexed ? 256 : kTileKeys, !indexed);

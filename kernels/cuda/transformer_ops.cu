@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/rope.cuh"
 
 namespace kvb::cuda {
 namespace {
@@ -158,8 +159,7 @@ __device__ void bias_rope_row(const RopeArgs& args, int row) {
   const int width = heads * args.head_dim;
   __nv_bfloat16* x = args.qkv + int64_t(row) * width;
   if (args.bias)
-    for (int j = threadIdx.x; j < width; j += blockDim.x)
-      x[j] = __float2bfloat16(__bfloat162float(x[j]) + __bfloat162float(args.bias[j]));
+    for (int j = threadIdx.x; j < width; j += blockDim.x) x[j] = __float2bfloat16(with_bias(x[j], args.bias, j));
   __syncthreads();
   const int half = args.head_dim / 2;
   const int rotated_heads = args.n_query_heads + args.n_kv_heads;  // Q and K, not V
@@ -169,13 +169,11 @@ __device__ void bias_rope_row(const RopeArgs& args, int row) {
     const int i = idx % half;
     float s, c;
     sincosf(position * args.inv_freq[i], &s, &c);
-    const int a = args.interleaved ? 2 * i : i;
-    const int b = args.interleaved ? 2 * i + 1 : i + half;
+    int a, b;
+    rope_pair_columns(i, half, args.interleaved, a, b);
     for (int head = idx / half; head < rotated_heads; head += head_groups) {
       __nv_bfloat16* h = x + head * args.head_dim;
-      const float x0 = __bfloat162float(h[a]), x1 = __bfloat162float(h[b]);
-      h[a] = __float2bfloat16(x0 * c - x1 * s);
-      h[b] = __float2bfloat16(x0 * s + x1 * c);
+      rotate_pair(__bfloat162float(h[a]), __bfloat162float(h[b]), s, c, h[a], h[b]);
     }
   }
 }

@@ -79,7 +79,7 @@ int run(int context) {
   cudaStreamCreate(&stream);
   cublasSetStream(cublas, stream);
 
-  const int capacity = context + 64;
+  const int capacity = context + 256;  // room for the appends of every replay
   std::vector<LayerBuffers> layers(kLayers);
   uint64_t seed = 1;
   auto random_bf16 = [&](size_t count, const char* label) {
@@ -120,7 +120,13 @@ int run(int context) {
   cuda::DeviceBuffer argmax_keys(8);  // lm_head_argmax's keys: zero, and left zero by every call
   cudaMemsetAsync(argmax_keys.data(), 0, argmax_keys.bytes(), stream);
   int attention_chunk = 0;  // 0: the kernel's own choice
-  auto attention = [&](int l, cudaStream_t s) {
+  // The engine's dense path appends the step's token inside the attention kernel; the separate
+  // forms are timed too. The appends use their own lengths (one set per layer), since every replay
+  // advances them: capacity leaves room for the replays.
+  std::vector<int32_t> append_lengths_host(size_t(kLayers) * kHeadsKv, context);
+  cuda::DeviceBuffer append_lengths(append_lengths_host.size() * 4);
+  append_lengths.upload(append_lengths_host.data(), append_lengths_host.size() * 4);
+  auto attention_args = [&](int l) {
     cuda::DecodeAttentionArgs a;
     a.q = qkv.as<bf16>();
     a.q_seq_stride = kQkvWidth;
@@ -138,13 +144,19 @@ int run(int context) {
     a.scale = 1.f / std::sqrt(float(kHeadDim));
     a.workspace = workspace.as<float>();
     a.chunk_size = attention_chunk;
+    return a;
+  };
+  auto attention = [&](int l, cudaStream_t s) { cuda::decode_attention(attention_args(l), s); };
+  auto attention_appending = [&](int l, cudaStream_t s) {
+    cuda::DecodeAttentionArgs a = attention_args(l);
+    a.kv_length = append_lengths.as<int32_t>() + l * kHeadsKv;
+    a.append.positions = positions.as<int32_t>();
+    a.append.inv_freq = inv_freq_dev.as<float>();
+    a.append.k_cache = layers[l].k_cache.as<bf16>();
+    a.append.v_cache = layers[l].v_cache.as<bf16>();
+    a.append.kv_length = append_lengths.as<int32_t>() + l * kHeadsKv;
     cuda::decode_attention(a, s);
   };
-  // The engine's fused bias + RoPE + KV append + length advance. Its lengths are its own (one set per
-  // layer), since every replay advances them: capacity leaves room for the replays.
-  std::vector<int32_t> append_lengths_host(size_t(kLayers) * kHeadsKv, context);
-  cuda::DeviceBuffer append_lengths(append_lengths_host.size() * 4);
-  append_lengths.upload(append_lengths_host.data(), append_lengths_host.size() * 4);
   auto rope_append = [&](int l, cudaStream_t s) {
     cuda::RopeArgs r;
     r.qkv = qkv.as<bf16>();
@@ -169,8 +181,7 @@ int run(int context) {
          cuda::gemm_bf16(cublas, normed.as<bf16>(), layers[l].wqkv.as<bf16>(), qkv.as<bf16>(), 1,
                          kModel, kQkvWidth, s);
        }},
-      {"rope + append_kv", 0, rope_append},
-      {"decode_attention", kv_bytes, attention},
+      {"attention + append", kv_bytes, attention_appending},
       {"gemv o", 2.0 * kModel * kModel,
        [&](int l, cudaStream_t s) {
          cuda::gemm_bf16(cublas, attn.as<bf16>(), layers[l].wo.as<bf16>(), delta.as<bf16>(), 1,
@@ -205,9 +216,11 @@ int run(int context) {
                 step.bytes_per_launch > 0 ? step.bytes_per_launch / (us * 1e3) : 0.0,
                 floor_us > 0 ? std::to_string(us / floor_us).substr(0, 5).c_str() : "-");
   }
-  // The unfused forms, for comparison (not part of the whole step): the gate/up product then
-  // SwiGLU, and the LM head then its argmax, as two kernels each.
+  // The unfused forms, for comparison (not part of the whole step): the append then the attention,
+  // the gate/up product then SwiGLU, and the LM head then its argmax, as two kernels each.
   const std::vector<Step> unfused = {
+      {"(rope + append_kv)", 0, rope_append},
+      {"(decode_attention)", kv_bytes, attention},
       {"(gemv gate_up)", 2.0 * 2 * kFfn * kModel,
        [&](int l, cudaStream_t s) {
          cuda::gemm_bf16(cublas, normed.as<bf16>(), layers[l].w_gate_up.as<bf16>(),

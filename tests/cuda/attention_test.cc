@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/transformer_ops.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace kvb {
@@ -262,6 +263,115 @@ INSTANTIATE_TEST_SUITE_P(Shapes, DecodeAttentionTest,
                                            DecodeShape{128, 32, 8, {0, 130, 20000}, false},
                                            DecodeShape{64, 9, 3, {1, 300, 1000}, true},
                                            DecodeShape{128, 32, 8, {2000, 5}, true}));
+
+// decode_attention with the step's append (DecodeAppend) against rope_append_kv_decode followed by
+// plain decode_attention, bit for bit over three chained steps: outputs, both caches and lengths.
+// Chunks of 64 keys put the new entry at the start, middle and end of a chunk across heads and
+// steps; head_dim 128 (group 4, with a QKV bias) and 64 (group 3, interleaved pairs, no bias).
+struct AppendShape {
+  int head_dim, n_query_heads, n_kv_heads;
+  bool bias, interleaved;
+};
+
+class DecodeAppendTest : public ::testing::TestWithParam<AppendShape> {};
+
+TEST_P(DecodeAppendTest, MatchesSeparateAppend) {
+  KVB_REQUIRE_GPU();
+  const AppendShape s = GetParam();
+  const int batch = 2, d = s.head_dim, hq = s.n_query_heads, hkv = s.n_kv_heads, capacity = 200, steps = 3;
+  const int width = (hq + 2 * hkv) * d;
+  std::vector<int64_t> offsets(batch * hkv);
+  std::vector<int32_t> lengths(batch * hkv);
+  for (int i = 0; i < batch * hkv; ++i) {
+    offsets[i] = int64_t(i) * capacity;
+    lengths[i] = 60 + 31 * i % 130;  // 60, 91, 122, 153, ...: the entry lands anywhere in a chunk
+  }
+  std::vector<float> inv_freq(d / 2);
+  for (int i = 0; i < d / 2; ++i) inv_freq[i] = std::pow(10000.f, -2.f * i / d);
+  auto d_inv_freq = test::to_device(inv_freq);
+  auto d_positions = test::to_device(std::vector<int32_t>{300, 17});
+  auto d_bias = test::to_device_bf16(random_bf16_values(width, 30, 0.1f));
+  auto d_offsets = test::to_device(offsets);
+  const auto cache_values = random_bf16_values(size_t(batch) * hkv * capacity * d, 31);
+  std::vector<std::vector<float>> rows;
+  for (int step = 0; step < steps; ++step) rows.push_back(random_bf16_values(size_t(batch) * width, 40 + step, 2.f));
+
+  struct Run {
+    cuda::DeviceBuffer lengths, k, v, out, workspace;
+    std::vector<cuda::DeviceBuffer> qkv;
+  };
+  auto make_run = [&] {
+    Run r{test::to_device(lengths), test::to_device_bf16(cache_values), test::to_device_bf16(cache_values),
+          cuda::DeviceBuffer(size_t(steps) * batch * hq * d * 2),
+          cuda::DeviceBuffer(cuda::decode_attention_workspace_floats(batch, hq, d, capacity) * 4), {}};
+    for (const auto& row : rows) r.qkv.push_back(test::to_device_bf16(row));
+    return r;
+  };
+  auto attention_for = [&](Run& r, int step) {
+    cuda::DecodeAttentionArgs a;
+    a.q = r.qkv[step].as<__nv_bfloat16>();
+    a.q_seq_stride = width;
+    a.k = r.k.as<__nv_bfloat16>();
+    a.v = r.v.as<__nv_bfloat16>();
+    a.kv_offset = d_offsets.as<int64_t>();
+    a.kv_length = r.lengths.as<int32_t>();
+    a.max_kv_length = capacity;
+    a.out = r.out.as<__nv_bfloat16>() + size_t(step) * batch * hq * d;
+    a.out_seq_stride = int64_t(hq) * d;
+    a.batch = batch;
+    a.n_query_heads = hq;
+    a.n_kv_heads = hkv;
+    a.head_dim = d;
+    a.scale = 1.f / std::sqrt(float(d));
+    a.workspace = r.workspace.as<float>();
+    a.chunk_size = 64;
+    return a;
+  };
+  cuda::RopeArgs rope;
+  rope.bias = s.bias ? d_bias.as<__nv_bfloat16>() : nullptr;
+  rope.positions = d_positions.as<int32_t>();
+  rope.inv_freq = d_inv_freq.as<float>();
+  rope.n = batch;
+  rope.n_query_heads = hq;
+  rope.n_kv_heads = hkv;
+  rope.head_dim = d;
+  rope.interleaved = s.interleaved;
+
+  Run fused = make_run(), separate = make_run();
+  for (int step = 0; step < steps; ++step) {
+    cuda::DecodeAttentionArgs a = attention_for(fused, step);
+    a.append.positions = rope.positions;
+    a.append.inv_freq = rope.inv_freq;
+    a.append.bias = rope.bias;
+    a.append.interleaved = rope.interleaved;
+    a.append.k_cache = fused.k.as<__nv_bfloat16>();
+    a.append.v_cache = fused.v.as<__nv_bfloat16>();
+    a.append.kv_length = fused.lengths.as<int32_t>();
+    cuda::decode_attention(a, nullptr);
+
+    cuda::RopeArgs r = rope;
+    r.qkv = separate.qkv[step].as<__nv_bfloat16>();
+    cuda::rope_append_kv_decode(r, d_offsets.as<int64_t>(), separate.lengths.as<int32_t>(),
+                                separate.k.as<__nv_bfloat16>(), separate.v.as<__nv_bfloat16>(), nullptr);
+    cuda::decode_attention(attention_for(separate, step), nullptr);
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<int32_t> got(lengths.size()), want(lengths.size());
+  fused.lengths.download(got.data(), got.size() * 4);
+  separate.lengths.download(want.data(), want.size() * 4);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(got[0], lengths[0] + steps);
+  const size_t cache = cache_values.size(), outputs = size_t(steps) * batch * hq * d;
+  EXPECT_EQ(test::from_device_bf16(fused.k, cache), test::from_device_bf16(separate.k, cache));
+  EXPECT_EQ(test::from_device_bf16(fused.v, cache), test::from_device_bf16(separate.v, cache));
+  const auto fused_out = test::from_device_bf16(fused.out, outputs);
+  EXPECT_EQ(fused_out, test::from_device_bf16(separate.out, outputs));
+  EXPECT_GT(test::max_abs_diff(fused_out, std::vector<float>(outputs, 0.f)), 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, DecodeAppendTest,
+                         ::testing::Values(AppendShape{128, 32, 8, true, false},
+                                           AppendShape{64, 9, 3, false, true}));
 
 }  // namespace
 }  // namespace kvb
