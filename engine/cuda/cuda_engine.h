@@ -40,7 +40,8 @@ class CudaEngine {
   // `chunk_tokens`; returns the last position's logits (f32). When `lse` is given it receives the
   // attention row log-sum-exp of the last layer for the chunk's queries ([Hq, n], n = ids.size()
   // when a single chunk).
-  std::vector<float> prefill(int seq, const std::vector<int32_t>& ids, int chunk_tokens = 16384);
+  static constexpr int kPrefillChunk = 16384;
+  std::vector<float> prefill(int seq, const std::vector<int32_t>& ids, int chunk_tokens = kPrefillChunk);
 
   // Keeps kept[layer][head] (strictly increasing indices into the live entries) for sequence seq.
   void compact(int seq, const KeptIndices& kept);

@@ -188,14 +188,14 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(DecodeAttentio
 
 constexpr int kTileKeys = 64;
 
-template <int D>
+template <int D, int kStages>
 __global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeAttentionArgs args,
                                                               int chunk_size, int n_chunks,
                                                               bool early_tile) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* s_q = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [16][D]
-  __nv_bfloat16* s_k = s_q + 16 * D;                                  // [2][64][D]
-  __nv_bfloat16* s_v = s_k + 2 * kTileKeys * D;                       // [2][64][D]
+  __nv_bfloat16* s_k = s_q + 16 * D;                                  // [kStages][64][D]
+  __nv_bfloat16* s_v = s_k + kStages * kTileKeys * D;                 // [kStages][64][D]
   const int chunk = blockIdx.x;
   const int kv_head = blockIdx.y;
   const int b = blockIdx.z;
@@ -264,11 +264,21 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeAttentionArg
   } else {
     load_tile<D>(s_q, args.q + b * args.q_seq_stride + int64_t(head0) * D, D, 16, group);
   }
-  if (n_tiles > 0 && !tile0_early) {
-    load_tile<D>(s_k, args.k + (kv_row0 + begin) * D, D, kTileKeys, min(kTileKeys, end - begin));
-    load_tile<D>(s_v, args.v + (kv_row0 + begin) * D, D, kTileKeys, min(kTileKeys, end - begin));
-  }
-  cp_async_commit();
+  auto load_kv_tile = [&](int tile) {  // into its ring slot; one commit group per tile, even empty
+    if (tile < n_tiles) {
+      const int first = begin + tile * kTileKeys;
+      const int slot = tile % kStages;
+      load_tile<D>(s_k + slot * kTileKeys * D, args.k + (kv_row0 + first) * D, D, kTileKeys,
+                   min(kTileKeys, end - first));
+      load_tile<D>(s_v + slot * kTileKeys * D, args.v + (kv_row0 + first) * D, D, kTileKeys,
+                   min(kTileKeys, end - first));
+    }
+    cp_async_commit();
+  };
+  if (!tile0_early) load_kv_tile(0);  // with the query's loads
+  else cp_async_commit();
+#pragma unroll
+  for (int tile = 1; tile + 1 < kStages; ++tile) load_kv_tile(tile);
 
   constexpr int kSteps = D / 16, kDimTiles = D / 8;
   uint32_t q_frag[kSteps][4];
@@ -279,18 +289,9 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeAttentionArg
   const float scale_log2 = args.scale * 1.4426950408889634f;
 
   for (int tile = 0; tile < max(n_tiles, 1); ++tile) {
-    const int buf = tile & 1;
-    if (tile + 1 < n_tiles) {
-      const int next = begin + (tile + 1) * kTileKeys;
-      load_tile<D>(s_k + (buf ^ 1) * kTileKeys * D, args.k + (kv_row0 + next) * D, D, kTileKeys,
-                   min(kTileKeys, end - next));
-      load_tile<D>(s_v + (buf ^ 1) * kTileKeys * D, args.v + (kv_row0 + next) * D, D, kTileKeys,
-                   min(kTileKeys, end - next));
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
+    const int buf = tile % kStages;
+    load_kv_tile(tile + kStages - 1);  // into the slot the previous iteration finished with
+    cp_async_wait<kStages - 1>();      // this tile's group (and the query's) has landed
     __syncthreads();
     if (tile == 0) {
 #pragma unroll
@@ -386,19 +387,46 @@ __global__ void decode_merge_kernel(DecodeAttentionArgs args, int n_chunks, int 
   merge_split_partials<D>(partial, used, out);
 }
 
-// Chunks give every SM about 3 blocks; dense chunks are whole 64-key tiles, and in dense mode never
-// more blocks than 3 per SM in all, the most that are resident at once (a second wave of a few
-// blocks doubles the time). H200, Llama-3.1-8B shapes at B=1 (8 KV heads, tile blocks of 69.6 KB):
-// rounding the split count up had put 400 blocks on the 396 places at 128K keys (kvbench TPOT
-// 10.13 ms; 9.28 with 2 blocks per SM).
+// Chunks give every SM `resident` blocks (dense: as many as fit at once, so never a second wave —
+// a few blocks more than the resident places double the time; at 128K keys on the H200, 400 blocks
+// on 396 places had given kvbench TPOT 10.13 ms instead of 9.28); index mode rounds up.
 int choose_chunk(const DecodeAttentionArgs& args, int blocks_per_chunk_row, int sm_count,
-                 int granule, bool within_one_wave) {
+                 int granule, bool within_one_wave, int resident) {
   if (args.chunk_size > 0) return args.chunk_size;
   const int rows = std::max(1, blocks_per_chunk_row);
   const int splits =
-      std::max(1, within_one_wave ? 3 * sm_count / rows : (3 * sm_count + rows - 1) / rows);
+      std::max(1, within_one_wave ? resident * sm_count / rows : (resident * sm_count + rows - 1) / rows);
   const int chunk = (args.max_kv_length + splits - 1) / splits;
   return std::max(granule, ((chunk + granule - 1) / granule) * granule);
+}
+
+// The dense kernel's K/V ring: 3 tiles of 64 keys (2 blocks per SM at head_dim 128). H200,
+// Llama-3.1-8B preset, kvbench TPOT with 2 / 3 / 4 stages: 4.61 / 4.58 / 4.61 ms at 4K, 5.50 / 5.39 /
+// 6.03 ms at 32K, 8.35 / 8.24 / 10.84 ms at 128K (with 2 stages a block had one tile in flight
+// while it computed the other, too few bytes in flight per SM at 3 blocks per SM; 4 stages leave 1).
+constexpr int kDecodeStages = 3;
+constexpr int kIndexedBlocksPerSm = 3;
+
+template <int D>
+size_t dense_shared_bytes() {
+  return std::max<size_t>((16 + 2 * kDecodeStages * kTileKeys) * D * sizeof(__nv_bfloat16),
+                          (4 * 16 * D + 2 * 4 * 16) * sizeof(float));
+}
+
+// Thread blocks of the dense kernel resident per SM (sets the split count), from the occupancy
+// calculator; also opts the kernel into its dynamic shared memory, once.
+template <int D>
+int dense_blocks_per_sm() {
+  static const int blocks = [] {
+    const auto kernel = decode_mma_kernel<D, kDecodeStages>;
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dense_shared_bytes<D>())),
+          "cudaFuncSetAttribute(decode_mma_kernel)");
+    int count = 0;
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kernel, kThreads, dense_shared_bytes<D>()),
+          "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    return std::max(1, count);
+  }();
+  return blocks;
 }
 
 template <int D, int G>
@@ -429,23 +457,15 @@ void launch_decode(const DecodeAttentionArgs& args, cudaStream_t stream) {
                                 "inv_freq, the writable cache buffers and the same kv_length");
   const int heads_axis = indexed ? args.n_query_heads : args.n_kv_heads;
   const int chunk =
-      choose_chunk(args, heads_axis * args.batch, sm_count, indexed ? 256 : kTileKeys, !indexed);
+      choose_chunk(args, heads_axis * args.batch, sm_count, indexed ? 256 : kTileKeys, !indexed,
+                   indexed ? kIndexedBlocksPerSm : dense_blocks_per_sm<D>());
   const int n_chunks = std::max(1, (args.max_kv_length + chunk - 1) / chunk);
   if (indexed) {
     launch_indexed<D, 1>(args, chunk, n_chunks, stream);
   } else {
-    const size_t smem = std::max<size_t>((16 + 4 * kTileKeys) * D * sizeof(__nv_bfloat16),
-                                         (4 * 16 * D + 2 * 4 * 16) * sizeof(float));
-    static thread_local bool configured = false;
-    if (!configured) {
-      check(cudaFuncSetAttribute(decode_mma_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 int((16 + 4 * kTileKeys) * 64 * 2)), "cudaFuncSetAttribute");
-      check(cudaFuncSetAttribute(decode_mma_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 int((16 + 4 * kTileKeys) * 128 * 2)), "cudaFuncSetAttribute");
-      configured = true;
-    }
-    launch_overlapped(decode_mma_kernel<D>, dim3(n_chunks, args.n_kv_heads, args.batch), kThreads, smem,
-                      stream, "decode_mma_kernel", args, chunk, n_chunks, early_tile_enabled());
+    launch_overlapped(decode_mma_kernel<D, kDecodeStages>, dim3(n_chunks, args.n_kv_heads, args.batch), kThreads,
+                      dense_shared_bytes<D>(), stream, "decode_mma_kernel", args, chunk, n_chunks,
+                      early_tile_enabled());
   }
   launch_overlapped(decode_merge_kernel<D>, dim3(args.n_query_heads, args.batch), D, 0, stream,
                     "decode_merge_kernel", args, n_chunks, chunk);
