@@ -97,7 +97,7 @@ int run_gpu_bench(const Args& args) {
                    "with nvcc)");
 #else
   args.allow_only({"device", "model", "preset", "dummy", "context", "batch", "policy", "budget",
-                   "params", "steps", "max-batch", "no-graphs", "prompt-file", "json"});
+                   "params", "steps", "max-batch", "no-graphs", "prompt-file", "prefill-chunk", "json"});
   CudaBenchOptions options;
   options.preset = args.get_or("preset", "");
   options.model = args.get_or("model", "");
@@ -112,12 +112,16 @@ int run_gpu_bench(const Args& args) {
   nlohmann::json params = nlohmann::json::object();
   if (auto text = args.maybe("params")) params = nlohmann::json::parse(*text, nullptr, false);
   if (params.is_discarded()) throw InputError("kvbench bench: --params is not valid JSON");
+  options.decode_steps = args.get_int("steps", 64);
+  options.prefill_chunk = args.get_int("prefill-chunk", options.prefill_chunk);
+  if (options.prefill_chunk < 1)
+    throw InputError("kvbench bench: --prefill-chunk must be >= 1 token, got " +
+                     std::to_string(options.prefill_chunk));
+  options.find_max_batch = args.flag("max-batch");
+  options.use_graphs = !args.flag("no-graphs");
   const std::vector<std::string> policies = policy_list(options.policy);
   if (policies.size() > 1 || gpu_selects_for(options.policy)) {
     add_selectors(policies, params, options);
-    options.decode_steps = args.get_int("steps", 64);
-    options.find_max_batch = args.flag("max-batch");
-    options.use_graphs = !args.flag("no-graphs");
     return print_gpu_bench(run_cuda_bench(options), args.flag("json"));
   }
   // "X+art": X shapes the cache as without ART; the decode step walks with early exit.
@@ -133,9 +137,6 @@ int run_gpu_bench(const Args& args) {
   }
   if (options.policy != "full" && !options.budget)
     throw InputError("--policy " + options.policy + " needs --budget (e.g. --budget 5%)");
-  options.decode_steps = args.get_int("steps", 64);
-  options.find_max_batch = args.flag("max-batch");
-  options.use_graphs = !args.flag("no-graphs");
   return print_gpu_bench(run_cuda_bench(options), args.flag("json"));
 #endif
 }

@@ -205,10 +205,11 @@ nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
       // Warm-up: one full prefill chunk, so the timed prefill finds its activation buffers allocated
       // and every kernel and GEMM shape initialised, as in a running server (the first chunk's
       // allocations and first launches had been inside the TTFT).
-      engine->prefill(0, random_ids(std::min(context, CudaEngine::kPrefillChunk), config.vocab_size, 3));
+      engine->prefill(0, random_ids(std::min(context, options.prefill_chunk), config.vocab_size, 3),
+                      options.prefill_chunk);
       engine->allocate_cache(batch, context + options.decode_steps + 2);
       const auto start = Clock::now();
-      const auto logits = engine->prefill(0, ids);
+      const auto logits = engine->prefill(0, ids, options.prefill_chunk);
       const double prefill_ms = ms_since(start);
       const auto compress_start = Clock::now();
       if (keep < context) engine->compact(0, recent_kept(config, context, keep));
@@ -227,7 +228,7 @@ nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
           return;
         }
         for (int seq = first_prefill; seq < batch; ++seq) {
-          engine->prefill(seq, ids);
+          engine->prefill(seq, ids, options.prefill_chunk);
           if (keep < context) engine->compact(seq, recent_kept(config, context, keep));
         }
         engine->set_next_tokens(std::vector<int32_t>(batch, first_token),
