@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/rope.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/transformer_ops.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -286,9 +287,7 @@ TEST_P(DecodeAppendTest, MatchesSeparateAppend) {
     offsets[i] = int64_t(i) * capacity;
     lengths[i] = 60 + 31 * i % 130;  // 60, 91, 122, 153, ...: the entry lands anywhere in a chunk
   }
-  std::vector<float> inv_freq(d / 2);
-  for (int i = 0; i < d / 2; ++i) inv_freq[i] = std::pow(10000.f, -2.f * i / d);
-  auto d_inv_freq = test::to_device(inv_freq);
+  auto d_inv_freq = test::to_device(kernels::rope_inverse_frequencies(d, 10000.f));
   auto d_positions = test::to_device(std::vector<int32_t>{300, 17});
   auto d_bias = test::to_device_bf16(random_bf16_values(width, 30, 0.1f));
   auto d_offsets = test::to_device(offsets);

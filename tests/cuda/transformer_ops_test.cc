@@ -306,9 +306,7 @@ TEST(CudaOps, FusedRopeAppendDecodeInAGraph) {
   std::vector<int64_t> offsets(batch * hkv);
   for (int i = 0; i < batch * hkv; ++i) offsets[i] = int64_t(i) * capacity;
   const std::vector<int32_t> lengths = {1, 1, 4, 4};
-  std::vector<float> inv_freq(d / 2);
-  for (int i = 0; i < d / 2; ++i) inv_freq[i] = std::pow(10000.f, -2.f * i / d);
-  auto d_inv_freq = test::to_device(inv_freq);
+  auto d_inv_freq = test::to_device(kernels::rope_inverse_frequencies(d, 10000.f));
   auto d_positions = test::to_device(std::vector<int32_t>{5, 9});
   auto d_bias = test::to_device_bf16(random_bf16_values(width, 30, 0.1f));
   auto d_offsets = test::to_device(offsets);
