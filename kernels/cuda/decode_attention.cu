@@ -400,29 +400,33 @@ int choose_chunk(const DecodeAttentionArgs& args, int blocks_per_chunk_row, int 
   return std::max(granule, ((chunk + granule - 1) / granule) * granule);
 }
 
-// The dense kernel's K/V ring: 3 tiles of 64 keys (2 blocks per SM at head_dim 128). H200,
-// Llama-3.1-8B preset, kvbench TPOT with 2 / 3 / 4 stages: 4.61 / 4.58 / 4.61 ms at 4K, 5.50 / 5.39 /
-// 6.03 ms at 32K, 8.35 / 8.24 / 10.84 ms at 128K (with 2 stages a block had one tile in flight
-// while it computed the other, too few bytes in flight per SM at 3 blocks per SM; 4 stages leave 1).
-constexpr int kDecodeStages = 3;
+// The dense kernel's K/V ring. One wave of blocks (batch 1-30 at long contexts: the split count
+// fills the GPU once) takes 3 tiles (2 blocks per SM at head_dim 128); with 2, a block had one tile
+// in flight while it computed the other. H200, Llama-3.1-8B preset, kvbench TPOT with 2 / 3 / 4
+// stages: 4.61 / 4.58 / 4.61 ms at 4K, 5.50 / 5.39 / 6.03 ms at 32K, 8.35 / 8.24 / 10.84 ms at 128K.
+// Many waves of short heads (a compressed cache at a large batch) keep 2 (3 blocks per SM): each
+// block's start and merge then hide behind two other blocks' streaming (SnapKV 5% at batch 584,
+// 32K: 12,353 tokens/s with 3 stages).
+constexpr int kWaveStages = 3, kManyWavesStages = 2;
 constexpr int kIndexedBlocksPerSm = 3;
 
 template <int D>
-size_t dense_shared_bytes() {
-  return std::max<size_t>((16 + 2 * kDecodeStages * kTileKeys) * D * sizeof(__nv_bfloat16),
+size_t dense_shared_bytes(int stages) {
+  return std::max<size_t>((16 + 2 * stages * kTileKeys) * D * sizeof(__nv_bfloat16),
                           (4 * 16 * D + 2 * 4 * 16) * sizeof(float));
 }
 
 // Thread blocks of the dense kernel resident per SM (sets the split count), from the occupancy
 // calculator; also opts the kernel into its dynamic shared memory, once.
-template <int D>
+template <int D, int kStages>
 int dense_blocks_per_sm() {
   static const int blocks = [] {
-    const auto kernel = decode_mma_kernel<D, kDecodeStages>;
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dense_shared_bytes<D>())),
+    const auto kernel = decode_mma_kernel<D, kStages>;
+    const size_t bytes = dense_shared_bytes<D>(kStages);
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
           "cudaFuncSetAttribute(decode_mma_kernel)");
     int count = 0;
-    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kernel, kThreads, dense_shared_bytes<D>()),
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kernel, kThreads, bytes),
           "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
     return std::max(1, count);
   }();
@@ -456,16 +460,20 @@ void launch_decode(const DecodeAttentionArgs& args, cudaStream_t stream) {
     throw std::invalid_argument("decode_attention: the step's append runs in dense mode only and needs "
                                 "inv_freq, the writable cache buffers and the same kv_length");
   const int heads_axis = indexed ? args.n_query_heads : args.n_kv_heads;
+  const bool many_waves = !indexed && heads_axis * args.batch > dense_blocks_per_sm<D, kWaveStages>() * sm_count;
+  const int resident = indexed       ? kIndexedBlocksPerSm
+                       : many_waves ? dense_blocks_per_sm<D, kManyWavesStages>()
+                                    : dense_blocks_per_sm<D, kWaveStages>();
   const int chunk =
-      choose_chunk(args, heads_axis * args.batch, sm_count, indexed ? 256 : kTileKeys, !indexed,
-                   indexed ? kIndexedBlocksPerSm : dense_blocks_per_sm<D>());
+      choose_chunk(args, heads_axis * args.batch, sm_count, indexed ? 256 : kTileKeys, !indexed, resident);
   const int n_chunks = std::max(1, (args.max_kv_length + chunk - 1) / chunk);
   if (indexed) {
     launch_indexed<D, 1>(args, chunk, n_chunks, stream);
   } else {
-    launch_overlapped(decode_mma_kernel<D, kDecodeStages>, dim3(n_chunks, args.n_kv_heads, args.batch), kThreads,
-                      dense_shared_bytes<D>(), stream, "decode_mma_kernel", args, chunk, n_chunks,
-                      early_tile_enabled());
+    const int stages = many_waves ? kManyWavesStages : kWaveStages;
+    launch_overlapped(many_waves ? decode_mma_kernel<D, kManyWavesStages> : decode_mma_kernel<D, kWaveStages>,
+                      dim3(n_chunks, args.n_kv_heads, args.batch), kThreads, dense_shared_bytes<D>(stages), stream,
+                      "decode_mma_kernel", args, chunk, n_chunks, early_tile_enabled());
   }
   launch_overlapped(decode_merge_kernel<D>, dim3(args.n_query_heads, args.batch), D, 0, stream,
                     "decode_merge_kernel", args, n_chunks, chunk);

@@ -263,7 +263,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, DecodeAttentionTest,
                                            DecodeShape{128, 4, 4, {700}, false},
                                            DecodeShape{128, 32, 8, {0, 130, 20000}, false},
                                            DecodeShape{64, 9, 3, {1, 300, 1000}, true},
-                                           DecodeShape{128, 32, 8, {2000, 5}, true}));
+                                           DecodeShape{128, 32, 8, {2000, 5}, true},
+                                           // 400 rows of short heads: more blocks than are resident
+                                           // at once (the many-waves form of the dense kernel).
+                                           DecodeShape{128, 8, 2, std::vector<int>(200, 150), false}));
 
 // decode_attention with the step's append (DecodeAppend) against rope_append_kv_decode followed by
 // plain decode_attention, bit for bit over three chained steps: outputs, both caches and lengths.
@@ -272,6 +275,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, DecodeAttentionTest,
 struct AppendShape {
   int head_dim, n_query_heads, n_kv_heads;
   bool bias, interleaved;
+  int batch;
 };
 
 class DecodeAppendTest : public ::testing::TestWithParam<AppendShape> {};
@@ -279,7 +283,7 @@ class DecodeAppendTest : public ::testing::TestWithParam<AppendShape> {};
 TEST_P(DecodeAppendTest, MatchesSeparateAppend) {
   KVB_REQUIRE_GPU();
   const AppendShape s = GetParam();
-  const int batch = 2, d = s.head_dim, hq = s.n_query_heads, hkv = s.n_kv_heads, capacity = 200, steps = 3;
+  const int batch = s.batch, d = s.head_dim, hq = s.n_query_heads, hkv = s.n_kv_heads, capacity = 200, steps = 3;
   const int width = (hq + 2 * hkv) * d;
   std::vector<int64_t> offsets(batch * hkv);
   std::vector<int32_t> lengths(batch * hkv);
@@ -288,7 +292,9 @@ TEST_P(DecodeAppendTest, MatchesSeparateAppend) {
     lengths[i] = 60 + 31 * i % 130;  // 60, 91, 122, 153, ...: the entry lands anywhere in a chunk
   }
   auto d_inv_freq = test::to_device(kernels::rope_inverse_frequencies(d, 10000.f));
-  auto d_positions = test::to_device(std::vector<int32_t>{300, 17});
+  std::vector<int32_t> positions(batch);
+  for (int b = 0; b < batch; ++b) positions[b] = 300 - 283 * (b % 2) + b;
+  auto d_positions = test::to_device(positions);
   auto d_bias = test::to_device_bf16(random_bf16_values(width, 30, 0.1f));
   auto d_offsets = test::to_device(offsets);
   const auto cache_values = random_bf16_values(size_t(batch) * hkv * capacity * d, 31);
@@ -369,8 +375,9 @@ TEST_P(DecodeAppendTest, MatchesSeparateAppend) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, DecodeAppendTest,
-                         ::testing::Values(AppendShape{128, 32, 8, true, false},
-                                           AppendShape{64, 9, 3, false, true}));
+                         ::testing::Values(AppendShape{128, 32, 8, true, false, 2},
+                                           AppendShape{64, 9, 3, false, true, 2},
+                                           AppendShape{128, 8, 2, true, false, 200}));  // many waves
 
 }  // namespace
 }  // namespace kvb
