@@ -12,9 +12,9 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cfloat>
 #include <cstdint>
+#include <cstdlib>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_utils.h"
