@@ -115,7 +115,7 @@ int run_gpu_bench(const Args& args) {
   options.decode_steps = args.get_int("steps", 64);
   options.prefill_chunk = args.get_int("prefill-chunk", options.prefill_chunk);
   if (options.prefill_chunk < 1)
-    throw InputError("kvbench bench: --prefill-chunk must be >= 1 token, got " +
+    throw InputError("--prefill-chunk must be >= 1 token (default " + std::to_string(CudaEngine::kPrefillChunk) + "), got " +
                      std::to_string(options.prefill_chunk));
   options.find_max_batch = args.flag("max-batch");
   options.use_graphs = !args.flag("no-graphs");

@@ -92,6 +92,15 @@ TEST(CliBench, NeedsExactlyOneModel) {
   EXPECT_EQ(kvbench("bench --preset tiny-llama --model x.gguf").exit_code, 2);
 }
 
+// Checked before anything touches the GPU, so it runs (and names the option) on a machine without one.
+TEST(CliBench, GpuPrefillChunkMustBePositive) {
+  KVB_REQUIRE_FILE(test::kvbench_binary());
+  const CliRun run = kvbench("bench --device cuda --preset llama-3.1-8b --dummy --prefill-chunk 0");
+  EXPECT_EQ(run.exit_code, 2) << run.out;
+  if (run.out.find("without CUDA") == std::string::npos)  // a CUDA build names the bad option
+    EXPECT_NE(run.out.find("--prefill-chunk must be >= 1"), std::string::npos) << run.out;
+}
+
 TEST(CliGenerate, SmolLm2AnswersParis) {
   KVB_REQUIRE_FILE(test::default_model_path());
   KVB_REQUIRE_FILE(test::kvbench_binary());
