@@ -27,7 +27,9 @@ using bf16 = __nv_bfloat16;
 constexpr int kThreads = 128;
 constexpr int kWarps = 4;
 constexpr int kTile = kEarlyExitBlock;
-constexpr int kMaxRows = 8;  // query heads per walker (rows g < 8 of the mma tile; g + 8 stay zero)
+constexpr int kMaxRows = 8;
+// The K/V ring: 3 tiles in flight per split, as decode_attention.cu's one-wave dense kernel.
+constexpr int kStages = 3;  // query heads per walker (rows g < 8 of the mma tile; g + 8 stay zero)
 constexpr float kLog2e = 1.4426950408889634f;
 // Automatic layout: the decider's blocks as a share of the other splits' chunk (walk_layout).
 constexpr int kDeciderSharePercent = 50;
@@ -125,12 +127,13 @@ struct DeciderScratch {
   int counter[kMaxRows];
   int stable[kMaxRows];
 };
-// Dynamic shared memory: K and V tiles [2][64][D] each, the bias [2][64] (index mode), then the
+// Dynamic shared memory: K and V tiles [kStages][64][D] each, the bias [kStages][64] (index mode),
+// the stop-word copies [kStages][4] (int), then the
 // decider's scratch and the stop flag.
 template <int D>
-constexpr size_t kTileBytes = 2 * 2 * kTile * D * sizeof(bf16) + 2 * kTile * sizeof(float);
+constexpr size_t kTileBytes = kStages * (2 * kTile * D * sizeof(bf16) + kTile * sizeof(float) + 16);
 template <int D>
-constexpr size_t kSharedBytes = kTileBytes<D> + sizeof(DeciderScratch<D>) + 16;
+constexpr size_t kSharedBytes = kTileBytes<D> + sizeof(DeciderScratch<D>);
 
 // Which walk blocks each split folds: the decider (chunk 0) blocks [0, decider_blocks), chunk
 // c >= 1 blocks [decider_blocks + (c-1) chunk_blocks, decider_blocks + c chunk_blocks).
@@ -150,12 +153,13 @@ __host__ __device__ inline int chunks_used(const WalkLayout& layout, int blocks)
 // registers, as in the plain kernel; the decider re-reads them per tile).
 template <int D, bool kIndexed, bool kDecider>
 __device__ __forceinline__ void walk_split(const EarlyExitDecodeArgs& ea, const WalkLayout& layout,
-                                           unsigned char* smem_raw, DeciderScratch<D>& scratch, int& s_flag) {
+                                           unsigned char* smem_raw, DeciderScratch<D>& scratch) {
   const DecodeAttentionArgs& args = ea.attention;
   const EarlyExitDecodeOptions& opt = ea.options;
   bf16* s_k = reinterpret_cast<bf16*>(smem_raw);                  // [2][64][D]
-  bf16* s_v = s_k + 2 * kTile * D;                                 // [2][64][D]
-  float* s_bias = reinterpret_cast<float*>(s_v + 2 * kTile * D);  // [2][64] (index mode)
+  bf16* s_v = s_k + kStages * kTile * D;                                 // [kStages][64][D]
+  float* s_bias = reinterpret_cast<float*>(s_v + kStages * kTile * D);  // [kStages][64] (index mode)
+  int* s_poll = reinterpret_cast<int*>(s_bias + kStages * kTile);       // [kStages][4]
 
   const int chunk = blockIdx.x;
   const int n_chunks = layout.n_chunks;
@@ -192,13 +196,21 @@ __device__ __forceinline__ void walk_split(const EarlyExitDecodeArgs& ea, const 
       load_tile<D>(k_dst, args.k + (wk.kv_row0 + begin) * D, D, kTile, count);
       load_tile<D>(v_dst, args.v + (wk.kv_row0 + begin) * D, D, kTile, count);
     }
+    if (!kDecider && tid == 0) {  // the stop word's 16-byte line, landing with this tile
+      const uintptr_t line = reinterpret_cast<uintptr_t>(stop_word) & ~uintptr_t(15);
+      cp_async_16(s_poll + buf * 4, reinterpret_cast<const void*>(line), true);
+    }
     cp_async_commit();
     ++tiles_loaded;
   };
   issue(first, 0);  // before anything else waits on memory
+#pragma unroll
+  for (int ahead = 1; ahead + 1 < kStages; ++ahead) {  // one commit group per ring slot, even empty
+    if (ahead < n_tiles) issue(first + ahead, ahead);
+    else cp_async_commit();
+  }
   const int stop_mark = state[kEpoch] + 1;
   if (tid < kMaxRows) scratch.counter[tid] = 0;
-  if (tid == 0) s_flag = 0;
 
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4, j = lane / 8;
   constexpr int kSteps = D / 16, kDimTiles = D / 8;
@@ -224,30 +236,23 @@ __device__ __forceinline__ void walk_split(const EarlyExitDecodeArgs& ea, const 
   const float scale_log2 = args.scale * kLog2e;
   bool stop = false;
   int stopped_at = -1;  // decider: the walk block it stopped after
-  // Non-deciders poll the stop word with one load per tile by thread 0, issued together with the
-  // next tile's copy and published to the block at the next tile's first barrier, which waits for
-  // that copy anyway (a stop is seen one or two tiles late). Issued after the first barrier
-  // instead, the poll's round trip came on top of the tile's: +30% kernel time with nothing
-  // stopping (cuda_art_bench at 32K).
-  int polled = 0;
+  // Non-deciders poll the stop word with each tile's copy: an L2 copy (cp.async.cg, so no stale L1
+  // line) of its 16-byte line into the tile's ring slot, read after the tile's barrier. A stop is
+  // seen kStages - 1 tiles late, and the poll never waits on its own round trip (as a load by one
+  // thread it did once the tiles ran ahead of it: +18% kernel time at 128K with 3 stages; issued
+  // after the barrier, +30% at 32K with 2).
+  const int poll_word = static_cast<int>((reinterpret_cast<uintptr_t>(stop_word) & 15) / 4);
 
   for (int i = 0;; ++i) {
-    const int buf = i & 1;
+    const int buf = i % kStages;
     const int w = first + i;
-    if (i + 1 < n_tiles) issue(w + 1, buf ^ 1);
-    if constexpr (kDecider) {
-      load_query();  // L1 hits, while the tile lands
-    } else if (tid == 0) {
-      s_flag = polled;
-      polled = *stop_word;
-    }
-    if (i + 1 < n_tiles) {
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
+    // Into the slot the previous tile used (every warp left it at that tile's last barrier).
+    if (i + kStages - 1 < n_tiles) issue(w + kStages - 1, (i + kStages - 1) % kStages);
+    else cp_async_commit();
+    if constexpr (kDecider) load_query();  // L1 hits, while the tile lands
+    cp_async_wait<kStages - 1>();  // this tile's group (and its poll) has landed
     __syncthreads();
-    if (!decider && s_flag == stop_mark) {  // block-uniform: the decider stopped
+    if (!decider && s_poll[buf * 4 + poll_word] == stop_mark) {  // block-uniform: the decider stopped
       stop = true;
       break;
     }
@@ -420,7 +425,7 @@ __device__ __forceinline__ void walk_split(const EarlyExitDecodeArgs& ea, const 
 }
 
 template <int D, bool kIndexed>
-__global__ void __launch_bounds__(kThreads, 3)
+__global__ void __launch_bounds__(kThreads, 2)
     early_exit_walk_kernel(EarlyExitDecodeArgs ea, WalkLayout layout) {
   wait_for_predecessor();  // launched overlapped (launch.cuh): no global access before this
   allow_successor_launch();
@@ -429,11 +434,10 @@ __global__ void __launch_bounds__(kThreads, 3)
   // requests, 2x the sectors looked up: +25-30% kernel time, seen with ncu) and the swizzle.
   extern __shared__ __align__(128) unsigned char smem_raw[];
   auto& scratch = *reinterpret_cast<DeciderScratch<D>*>(smem_raw + kTileBytes<D>);
-  int& s_flag = *reinterpret_cast<int*>(smem_raw + kTileBytes<D> + sizeof(DeciderScratch<D>));
   if (blockIdx.x == 0) {
-    walk_split<D, kIndexed, true>(ea, layout, smem_raw, scratch, s_flag);
+    walk_split<D, kIndexed, true>(ea, layout, smem_raw, scratch);
   } else {
-    walk_split<D, kIndexed, false>(ea, layout, smem_raw, scratch, s_flag);
+    walk_split<D, kIndexed, false>(ea, layout, smem_raw, scratch);
   }
 }
 
@@ -482,17 +486,33 @@ int sm_count() {
   return count;
 }
 
+// Walk thread blocks resident per SM, from the occupancy calculator; also opts the kernel into its
+// dynamic shared memory, once.
+template <int D, bool kIndexed>
+int walk_blocks_per_sm() {
+  static const int blocks = [] {
+    const auto kernel = early_exit_walk_kernel<D, kIndexed>;
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSharedBytes<D>)),
+          "cudaFuncSetAttribute(early_exit_walk_kernel)");
+    int count = 0;
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kernel, kThreads, kSharedBytes<D>),
+          "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    return std::max(1, count);
+  }();
+  return blocks;
+}
+
+int walk_resident_per_sm(const DecodeAttentionArgs& a) {
+  const bool indexed = a.indices != nullptr;
+  if (a.head_dim == 64) return indexed ? walk_blocks_per_sm<64, true>() : walk_blocks_per_sm<64, false>();
+  return indexed ? walk_blocks_per_sm<128, true>() : walk_blocks_per_sm<128, false>();
+}
+
 template <int D, bool kIndexed>
 void launch(const EarlyExitDecodeArgs& ea, const WalkLayout& layout, cudaStream_t stream) {
   const DecodeAttentionArgs& a = ea.attention;
   constexpr size_t smem = kSharedBytes<D>;
-  static const bool configured = [&] {
-    check(cudaFuncSetAttribute(early_exit_walk_kernel<D, kIndexed>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSharedBytes<D>)),
-          "cudaFuncSetAttribute(early_exit_walk_kernel)");
-    return true;
-  }();
-  (void)configured;
+  walk_blocks_per_sm<D, kIndexed>();  // opts the kernel into its shared memory
   const int axis = kIndexed ? a.n_query_heads : a.n_kv_heads;
   launch_overlapped(early_exit_walk_kernel<D, kIndexed>, dim3(layout.n_chunks, axis, a.batch), kThreads, smem,
                     stream, "early_exit_walk_kernel", ea, layout);
@@ -510,18 +530,16 @@ void launch_for_dim(const EarlyExitDecodeArgs& ea, const WalkLayout& layout, cud
 }
 
 // The automatic layout starts from the plain kernel's split count S and chunk C (decode_attention.cu,
-// choose_chunk: about three thread blocks per SM over all walkers, in dense mode no more than fit
-// at once), in walk blocks. The decider takes kDeciderSharePercent of C: its per-block merge and test make each of
+// choose_chunk: as many thread blocks per SM as fit at once over all walkers, in dense mode no
+// more), in walk blocks. The decider takes kDeciderSharePercent of C: its per-block merge and test make each of
 // its blocks slower, and the slowest split is the kernel's time. The other splits keep C, which
 // may need one split more than the plain kernel; when that extra thread block per walker would
-// not fit the 3 x SMs resident slots, the other splits stretch over S - 1 splits instead (a second
+// not fit the resident slots, the other splits stretch over S - 1 splits instead (a second
 // wave of a few blocks costs far more than a block per split).
 WalkLayout walk_layout(const EarlyExitDecodeArgs& args) {
   const int max_blocks = std::max(1, walk_blocks(args.attention.max_kv_length, args.options.sink_tokens));
   const int walkers = std::max(1, early_exit_walkers(args.attention));
-  // As decode_attention.cu's choose_chunk: about three thread blocks per SM, in dense mode never
-  // more than the 3 per SM resident at once.
-  const int slots = 3 * sm_count();
+  const int slots = walk_resident_per_sm(args.attention) * sm_count();
   const bool dense = args.attention.indices == nullptr;
   const int splits = std::max(1, dense ? slots / walkers : (slots + walkers - 1) / walkers);
   WalkLayout layout;
