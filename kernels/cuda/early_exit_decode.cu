@@ -27,12 +27,15 @@ using bf16 = __nv_bfloat16;
 constexpr int kThreads = 128;
 constexpr int kWarps = 4;
 constexpr int kTile = kEarlyExitBlock;
-constexpr int kMaxRows = 8;
+constexpr int kMaxRows = 8;  // query heads per walker (rows g < 8 of the mma tile; g + 8 stay zero)
 // The K/V ring: 3 tiles in flight per split, as decode_attention.cu's one-wave dense kernel.
-constexpr int kStages = 3;  // query heads per walker (rows g < 8 of the mma tile; g + 8 stay zero)
+constexpr int kStages = 3;
 constexpr float kLog2e = 1.4426950408889634f;
-// Automatic layout: the decider's blocks as a share of the other splits' chunk (walk_layout).
-constexpr int kDeciderSharePercent = 50;
+// Automatic layout: the decider's blocks as a share of the other splits' chunk (walk_layout). H200,
+// cuda_art_bench, termination off, against the plain kernel: deciders of 8 / 32 blocks (50%) +3.2% /
+// +2.3% at 32K / 128K, of 4 / 16 blocks (25%) +1.8% / +1.8%. The window bounds where the walk can
+// stop (the synthetic profile stops after 4 blocks at both lengths).
+constexpr int kDeciderSharePercent = 25;
 
 __host__ __device__ inline int clamp_int(int x, int low, int high) {
   return x < low ? low : (x > high ? high : x);
@@ -531,8 +534,8 @@ void launch_for_dim(const EarlyExitDecodeArgs& ea, const WalkLayout& layout, cud
 
 // The automatic layout starts from the plain kernel's split count S and chunk C (decode_attention.cu,
 // choose_chunk: as many thread blocks per SM as fit at once over all walkers, in dense mode no
-// more), in walk blocks. The decider takes kDeciderSharePercent of C: its per-block merge and test make each of
-// its blocks slower, and the slowest split is the kernel's time. The other splits keep C, which
+// more), in walk blocks. The decider takes kDeciderSharePercent of C: its per-block merge and test
+// make each of its blocks slower, and the slowest split is the kernel's time. The other splits keep C, which
 // may need one split more than the plain kernel; when that extra thread block per walker would
 // not fit the resident slots, the other splits stretch over S - 1 splits instead (a second
 // wave of a few blocks costs far more than a block per split).

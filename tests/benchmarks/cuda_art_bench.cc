@@ -193,17 +193,18 @@ void BM_ArtOverhead(benchmark::State& state) {
   state.counters["overhead_pct"] = (art_total / plain_total - 1.0) * 100.0;
   set_layout_counters(state, setup.art[0]);
 }
-// The automatic layout first; then explicit layouts for comparison: the decider as large as the
-// other chunks (the previous layout), and smaller deciders.
+// The automatic layout first (on the H200: chunks of 2 / 16 / 64 walk blocks, deciders of 1 / 8 /
+// 32); then explicit layouts for comparison: the decider as large as the other chunks (which needs
+// one split more than fits at once), and a smaller decider.
 BENCHMARK(BM_ArtOverhead)
     ->Args({4096, 0, 0})
     ->Args({32768, 0, 0})
     ->Args({131072, 0, 0})
     ->Args({4096, 2, 2})
-    ->Args({32768, 11, 11})
-    ->Args({32768, 3, 11})
-    ->Args({131072, 42, 42})
-    ->Args({131072, 10, 43})
+    ->Args({32768, 16, 16})
+    ->Args({32768, 4, 16})
+    ->Args({131072, 64, 64})
+    ->Args({131072, 16, 64})
     ->Iterations(100)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
@@ -246,9 +247,9 @@ BENCHMARK(BM_ArtTermination)
     ->Args({4096, 0})
     ->Args({4096, 8})
     ->Args({32768, 0})
-    ->Args({32768, 11})
+    ->Args({32768, 16})
     ->Args({131072, 0})
-    ->Args({131072, 42})
+    ->Args({131072, 64})
     ->Iterations(100)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
