@@ -313,45 +313,26 @@ TEST_P(DecodeAppendTest, MatchesSeparateAppend) {
     return r;
   };
   auto attention_for = [&](Run& r, int step) {
-    cuda::DecodeAttentionArgs a;
-    a.q = r.qkv[step].as<__nv_bfloat16>();
-    a.q_seq_stride = width;
-    a.k = r.k.as<__nv_bfloat16>();
-    a.v = r.v.as<__nv_bfloat16>();
-    a.kv_offset = d_offsets.as<int64_t>();
-    a.kv_length = r.lengths.as<int32_t>();
-    a.max_kv_length = capacity;
-    a.out = r.out.as<__nv_bfloat16>() + size_t(step) * batch * hq * d;
-    a.out_seq_stride = int64_t(hq) * d;
-    a.batch = batch;
-    a.n_query_heads = hq;
-    a.n_kv_heads = hkv;
-    a.head_dim = d;
-    a.scale = 1.f / std::sqrt(float(d));
-    a.workspace = r.workspace.as<float>();
-    a.chunk_size = 64;
-    return a;
+    return cuda::DecodeAttentionArgs{.q = r.qkv[step].as<__nv_bfloat16>(), .q_seq_stride = width,
+                                     .k = r.k.as<__nv_bfloat16>(), .v = r.v.as<__nv_bfloat16>(),
+                                     .kv_offset = d_offsets.as<int64_t>(), .kv_length = r.lengths.as<int32_t>(),
+                                     .max_kv_length = capacity,
+                                     .out = r.out.as<__nv_bfloat16>() + size_t(step) * batch * hq * d,
+                                     .out_seq_stride = int64_t(hq) * d, .batch = batch, .n_query_heads = hq,
+                                     .n_kv_heads = hkv, .head_dim = d, .scale = 1.f / std::sqrt(float(d)),
+                                     .workspace = r.workspace.as<float>(), .chunk_size = 64, .append = {}};
   };
-  cuda::RopeArgs rope;
-  rope.bias = s.bias ? d_bias.as<__nv_bfloat16>() : nullptr;
-  rope.positions = d_positions.as<int32_t>();
-  rope.inv_freq = d_inv_freq.as<float>();
-  rope.n = batch;
-  rope.n_query_heads = hq;
-  rope.n_kv_heads = hkv;
-  rope.head_dim = d;
-  rope.interleaved = s.interleaved;
+  const cuda::RopeArgs rope{.bias = s.bias ? d_bias.as<__nv_bfloat16>() : nullptr,
+                           .positions = d_positions.as<int32_t>(), .inv_freq = d_inv_freq.as<float>(),
+                           .n = batch, .n_query_heads = hq, .n_kv_heads = hkv, .head_dim = d,
+                           .interleaved = s.interleaved};
 
   Run fused = make_run(), separate = make_run();
   for (int step = 0; step < steps; ++step) {
     cuda::DecodeAttentionArgs a = attention_for(fused, step);
-    a.append.positions = rope.positions;
-    a.append.inv_freq = rope.inv_freq;
-    a.append.bias = rope.bias;
-    a.append.interleaved = rope.interleaved;
-    a.append.k_cache = fused.k.as<__nv_bfloat16>();
-    a.append.v_cache = fused.v.as<__nv_bfloat16>();
-    a.append.kv_length = fused.lengths.as<int32_t>();
+    a.append = {.positions = rope.positions, .inv_freq = rope.inv_freq, .bias = rope.bias,
+                .interleaved = rope.interleaved, .k_cache = fused.k.as<__nv_bfloat16>(),
+                .v_cache = fused.v.as<__nv_bfloat16>(), .kv_length = fused.lengths.as<int32_t>()};
     cuda::decode_attention(a, nullptr);
 
     cuda::RopeArgs r = rope;
