@@ -291,8 +291,7 @@ __device__ __forceinline__ void walk_split(const EarlyExitDecodeArgs& ea, const 
     float correction[2], tile_sum[2] = {0.f, 0.f};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffff, tile_max[r], 1));
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffff, tile_max[r], 2));
+      tile_max[r] = quad_max(tile_max[r]);
       const float new_max = fmaxf(row_max[r], tile_max[r]);
       correction[r] = new_max == -INFINITY ? 1.f : exp2f(row_max[r] - new_max);
       row_max[r] = new_max;
@@ -332,10 +331,8 @@ __device__ __forceinline__ void walk_split(const EarlyExitDecodeArgs& ea, const 
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         float warp_sum = row_sum[r], warp_tile = tile_sum[r];
-        warp_sum += __shfl_xor_sync(0xffffffff, warp_sum, 1);
-        warp_sum += __shfl_xor_sync(0xffffffff, warp_sum, 2);
-        warp_tile += __shfl_xor_sync(0xffffffff, warp_tile, 1);
-        warp_tile += __shfl_xor_sync(0xffffffff, warp_tile, 2);
+        warp_sum = quad_sum(warp_sum);
+        warp_tile = quad_sum(warp_tile);
         const int row = g + 8 * r;
         if (row >= wk.rows) continue;
         if (t == 0) {

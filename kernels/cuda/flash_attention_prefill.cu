@@ -122,8 +122,7 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(PrefillAttentio
     float correction[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffff, tile_max[r], 1));
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffff, tile_max[r], 2));
+      tile_max[r] = quad_max(tile_max[r]);
       const float new_max = fmaxf(row_max[r], tile_max[r]);
       correction[r] = new_max == -INFINITY ? 1.f : exp2f(row_max[r] - new_max);
       row_max[r] = new_max;
@@ -165,10 +164,7 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(PrefillAttentio
   }
 
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    row_sum[r] += __shfl_xor_sync(0xffffffff, row_sum[r], 1);
-    row_sum[r] += __shfl_xor_sync(0xffffffff, row_sum[r], 2);
-  }
+  for (int r = 0; r < 2; ++r) row_sum[r] = quad_sum(row_sum[r]);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = row0 + warp * 16 + g + 8 * r;

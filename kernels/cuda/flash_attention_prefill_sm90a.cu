@@ -221,8 +221,7 @@ struct OnlineSoftmax {
     float correction[2], shift[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffff, tile_max[r], 1));
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffff, tile_max[r], 2));
+      tile_max[r] = quad_max(tile_max[r]);
       const float new_max = fmaxf(row_max[r], tile_max[r] * scale_log2);
       correction[r] = new_max == -INFINITY ? 1.f : fast_exp2(row_max[r] - new_max);
       row_max[r] = new_max;
@@ -352,10 +351,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_prefill_wgmma_kernel(const 
 
   float row_sum[2] = {softmax.row_sum[0], softmax.row_sum[1]};
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    row_sum[r] += __shfl_xor_sync(0xffffffff, row_sum[r], 1);
-    row_sum[r] += __shfl_xor_sync(0xffffffff, row_sum[r], 2);
-  }
+  for (int r = 0; r < 2; ++r) row_sum[r] = quad_sum(row_sum[r]);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = row0 + my_row + 8 * r;

@@ -10,6 +10,20 @@
 
 namespace kvb::cuda {
 
+// The sum / max of `value` over a quad (lanes 4g .. 4g + 3, which hold one row of an mma
+// accumulator tile between them).
+__device__ __forceinline__ float quad_sum(float value) {
+  value += __shfl_xor_sync(0xffffffff, value, 1);
+  value += __shfl_xor_sync(0xffffffff, value, 2);
+  return value;
+}
+
+__device__ __forceinline__ float quad_max(float value) {
+  value = fmaxf(value, __shfl_xor_sync(0xffffffff, value, 1));
+  value = fmaxf(value, __shfl_xor_sync(0xffffffff, value, 2));
+  return value;
+}
+
 template <int D>
 __device__ __forceinline__ int swizzled(int row, int col) {
   return row * D + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);

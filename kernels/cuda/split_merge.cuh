@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/mma_tiles.cuh"
+
 namespace kvb::cuda {
 
 // Within a split: the 4 warps of an m16n8k16 walk (each saw its 16 keys of every tile; rows g and
@@ -21,10 +23,7 @@ __device__ __forceinline__ void store_split_partials(float (&o)[D / 8][4], const
   constexpr int kDimTiles = D / 8;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    row_sum[r] += __shfl_xor_sync(0xffffffff, row_sum[r], 1);
-    row_sum[r] += __shfl_xor_sync(0xffffffff, row_sum[r], 2);
-  }
+  for (int r = 0; r < 2; ++r) row_sum[r] = quad_sum(row_sum[r]);
   float* s_acc = scratch;                 // [4][16][D]
   float* s_max = s_acc + 4 * 16 * D;      // [4][16]
   float* s_sum = s_max + 4 * 16;          // [4][16]
