@@ -16,12 +16,14 @@ void check(cudaError_t status, const char* what) {
   throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(status));
 }
 
+bool env_switch_on(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr || std::strcmp(value, "0") != 0;
+}
+
 bool overlapped_launch_enabled() {
   // Read once: a process-wide launch mode, so that a captured graph and its replays agree.
-  static const bool enabled = [] {
-    const char* value = std::getenv("KVB_CUDA_PDL");
-    return value == nullptr || std::strcmp(value, "0") != 0;
-  }();
+  static const bool enabled = env_switch_on("KVB_CUDA_PDL");
   return enabled;
 }
 

@@ -23,6 +23,9 @@ class OutOfMemory : public std::runtime_error {
   size_t bytes_requested;
 };
 
+// An A/B switch for timing runs: on unless the environment variable `name` is set to "0".
+bool env_switch_on(const char* name);
+
 // True when a CUDA device is present and usable (tests call this to GTEST_SKIP cleanly).
 bool device_available();
 

@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
-#include <cstdlib>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_utils.h"
@@ -419,16 +418,8 @@ size_t dense_shared_bytes(int stages) {
 // calculator; also opts the kernel into its dynamic shared memory, once.
 template <int D, int kStages>
 int dense_blocks_per_sm() {
-  static const int blocks = [] {
-    const auto kernel = decode_mma_kernel<D, kStages>;
-    const size_t bytes = dense_shared_bytes<D>(kStages);
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
-          "cudaFuncSetAttribute(decode_mma_kernel)");
-    int count = 0;
-    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kernel, kThreads, bytes),
-          "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-    return std::max(1, count);
-  }();
+  static const int blocks = resident_blocks_per_sm(decode_mma_kernel<D, kStages>, kThreads,
+                                                   dense_shared_bytes<D>(kStages), "decode_mma_kernel");
   return blocks;
 }
 
@@ -440,10 +431,7 @@ void launch_indexed(const DecodeAttentionArgs& args, int chunk, int n_chunks, cu
 }
 
 bool early_tile_enabled() {  // KVB_CUDA_EARLY_TILE=0 turns the early first tile off (A/B timing)
-  static const bool enabled = [] {
-    const char* value = std::getenv("KVB_CUDA_EARLY_TILE");
-    return value == nullptr || std::string(value) != "0";
-  }();
+  static const bool enabled = env_switch_on("KVB_CUDA_EARLY_TILE");
   return enabled;
 }
 

@@ -490,15 +490,8 @@ int sm_count() {
 // dynamic shared memory, once.
 template <int D, bool kIndexed>
 int walk_blocks_per_sm() {
-  static const int blocks = [] {
-    const auto kernel = early_exit_walk_kernel<D, kIndexed>;
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSharedBytes<D>)),
-          "cudaFuncSetAttribute(early_exit_walk_kernel)");
-    int count = 0;
-    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kernel, kThreads, kSharedBytes<D>),
-          "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-    return std::max(1, count);
-  }();
+  static const int blocks = resident_blocks_per_sm(early_exit_walk_kernel<D, kIndexed>, kThreads,
+                                                   kSharedBytes<D>, "early_exit_walk_kernel");
   return blocks;
 }
 

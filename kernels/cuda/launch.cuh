@@ -12,6 +12,9 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <string>
+
 #include "kernels/cuda/cuda_utils.h"
 
 namespace kvb::cuda {
@@ -26,6 +29,19 @@ __device__ __forceinline__ void allow_successor_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
+}
+
+// Opts `kernel` into `shared_bytes` of dynamic shared memory and returns how many of its thread
+// blocks of `threads` are resident on one SM at once (at least 1): the decode kernels size their
+// split counts to that. Callers keep the answer in a static (one query per kernel).
+template <typename... Params>
+int resident_blocks_per_sm(void (*kernel)(Params...), int threads, size_t shared_bytes, const char* name) {
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)),
+        (std::string("cudaFuncSetAttribute(") + name + ")").c_str());
+  int count = 0;
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kernel, threads, shared_bytes),
+        (std::string("cudaOccupancyMaxActiveBlocksPerMultiprocessor(") + name + ")").c_str());
+  return std::max(1, count);
 }
 
 // Launches `kernel` with programmatic stream serialisation (captured into CUDA graphs as a
