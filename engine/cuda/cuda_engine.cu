@@ -133,6 +133,14 @@ struct CudaEngine::Impl {
     drop_graph();
   }
 
+  // Decode selection's metadata (codes, pages) describes the cache it started on: once the cache is
+  // rewritten it goes, and with it the graph that captured its kernels.
+  void forget_stale_selection() {
+    if (!sparse) return;
+    sparse.reset();
+    drop_graph();
+  }
+
   void drop_graph() {
     if (graph_exec) cudaGraphExecDestroy(graph_exec);
     if (graph) cudaGraphDestroy(graph);
@@ -394,10 +402,7 @@ std::vector<float> CudaEngine::prefill(int seq, const std::vector<int32_t>& ids,
   if (seq < 0 || seq >= m.batch) throw InputError("prefill: sequence index out of range");
   const int hkv = m.heads_total();
   const int start_length = m.host_length[int64_t(seq) * c.n_kv_heads];
-  if (m.sparse) {  // its metadata describes the old cache
-    m.sparse.reset();
-    m.drop_graph();
-  }
+  m.forget_stale_selection();
   if (start_length + int64_t(ids.size()) > m.capacity)
     throw CapacityError("prefill of " + std::to_string(ids.size()) + " tokens exceeds the cache " +
                         "capacity " + std::to_string(m.capacity));
@@ -461,10 +466,7 @@ void CudaEngine::compact(int seq, const KeptIndices& kept) {
   const int hkv = m.heads_total();
   if (static_cast<int>(kept.size()) != c.n_layers)
     throw InputError("compact: kept indices must cover every layer");
-  if (m.sparse) {  // its metadata describes the old cache
-    m.sparse.reset();
-    m.drop_graph();
-  }
+  m.forget_stale_selection();
   // Gather kept rows into scratch, then write them back packed at the head's first rows.
   std::vector<int64_t> src_rows, dst_rows, scratch_rows;
   for (int l = 0; l < c.n_layers; ++l) {
@@ -505,10 +507,7 @@ void CudaEngine::compact(int seq, const KeptIndices& kept) {
 void CudaEngine::fill_cache_random(int length, uint64_t seed) {
   Impl& m = *impl_;
   if (length > m.capacity) throw CapacityError("fill_cache_random: length exceeds capacity");
-  if (m.sparse) {  // its metadata describes the old cache
-    m.sparse.reset();
-    m.drop_graph();
-  }
+  m.forget_stale_selection();
   const ModelConfig& c = m.config;
   for (int l = 0; l < c.n_layers; ++l) {
     const size_t count = m.k_cache[l].bytes() / 2;
