@@ -41,11 +41,6 @@ void flash_attention_prefill(const PrefillAttentionArgs& args, cudaStream_t stre
 // True when the wgmma prefill kernel is built and runs on the current device for this head_dim.
 bool wgmma_prefill_available(int head_dim);
 
-// One decode query per (sequence, query head) against a ragged KV store. KV head h of sequence b
-// occupies rows kv_offset[b*Hkv+h] .. + kv_length[b*Hkv+h] of the layer's k/v buffers (row = head_dim
-// elements). With `indices`, head (b, a) attends only to the rows listed at
-// indices[index_offset[b*Hq+a] .. + index_count[b*Hq+a]] (relative to its KV head's first row), each
-// with an optional additive logit bias at the same place in `logit_bias`.
 // The decode step's token, appended by decode_attention itself (dense mode): what
 // rope_append_kv_decode would do before it, without a kernel boundary between. The query and the
 // new K and V are read pre-RoPE and unbiased from the sequence's row at `q` ([Hq | Hkv K | Hkv V]
@@ -62,6 +57,11 @@ struct DecodeAppend {
   int32_t* kv_length = nullptr;         // the same lengths as DecodeAttentionArgs::kv_length
 };
 
+// One decode query per (sequence, query head) against a ragged KV store. KV head h of sequence b
+// occupies rows kv_offset[b*Hkv+h] .. + kv_length[b*Hkv+h] of the layer's k/v buffers (row = head_dim
+// elements). With `indices`, head (b, a) attends only to the rows listed at
+// indices[index_offset[b*Hq+a] .. + index_count[b*Hq+a]] (relative to its KV head's first row), each
+// with an optional additive logit bias at the same place in `logit_bias`.
 struct DecodeAttentionArgs {
   const __nv_bfloat16* q = nullptr;   // [B, Hq, head_dim] contiguous per sequence with q_seq_stride
   int64_t q_seq_stride = 0;
