@@ -97,7 +97,8 @@ int run_gpu_bench(const Args& args) {
                    "with nvcc)");
 #else
   args.allow_only({"device", "model", "preset", "dummy", "context", "batch", "policy", "budget",
-                   "params", "steps", "max-batch", "no-graphs", "prompt-file", "prefill-chunk", "json"});
+                   "params", "steps", "max-batch", "no-graphs", "prompt-file", "prefill-chunk",
+                   "json"});
   CudaBenchOptions options;
   options.preset = args.get_or("preset", "");
   options.model = args.get_or("model", "");
@@ -115,7 +116,8 @@ int run_gpu_bench(const Args& args) {
   options.decode_steps = args.get_int("steps", 64);
   options.prefill_chunk = args.get_int("prefill-chunk", options.prefill_chunk);
   if (options.prefill_chunk < 1)
-    throw InputError("--prefill-chunk must be >= 1 token (default " + std::to_string(CudaEngine::kPrefillChunk) + "), got " +
+    throw InputError("--prefill-chunk must be >= 1 token (default " +
+                     std::to_string(CudaEngine::kPrefillChunk) + "), got " +
                      std::to_string(options.prefill_chunk));
   options.find_max_batch = args.flag("max-batch");
   options.use_graphs = !args.flag("no-graphs");

@@ -202,9 +202,9 @@ nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
       // TTFT: prefill + (uniform) compression + first sampling, for sequence 0.
       const auto ids = prompt_ids.empty() ? random_ids(context, config.vocab_size, 7)
                                           : tiled_ids(prompt_ids, context);
-      // Warm-up: one full prefill chunk, so the timed prefill finds its activation buffers allocated
-      // and every kernel and GEMM shape initialised, as in a running server (the first chunk's
-      // allocations and first launches had been inside the TTFT).
+      // Warm-up: one full prefill chunk, so the timed prefill finds its activation buffers
+      // allocated and every kernel and GEMM shape initialised, as in a running server (the first
+      // chunk's allocations and first launches had been inside the TTFT).
       engine->prefill(0, random_ids(std::min(context, options.prefill_chunk), config.vocab_size, 3),
                       options.prefill_chunk);
       engine->allocate_cache(batch, context + options.decode_steps + 2);

@@ -210,8 +210,8 @@ struct CudaEngine::Impl {
       // The dense path appends the step's token inside the attention kernel (one boundary fewer).
       const bool dense = !selects && !early_exit;
       if (!dense)
-        cuda::rope_append_kv_decode(rope, offsets, lengths, ptr<bf16>(k_cache[l]), ptr<bf16>(v_cache[l]),
-                                    stream);
+        cuda::rope_append_kv_decode(rope, offsets, lengths, ptr<bf16>(k_cache[l]),
+                                    ptr<bf16>(v_cache[l]), stream);
       cuda::DecodeAttentionArgs a;
       a.q = ptr<bf16>(qkv);
       a.q_seq_stride = qkv_width();

@@ -41,7 +41,8 @@ class CudaEngine {
   // attention row log-sum-exp of the last layer for the chunk's queries ([Hq, n], n = ids.size()
   // when a single chunk).
   static constexpr int kPrefillChunk = 16384;
-  std::vector<float> prefill(int seq, const std::vector<int32_t>& ids, int chunk_tokens = kPrefillChunk);
+  std::vector<float> prefill(int seq, const std::vector<int32_t>& ids,
+                             int chunk_tokens = kPrefillChunk);
 
   // Keeps kept[layer][head] (strictly increasing indices into the live entries) for sequence seq.
   void compact(int seq, const KeptIndices& kept);

@@ -54,7 +54,7 @@ struct DecodeAppend {
   bool interleaved = false;
   __nv_bfloat16* k_cache = nullptr;
   __nv_bfloat16* v_cache = nullptr;
-  int32_t* kv_length = nullptr;         // the same lengths as DecodeAttentionArgs::kv_length
+  int32_t* kv_length = nullptr;  // the same lengths as DecodeAttentionArgs::kv_length
 };
 
 // One decode query per (sequence, query head) against a ragged KV store. KV head h of sequence b

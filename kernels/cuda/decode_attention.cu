@@ -188,13 +188,12 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(DecodeAttentio
 constexpr int kTileKeys = 64;
 
 template <int D, int kStages>
-__global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeAttentionArgs args,
-                                                              int chunk_size, int n_chunks,
-                                                              bool early_tile) {
+__global__ void __launch_bounds__(kThreads)
+    decode_mma_kernel(DecodeAttentionArgs args, int chunk_size, int n_chunks, bool early_tile) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* s_q = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [16][D]
-  __nv_bfloat16* s_k = s_q + 16 * D;                                  // [kStages][64][D]
-  __nv_bfloat16* s_v = s_k + kStages * kTileKeys * D;                 // [kStages][64][D]
+  __nv_bfloat16* s_k = s_q + 16 * D;                                // [kStages][64][D]
+  __nv_bfloat16* s_v = s_k + kStages * kTileKeys * D;               // [kStages][64][D]
   const int chunk = blockIdx.x;
   const int kv_head = blockIdx.y;
   const int b = blockIdx.z;
@@ -202,9 +201,10 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeAttentionArg
   const int head0 = kv_head * group;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
   const int begin = chunk * chunk_size;
-  // The first tile's loads leave before the wait when its rows are settled. Offsets change only when
-  // the cache is allocated, and within a decode step kernels only append: the length read here is
-  // the step's old one or (if the append has landed) one more, so rows below it minus one are final.
+  // The first tile's loads leave before the wait when its rows are settled. Offsets change only
+  // when the cache is allocated, and within a decode step kernels only append: the length read here
+  // is the step's old one or (if the append has landed) one more, so rows below it minus one are
+  // final.
   const int64_t kv_row0 = args.kv_offset[b * args.n_kv_heads + kv_head];
   const bool tile0_early =
       early_tile && begin + kTileKeys <= args.kv_length[b * args.n_kv_heads + kv_head] - 1;
@@ -243,8 +243,8 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeAttentionArg
       __nv_bfloat16* v_new = append.v_cache + (kv_row0 + stored) * D;
       if (threadIdx.x < kHalf)
         rotate_pair(with_bias(row[k_col + col_a], append.bias, k_col + col_a),
-                    with_bias(row[k_col + col_b], append.bias, k_col + col_b), sine, cosine, k_new[col_a],
-                    k_new[col_b]);
+                    with_bias(row[k_col + col_b], append.bias, k_col + col_b), sine, cosine,
+                    k_new[col_a], k_new[col_b]);
       for (int j = threadIdx.x; j < D; j += kThreads)
         v_new[j] = __float2bfloat16(with_bias(row[v_col + j], append.bias, v_col + j));
       __syncthreads();  // the tile copies below read the new row
@@ -274,8 +274,10 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeAttentionArg
     }
     cp_async_commit();
   };
-  if (!tile0_early) load_kv_tile(0);  // with the query's loads
-  else cp_async_commit();
+  if (!tile0_early)
+    load_kv_tile(0);  // with the query's loads
+  else
+    cp_async_commit();
 #pragma unroll
   for (int tile = 1; tile + 1 < kStages; ++tile) load_kv_tile(tile);
 
@@ -358,9 +360,11 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(DecodeAttentionArg
     __syncthreads();
   }
 
-  store_split_partials<D, kThreads>(o, row_max, row_sum, reinterpret_cast<float*>(s_k), group, [&](int row) {
-    return args.workspace + ((int64_t(b) * args.n_query_heads + head0 + row) * n_chunks + chunk) * (D + 2);
-  });
+  store_split_partials<D, kThreads>(
+      o, row_max, row_sum, reinterpret_cast<float*>(s_k), group, [&](int row) {
+        return args.workspace +
+               ((int64_t(b) * args.n_query_heads + head0 + row) * n_chunks + chunk) * (D + 2);
+      });
 }
 
 template <int D>
@@ -370,13 +374,15 @@ __global__ void decode_merge_kernel(DecodeAttentionArgs args, int n_chunks, int 
   const int head = blockIdx.x;
   const int b = blockIdx.y;
   const int group = args.n_query_heads / args.n_kv_heads;
-  const float* partial = args.workspace + (int64_t(b) * args.n_query_heads + head) * n_chunks * (D + 2);
+  const float* partial =
+      args.workspace + (int64_t(b) * args.n_query_heads + head) * n_chunks * (D + 2);
   __nv_bfloat16* out = args.out + b * args.out_seq_stride + head * D;
   if (args.append.positions != nullptr) {
     // Every chunk wrote a partial (empty ones: max -inf), so the merge needs no length, and the
     // group's first head's block can advance it with no other reader left in this step.
     merge_split_partials<D>(partial, n_chunks, out);
-    if (head % group == 0 && threadIdx.x == 0) args.append.kv_length[b * args.n_kv_heads + head / group] += 1;
+    if (head % group == 0 && threadIdx.x == 0)
+      args.append.kv_length[b * args.n_kv_heads + head / group] += 1;
     return;
   }
   int count = args.indices ? args.index_count[b * args.n_query_heads + head]
@@ -392,8 +398,8 @@ int choose_chunk(const DecodeAttentionArgs& args, int blocks_per_chunk_row, int 
                  int granule, bool within_one_wave, int resident) {
   if (args.chunk_size > 0) return args.chunk_size;
   const int rows = std::max(1, blocks_per_chunk_row);
-  const int splits =
-      std::max(1, within_one_wave ? resident * sm_count / rows : (resident * sm_count + rows - 1) / rows);
+  const int splits = std::max(
+      1, within_one_wave ? resident * sm_count / rows : (resident * sm_count + rows - 1) / rows);
   const int chunk = (args.max_kv_length + splits - 1) / splits;
   return std::max(granule, ((chunk + granule - 1) / granule) * granule);
 }
@@ -401,10 +407,10 @@ int choose_chunk(const DecodeAttentionArgs& args, int blocks_per_chunk_row, int 
 // The dense kernel's K/V ring. One wave of blocks (batch 1-30 at long contexts: the split count
 // fills the GPU once) takes 3 tiles (2 blocks per SM at head_dim 128); with 2, a block had one tile
 // in flight while it computed the other. H200, Llama-3.1-8B preset, kvbench TPOT with 2 / 3 / 4
-// stages: 4.61 / 4.58 / 4.61 ms at 4K, 5.50 / 5.39 / 6.03 ms at 32K, 8.35 / 8.24 / 10.84 ms at 128K.
-// Many waves of short heads (a compressed cache at a large batch) keep 2 (3 blocks per SM): each
-// block's start and merge then hide behind two other blocks' streaming (SnapKV 5% at batch 584,
-// 32K: 12,353 tokens/s with 3 stages).
+// stages: 4.61 / 4.58 / 4.61 ms at 4K, 5.50 / 5.39 / 6.03 ms at 32K, 8.35 / 8.24 / 10.84 ms at
+// 128K. Many waves of short heads (a compressed cache at a large batch) keep 2 (3 blocks per SM):
+// each block's start and merge then hide behind two other blocks' streaming (SnapKV 5% at batch
+// 584, 32K: 12,353 tokens/s with 3 stages).
 constexpr int kWaveStages = 3, kManyWavesStages = 2;
 constexpr int kIndexedBlocksPerSm = 3;
 
@@ -418,8 +424,8 @@ size_t dense_shared_bytes(int stages) {
 // calculator; also opts the kernel into its dynamic shared memory, once.
 template <int D, int kStages>
 int dense_blocks_per_sm() {
-  static const int blocks = resident_blocks_per_sm(decode_mma_kernel<D, kStages>, kThreads,
-                                                   dense_shared_bytes<D>(kStages), "decode_mma_kernel");
+  static const int blocks = resident_blocks_per_sm(
+      decode_mma_kernel<D, kStages>, kThreads, dense_shared_bytes<D>(kStages), "decode_mma_kernel");
   return blocks;
 }
 
@@ -444,23 +450,26 @@ void launch_decode(const DecodeAttentionArgs& args, cudaStream_t stream) {
   if (args.append.positions != nullptr &&
       (indexed || !args.append.inv_freq || !args.append.k_cache || !args.append.v_cache ||
        args.append.kv_length != args.kv_length))
-    throw std::invalid_argument("decode_attention: the step's append runs in dense mode only and needs "
-                                "inv_freq, the writable cache buffers and the same kv_length");
+    throw std::invalid_argument(
+        "decode_attention: the step's append runs in dense mode only and needs "
+        "inv_freq, the writable cache buffers and the same kv_length");
   const int heads_axis = indexed ? args.n_query_heads : args.n_kv_heads;
-  const bool many_waves = !indexed && heads_axis * args.batch > dense_blocks_per_sm<D, kWaveStages>() * sm_count;
-  const int resident = indexed       ? kIndexedBlocksPerSm
+  const bool many_waves =
+      !indexed && heads_axis * args.batch > dense_blocks_per_sm<D, kWaveStages>() * sm_count;
+  const int resident = indexed      ? kIndexedBlocksPerSm
                        : many_waves ? dense_blocks_per_sm<D, kManyWavesStages>()
                                     : dense_blocks_per_sm<D, kWaveStages>();
-  const int chunk =
-      choose_chunk(args, heads_axis * args.batch, sm_count, indexed ? 256 : kTileKeys, !indexed, resident);
+  const int chunk = choose_chunk(args, heads_axis * args.batch, sm_count, indexed ? 256 : kTileKeys,
+                                 !indexed, resident);
   const int n_chunks = std::max(1, (args.max_kv_length + chunk - 1) / chunk);
   if (indexed) {
     launch_indexed<D, 1>(args, chunk, n_chunks, stream);
   } else {
     const int stages = many_waves ? kManyWavesStages : kWaveStages;
-    launch_overlapped(many_waves ? decode_mma_kernel<D, kManyWavesStages> : decode_mma_kernel<D, kWaveStages>,
-                      dim3(n_chunks, args.n_kv_heads, args.batch), kThreads, dense_shared_bytes<D>(stages), stream,
-                      "decode_mma_kernel", args, chunk, n_chunks, early_tile_enabled());
+    launch_overlapped(
+        many_waves ? decode_mma_kernel<D, kManyWavesStages> : decode_mma_kernel<D, kWaveStages>,
+        dim3(n_chunks, args.n_kv_heads, args.batch), kThreads, dense_shared_bytes<D>(stages),
+        stream, "decode_mma_kernel", args, chunk, n_chunks, early_tile_enabled());
   }
   launch_overlapped(decode_merge_kernel<D>, dim3(args.n_query_heads, args.batch), D, 0, stream,
                     "decode_merge_kernel", args, n_chunks, chunk);

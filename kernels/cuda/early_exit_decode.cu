@@ -6,8 +6,6 @@
 // then merges the warps' states through shared memory, reduces ||o_b||^2, ||o_{b-1}||^2 and
 // <o_b, o_{b-1}> per head, and lanes 0 run the counters; the other splits poll the walker's stop
 // word once per tile and leave at a tile boundary once it is set.
-#include "kernels/cuda/early_exit_decode.h"
-
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -16,6 +14,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/early_exit_decode.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_tiles.cuh"
 #include "kernels/cuda/split_merge.cuh"
@@ -32,8 +31,8 @@ constexpr int kMaxRows = 8;  // query heads per walker (rows g < 8 of the mma ti
 constexpr int kStages = 3;
 constexpr float kLog2e = 1.4426950408889634f;
 // Automatic layout: the decider's blocks as a share of the other splits' chunk (walk_layout). H200,
-// cuda_art_bench, termination off, against the plain kernel: deciders of 8 / 32 blocks (50%) +3.2% /
-// +2.3% at 32K / 128K, of 4 / 16 blocks (25%) +1.8% / +1.8%. The window bounds where the walk can
+// cuda_art_bench, termination off, against the plain kernel: deciders of 8 / 32 blocks (50%) +3.2%
+// / +2.3% at 32K / 128K, of 4 / 16 blocks (25%) +1.8% / +1.8%. The window bounds where the walk can
 // stop (the synthetic profile stops after 4 blocks at both lengths).
 constexpr int kDeciderSharePercent = 25;
 
@@ -134,7 +133,7 @@ struct DeciderScratch {
 // the stop-word copies [kStages][4] (int), then the
 // decider's scratch and the stop flag.
 template <int D>
-constexpr size_t kTileBytes = kStages * (2 * kTile * D * sizeof(bf16) + kTile * sizeof(float) + 16);
+constexpr size_t kTileBytes = kStages*(2 * kTile * D * sizeof(bf16) + kTile * sizeof(float) + 16);
 template <int D>
 constexpr size_t kSharedBytes = kTileBytes<D> + sizeof(DeciderScratch<D>);
 
@@ -160,9 +159,10 @@ __device__ __forceinline__ void walk_split(const EarlyExitDecodeArgs& ea, const 
   const DecodeAttentionArgs& args = ea.attention;
   const EarlyExitDecodeOptions& opt = ea.options;
   bf16* s_k = reinterpret_cast<bf16*>(smem_raw);                  // [2][64][D]
-  bf16* s_v = s_k + kStages * kTile * D;                                 // [kStages][64][D]
-  float* s_bias = reinterpret_cast<float*>(s_v + kStages * kTile * D);  // [kStages][64] (index mode)
-  int* s_poll = reinterpret_cast<int*>(s_bias + kStages * kTile);       // [kStages][4]
+  bf16* s_v = s_k + kStages * kTile * D;                          // [kStages][64][D]
+  float* s_bias =
+      reinterpret_cast<float*>(s_v + kStages * kTile * D);         // [kStages][64] (index mode)
+  int* s_poll = reinterpret_cast<int*>(s_bias + kStages * kTile);  // [kStages][4]
 
   const int chunk = blockIdx.x;
   const int n_chunks = layout.n_chunks;
@@ -209,8 +209,10 @@ __device__ __forceinline__ void walk_split(const EarlyExitDecodeArgs& ea, const 
   issue(first, 0);  // before anything else waits on memory
 #pragma unroll
   for (int ahead = 1; ahead + 1 < kStages; ++ahead) {  // one commit group per ring slot, even empty
-    if (ahead < n_tiles) issue(first + ahead, ahead);
-    else cp_async_commit();
+    if (ahead < n_tiles)
+      issue(first + ahead, ahead);
+    else
+      cp_async_commit();
   }
   const int stop_mark = state[kEpoch] + 1;
   if (tid < kMaxRows) scratch.counter[tid] = 0;
@@ -250,12 +252,15 @@ __device__ __forceinline__ void walk_split(const EarlyExitDecodeArgs& ea, const 
     const int buf = i % kStages;
     const int w = first + i;
     // Into the slot the previous tile used (every warp left it at that tile's last barrier).
-    if (i + kStages - 1 < n_tiles) issue(w + kStages - 1, (i + kStages - 1) % kStages);
-    else cp_async_commit();
+    if (i + kStages - 1 < n_tiles)
+      issue(w + kStages - 1, (i + kStages - 1) % kStages);
+    else
+      cp_async_commit();
     if constexpr (kDecider) load_query();  // L1 hits, while the tile lands
-    cp_async_wait<kStages - 1>();  // this tile's group (and its poll) has landed
+    cp_async_wait<kStages - 1>();          // this tile's group (and its poll) has landed
     __syncthreads();
-    if (!decider && s_poll[buf * 4 + poll_word] == stop_mark) {  // block-uniform: the decider stopped
+    if (!decider &&
+        s_poll[buf * 4 + poll_word] == stop_mark) {  // block-uniform: the decider stopped
       stop = true;
       break;
     }
@@ -419,9 +424,11 @@ __device__ __forceinline__ void walk_split(const EarlyExitDecodeArgs& ea, const 
   // The warps' states into the partial, through the K tiles' shared memory (free once every warp
   // is done with them).
   __syncthreads();
-  store_split_partials<D, kThreads>(o, row_max, row_sum, reinterpret_cast<float*>(s_k), wk.rows, [&](int row) {
-    return args.workspace + ((int64_t(b) * args.n_query_heads + wk.head0 + row) * n_chunks + chunk) * (D + 2);
-  });
+  store_split_partials<D, kThreads>(
+      o, row_max, row_sum, reinterpret_cast<float*>(s_k), wk.rows, [&](int row) {
+        return args.workspace +
+               ((int64_t(b) * args.n_query_heads + wk.head0 + row) * n_chunks + chunk) * (D + 2);
+      });
 }
 
 template <int D, bool kIndexed>
@@ -464,8 +471,9 @@ __global__ void early_exit_merge_kernel(EarlyExitDecodeArgs ea, WalkLayout layou
   const int loaded = bookkeeper ? state[kLoadedScratch] : 0;
   const int epoch = bookkeeper ? state[kEpoch] : 0;
   const int used = stop != 0 ? 1 : chunks_used(layout, blocks);
-  merge_split_partials<D>(args.workspace + (int64_t(b) * args.n_query_heads + head) * n_chunks * (D + 2), used,
-                          args.out + b * args.out_seq_stride + head * D);
+  merge_split_partials<D>(
+      args.workspace + (int64_t(b) * args.n_query_heads + head) * n_chunks * (D + 2), used,
+      args.out + b * args.out_seq_stride + head * D);
   if (bookkeeper) {
     const int visited = stop != 0 ? stop : blocks;
     state[kBlocksVisited] = visited;
@@ -497,7 +505,8 @@ int walk_blocks_per_sm() {
 
 int walk_resident_per_sm(const DecodeAttentionArgs& a) {
   const bool indexed = a.indices != nullptr;
-  if (a.head_dim == 64) return indexed ? walk_blocks_per_sm<64, true>() : walk_blocks_per_sm<64, false>();
+  if (a.head_dim == 64)
+    return indexed ? walk_blocks_per_sm<64, true>() : walk_blocks_per_sm<64, false>();
   return indexed ? walk_blocks_per_sm<128, true>() : walk_blocks_per_sm<128, false>();
 }
 
@@ -522,13 +531,13 @@ void launch_for_dim(const EarlyExitDecodeArgs& ea, const WalkLayout& layout, cud
   }
 }
 
-// The automatic layout starts from the plain kernel's split count S and chunk C (decode_attention.cu,
-// choose_chunk: as many thread blocks per SM as fit at once over all walkers, in dense mode no
-// more), in walk blocks. The decider takes kDeciderSharePercent of C: its per-block merge and test
-// make each of its blocks slower, and the slowest split is the kernel's time. The other splits keep C, which
-// may need one split more than the plain kernel; when that extra thread block per walker would
-// not fit the resident slots, the other splits stretch over S - 1 splits instead (a second
-// wave of a few blocks costs far more than a block per split).
+// The automatic layout starts from the plain kernel's split count S and chunk C
+// (decode_attention.cu, choose_chunk: as many thread blocks per SM as fit at once over all walkers,
+// in dense mode no more), in walk blocks. The decider takes kDeciderSharePercent of C: its
+// per-block merge and test make each of its blocks slower, and the slowest split is the kernel's
+// time. The other splits keep C, which may need one split more than the plain kernel; when that
+// extra thread block per walker would not fit the resident slots, the other splits stretch over S -
+// 1 splits instead (a second wave of a few blocks costs far more than a block per split).
 WalkLayout walk_layout(const EarlyExitDecodeArgs& args) {
   const int max_blocks = std::max(1, walk_blocks(args.attention.max_kv_length, args.options.sink_tokens));
   const int walkers = std::max(1, early_exit_walkers(args.attention));

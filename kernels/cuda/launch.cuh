@@ -2,12 +2,13 @@
 // scheduled while the previous kernel of its stream is still finishing, so the launch latency and
 // the ramp-up of consecutive small decode kernels overlap instead of adding up (a decode step is
 // ~300 launches). Correctness rests on one rule: every kernel launched this way calls
-// wait_for_predecessor() before it reads anything an earlier kernel may still be writing; that waits
-// until the previous grid has completed and its writes are visible. Before the wait a kernel reads
-// only what no kernel writes (weights, cache offsets) or what it shows to be settled (the decode
-// attention's first tile), which takes a memory round trip off a latency-bound kernel. allow_successor_launch() lets the next kernel be
-// scheduled once every block of this one has started. Both are no-ops below sm_90 and when the
-// kernel was launched normally, so a kernel can be launched either way.
+// wait_for_predecessor() before it reads anything an earlier kernel may still be writing; that
+// waits until the previous grid has completed and its writes are visible. Before the wait a kernel
+// reads only what no kernel writes (weights, cache offsets) or what it shows to be settled (the
+// decode attention's first tile), which takes a memory round trip off a latency-bound kernel.
+// allow_successor_launch() lets the next kernel be scheduled once every block of this one has
+// started. Both are no-ops below sm_90 and when the kernel was launched normally, so a kernel can
+// be launched either way.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -35,9 +36,11 @@ __device__ __forceinline__ void allow_successor_launch() {
 // blocks of `threads` are resident on one SM at once (at least 1): the decode kernels size their
 // split counts to that. Callers keep the answer in a static (one query per kernel).
 template <typename... Params>
-int resident_blocks_per_sm(void (*kernel)(Params...), int threads, size_t shared_bytes, const char* name) {
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)),
-        (std::string("cudaFuncSetAttribute(") + name + ")").c_str());
+int resident_blocks_per_sm(void (*kernel)(Params...), int threads, size_t shared_bytes,
+                           const char* name) {
+  check(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)),
+      (std::string("cudaFuncSetAttribute(") + name + ")").c_str());
   int count = 0;
   check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kernel, threads, shared_bytes),
         (std::string("cudaOccupancyMaxActiveBlocksPerMultiprocessor(") + name + ")").c_str());

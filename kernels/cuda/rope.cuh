@@ -9,13 +9,15 @@ namespace kvb::cuda {
 
 // The columns of pair i of a head: (i, i + half) for the halves pairing (Llama/HF), (2i, 2i + 1)
 // for interleaved pairs (GGUF-native).
-__device__ __forceinline__ void rope_pair_columns(int i, int half, bool interleaved, int& a, int& b) {
+__device__ __forceinline__ void rope_pair_columns(int i, int half, bool interleaved, int& a,
+                                                  int& b) {
   a = interleaved ? 2 * i : i;
   b = interleaved ? 2 * i + 1 : i + half;
 }
 
 // value + bias rounded to bf16, as the row is stored before it is rotated.
-__device__ __forceinline__ float with_bias(__nv_bfloat16 value, const __nv_bfloat16* bias, int column) {
+__device__ __forceinline__ float with_bias(__nv_bfloat16 value, const __nv_bfloat16* bias,
+                                           int column) {
   const float x = __bfloat162float(value);
   return bias ? __bfloat162float(__float2bfloat16(x + __bfloat162float(bias[column]))) : x;
 }

@@ -17,16 +17,17 @@ namespace kvb::cuda {
 // 4 * 16 * D + 2 * 4 * 16 floats, free to overwrite — and rows [0, rows) are written to
 // partial_of(row). row_sum is this thread's share (the quad's lanes are summed here).
 template <int D, int kThreads, typename PartialOf>
-__device__ __forceinline__ void store_split_partials(float (&o)[D / 8][4], const float (&row_max)[2],
-                                                     float (&row_sum)[2], float* scratch, int rows,
+__device__ __forceinline__ void store_split_partials(float (&o)[D / 8][4],
+                                                     const float (&row_max)[2], float (&row_sum)[2],
+                                                     float* scratch, int rows,
                                                      PartialOf partial_of) {
   constexpr int kDimTiles = D / 8;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int r = 0; r < 2; ++r) row_sum[r] = quad_sum(row_sum[r]);
-  float* s_acc = scratch;                 // [4][16][D]
-  float* s_max = s_acc + 4 * 16 * D;      // [4][16]
-  float* s_sum = s_max + 4 * 16;          // [4][16]
+  float* s_acc = scratch;             // [4][16][D]
+  float* s_max = s_acc + 4 * 16 * D;  // [4][16]
+  float* s_sum = s_max + 4 * 16;      // [4][16]
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = g + 8 * r;
@@ -65,11 +66,13 @@ __device__ __forceinline__ void store_split_partials(float (&o)[D / 8][4], const
 // rounds as possible: every thread takes a share of the maxima, then each dimension's thread keeps
 // kInFlight splits' loads in flight; sums run in split order, as a sequential merge would.
 template <int D>
-__device__ __forceinline__ void merge_split_partials(const float* partial, int used, __nv_bfloat16* out) {
+__device__ __forceinline__ void merge_split_partials(const float* partial, int used,
+                                                     __nv_bfloat16* out) {
   constexpr int kInFlight = 16;
   __shared__ float s_best[32];
   float best = -INFINITY;
-  for (int c = threadIdx.x; c < used; c += blockDim.x) best = fmaxf(best, partial[int64_t(c) * (D + 2)]);
+  for (int c = threadIdx.x; c < used; c += blockDim.x)
+    best = fmaxf(best, partial[int64_t(c) * (D + 2)]);
   for (int off = 16; off > 0; off /= 2) best = fmaxf(best, __shfl_xor_sync(0xffffffff, best, off));
   if (threadIdx.x % 32 == 0) s_best[threadIdx.x / 32] = best;
   __syncthreads();

@@ -1,5 +1,3 @@
-#include "kernels/cuda/transformer_ops.h"
-
 #include <algorithm>
 #include <cfloat>
 #include <string>
@@ -8,6 +6,7 @@
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/transformer_ops.h"
 
 namespace kvb::cuda {
 namespace {
@@ -159,7 +158,8 @@ __device__ void bias_rope_row(const RopeArgs& args, int row) {
   const int width = heads * args.head_dim;
   __nv_bfloat16* x = args.qkv + int64_t(row) * width;
   if (args.bias)
-    for (int j = threadIdx.x; j < width; j += blockDim.x) x[j] = __float2bfloat16(with_bias(x[j], args.bias, j));
+    for (int j = threadIdx.x; j < width; j += blockDim.x)
+      x[j] = __float2bfloat16(with_bias(x[j], args.bias, j));
   __syncthreads();
   const int half = args.head_dim / 2;
   const int rotated_heads = args.n_query_heads + args.n_kv_heads;  // Q and K, not V

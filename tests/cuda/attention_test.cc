@@ -266,7 +266,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, DecodeAttentionTest,
                                            DecodeShape{128, 32, 8, {2000, 5}, true},
                                            // 400 rows of short heads: more blocks than are resident
                                            // at once (the many-waves form of the dense kernel).
-                                           DecodeShape{128, 8, 2, std::vector<int>(200, 150), false}));
+                                           DecodeShape{128, 8, 2, std::vector<int>(200, 150),
+                                                       false}));
 
 // decode_attention with the step's append (DecodeAppend) against rope_append_kv_decode followed by
 // plain decode_attention, bit for bit over three chained steps: outputs, both caches and lengths.
@@ -283,7 +284,8 @@ class DecodeAppendTest : public ::testing::TestWithParam<AppendShape> {};
 TEST_P(DecodeAppendTest, MatchesSeparateAppend) {
   KVB_REQUIRE_GPU();
   const AppendShape s = GetParam();
-  const int batch = s.batch, d = s.head_dim, hq = s.n_query_heads, hkv = s.n_kv_heads, capacity = 200, steps = 3;
+  const int batch = s.batch, d = s.head_dim, hq = s.n_query_heads, hkv = s.n_kv_heads,
+            capacity = 200, steps = 3;
   const int width = (hq + 2 * hkv) * d;
   std::vector<int64_t> offsets(batch * hkv);
   std::vector<int32_t> lengths(batch * hkv);
@@ -299,46 +301,69 @@ TEST_P(DecodeAppendTest, MatchesSeparateAppend) {
   auto d_offsets = test::to_device(offsets);
   const auto cache_values = random_bf16_values(size_t(batch) * hkv * capacity * d, 31);
   std::vector<std::vector<float>> rows;
-  for (int step = 0; step < steps; ++step) rows.push_back(random_bf16_values(size_t(batch) * width, 40 + step, 2.f));
+  for (int step = 0; step < steps; ++step)
+    rows.push_back(random_bf16_values(size_t(batch) * width, 40 + step, 2.f));
 
   struct Run {
     cuda::DeviceBuffer lengths, k, v, out, workspace;
     std::vector<cuda::DeviceBuffer> qkv;
   };
   auto make_run = [&] {
-    Run r{test::to_device(lengths), test::to_device_bf16(cache_values), test::to_device_bf16(cache_values),
+    Run r{test::to_device(lengths),
+          test::to_device_bf16(cache_values),
+          test::to_device_bf16(cache_values),
           cuda::DeviceBuffer(size_t(steps) * batch * hq * d * 2),
-          cuda::DeviceBuffer(cuda::decode_attention_workspace_floats(batch, hq, d, capacity) * 4), {}};
+          cuda::DeviceBuffer(cuda::decode_attention_workspace_floats(batch, hq, d, capacity) * 4),
+          {}};
     for (const auto& row : rows) r.qkv.push_back(test::to_device_bf16(row));
     return r;
   };
   auto attention_for = [&](Run& r, int step) {
-    return cuda::DecodeAttentionArgs{.q = r.qkv[step].as<__nv_bfloat16>(), .q_seq_stride = width,
-                                     .k = r.k.as<__nv_bfloat16>(), .v = r.v.as<__nv_bfloat16>(),
-                                     .kv_offset = d_offsets.as<int64_t>(), .kv_length = r.lengths.as<int32_t>(),
-                                     .max_kv_length = capacity,
-                                     .out = r.out.as<__nv_bfloat16>() + size_t(step) * batch * hq * d,
-                                     .out_seq_stride = int64_t(hq) * d, .batch = batch, .n_query_heads = hq,
-                                     .n_kv_heads = hkv, .head_dim = d, .scale = 1.f / std::sqrt(float(d)),
-                                     .workspace = r.workspace.as<float>(), .chunk_size = 64, .append = {}};
+    return cuda::DecodeAttentionArgs{
+        .q = r.qkv[step].as<__nv_bfloat16>(),
+        .q_seq_stride = width,
+        .k = r.k.as<__nv_bfloat16>(),
+        .v = r.v.as<__nv_bfloat16>(),
+        .kv_offset = d_offsets.as<int64_t>(),
+        .kv_length = r.lengths.as<int32_t>(),
+        .max_kv_length = capacity,
+        .out = r.out.as<__nv_bfloat16>() + size_t(step) * batch * hq * d,
+        .out_seq_stride = int64_t(hq) * d,
+        .batch = batch,
+        .n_query_heads = hq,
+        .n_kv_heads = hkv,
+        .head_dim = d,
+        .scale = 1.f / std::sqrt(float(d)),
+        .workspace = r.workspace.as<float>(),
+        .chunk_size = 64,
+        .append = {}};
   };
   const cuda::RopeArgs rope{.bias = s.bias ? d_bias.as<__nv_bfloat16>() : nullptr,
-                           .positions = d_positions.as<int32_t>(), .inv_freq = d_inv_freq.as<float>(),
-                           .n = batch, .n_query_heads = hq, .n_kv_heads = hkv, .head_dim = d,
-                           .interleaved = s.interleaved};
+                            .positions = d_positions.as<int32_t>(),
+                            .inv_freq = d_inv_freq.as<float>(),
+                            .n = batch,
+                            .n_query_heads = hq,
+                            .n_kv_heads = hkv,
+                            .head_dim = d,
+                            .interleaved = s.interleaved};
 
   Run fused = make_run(), separate = make_run();
   for (int step = 0; step < steps; ++step) {
     cuda::DecodeAttentionArgs a = attention_for(fused, step);
-    a.append = {.positions = rope.positions, .inv_freq = rope.inv_freq, .bias = rope.bias,
-                .interleaved = rope.interleaved, .k_cache = fused.k.as<__nv_bfloat16>(),
-                .v_cache = fused.v.as<__nv_bfloat16>(), .kv_length = fused.lengths.as<int32_t>()};
+    a.append = {.positions = rope.positions,
+                .inv_freq = rope.inv_freq,
+                .bias = rope.bias,
+                .interleaved = rope.interleaved,
+                .k_cache = fused.k.as<__nv_bfloat16>(),
+                .v_cache = fused.v.as<__nv_bfloat16>(),
+                .kv_length = fused.lengths.as<int32_t>()};
     cuda::decode_attention(a, nullptr);
 
     cuda::RopeArgs r = rope;
     r.qkv = separate.qkv[step].as<__nv_bfloat16>();
     cuda::rope_append_kv_decode(r, d_offsets.as<int64_t>(), separate.lengths.as<int32_t>(),
-                                separate.k.as<__nv_bfloat16>(), separate.v.as<__nv_bfloat16>(), nullptr);
+                                separate.k.as<__nv_bfloat16>(), separate.v.as<__nv_bfloat16>(),
+                                nullptr);
     cuda::decode_attention(attention_for(separate, step), nullptr);
   }
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -358,7 +383,8 @@ TEST_P(DecodeAppendTest, MatchesSeparateAppend) {
 INSTANTIATE_TEST_SUITE_P(Shapes, DecodeAppendTest,
                          ::testing::Values(AppendShape{128, 32, 8, true, false, 2},
                                            AppendShape{64, 9, 3, false, true, 2},
-                                           AppendShape{128, 8, 2, true, false, 200}));  // many waves
+                                           AppendShape{128, 8, 2, true, false,
+                                                       200}));  // many waves
 
 }  // namespace
 }  // namespace kvb

@@ -92,7 +92,8 @@ TEST(CliBench, NeedsExactlyOneModel) {
   EXPECT_EQ(kvbench("bench --preset tiny-llama --model x.gguf").exit_code, 2);
 }
 
-// Checked before anything touches the GPU, so it runs (and names the option) on a machine without one.
+// Checked before anything touches the GPU, so it runs (and names the option) on a machine without
+// one.
 TEST(CliBench, GpuPrefillChunkMustBePositive) {
   KVB_REQUIRE_FILE(test::kvbench_binary());
   const CliRun run = kvbench("bench --device cuda --preset llama-3.1-8b --dummy --prefill-chunk 0");
