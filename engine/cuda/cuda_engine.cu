@@ -81,6 +81,10 @@ struct CudaEngine::Impl {
   // The LM head's argmax keys [B] (u64), zeroed once and left zero by every decode step.
   DeviceBuffer argmax_keys;
   DeviceBuffer residual, normed, qkv, attn_out, gate_up, act, ffn_out;
+  // Whether the last run_layers folded its norms into the decode GEMVs (cuda::FoldedNorm): the
+  // residual is then complete; otherwise the last down projection is still pending in ffn_out.
+  bool norms_folded = false;
+  DeviceBuffer norm_sums;  // the folded norms' Σv², two slots of kDecodeGemvMaxRows (f64)
   int activation_rows = 0;
   std::optional<cuda::EarlyExitDecodeOptions> early_exit;  // ART walk in the decode step
   DeviceBuffer walker_state;                               // [B * Hkv * kStateWords] int32
@@ -129,6 +133,7 @@ struct CudaEngine::Impl {
     gate_up = DeviceBuffer(int64_t(rows) * 2 * config.ffn_dim * 2, "activations");
     act = DeviceBuffer(int64_t(rows) * config.ffn_dim * 2, "activations");
     ffn_out = DeviceBuffer(rows * d * 2, "activations");
+    norm_sums = DeviceBuffer(2 * cuda::kDecodeGemvMaxRows * sizeof(double), "activations");
     activation_rows = rows;
     drop_graph();
   }
@@ -157,14 +162,22 @@ struct CudaEngine::Impl {
   template <typename Attention>
   void run_layers(int rows, const int32_t* row_positions, bool attention_applies_rope,
                   Attention attention) {
-    const int d = config.d_model;
+    const int d = config.d_model, attn_width = config.n_query_heads * config.head_dim;
     const float eps = config.rms_norm_eps;
+    norms_folded = cuda::norms_fold(rows, {d, attn_width, config.ffn_dim});
+    if (norms_folded)
+      cuda::fold_rmsnorm(ptr<float>(residual), rows, d, folded_norm(layers[0].attn_norm, 0), stream);
     for (int l = 0; l < config.n_layers; ++l) {
       const CudaLayer& w = layers[l];
-      cuda::add_rmsnorm(ptr<float>(residual), l == 0 ? nullptr : ptr<bf16>(ffn_out),
-                        ptr<bf16>(w.attn_norm), rows, d, eps, ptr<bf16>(normed), stream);
-      cuda::gemm_bf16(cublas, ptr<bf16>(normed), ptr<bf16>(w.wqkv), ptr<bf16>(qkv), rows, d,
-                      qkv_width(), stream);
+      if (norms_folded) {
+        cuda::gemm_bf16(folded_norm(w.attn_norm, 0), ptr<bf16>(w.wqkv), ptr<bf16>(qkv), rows, d,
+                        qkv_width(), stream);
+      } else {
+        cuda::add_rmsnorm(ptr<float>(residual), l == 0 ? nullptr : ptr<bf16>(ffn_out),
+                          ptr<bf16>(w.attn_norm), rows, d, eps, ptr<bf16>(normed), stream);
+        cuda::gemm_bf16(cublas, ptr<bf16>(normed), ptr<bf16>(w.wqkv), ptr<bf16>(qkv), rows, d,
+                        qkv_width(), stream);
+      }
       cuda::RopeArgs rope;
       rope.qkv = ptr<bf16>(qkv);
       rope.bias = w.bqkv.data() ? ptr<bf16>(w.bqkv) : nullptr;
@@ -177,24 +190,47 @@ struct CudaEngine::Impl {
       rope.interleaved = pairing == kernels::RopePairing::kInterleavedPairs;
       if (!attention_applies_rope) cuda::bias_rope(rope, stream);
       attention(l, rope);
-      cuda::gemm_bf16(cublas, ptr<bf16>(attn_out), ptr<bf16>(w.wo), ptr<bf16>(ffn_out), rows,
-                      config.n_query_heads * config.head_dim, d, stream);
-      cuda::add_rmsnorm(ptr<float>(residual), ptr<bf16>(ffn_out), ptr<bf16>(w.ffn_norm), rows, d,
-                        eps, ptr<bf16>(normed), stream);
-      cuda::gate_up_swiglu(cublas, ptr<bf16>(normed), ptr<bf16>(w.w_gate_up), ptr<bf16>(gate_up),
-                           ptr<bf16>(act), rows, d, config.ffn_dim, stream);
-      cuda::gemm_bf16(cublas, ptr<bf16>(act), ptr<bf16>(w.w_down), ptr<bf16>(ffn_out), rows,
-                      config.ffn_dim, d, stream);
+      if (norms_folded) {
+        const DeviceBuffer& next_gain = l + 1 < config.n_layers ? layers[l + 1].attn_norm : output_norm;
+        cuda::gemm_bf16_into_residual(ptr<bf16>(attn_out), ptr<bf16>(w.wo), ptr<float>(residual),
+                                      rows, attn_width, d, folded_norm(w.ffn_norm, 1), stream);
+        cuda::gate_up_swiglu(folded_norm(w.ffn_norm, 1), ptr<bf16>(w.w_gate_up), ptr<bf16>(act), rows,
+                             d, config.ffn_dim, stream);
+        cuda::gemm_bf16_into_residual(ptr<bf16>(act), ptr<bf16>(w.w_down), ptr<float>(residual),
+                                      rows, config.ffn_dim, d, folded_norm(next_gain, 0), stream);
+      } else {
+        cuda::gemm_bf16(cublas, ptr<bf16>(attn_out), ptr<bf16>(w.wo), ptr<bf16>(ffn_out), rows,
+                        attn_width, d, stream);
+        cuda::add_rmsnorm(ptr<float>(residual), ptr<bf16>(ffn_out), ptr<bf16>(w.ffn_norm), rows, d,
+                          eps, ptr<bf16>(normed), stream);
+        cuda::gate_up_swiglu(cublas, ptr<bf16>(normed), ptr<bf16>(w.w_gate_up), ptr<bf16>(gate_up),
+                             ptr<bf16>(act), rows, d, config.ffn_dim, stream);
+        cuda::gemm_bf16(cublas, ptr<bf16>(act), ptr<bf16>(w.w_down), ptr<bf16>(ffn_out), rows,
+                        config.ffn_dim, d, stream);
+      }
     }
+  }
+
+  // The norm with `gain`, folded into the products around it. Slot 0 serves the norms before the
+  // attention blocks and the LM head, slot 1 those before the MLPs, so each product after a norm
+  // can zero the slot that the next producer adds into.
+  cuda::FoldedNorm folded_norm(const DeviceBuffer& gain, int slot) {
+    cuda::FoldedNorm norm;
+    norm.scaled = ptr<bf16>(normed);
+    norm.sum_sq = ptr<double>(norm_sums) + slot * cuda::kDecodeGemvMaxRows;
+    norm.other_sum_sq = ptr<double>(norm_sums) + (1 - slot) * cuda::kDecodeGemvMaxRows;
+    norm.gain = ptr<bf16>(gain);
+    norm.eps = config.rms_norm_eps;
+    return norm;
   }
 
   // Final norm of the given rows (they must be contiguous in `residual`) and the LM head.
   void logits_for_rows(int first_row, int rows, float* out) {
     const int d = config.d_model;
     bf16* norm_out = ptr<bf16>(normed) + int64_t(first_row) * d;
-    cuda::add_rmsnorm(ptr<float>(residual) + int64_t(first_row) * d, ptr<bf16>(ffn_out) +
-                      int64_t(first_row) * d, ptr<bf16>(output_norm), rows, d,
-                      config.rms_norm_eps, norm_out, stream);
+    cuda::add_rmsnorm(ptr<float>(residual) + int64_t(first_row) * d,
+                      norms_folded ? nullptr : ptr<bf16>(ffn_out) + int64_t(first_row) * d,
+                      ptr<bf16>(output_norm), rows, d, config.rms_norm_eps, norm_out, stream);
     cuda::gemm_bf16_f32out(cublas, norm_out, lm_head(), out, rows, d, config.vocab_size, stream);
   }
 
@@ -248,11 +284,17 @@ struct CudaEngine::Impl {
         cuda::decode_attention(a, stream);
       }
     });
-    cuda::add_rmsnorm(ptr<float>(residual), ptr<bf16>(ffn_out), ptr<bf16>(output_norm), batch, d,
-                      config.rms_norm_eps, ptr<bf16>(normed), stream);
-    cuda::lm_head_argmax(cublas, ptr<bf16>(normed), lm_head(), ptr<float>(logits), batch, d,
-                         config.vocab_size, ptr<unsigned long long>(argmax_keys),
-                         ptr<int32_t>(tokens), stream);
+    if (norms_folded) {
+      cuda::lm_head_argmax(folded_norm(output_norm, 0), lm_head(), ptr<float>(logits), batch, d,
+                           config.vocab_size, ptr<unsigned long long>(argmax_keys),
+                           ptr<int32_t>(tokens), stream);
+    } else {
+      cuda::add_rmsnorm(ptr<float>(residual), ptr<bf16>(ffn_out), ptr<bf16>(output_norm), batch, d,
+                        config.rms_norm_eps, ptr<bf16>(normed), stream);
+      cuda::lm_head_argmax(cublas, ptr<bf16>(normed), lm_head(), ptr<float>(logits), batch, d,
+                           config.vocab_size, ptr<unsigned long long>(argmax_keys),
+                           ptr<int32_t>(tokens), stream);
+    }
     cuda::advance_lengths(nullptr, 0, ptr<int32_t>(positions), batch, 1, stream);
   }
 };

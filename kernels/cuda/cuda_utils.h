@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -25,6 +26,12 @@ class OutOfMemory : public std::runtime_error {
 
 // An A/B switch for timing runs: on unless the environment variable `name` is set to "0".
 bool env_switch_on(const char* name);
+
+// Whether every pointer is a multiple of `bytes` (the vectorised kernels' 8- and 16-byte accesses).
+template <typename... T>
+bool aligned_to(uintptr_t bytes, const T*... pointers) {
+  return ((reinterpret_cast<uintptr_t>(pointers) % bytes == 0) && ...);
+}
 
 // True when a CUDA device is present and usable (tests call this to GTEST_SKIP cleanly).
 bool device_available();

@@ -1,7 +1,6 @@
 #include <algorithm>
 #include <cfloat>
 #include <string>
-#include <type_traits>
 
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/launch.cuh"
@@ -10,11 +9,6 @@
 
 namespace kvb::cuda {
 namespace {
-
-void check_cublas(cublasStatus_t status, const char* what) {
-  if (status != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error(std::string("cuBLAS error ") + std::to_string(int(status)) + " in " + what);
-}
 
 __global__ void embedding_kernel(const __nv_bfloat16* table, const int32_t* ids, int d_model,
                                  float* residual) {
@@ -84,10 +78,21 @@ __global__ void __launch_bounds__(kNormThreads) add_rmsnorm_kernel(float* residu
   }
 }
 
-// Whether every pointer is a multiple of `bytes` (the vectorised kernels' 8- and 16-byte accesses).
-template <typename... T>
-bool aligned_to(uintptr_t bytes, const T*... pointers) {
-  return ((reinterpret_cast<uintptr_t>(pointers) % bytes == 0) && ...);
+// The start of a folded-norm chain (see FoldedNorm): one block per row.
+constexpr int kFoldThreads = 256;
+__global__ void __launch_bounds__(kFoldThreads) fold_rmsnorm_kernel(const float* residual,
+                                                                   int d_model, FoldedNorm norm) {
+  wait_for_predecessor();
+  allow_successor_launch();
+  const int64_t row = blockIdx.x;
+  float sum_sq = 0.f;
+  for (int j = threadIdx.x; j < d_model; j += kFoldThreads) {
+    const float value = residual[row * d_model + j];
+    sum_sq += value * value;
+    norm.scaled[row * d_model + j] = __float2bfloat16(value * __bfloat162float(norm.gain[j]));
+  }
+  const float total = block_sum(sum_sq);
+  if (threadIdx.x == 0) norm.sum_sq[row] = total;
 }
 
 // Prefill's many rows: 256 threads per row, 4 consecutive values per access (16-byte residual, 8-byte
@@ -304,220 +309,6 @@ __global__ void read_kernel(const int4* data, size_t count, int* sink) {
   if ((acc.x ^ acc.y ^ acc.z ^ acc.w) == 0x7fffffff) *sink = 1;  // keeps the loads alive
 }
 
-// Decode-time products (n <= 4 rows of x) are bandwidth-bound: one warp streams one weight row in
-// 16-byte chunks, four chunks in flight per lane, x read through the cache; cuBLAS's GEMM kernels
-// leave a large part of the bandwidth unused at this shape. (Measured on the H200 and dropped: a
-// persistent one-wave variant with the next loads always in flight, and issuing the first loads
-// before griddepcontrol.wait, were no faster; an RMSNorm in the last block of the o/down GEMVs
-// was slower than its own kernel, the blocks' atomic count serialising.)
-constexpr int kGemvMaxRows = 4;
-
-// What a GEMV does with its dot products. kStore: y = x·wᵀ. kSwiGLU: the weight holds gate rows
-// then up rows (2·items rows); a warp streams gate row j and up row j together and writes
-// silu(gate)·up, each rounded to bf16 exactly as gemm_bf16 then swiglu would. kArgmax: f32 y, and
-// the maxima as (value, row) keys folded into best[r] by 64-bit atomicMax (order-independent, so
-// deterministic); argmax_finish_kernel turns best into token ids.
-enum class GemvEpilogue { kStore, kSwiGLU, kArgmax };
-
-template <typename Out>
-struct GemvParams {
-  const __nv_bfloat16* x = nullptr;
-  const __nv_bfloat16* w = nullptr;
-  Out* y = nullptr;
-  int in_features = 0;
-  int items = 0;  // output columns of y (rows of w, or gate/up row pairs for kSwiGLU)
-  int splits = 1;
-  unsigned long long* best = nullptr;  // kArgmax: [n] packed (value, row) maxima
-};
-
-// Orders floats as unsigned integers (larger float -> larger key); the low word holds ~row so
-// that among equal values the lowest row wins.
-__device__ __forceinline__ unsigned long long argmax_key(float value, int row) {
-  const unsigned int bits = __float_as_uint(value);
-  const unsigned int ordered = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
-  return (static_cast<unsigned long long>(ordered) << 32) |
-         (0xFFFFFFFFu - static_cast<unsigned int>(row));
-}
-
-__device__ __forceinline__ float dot8(const int4& w, const int4& x, float acc) {
-  const __nv_bfloat162* wp = reinterpret_cast<const __nv_bfloat162*>(&w);
-  const __nv_bfloat162* xp = reinterpret_cast<const __nv_bfloat162*>(&x);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 a = __bfloat1622float2(wp[i]);
-    const float2 b = __bfloat1622float2(xp[i]);
-    acc = fmaf(a.x, b.x, fmaf(a.y, b.y, acc));
-  }
-  return acc;
-}
-
-// Writes one output of a GEMV (all lanes call it; lane r < N holds row r's sums) and, for
-// kArgmax, folds it into the lane's running key.
-template <int N, int R, typename Out, GemvEpilogue E>
-__device__ __forceinline__ void gemv_write(const GemvParams<Out>& p, int item, int lane,
-                                           const float (&sums)[R], unsigned long long& key) {
-  if (lane >= N) return;
-  const int64_t out_index = int64_t(lane) * p.items + item;
-  if constexpr (E == GemvEpilogue::kSwiGLU) {
-    const float g = __bfloat162float(__float2bfloat16(sums[0]));
-    const float u = __bfloat162float(__float2bfloat16(sums[R - 1]));
-    p.y[out_index] = __float2bfloat16(g / (1.f + __expf(-g)) * u);
-  } else if constexpr (std::is_same_v<Out, float>) {
-    p.y[out_index] = sums[0];
-    if constexpr (E == GemvEpilogue::kArgmax) key = max(key, argmax_key(sums[0], item));
-  } else {
-    p.y[out_index] = __float2bfloat16(sums[0]);
-  }
-}
-
-// kArgmax: folds the block's keys into best.
-template <int N, typename Out, GemvEpilogue E>
-__device__ __forceinline__ void gemv_finish(const GemvParams<Out>& p, int warp, int lane,
-                                            unsigned long long key) {
-  if constexpr (E == GemvEpilogue::kArgmax) {
-    __shared__ unsigned long long block_best[8][N];
-    if (lane < N) block_best[warp][lane] = key;
-    __syncthreads();
-    if (threadIdx.x < N) {
-      unsigned long long best = 0;
-      for (int w = 0; w < 8; ++w) best = max(best, block_best[w][threadIdx.x]);
-      if (best != 0) atomicMax(p.best + threadIdx.x, best);
-    }
-  }
-}
-
-// `splits` warps share an output (each streams a contiguous slice of its row, then the block adds
-// the slices in a fixed order): a projection with few rows (4,096 outputs) still puts enough warps
-// and loads in flight to stream its weights at full bandwidth.
-template <int N, typename Out, GemvEpilogue E>
-__global__ void __launch_bounds__(256) gemv_kernel(GemvParams<Out> p) {
-  constexpr int R = E == GemvEpilogue::kSwiGLU ? 2 : 1;  // weight rows per warp
-  constexpr int kUnroll = 4 / R;
-  const int splits = p.splits;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int item = blockIdx.x * (8 / splits) + warp / splits;
-  const int part = warp % splits;
-  const bool active = item < p.items;
-  const int in_features = p.in_features;
-  const int chunks = in_features / 8;
-  const int per_part = (chunks + splits - 1) / splits;
-  const int begin = part * per_part, end = min(chunks, begin + per_part);
-  const int4* w_row[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-    w_row[r] = reinterpret_cast<const int4*>(
-        p.w + (int64_t(active ? item : 0) + int64_t(r) * p.items) * in_features);
-  int4 wv[R][kUnroll];
-  auto load = [&](int base) {
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int c = base + u * 32;
-        wv[r][u] = active && c < end ? __ldg(w_row[r] + c) : make_int4(0, 0, 0, 0);
-      }
-  };
-  allow_successor_launch();
-  wait_for_predecessor();
-  float acc[R][N];
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int n = 0; n < N; ++n) acc[r][n] = 0.f;
-  for (int base = begin + lane; active && base < end; base += 32 * kUnroll) {
-    load(base);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = base + u * 32;
-      if (c >= end) break;
-#pragma unroll
-      for (int n = 0; n < N; ++n) {
-        const int4 xv = __ldg(reinterpret_cast<const int4*>(p.x + int64_t(n) * in_features) + c);
-#pragma unroll
-        for (int r = 0; r < R; ++r) acc[r][n] = dot8(wv[r][u], xv, acc[r][n]);
-      }
-    }
-  }
-  __shared__ float slice_sums[8][R][N];
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int n = 0; n < N; ++n) {
-      float v = acc[r][n];
-      for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffff, v, off);
-      if (lane == 0) slice_sums[warp][r][n] = v;
-    }
-  __syncthreads();
-  unsigned long long key = 0;
-  if (active && part == 0 && lane < N) {
-    float sums[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      sums[r] = 0.f;
-      for (int q = 0; q < splits; ++q) sums[r] += slice_sums[warp + q][r][lane];
-    }
-    gemv_write<N, R, Out, E>(p, item, lane, sums, key);
-  }
-  gemv_finish<N, Out, E>(p, warp, lane, key);
-}
-
-// next[r] = the row packed in best[r]; best[r] is left zero for the next step.
-__global__ void argmax_finish_kernel(unsigned long long* best, int n, int32_t* next) {
-  wait_for_predecessor();
-  allow_successor_launch();
-  if (threadIdx.x < n) {
-    const unsigned long long key = best[threadIdx.x];
-    next[threadIdx.x] =
-        static_cast<int32_t>(0xFFFFFFFFu - static_cast<unsigned int>(key & 0xFFFFFFFFull));
-    best[threadIdx.x] = 0;
-  }
-}
-
-// Warps per row: enough blocks for about two waves of the GPU, while every warp keeps at least
-// one full pass of 32 lanes x 16 bytes over its slice.
-int gemv_splits(int in_features, int out_features) {
-  constexpr int kTargetBlocks = 2048;
-  const int chunks = in_features / 8;
-  int splits = 1;
-  while (splits < 8 && (out_features + 8 / splits - 1) / (8 / splits) < kTargetBlocks &&
-         chunks / (2 * splits) >= 32)
-    splits *= 2;
-  return splits;
-}
-
-bool gemv_applies(int n, int in_features) {
-  return n >= 1 && n <= kGemvMaxRows && in_features % 8 == 0;
-}
-
-template <typename Out, GemvEpilogue E>
-void launch_gemv(const GemvParams<Out>& params, int n, int weight_rows, cudaStream_t stream) {
-  GemvParams<Out> p = params;
-  // Splits follow the weight rows streamed (a SwiGLU pair is two), so the fused gate/up product
-  // sums in exactly the order of the plain one.
-  p.splits = gemv_splits(p.in_features, weight_rows);
-  const int items_per_block = 8 / p.splits;
-  const dim3 grid((p.items + items_per_block - 1) / items_per_block);
-  void (*kernel)(GemvParams<Out>) = n == 1   ? gemv_kernel<1, Out, E>
-                                    : n == 2 ? gemv_kernel<2, Out, E>
-                                    : n == 3 ? gemv_kernel<3, Out, E>
-                                             : gemv_kernel<4, Out, E>;
-  launch_overlapped(kernel, grid, 256, 0, stream, "gemv_kernel", p);
-}
-
-template <typename Out>
-bool try_gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int n, int in_features,
-              int out_features, cudaStream_t stream) {
-  if (!gemv_applies(n, in_features)) return false;
-  GemvParams<Out> p;
-  p.x = x;
-  p.w = w;
-  p.y = y;
-  p.in_features = in_features;
-  p.items = out_features;
-  launch_gemv<Out, GemvEpilogue::kStore>(p, n, out_features, stream);
-  return true;
-}
-
 int grid_for(size_t count, int threads) {
   return int(std::min<size_t>((count + threads - 1) / threads, 65535));
 }
@@ -542,6 +333,13 @@ void add_rmsnorm(float* residual, const __nv_bfloat16* delta, const __nv_bfloat1
   else
     launch_overlapped(add_rmsnorm_kernel, n, kNormThreads, 0, stream, "add_rmsnorm_kernel", residual,
                       delta, weight, d_model, eps, out);
+}
+
+void fold_rmsnorm(const float* residual, int n, int d_model, const FoldedNorm& norm,
+                  cudaStream_t stream) {
+  if (n == 0) return;
+  launch_overlapped(fold_rmsnorm_kernel, n, kFoldThreads, 0, stream, "fold_rmsnorm_kernel", residual,
+                    d_model, norm);
 }
 
 void bias_rope(const RopeArgs& args, cudaStream_t stream) {
@@ -674,67 +472,6 @@ void fill_random_bf16(__nv_bfloat16* out, size_t count, uint64_t seed, float sca
   if (count == 0) return;
   fill_random_kernel<<<grid_for(count, 256), 256, 0, stream>>>(out, count, seed, scale);
   check(cudaGetLastError(), "fill_random_kernel");
-}
-
-void gemm_bf16(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w,
-               __nv_bfloat16* y, int n, int in_features, int out_features, cudaStream_t stream) {
-  if (try_gemv(x, w, y, n, in_features, out_features, stream)) return;
-  const float one = 1.f, zero = 0.f;
-  check_cublas(cublasSetStream(handle, stream), "cublasSetStream");
-  // Column-major view: Y^T[out, n] = W^T' [out, in] * X^T [in, n].
-  check_cublas(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, out_features, n, in_features, &one, w,
-                            CUDA_R_16BF, in_features, x, CUDA_R_16BF, in_features, &zero, y,
-                            CUDA_R_16BF, out_features, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-               "cublasGemmEx(bf16)");
-}
-
-void gemm_bf16_f32out(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w,
-                      float* y, int n, int in_features, int out_features, cudaStream_t stream) {
-  if (try_gemv(x, w, y, n, in_features, out_features, stream)) return;
-  const float one = 1.f, zero = 0.f;
-  check_cublas(cublasSetStream(handle, stream), "cublasSetStream");
-  check_cublas(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, out_features, n, in_features, &one, w,
-                            CUDA_R_16BF, in_features, x, CUDA_R_16BF, in_features, &zero, y,
-                            CUDA_R_32F, out_features, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-               "cublasGemmEx(bf16->f32)");
-}
-
-void gate_up_swiglu(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w_gate_up,
-                    __nv_bfloat16* gate_up, __nv_bfloat16* out, int n, int in_features, int ffn,
-                    cudaStream_t stream) {
-  if (n == 0) return;
-  if (!gemv_applies(n, in_features)) {
-    gemm_bf16(handle, x, w_gate_up, gate_up, n, in_features, 2 * ffn, stream);
-    swiglu(gate_up, n, ffn, out, stream);
-    return;
-  }
-  GemvParams<__nv_bfloat16> p;
-  p.x = x;
-  p.w = w_gate_up;
-  p.y = out;
-  p.in_features = in_features;
-  p.items = ffn;
-  launch_gemv<__nv_bfloat16, GemvEpilogue::kSwiGLU>(p, n, 2 * ffn, stream);
-}
-
-void lm_head_argmax(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w,
-                    float* logits, int n, int in_features, int vocab, unsigned long long* best,
-                    int32_t* next, cudaStream_t stream) {
-  if (n == 0) return;
-  if (!gemv_applies(n, in_features)) {
-    gemm_bf16_f32out(handle, x, w, logits, n, in_features, vocab, stream);
-    argmax_rows(logits, n, vocab, next, stream);
-    return;
-  }
-  GemvParams<float> p;
-  p.x = x;
-  p.w = w;
-  p.y = logits;
-  p.in_features = in_features;
-  p.items = vocab;
-  p.best = best;
-  launch_gemv<float, GemvEpilogue::kArgmax>(p, n, vocab, stream);
-  launch_overlapped(argmax_finish_kernel, 1, 32, 0, stream, "argmax_finish_kernel", best, n, next);
 }
 
 double measure_read_bandwidth_gbs(size_t bytes, int repeats) {

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 namespace kvb::cuda {
 
@@ -88,6 +89,43 @@ void gate_up_swiglu(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bf
 void lm_head_argmax(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w,
                     float* logits, int n, int in_features, int vocab, unsigned long long* best,
                     int32_t* next, cudaStream_t stream);
+
+// The most rows the decode GEMV takes (the products below it go to cuBLAS).
+constexpr int kDecodeGemvMaxRows = 4;
+
+// The decode step's RMSNorms folded into the products around them, for the GEMV's n <= 4 rows
+// (norms_fold says whether every product of the step takes it; KVB_CUDA_FUSED_NORM=0 says no).
+// The product that adds into the residual stream (o, down: gemm_bf16_into_residual) also writes
+// `scaled` = bf16(v · gain), with v the new residual and gain the next norm's weight, and adds Σv²
+// per row into `sum_sq`. The product after the norm (qkv, gate/up, LM head) streams `scaled` as
+// its input and multiplies its sums by 1/sqrt(mean(v²) + eps). The step then runs no norm kernel
+// (each was a launch boundary, ~2.8 µs on the H200); the rows are rounded to bf16 before the
+// norm's scale instead of after it. Two sum slots alternate: the product after a norm zeroes
+// `other_sum_sq`, which the next producer adds into. fold_rmsnorm starts the chain from a residual
+// that no product wrote (the embeddings).
+struct FoldedNorm {
+  __nv_bfloat16* scaled = nullptr;  // [n, d_model]
+  double* sum_sq = nullptr;         // [n]
+  double* other_sum_sq = nullptr;   // [n]
+  const __nv_bfloat16* gain = nullptr;
+  float eps = 0.f;
+};
+bool norms_fold(int n, std::initializer_list<int> in_features);
+// scaled = bf16(residual · gain) and sum_sq = Σ residual² (stored, not added), one block per row.
+void fold_rmsnorm(const float* residual, int n, int d_model, const FoldedNorm& norm,
+                  cudaStream_t stream);
+void gemm_bf16(const FoldedNorm& x, const __nv_bfloat16* w, __nv_bfloat16* y, int n,
+               int in_features, int out_features, cudaStream_t stream);
+void gate_up_swiglu(const FoldedNorm& x, const __nv_bfloat16* w_gate_up, __nv_bfloat16* out, int n,
+                    int in_features, int ffn, cudaStream_t stream);
+void lm_head_argmax(const FoldedNorm& x, const __nv_bfloat16* w, float* logits, int n,
+                    int in_features, int vocab, unsigned long long* best, int32_t* next,
+                    cudaStream_t stream);
+// residual += x · wᵀ, the product rounded to bf16 first (bit for bit gemm_bf16 into a delta, then
+// add_rmsnorm's add), with the next norm folded in as above.
+void gemm_bf16_into_residual(const __nv_bfloat16* x, const __nv_bfloat16* w, float* residual,
+                             int n, int in_features, int out_features, const FoldedNorm& next,
+                             cudaStream_t stream);
 
 // Reads `bytes` of device memory and returns the achieved GB/s (best of `repeats`): the
 // bandwidth ceiling that bench ratios are taken against.

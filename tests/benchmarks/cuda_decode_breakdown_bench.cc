@@ -98,6 +98,7 @@ int run(int context) {
     l.v_cache = random_bf16(size_t(kHeadsKv) * capacity * kHeadDim, "v");
   }
   cuda::DeviceBuffer lm_head = random_bf16(size_t(kVocab) * kModel, "lm head");
+  cuda::DeviceBuffer output_norm = random_bf16(kModel, "output norm");
   cuda::DeviceBuffer residual(kModel * 4), normed = random_bf16(kModel, "x"),
       qkv = random_bf16(kQkvWidth, "qkv"), attn = random_bf16(kHeadsQ * kHeadDim, "attn"),
       delta = random_bf16(kModel, "delta"), gate_up = random_bf16(2 * kFfn, "gate_up"),
@@ -170,55 +171,86 @@ int run(int context) {
                                 layers[l].k_cache.as<bf16>(), layers[l].v_cache.as<bf16>(), s);
   };
   const double kv_bytes = 2.0 * kHeadsKv * context * kHeadDim * 2;
+  // The engine's step: the norms folded into the products around them (cuda::FoldedNorm), slot 0
+  // before the attention and the LM head, slot 1 before the MLP.
+  cuda::DeviceBuffer norm_sums(2 * cuda::kDecodeGemvMaxRows * sizeof(double));
+  cudaMemsetAsync(norm_sums.data(), 0, norm_sums.bytes(), stream);
+  auto folded = [&](const cuda::DeviceBuffer& gain, int slot) {
+    cuda::FoldedNorm norm;
+    norm.scaled = normed.as<bf16>();
+    norm.sum_sq = norm_sums.as<double>() + slot * cuda::kDecodeGemvMaxRows;
+    norm.other_sum_sq = norm_sums.as<double>() + (1 - slot) * cuda::kDecodeGemvMaxRows;
+    norm.gain = gain.as<bf16>();
+    norm.eps = 1e-5f;
+    return norm;
+  };
   std::vector<Step> steps = {
-      {"add_rmsnorm (attn)", 0,
+      {"gemv qkv (folded norm)", 2.0 * kQkvWidth * kModel,
        [&](int l, cudaStream_t s) {
-         cuda::add_rmsnorm(residual.as<float>(), delta.as<bf16>(), layers[l].norm1.as<bf16>(), 1,
-                           kModel, 1e-5f, normed.as<bf16>(), s);
-       }},
-      {"gemv qkv", 2.0 * kQkvWidth * kModel,
-       [&](int l, cudaStream_t s) {
-         cuda::gemm_bf16(cublas, normed.as<bf16>(), layers[l].wqkv.as<bf16>(), qkv.as<bf16>(), 1,
+         cuda::gemm_bf16(folded(layers[l].norm1, 0), layers[l].wqkv.as<bf16>(), qkv.as<bf16>(), 1,
                          kModel, kQkvWidth, s);
        }},
       {"attention + append", kv_bytes, attention_appending},
-      {"gemv o", 2.0 * kModel * kModel,
+      {"gemv o + residual", 2.0 * kModel * kModel,
        [&](int l, cudaStream_t s) {
-         cuda::gemm_bf16(cublas, attn.as<bf16>(), layers[l].wo.as<bf16>(), delta.as<bf16>(), 1,
-                         kModel, kModel, s);
+         cuda::gemm_bf16_into_residual(attn.as<bf16>(), layers[l].wo.as<bf16>(),
+                                       residual.as<float>(), 1, kModel, kModel,
+                                       folded(layers[l].norm2, 1), s);
        }},
-      {"add_rmsnorm (ffn)", 0,
+      {"gate_up + swiglu (folded)", 2.0 * 2 * kFfn * kModel,
        [&](int l, cudaStream_t s) {
-         cuda::add_rmsnorm(residual.as<float>(), delta.as<bf16>(), layers[l].norm2.as<bf16>(), 1,
-                           kModel, 1e-5f, normed.as<bf16>(), s);
+         cuda::gate_up_swiglu(folded(layers[l].norm2, 1), layers[l].w_gate_up.as<bf16>(),
+                              act.as<bf16>(), 1, kModel, kFfn, s);
        }},
-      {"gate_up + swiglu", 2.0 * 2 * kFfn * kModel,
+      {"gemv down + residual", 2.0 * kModel * kFfn,
        [&](int l, cudaStream_t s) {
-         cuda::gate_up_swiglu(cublas, normed.as<bf16>(), layers[l].w_gate_up.as<bf16>(),
-                              gate_up.as<bf16>(), act.as<bf16>(), 1, kModel, kFfn, s);
-       }},
-      {"gemv down", 2.0 * kModel * kFfn,
-       [&](int l, cudaStream_t s) {
-         cuda::gemm_bf16(cublas, act.as<bf16>(), layers[l].w_down.as<bf16>(), delta.as<bf16>(), 1,
-                         kFfn, kModel, s);
+         cuda::gemm_bf16_into_residual(act.as<bf16>(), layers[l].w_down.as<bf16>(),
+                                       residual.as<float>(), 1, kFfn, kModel,
+                                       folded(layers[(l + 1) % kLayers].norm1, 0), s);
        }},
   };
   std::printf("Llama-3.1-8B shapes, B=1, context %d; measured read bandwidth %.0f GB/s\n", context,
               bandwidth_gbs);
-  std::printf("%-20s %10s %10s %10s %8s\n", "kernel", "us/layer", "floor us", "GB/s", "ratio");
+  std::printf("%-24s %10s %10s %10s %8s\n", "kernel", "us/layer", "floor us", "GB/s", "ratio");
   double sum_us = 0, floor_sum_us = 0;
   for (const Step& step : steps) {
     const double us = time_in_graph(step.launch, kLayers, stream);
     const double floor_us = step.bytes_per_launch / (bandwidth_gbs * 1e3);
     sum_us += us;
     floor_sum_us += floor_us;
-    std::printf("%-20s %10.2f %10.2f %10.0f %8s\n", step.name.c_str(), us, floor_us,
+    std::printf("%-24s %10.2f %10.2f %10.0f %8s\n", step.name.c_str(), us, floor_us,
                 step.bytes_per_launch > 0 ? step.bytes_per_launch / (us * 1e3) : 0.0,
                 floor_us > 0 ? std::to_string(us / floor_us).substr(0, 5).c_str() : "-");
   }
-  // The unfused forms, for comparison (not part of the whole step): the append then the attention,
-  // the gate/up product then SwiGLU, and the LM head then its argmax, as two kernels each.
+  // The unfused forms, for comparison (not part of the whole step): the norm kernel and the plain
+  // products, the append then the attention, the gate/up product then SwiGLU, and the LM head then
+  // its argmax, as two kernels each.
   const std::vector<Step> unfused = {
+      {"(add_rmsnorm)", 0,
+       [&](int l, cudaStream_t s) {
+         cuda::add_rmsnorm(residual.as<float>(), delta.as<bf16>(), layers[l].norm1.as<bf16>(), 1,
+                           kModel, 1e-5f, normed.as<bf16>(), s);
+       }},
+      {"(gemv qkv)", 2.0 * kQkvWidth * kModel,
+       [&](int l, cudaStream_t s) {
+         cuda::gemm_bf16(cublas, normed.as<bf16>(), layers[l].wqkv.as<bf16>(), qkv.as<bf16>(), 1,
+                         kModel, kQkvWidth, s);
+       }},
+      {"(gemv o)", 2.0 * kModel * kModel,
+       [&](int l, cudaStream_t s) {
+         cuda::gemm_bf16(cublas, attn.as<bf16>(), layers[l].wo.as<bf16>(), delta.as<bf16>(), 1,
+                         kModel, kModel, s);
+       }},
+      {"(gate_up + swiglu)", 2.0 * 2 * kFfn * kModel,
+       [&](int l, cudaStream_t s) {
+         cuda::gate_up_swiglu(cublas, normed.as<bf16>(), layers[l].w_gate_up.as<bf16>(),
+                              gate_up.as<bf16>(), act.as<bf16>(), 1, kModel, kFfn, s);
+       }},
+      {"(gemv down)", 2.0 * kModel * kFfn,
+       [&](int l, cudaStream_t s) {
+         cuda::gemm_bf16(cublas, act.as<bf16>(), layers[l].w_down.as<bf16>(), delta.as<bf16>(), 1,
+                         kFfn, kModel, s);
+       }},
       {"(rope + append_kv)", 0, rope_append},
       {"(decode_attention)", kv_bytes, attention},
       {"(gemv gate_up)", 2.0 * 2 * kFfn * kModel,
@@ -232,7 +264,7 @@ int run(int context) {
   for (const Step& step : unfused) {
     const double us = time_in_graph(step.launch, kLayers, stream);
     const double floor_us = step.bytes_per_launch / (bandwidth_gbs * 1e3);
-    std::printf("%-20s %10.2f %10.2f %10.0f %8s\n", step.name.c_str(), us, floor_us,
+    std::printf("%-24s %10.2f %10.2f %10.0f %8s\n", step.name.c_str(), us, floor_us,
                 step.bytes_per_launch > 0 ? step.bytes_per_launch / (us * 1e3) : 0.0,
                 floor_us > 0 ? std::to_string(us / floor_us).substr(0, 5).c_str() : "-");
   }
@@ -241,15 +273,14 @@ int run(int context) {
                            kModel, kVocab, s);
     cuda::argmax_rows(logits.as<float>(), 1, kVocab, next.as<int32_t>(), s);
   };
-  std::printf("%-20s %10.2f\n", "(lm head, argmax)", time_in_graph(head_unfused, 1, stream));
+  std::printf("%-24s %10.2f\n", "(lm head, argmax)", time_in_graph(head_unfused, 1, stream));
   auto head = [&](int, cudaStream_t s) {
-    cuda::lm_head_argmax(cublas, normed.as<bf16>(), lm_head.as<bf16>(), logits.as<float>(), 1,
-                         kModel, kVocab, argmax_keys.as<unsigned long long>(), next.as<int32_t>(),
-                         s);
+    cuda::lm_head_argmax(folded(output_norm, 0), lm_head.as<bf16>(), logits.as<float>(), 1, kModel,
+                         kVocab, argmax_keys.as<unsigned long long>(), next.as<int32_t>(), s);
   };
   const double head_us = time_in_graph(head, 1, stream);
   const double head_floor_us = 2.0 * kVocab * kModel / (bandwidth_gbs * 1e3);
-  std::printf("%-20s %10.2f %10.2f %10s %8.3f\n", "lm head + argmax", head_us, head_floor_us, "",
+  std::printf("%-24s %10.2f %10.2f %10s %8.3f\n", "lm head + argmax", head_us, head_floor_us, "",
               head_us / head_floor_us);
   auto whole = [&](int l, cudaStream_t s) {
     for (const Step& step : steps) step.launch(l, s);

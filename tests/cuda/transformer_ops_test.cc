@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -293,6 +294,148 @@ TEST(CudaOps, LmHeadArgmaxMatchesCpu) {
   std::vector<unsigned long long> left(8);
   keys.download(left.data(), left.size() * 8);
   for (unsigned long long k : left) EXPECT_EQ(k, 0ull);
+  cublasDestroy(handle);
+}
+
+// The decode step's folded norms (cuda::FoldedNorm) over one layer's chain of products, against
+// the CPU norm and products in f32: fold_rmsnorm starts it; a product after a norm scales its sums
+// and zeroes the other slot; a product into the residual adds its bf16-rounded output (bit for bit
+// the plain GEMV's) and folds the next norm in (scaled rows exact, Σv² in f64).
+TEST(CudaOps, FoldedNormChainMatchesCpu) {
+  KVB_REQUIRE_GPU();
+  EXPECT_TRUE(cuda::norms_fold(4, {576, 1536}));
+  EXPECT_FALSE(cuda::norms_fold(5, {576}));
+  EXPECT_FALSE(cuda::norms_fold(1, {576, 1537}));
+  cublasHandle_t handle;
+  cublasCreate(&handle);
+  cuda::DeviceBuffer keys(8 * 8), d_next(8 * 4);
+  cuda::check(cudaMemset(keys.data(), 0, keys.bytes()), "memset");
+  const int d = 576, hidden = 1536, out = 1000, vocab = 20001;
+  for (int n : {1, 3, 4}) {
+    const std::string where = "n=" + std::to_string(n);
+    std::vector<float> residual = random_bf16_values(size_t(n) * d, 61, 3.0f);
+    const auto gains = random_bf16_values(3 * d, 62);
+    const auto x = random_bf16_values(size_t(n) * hidden, 63);
+    const auto w_out = random_bf16_values(size_t(out) * d, 64, 0.1f);
+    const auto w_in = random_bf16_values(size_t(d) * hidden, 65, 0.05f);
+    const auto w_gate_up = random_bf16_values(size_t(2 * hidden) * d, 66, 0.1f);
+    const auto w_head = random_bf16_values(size_t(vocab) * d, 67, 0.1f);
+    auto d_residual = test::to_device(residual);
+    auto d_gains = test::to_device_bf16(gains), d_x = test::to_device_bf16(x);
+    auto d_w_out = test::to_device_bf16(w_out), d_w_in = test::to_device_bf16(w_in);
+    auto d_w_gate_up = test::to_device_bf16(w_gate_up), d_w_head = test::to_device_bf16(w_head);
+    cuda::DeviceBuffer d_scaled(size_t(n) * d * 2), d_sums, d_y(size_t(n) * out * 2),
+        d_plain(size_t(n) * d * 2), d_act(size_t(n) * hidden * 2), d_logits(size_t(n) * vocab * 4);
+    constexpr int kSlot = cuda::kDecodeGemvMaxRows;
+    d_sums = cuda::DeviceBuffer(2 * kSlot * 8);
+    std::vector<double> garbage(2 * kSlot, 123.0);
+    d_sums.upload(garbage.data(), garbage.size() * 8);
+    auto slot_sums = [&](int slot) {
+      std::vector<double> words(2 * kSlot);
+      d_sums.download(words.data(), words.size() * 8);
+      return std::vector<double>(words.begin() + slot * kSlot, words.begin() + slot * kSlot + n);
+    };
+    auto folded = [&](int gain, int slot) {
+      cuda::FoldedNorm norm;
+      norm.scaled = d_scaled.as<__nv_bfloat16>();
+      norm.sum_sq = d_sums.as<double>() + slot * kSlot;
+      norm.other_sum_sq = d_sums.as<double>() + (1 - slot) * kSlot;
+      norm.gain = d_gains.as<__nv_bfloat16>() + gain * d;
+      norm.eps = 1e-5f;
+      return norm;
+    };
+    // The folded state must be exactly the rows and sums that the norm with `gain` describes.
+    auto expect_folded = [&](int gain, int slot, const char* step) {
+      cuda::check(cudaDeviceSynchronize(), "sync");
+      const auto scaled = test::from_device_bf16(d_scaled, residual.size());
+      const std::vector<double> sums = slot_sums(slot);
+      for (int r = 0; r < n; ++r) {
+        double want = 0;
+        for (int j = 0; j < d; ++j) {
+          const float v = residual[size_t(r) * d + j];
+          want += double(v) * v;
+          ASSERT_EQ(scaled[size_t(r) * d + j], test::round_bf16(v * gains[gain * d + j]))
+              << where << " " << step << " row " << r << " col " << j;
+        }
+        EXPECT_NEAR(sums[r], want, 1e-5 * want) << where << " " << step;
+      }
+    };
+    auto expect_slot_zeroed = [&](int slot, const char* step) {
+      const std::vector<double> sums = slot_sums(slot);
+      for (int r = 0; r < n; ++r) EXPECT_EQ(sums[r], 0.0) << where << " " << step;
+    };
+    auto normed_cpu = [&](int gain) {
+      std::vector<float> normed(residual.size());
+      kernels::rmsnorm(residual.data(), gains.data() + gain * d, n, d, 1e-5f, normed.data());
+      return normed;
+    };
+    // bf16 outputs, inputs rounded to bf16 before the norm's scale, and (gate/up) bf16 products
+    // through SwiGLU: a few rounding steps relative to the operands' scale.
+    auto expect_near = [&](const std::vector<float>& got, const std::vector<float>& want,
+                           const char* step) {
+      double worst = 0;
+      for (size_t i = 0; i < want.size(); ++i)
+        worst = std::max(worst, std::abs(got[i] - want[i]) / (std::abs(want[i]) + 0.1));
+      EXPECT_LT(worst, 0.05) << where << " " << step;
+    };
+    auto add_into_residual = [&](int gain, int slot, const char* step) {
+      cuda::gemm_bf16(handle, d_x.as<__nv_bfloat16>(), d_w_in.as<__nv_bfloat16>(),
+                      d_plain.as<__nv_bfloat16>(), n, hidden, d, nullptr);
+      cuda::gemm_bf16_into_residual(d_x.as<__nv_bfloat16>(), d_w_in.as<__nv_bfloat16>(),
+                                    d_residual.as<float>(), n, hidden, d, folded(gain, slot),
+                                    nullptr);
+      cuda::check(cudaDeviceSynchronize(), "sync");
+      const auto plain = test::from_device_bf16(d_plain, residual.size());
+      for (size_t i = 0; i < residual.size(); ++i) residual[i] += plain[i];
+      std::vector<float> got(residual.size());
+      d_residual.download(got.data(), got.size() * 4);
+      EXPECT_EQ(got, residual) << where << " " << step;
+      expect_folded(gain, slot, step);
+    };
+
+    cuda::fold_rmsnorm(d_residual.as<float>(), n, d, folded(0, 0), nullptr);
+    expect_folded(0, 0, "fold_rmsnorm");
+    cuda::gemm_bf16(folded(0, 0), d_w_out.as<__nv_bfloat16>(), d_y.as<__nv_bfloat16>(), n, d, out,
+                    nullptr);
+    cuda::check(cudaDeviceSynchronize(), "sync");
+    expect_slot_zeroed(1, "gemm");
+    std::vector<float> want(size_t(n) * out);
+    kernels::matmul(normed_cpu(0).data(), n, d, w_out.data(), out, nullptr, want.data());
+    expect_near(test::from_device_bf16(d_y, want.size()), want, "gemm");
+
+    add_into_residual(1, 1, "o");
+    cuda::gate_up_swiglu(folded(1, 1), d_w_gate_up.as<__nv_bfloat16>(), d_act.as<__nv_bfloat16>(),
+                         n, d, hidden, nullptr);
+    cuda::check(cudaDeviceSynchronize(), "sync");
+    expect_slot_zeroed(0, "gate_up");
+    std::vector<float> gate_up(size_t(n) * 2 * hidden), act(size_t(n) * hidden);
+    kernels::matmul(normed_cpu(1).data(), n, d, w_gate_up.data(), 2 * hidden, nullptr,
+                    gate_up.data());
+    for (float& value : gate_up) value = test::round_bf16(value);
+    for (int r = 0; r < n; ++r)
+      kernels::swiglu(gate_up.data() + size_t(r) * 2 * hidden,
+                      gate_up.data() + size_t(r) * 2 * hidden + hidden, hidden,
+                      act.data() + size_t(r) * hidden);
+    expect_near(test::from_device_bf16(d_act, act.size()), act, "gate_up_swiglu");
+
+    add_into_residual(2, 0, "down");
+    cuda::lm_head_argmax(folded(2, 0), d_w_head.as<__nv_bfloat16>(), d_logits.as<float>(), n, d,
+                         vocab, keys.as<unsigned long long>(), d_next.as<int32_t>(), nullptr);
+    cuda::check(cudaDeviceSynchronize(), "sync");
+    std::vector<float> logits(size_t(n) * vocab), want_logits(logits.size());
+    d_logits.download(logits.data(), logits.size() * 4);
+    kernels::matmul(normed_cpu(2).data(), n, d, w_head.data(), vocab, nullptr, want_logits.data());
+    expect_near(logits, want_logits, "lm head");
+    std::vector<int32_t> next(n);
+    d_next.download(next.data(), n * 4);
+    for (int r = 0; r < n; ++r) {
+      const float* row = logits.data() + size_t(r) * vocab;
+      EXPECT_EQ(next[r], int32_t(std::max_element(row, row + vocab) - row)) << where;
+    }
+  }
+  // Rows past the GEMV's are refused with a message, not computed wrong.
+  cuda::FoldedNorm norm;
+  EXPECT_THROW(cuda::gemm_bf16(norm, nullptr, nullptr, 5, 576, 576, nullptr), std::invalid_argument);
   cublasDestroy(handle);
 }
 

@@ -1,0 +1,483 @@
+// The decode step's products: for n <= 4 rows (a decode batch) a bandwidth-bound GEMV kernel with
+// fused epilogues (SwiGLU, argmax, the residual add) and, optionally, the RMSNorm of its input; cuBLAS
+// otherwise. Declared in transformer_ops.h. CPU twins: kernels/cpu/matmul.h, rmsnorm.h,
+// activations.h. Tests: tests/cuda/transformer_ops_test.cc.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/transformer_ops.h"
+
+namespace kvb::cuda {
+namespace {
+
+void check_cublas(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string("cuBLAS error ") + std::to_string(int(status)) + " in " + what);
+}
+
+// Decode-time products (n <= 4 rows of x) are bandwidth-bound: one warp streams one weight row in
+// 16-byte chunks, four chunks in flight per lane, x read through the cache; cuBLAS's GEMM kernels
+// leave a large part of the bandwidth unused at this shape. (Measured on the H200 and dropped: a
+// persistent one-wave variant with the next loads always in flight, and issuing the first loads
+// before griddepcontrol.wait, were no faster; an RMSNorm in the last block of the o/down GEMVs
+// was slower than its own kernel, the blocks' atomic count serialising; normalising the f32
+// residual inside the qkv and gate/up GEMVs, each warp reading its slice of the row, cost those
+// GEMVs 4 µs each, more than the norm kernel. The norms are folded instead: see FoldedNorm.)
+
+// What a GEMV does with its dot products. kStore: y = x·wᵀ. kSwiGLU: the weight holds gate rows
+// then up rows (2·items rows); a warp streams gate row j and up row j together and writes
+// silu(gate)·up, each rounded to bf16 exactly as gemm_bf16 then swiglu would. kArgmax: f32 y, and
+// the maxima as (value, row) keys folded into best[r] by 64-bit atomicMax (order-independent, so
+// deterministic); argmax_finish_kernel turns best into token ids. kAddToResidual: the f32
+// residual stream y += the product rounded to bf16 (bit for bit gemm_bf16 into a delta, then
+// add_rmsnorm's add), and the next RMSNorm folded in: scaled = bf16(y · next_gain) and
+// sum_sq[r] += Σ y² over the block's outputs (see FoldedNorm in transformer_ops.h).
+enum class GemvEpilogue { kStore, kSwiGLU, kArgmax, kAddToResidual };
+
+template <typename Out>
+struct GemvParams {
+  const __nv_bfloat16* x = nullptr;
+  const __nv_bfloat16* w = nullptr;
+  Out* y = nullptr;
+  int in_features = 0;
+  int items = 0;  // output columns of y (rows of w, or gate/up row pairs for kSwiGLU)
+  int splits = 1;
+  unsigned long long* best = nullptr;  // kArgmax: [n] packed (value, row) maxima
+  // kFolded (the product after a folded norm): x holds bf16(v · gain), and the sums are scaled by
+  // 1/sqrt(norm_sum_sq[r] / in_features + eps); block 0 zeroes reset_sum_sq for the next producer.
+  const double* norm_sum_sq = nullptr;
+  double* reset_sum_sq = nullptr;
+  float norm_eps = 0.f;
+  // kAddToResidual: the next norm's gain, and where its folded input and Σv² go.
+  const __nv_bfloat16* next_gain = nullptr;
+  __nv_bfloat16* scaled = nullptr;
+  double* sum_sq = nullptr;
+};
+
+// Orders floats as unsigned integers (larger float -> larger key); the low word holds ~row so
+// that among equal values the lowest row wins.
+__device__ __forceinline__ unsigned long long argmax_key(float value, int row) {
+  const unsigned int bits = __float_as_uint(value);
+  const unsigned int ordered = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+  return (static_cast<unsigned long long>(ordered) << 32) |
+         (0xFFFFFFFFu - static_cast<unsigned int>(row));
+}
+
+__device__ __forceinline__ void to_float8(const int4& packed, float (&out)[8]) {
+  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&packed);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 pair = __bfloat1622float2(pairs[i]);
+    out[2 * i] = pair.x;
+    out[2 * i + 1] = pair.y;
+  }
+}
+
+__device__ __forceinline__ float dot8(const int4& w, const float (&x)[8], float acc) {
+  float wf[8];
+  to_float8(w, wf);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) acc = fmaf(wf[2 * i], x[2 * i], fmaf(wf[2 * i + 1], x[2 * i + 1], acc));
+  return acc;
+}
+
+// A load issued where it is written: nvcc would otherwise sink a load whose value is needed only
+// in the epilogue down to it, putting its round trip (~1 µs from L2) on the block's critical path.
+__device__ __forceinline__ float load_now(const float* address) {
+  float value;
+  asm volatile("ld.global.f32 %0, [%1];" : "=f"(value) : "l"(address));
+  return value;
+}
+__device__ __forceinline__ double load_now(const double* address) {
+  double value;
+  asm volatile("ld.global.f64 %0, [%1];" : "=d"(value) : "l"(address));
+  return value;
+}
+
+// What a kAddToResidual writer fetched right after the wait, so the epilogue waits on no load.
+struct ResidualPrefetch {
+  float old_value = 0.f;
+  float next_gain = 0.f;
+};
+
+// Writes one output of a GEMV (lane r < N holds row r's sums); for kArgmax folds it into the
+// lane's running key; for kAddToResidual returns the new residual value's square.
+template <int N, int R, typename Out, GemvEpilogue E>
+__device__ __forceinline__ float gemv_write(const GemvParams<Out>& p, int item, int lane,
+                                            const float* sums, const ResidualPrefetch& prefetched,
+                                            unsigned long long& key) {
+  const int64_t out_index = int64_t(lane) * p.items + item;
+  if constexpr (E == GemvEpilogue::kSwiGLU) {
+    const float g = __bfloat162float(__float2bfloat16(sums[0]));
+    const float u = __bfloat162float(__float2bfloat16(sums[R - 1]));
+    p.y[out_index] = __float2bfloat16(g / (1.f + __expf(-g)) * u);
+  } else if constexpr (E == GemvEpilogue::kAddToResidual) {
+    const float value = prefetched.old_value + __bfloat162float(__float2bfloat16(sums[0]));
+    p.y[out_index] = value;
+    p.scaled[out_index] = __float2bfloat16(value * prefetched.next_gain);
+    return value * value;
+  } else if constexpr (std::is_same_v<Out, float>) {
+    p.y[out_index] = sums[0];
+    if constexpr (E == GemvEpilogue::kArgmax) key = max(key, argmax_key(sums[0], item));
+  } else {
+    p.y[out_index] = __float2bfloat16(sums[0]);
+  }
+  return 0.f;
+}
+
+// kArgmax: folds the block's keys into best. kAddToResidual: adds the block's Σv² per row into
+// sum_sq, in a fixed order within the block; across blocks the f64 adds make the total independent
+// of their order unless it lies within ~2^-29 of a rounding boundary of the f32 it is used as.
+template <int N, typename Out, GemvEpilogue E>
+__device__ __forceinline__ void gemv_finish(const GemvParams<Out>& p, int warp, int lane,
+                                            unsigned long long key, float square) {
+  if constexpr (E == GemvEpilogue::kAddToResidual) {
+    __shared__ float block_squares[8][N];
+    if (lane < N) block_squares[warp][lane] = square;
+    __syncthreads();
+    if (threadIdx.x < N) {
+      double total = 0.0;
+      for (int w = 0; w < 8; ++w) total += block_squares[w][threadIdx.x];
+      atomicAdd(p.sum_sq + threadIdx.x, total);
+    }
+  }
+  if constexpr (E == GemvEpilogue::kArgmax) {
+    __shared__ unsigned long long block_best[8][N];
+    if (lane < N) block_best[warp][lane] = key;
+    __syncthreads();
+    if (threadIdx.x < N) {
+      unsigned long long best = 0;
+      for (int w = 0; w < 8; ++w) best = max(best, block_best[w][threadIdx.x]);
+      if (best != 0) atomicMax(p.best + threadIdx.x, best);
+    }
+  }
+}
+
+// `splits` warps share an output (each streams a contiguous slice of its row, then the block adds
+// the slices in a fixed order): a projection with few rows (4,096 outputs) still puts enough warps
+// and loads in flight to stream its weights at full bandwidth.
+// kFolded: x is a folded norm's bf16(v · gain); the norm's scale 1/sqrt(mean(v²) + eps) multiplies
+// the sums at the end (mean(v²) from the producer's norm_sum_sq, read right after the wait).
+template <int N, typename Out, GemvEpilogue E, bool kFolded>
+__global__ void __launch_bounds__(256) gemv_kernel(GemvParams<Out> p) {
+  constexpr int R = E == GemvEpilogue::kSwiGLU ? 2 : 1;  // weight rows per warp
+  constexpr int kUnroll = 4 / R;
+  const int splits = p.splits;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int item = blockIdx.x * (8 / splits) + warp / splits;
+  const int part = warp % splits;
+  const bool active = item < p.items;
+  const int in_features = p.in_features;
+  const int chunks = in_features / 8;
+  const int per_part = (chunks + splits - 1) / splits;
+  const int begin = part * per_part, end = min(chunks, begin + per_part);
+  const int4* w_row[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    w_row[r] = reinterpret_cast<const int4*>(
+        p.w + (int64_t(active ? item : 0) + int64_t(r) * p.items) * in_features);
+  int4 wv[R][kUnroll];
+  auto load = [&](int base) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int c = base + u * 32;
+        wv[r][u] = active && c < end ? __ldg(w_row[r] + c) : make_int4(0, 0, 0, 0);
+      }
+  };
+  const bool writer = active && part == 0 && lane < N;
+  ResidualPrefetch prefetched;
+  if constexpr (E == GemvEpilogue::kAddToResidual)
+    if (writer) prefetched.next_gain = __bfloat162float(p.next_gain[item]);  // constant
+  allow_successor_launch();
+  wait_for_predecessor();
+  if constexpr (E == GemvEpilogue::kAddToResidual)
+    if (writer) prefetched.old_value = load_now(p.y + int64_t(lane) * p.items + item);
+  // kFolded: thread r < N fetches row r's Σv² for the block (a line every block of the grid reads:
+  // one load per block, or its L2 slice queues and slows the weight stream).
+  double norm_sum_sq = 0.0;
+  if constexpr (kFolded) {
+    if (threadIdx.x < N) {
+      norm_sum_sq = load_now(p.norm_sum_sq + threadIdx.x);
+      if (blockIdx.x == 0) p.reset_sum_sq[threadIdx.x] = 0.0;
+    }
+  }
+  float acc[R][N];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int n = 0; n < N; ++n) acc[r][n] = 0.f;
+  for (int base = begin + lane; active && base < end; base += 32 * kUnroll) {
+    load(base);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = base + u * 32;
+      if (c >= end) break;
+#pragma unroll
+      for (int n = 0; n < N; ++n) {
+        float xv[8];
+        to_float8(__ldg(reinterpret_cast<const int4*>(p.x + int64_t(n) * in_features) + c), xv);
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r][n] = dot8(wv[r][u], xv, acc[r][n]);
+      }
+    }
+  }
+  __shared__ float slice_sums[8][R][N];
+  __shared__ float norm_scale[N];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      float v = acc[r][n];
+      for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffff, v, off);
+      if (lane == 0) slice_sums[warp][r][n] = v;
+    }
+  if constexpr (kFolded)
+    if (threadIdx.x < N) norm_scale[threadIdx.x] = rsqrtf(float(norm_sum_sq) / in_features + p.norm_eps);
+  __syncthreads();
+  unsigned long long key = 0;
+  float square = 0.f;
+  if (writer) {
+    float sums[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      sums[r] = 0.f;
+      for (int q = 0; q < splits; ++q) sums[r] += slice_sums[warp + q][r][lane];
+    }
+    if constexpr (kFolded)
+#pragma unroll
+      for (int r = 0; r < R; ++r) sums[r] *= norm_scale[lane];
+    square = gemv_write<N, R, Out, E>(p, item, lane, sums, prefetched, key);
+  }
+  gemv_finish<N, Out, E>(p, warp, lane, key, square);
+}
+
+// next[r] = the row packed in best[r]; best[r] is left zero for the next step.
+__global__ void argmax_finish_kernel(unsigned long long* best, int n, int32_t* next) {
+  wait_for_predecessor();
+  allow_successor_launch();
+  if (threadIdx.x < n) {
+    const unsigned long long key = best[threadIdx.x];
+    next[threadIdx.x] =
+        static_cast<int32_t>(0xFFFFFFFFu - static_cast<unsigned int>(key & 0xFFFFFFFFull));
+    best[threadIdx.x] = 0;
+  }
+}
+
+// Warps per row: enough blocks for about two waves of the GPU, while every warp keeps at least
+// one full pass of 32 lanes x 16 bytes over its slice.
+int gemv_splits(int in_features, int out_features) {
+  constexpr int kTargetBlocks = 2048;
+  const int chunks = in_features / 8;
+  int splits = 1;
+  while (splits < 8 && (out_features + 8 / splits - 1) / (8 / splits) < kTargetBlocks &&
+         chunks / (2 * splits) >= 32)
+    splits *= 2;
+  return splits;
+}
+
+bool gemv_applies(int n, int in_features) {
+  return n >= 1 && n <= kDecodeGemvMaxRows && in_features % 8 == 0;
+}
+
+// The SwiGLU GEMV (a gate and an up row per warp) streams best at 5 blocks per SM. The folded
+// variant's registers allow 6, which made it slower (H200, Llama-3.1-8B shapes: 63.0 µs against
+// 60.7 µs at 5, and 66.8 µs at 4), so dynamic shared memory that it does not use caps it at 5.
+size_t swiglu_shared_bytes() {
+  constexpr int kSwigluBlocksPerSm = 5;
+  static const size_t bytes = [] {
+    int device = 0, per_sm = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device),
+          "cudaDeviceGetAttribute(shared memory per SM)");
+    return size_t(per_sm) / (kSwigluBlocksPerSm + 1);  // one block more no longer fits
+  }();
+  return bytes;
+}
+
+template <typename Out, GemvEpilogue E, bool kFolded = false>
+void launch_gemv(const GemvParams<Out>& params, int n, int weight_rows, cudaStream_t stream) {
+  GemvParams<Out> p = params;
+  // Splits follow the weight rows streamed (a SwiGLU pair is two), so the fused gate/up product
+  // sums in exactly the order of the plain one.
+  p.splits = gemv_splits(p.in_features, weight_rows);
+  const int items_per_block = 8 / p.splits;
+  const dim3 grid((p.items + items_per_block - 1) / items_per_block);
+  void (*kernel)(GemvParams<Out>) = n == 1   ? gemv_kernel<1, Out, E, kFolded>
+                                    : n == 2 ? gemv_kernel<2, Out, E, kFolded>
+                                    : n == 3 ? gemv_kernel<3, Out, E, kFolded>
+                                             : gemv_kernel<4, Out, E, kFolded>;
+  launch_overlapped(kernel, grid, 256, E == GemvEpilogue::kSwiGLU ? swiglu_shared_bytes() : 0, stream,
+                    "gemv_kernel", p);
+}
+
+template <typename Out>
+bool try_gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int n, int in_features,
+              int out_features, cudaStream_t stream) {
+  if (!gemv_applies(n, in_features)) return false;
+  GemvParams<Out> p;
+  p.x = x;
+  p.w = w;
+  p.y = y;
+  p.in_features = in_features;
+  p.items = out_features;
+  launch_gemv<Out, GemvEpilogue::kStore>(p, n, out_features, stream);
+  return true;
+}
+
+bool fused_norm_enabled() {  // KVB_CUDA_FUSED_NORM=0: norm kernels and bf16 deltas (A/B timing)
+  static const bool enabled = env_switch_on("KVB_CUDA_FUSED_NORM");
+  return enabled;
+}
+
+// The product after a folded norm: a GEMV over its scaled rows.
+template <typename Out, GemvEpilogue E>
+void launch_folded(GemvParams<Out> p, const FoldedNorm& x, int n, int weight_rows,
+                   cudaStream_t stream) {
+  if (!gemv_applies(n, p.in_features))
+    throw std::invalid_argument("folded RMSNorm: " + std::to_string(n) + " rows of " +
+                                std::to_string(p.in_features) +
+                                " features do not take the decode GEMV (check norms_fold first)");
+  p.x = x.scaled;
+  p.norm_sum_sq = x.sum_sq;
+  p.reset_sum_sq = x.other_sum_sq;
+  p.norm_eps = x.eps;
+  launch_gemv<Out, E, true>(p, n, weight_rows, stream);
+}
+
+}  // namespace
+
+void gemm_bf16(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w,
+               __nv_bfloat16* y, int n, int in_features, int out_features, cudaStream_t stream) {
+  if (try_gemv(x, w, y, n, in_features, out_features, stream)) return;
+  const float one = 1.f, zero = 0.f;
+  check_cublas(cublasSetStream(handle, stream), "cublasSetStream");
+  // Column-major view: Y^T[out, n] = W^T' [out, in] * X^T [in, n].
+  check_cublas(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, out_features, n, in_features, &one, w,
+                            CUDA_R_16BF, in_features, x, CUDA_R_16BF, in_features, &zero, y,
+                            CUDA_R_16BF, out_features, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "cublasGemmEx(bf16)");
+}
+
+void gemm_bf16_f32out(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                      float* y, int n, int in_features, int out_features, cudaStream_t stream) {
+  if (try_gemv(x, w, y, n, in_features, out_features, stream)) return;
+  const float one = 1.f, zero = 0.f;
+  check_cublas(cublasSetStream(handle, stream), "cublasSetStream");
+  check_cublas(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, out_features, n, in_features, &one, w,
+                            CUDA_R_16BF, in_features, x, CUDA_R_16BF, in_features, &zero, y,
+                            CUDA_R_32F, out_features, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "cublasGemmEx(bf16->f32)");
+}
+
+void gate_up_swiglu(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w_gate_up,
+                    __nv_bfloat16* gate_up, __nv_bfloat16* out, int n, int in_features, int ffn,
+                    cudaStream_t stream) {
+  if (n == 0) return;
+  if (!gemv_applies(n, in_features)) {
+    gemm_bf16(handle, x, w_gate_up, gate_up, n, in_features, 2 * ffn, stream);
+    swiglu(gate_up, n, ffn, out, stream);
+    return;
+  }
+  GemvParams<__nv_bfloat16> p;
+  p.x = x;
+  p.w = w_gate_up;
+  p.y = out;
+  p.in_features = in_features;
+  p.items = ffn;
+  launch_gemv<__nv_bfloat16, GemvEpilogue::kSwiGLU>(p, n, 2 * ffn, stream);
+}
+
+void lm_head_argmax(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                    float* logits, int n, int in_features, int vocab, unsigned long long* best,
+                    int32_t* next, cudaStream_t stream) {
+  if (n == 0) return;
+  if (!gemv_applies(n, in_features)) {
+    gemm_bf16_f32out(handle, x, w, logits, n, in_features, vocab, stream);
+    argmax_rows(logits, n, vocab, next, stream);
+    return;
+  }
+  GemvParams<float> p;
+  p.x = x;
+  p.w = w;
+  p.y = logits;
+  p.in_features = in_features;
+  p.items = vocab;
+  p.best = best;
+  launch_gemv<float, GemvEpilogue::kArgmax>(p, n, vocab, stream);
+  launch_overlapped(argmax_finish_kernel, 1, 32, 0, stream, "argmax_finish_kernel", best, n, next);
+}
+
+
+bool norms_fold(int n, std::initializer_list<int> in_features) {
+  if (!fused_norm_enabled()) return false;
+  for (int features : in_features)
+    if (!gemv_applies(n, features)) return false;
+  return true;
+}
+
+void gemm_bf16(const FoldedNorm& x, const __nv_bfloat16* w, __nv_bfloat16* y, int n,
+               int in_features, int out_features, cudaStream_t stream) {
+  if (n == 0) return;
+  GemvParams<__nv_bfloat16> p;
+  p.w = w;
+  p.y = y;
+  p.in_features = in_features;
+  p.items = out_features;
+  launch_folded<__nv_bfloat16, GemvEpilogue::kStore>(p, x, n, out_features, stream);
+}
+
+void gate_up_swiglu(const FoldedNorm& x, const __nv_bfloat16* w_gate_up, __nv_bfloat16* out, int n,
+                    int in_features, int ffn, cudaStream_t stream) {
+  if (n == 0) return;
+  GemvParams<__nv_bfloat16> p;
+  p.w = w_gate_up;
+  p.y = out;
+  p.in_features = in_features;
+  p.items = ffn;
+  launch_folded<__nv_bfloat16, GemvEpilogue::kSwiGLU>(p, x, n, 2 * ffn, stream);
+}
+
+void lm_head_argmax(const FoldedNorm& x, const __nv_bfloat16* w, float* logits, int n,
+                    int in_features, int vocab, unsigned long long* best, int32_t* next,
+                    cudaStream_t stream) {
+  if (n == 0) return;
+  GemvParams<float> p;
+  p.w = w;
+  p.y = logits;
+  p.in_features = in_features;
+  p.items = vocab;
+  p.best = best;
+  launch_folded<float, GemvEpilogue::kArgmax>(p, x, n, vocab, stream);
+  launch_overlapped(argmax_finish_kernel, 1, 32, 0, stream, "argmax_finish_kernel", best, n, next);
+}
+
+void gemm_bf16_into_residual(const __nv_bfloat16* x, const __nv_bfloat16* w, float* residual,
+                             int n, int in_features, int out_features, const FoldedNorm& next,
+                             cudaStream_t stream) {
+  if (n == 0) return;
+  if (!gemv_applies(n, in_features))
+    throw std::invalid_argument("gemm_bf16_into_residual: " + std::to_string(n) + " rows of " +
+                                std::to_string(in_features) +
+                                " features do not take the decode GEMV (check norms_fold first)");
+  GemvParams<float> p;
+  p.x = x;
+  p.w = w;
+  p.y = residual;
+  p.in_features = in_features;
+  p.items = out_features;
+  p.next_gain = next.gain;
+  p.scaled = next.scaled;
+  p.sum_sq = next.sum_sq;
+  launch_gemv<float, GemvEpilogue::kAddToResidual>(p, n, out_features, stream);
+}
+
+}  // namespace kvb::cuda
