@@ -323,12 +323,7 @@ template <typename Out>
 bool try_gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int n, int in_features,
               int out_features, cudaStream_t stream) {
   if (!gemv_applies(n, in_features)) return false;
-  GemvParams<Out> p;
-  p.x = x;
-  p.w = w;
-  p.y = y;
-  p.in_features = in_features;
-  p.items = out_features;
+  GemvParams<Out> p{.x = x, .w = w, .y = y, .in_features = in_features, .items = out_features};
   launch_gemv<Out, GemvEpilogue::kStore>(p, n, out_features, stream);
   return true;
 }
@@ -353,29 +348,32 @@ void launch_folded(GemvParams<Out> p, const FoldedNorm& x, int n, int weight_row
   launch_gemv<Out, E, true>(p, n, weight_rows, stream);
 }
 
-}  // namespace
-
-void gemm_bf16(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w,
-               __nv_bfloat16* y, int n, int in_features, int out_features, cudaStream_t stream) {
+// y = x · wᵀ: the GEMV for decode rows, cuBLAS otherwise (bf16 or f32 y).
+template <typename Out>
+void product(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int n,
+             int in_features, int out_features, cudaStream_t stream) {
   if (try_gemv(x, w, y, n, in_features, out_features, stream)) return;
+  constexpr bool kF32 = std::is_same_v<Out, float>;
   const float one = 1.f, zero = 0.f;
   check_cublas(cublasSetStream(handle, stream), "cublasSetStream");
   // Column-major view: Y^T[out, n] = W^T' [out, in] * X^T [in, n].
   check_cublas(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, out_features, n, in_features, &one, w,
                             CUDA_R_16BF, in_features, x, CUDA_R_16BF, in_features, &zero, y,
-                            CUDA_R_16BF, out_features, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-               "cublasGemmEx(bf16)");
+                            kF32 ? CUDA_R_32F : CUDA_R_16BF, out_features, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT),
+               kF32 ? "cublasGemmEx(bf16->f32)" : "cublasGemmEx(bf16)");
+}
+
+}  // namespace
+
+void gemm_bf16(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w,
+               __nv_bfloat16* y, int n, int in_features, int out_features, cudaStream_t stream) {
+  product(handle, x, w, y, n, in_features, out_features, stream);
 }
 
 void gemm_bf16_f32out(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w,
                       float* y, int n, int in_features, int out_features, cudaStream_t stream) {
-  if (try_gemv(x, w, y, n, in_features, out_features, stream)) return;
-  const float one = 1.f, zero = 0.f;
-  check_cublas(cublasSetStream(handle, stream), "cublasSetStream");
-  check_cublas(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, out_features, n, in_features, &one, w,
-                            CUDA_R_16BF, in_features, x, CUDA_R_16BF, in_features, &zero, y,
-                            CUDA_R_32F, out_features, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-               "cublasGemmEx(bf16->f32)");
+  product(handle, x, w, y, n, in_features, out_features, stream);
 }
 
 void gate_up_swiglu(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w_gate_up,
@@ -387,12 +385,11 @@ void gate_up_swiglu(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bf
     swiglu(gate_up, n, ffn, out, stream);
     return;
   }
-  GemvParams<__nv_bfloat16> p;
-  p.x = x;
-  p.w = w_gate_up;
-  p.y = out;
-  p.in_features = in_features;
-  p.items = ffn;
+  GemvParams<__nv_bfloat16> p{.x = x,
+                              .w = w_gate_up,
+                              .y = out,
+                              .in_features = in_features,
+                              .items = ffn};
   launch_gemv<__nv_bfloat16, GemvEpilogue::kSwiGLU>(p, n, 2 * ffn, stream);
 }
 
@@ -405,13 +402,12 @@ void lm_head_argmax(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bf
     argmax_rows(logits, n, vocab, next, stream);
     return;
   }
-  GemvParams<float> p;
-  p.x = x;
-  p.w = w;
-  p.y = logits;
-  p.in_features = in_features;
-  p.items = vocab;
-  p.best = best;
+  GemvParams<float> p{.x = x,
+                      .w = w,
+                      .y = logits,
+                      .in_features = in_features,
+                      .items = vocab,
+                      .best = best};
   launch_gemv<float, GemvEpilogue::kArgmax>(p, n, vocab, stream);
   launch_overlapped(argmax_finish_kernel, 1, 32, 0, stream, "argmax_finish_kernel", best, n, next);
 }
@@ -427,22 +423,14 @@ bool norms_fold(int n, std::initializer_list<int> in_features) {
 void gemm_bf16(const FoldedNorm& x, const __nv_bfloat16* w, __nv_bfloat16* y, int n,
                int in_features, int out_features, cudaStream_t stream) {
   if (n == 0) return;
-  GemvParams<__nv_bfloat16> p;
-  p.w = w;
-  p.y = y;
-  p.in_features = in_features;
-  p.items = out_features;
+  GemvParams<__nv_bfloat16> p{.w = w, .y = y, .in_features = in_features, .items = out_features};
   launch_folded<__nv_bfloat16, GemvEpilogue::kStore>(p, x, n, out_features, stream);
 }
 
 void gate_up_swiglu(const FoldedNorm& x, const __nv_bfloat16* w_gate_up, __nv_bfloat16* out, int n,
                     int in_features, int ffn, cudaStream_t stream) {
   if (n == 0) return;
-  GemvParams<__nv_bfloat16> p;
-  p.w = w_gate_up;
-  p.y = out;
-  p.in_features = in_features;
-  p.items = ffn;
+  GemvParams<__nv_bfloat16> p{.w = w_gate_up, .y = out, .in_features = in_features, .items = ffn};
   launch_folded<__nv_bfloat16, GemvEpilogue::kSwiGLU>(p, x, n, 2 * ffn, stream);
 }
 
@@ -450,12 +438,11 @@ void lm_head_argmax(const FoldedNorm& x, const __nv_bfloat16* w, float* logits, 
                     int in_features, int vocab, unsigned long long* best, int32_t* next,
                     cudaStream_t stream) {
   if (n == 0) return;
-  GemvParams<float> p;
-  p.w = w;
-  p.y = logits;
-  p.in_features = in_features;
-  p.items = vocab;
-  p.best = best;
+  GemvParams<float> p{.w = w,
+                      .y = logits,
+                      .in_features = in_features,
+                      .items = vocab,
+                      .best = best};
   launch_folded<float, GemvEpilogue::kArgmax>(p, x, n, vocab, stream);
   launch_overlapped(argmax_finish_kernel, 1, 32, 0, stream, "argmax_finish_kernel", best, n, next);
 }
@@ -468,15 +455,14 @@ void gemm_bf16_into_residual(const __nv_bfloat16* x, const __nv_bfloat16* w, flo
     throw std::invalid_argument("gemm_bf16_into_residual: " + std::to_string(n) + " rows of " +
                                 std::to_string(in_features) +
                                 " features do not take the decode GEMV (check norms_fold first)");
-  GemvParams<float> p;
-  p.x = x;
-  p.w = w;
-  p.y = residual;
-  p.in_features = in_features;
-  p.items = out_features;
-  p.next_gain = next.gain;
-  p.scaled = next.scaled;
-  p.sum_sq = next.sum_sq;
+  GemvParams<float> p{.x = x,
+                      .w = w,
+                      .y = residual,
+                      .in_features = in_features,
+                      .items = out_features,
+                      .next_gain = next.gain,
+                      .scaled = next.scaled,
+                      .sum_sq = next.sum_sq};
   launch_gemv<float, GemvEpilogue::kAddToResidual>(p, n, out_features, stream);
 }
 
