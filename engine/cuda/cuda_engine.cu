@@ -166,7 +166,8 @@ struct CudaEngine::Impl {
     const float eps = config.rms_norm_eps;
     norms_folded = cuda::norms_fold(rows, {d, attn_width, config.ffn_dim});
     if (norms_folded)
-      cuda::fold_rmsnorm(ptr<float>(residual), rows, d, folded_norm(layers[0].attn_norm, 0), stream);
+      cuda::fold_rmsnorm(ptr<float>(residual), rows, d, folded_norm(layers[0].attn_norm, 0),
+                         stream);
     for (int l = 0; l < config.n_layers; ++l) {
       const CudaLayer& w = layers[l];
       if (norms_folded) {
@@ -191,11 +192,12 @@ struct CudaEngine::Impl {
       if (!attention_applies_rope) cuda::bias_rope(rope, stream);
       attention(l, rope);
       if (norms_folded) {
-        const DeviceBuffer& next_gain = l + 1 < config.n_layers ? layers[l + 1].attn_norm : output_norm;
+        const DeviceBuffer& next_gain =
+            l + 1 < config.n_layers ? layers[l + 1].attn_norm : output_norm;
         cuda::gemm_bf16_into_residual(ptr<bf16>(attn_out), ptr<bf16>(w.wo), ptr<float>(residual),
                                       rows, attn_width, d, folded_norm(w.ffn_norm, 1), stream);
-        cuda::gate_up_swiglu(folded_norm(w.ffn_norm, 1), ptr<bf16>(w.w_gate_up), ptr<bf16>(act), rows,
-                             d, config.ffn_dim, stream);
+        cuda::gate_up_swiglu(folded_norm(w.ffn_norm, 1), ptr<bf16>(w.w_gate_up), ptr<bf16>(act),
+                             rows, d, config.ffn_dim, stream);
         cuda::gemm_bf16_into_residual(ptr<bf16>(act), ptr<bf16>(w.w_down), ptr<float>(residual),
                                       rows, config.ffn_dim, d, folded_norm(next_gain, 0), stream);
       } else {

@@ -1,6 +1,6 @@
 // The decode step's products: for n <= 4 rows (a decode batch) a bandwidth-bound GEMV kernel with
-// fused epilogues (SwiGLU, argmax, the residual add) and, optionally, the RMSNorm of its input; cuBLAS
-// otherwise. Declared in transformer_ops.h. CPU twins: kernels/cpu/matmul.h, rmsnorm.h,
+// fused epilogues (SwiGLU, argmax, the residual add) and, optionally, the RMSNorm of its input;
+// cuBLAS otherwise. Declared in transformer_ops.h. CPU twins: kernels/cpu/matmul.h, rmsnorm.h,
 // activations.h. Tests: tests/cuda/transformer_ops_test.cc.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -19,7 +19,8 @@ namespace {
 
 void check_cublas(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error(std::string("cuBLAS error ") + std::to_string(int(status)) + " in " + what);
+    throw std::runtime_error(std::string("cuBLAS error ") + std::to_string(int(status)) + " in " +
+                             what);
 }
 
 // Decode-time products (n <= 4 rows of x) are bandwidth-bound: one warp streams one weight row in
@@ -84,7 +85,8 @@ __device__ __forceinline__ float dot8(const int4& w, const float (&x)[8], float 
   float wf[8];
   to_float8(w, wf);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) acc = fmaf(wf[2 * i], x[2 * i], fmaf(wf[2 * i + 1], x[2 * i + 1], acc));
+  for (int i = 0; i < 4; ++i)
+    acc = fmaf(wf[2 * i], x[2 * i], fmaf(wf[2 * i + 1], x[2 * i + 1], acc));
   return acc;
 }
 
@@ -241,7 +243,8 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvParams<Out> p) {
       if (lane == 0) slice_sums[warp][r][n] = v;
     }
   if constexpr (kFolded)
-    if (threadIdx.x < N) norm_scale[threadIdx.x] = rsqrtf(float(norm_sum_sq) / in_features + p.norm_eps);
+    if (threadIdx.x < N)
+      norm_scale[threadIdx.x] = rsqrtf(float(norm_sum_sq) / in_features + p.norm_eps);
   __syncthreads();
   unsigned long long key = 0;
   float square = 0.f;
@@ -315,8 +318,8 @@ void launch_gemv(const GemvParams<Out>& params, int n, int weight_rows, cudaStre
                                     : n == 2 ? gemv_kernel<2, Out, E, kFolded>
                                     : n == 3 ? gemv_kernel<3, Out, E, kFolded>
                                              : gemv_kernel<4, Out, E, kFolded>;
-  launch_overlapped(kernel, grid, 256, E == GemvEpilogue::kSwiGLU ? swiglu_shared_bytes() : 0, stream,
-                    "gemv_kernel", p);
+  launch_overlapped(kernel, grid, 256, E == GemvEpilogue::kSwiGLU ? swiglu_shared_bytes() : 0,
+                    stream, "gemv_kernel", p);
 }
 
 template <typename Out>
@@ -385,11 +388,8 @@ void gate_up_swiglu(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bf
     swiglu(gate_up, n, ffn, out, stream);
     return;
   }
-  GemvParams<__nv_bfloat16> p{.x = x,
-                              .w = w_gate_up,
-                              .y = out,
-                              .in_features = in_features,
-                              .items = ffn};
+  GemvParams<__nv_bfloat16> p{
+      .x = x, .w = w_gate_up, .y = out, .in_features = in_features, .items = ffn};
   launch_gemv<__nv_bfloat16, GemvEpilogue::kSwiGLU>(p, n, 2 * ffn, stream);
 }
 
@@ -402,16 +402,11 @@ void lm_head_argmax(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bf
     argmax_rows(logits, n, vocab, next, stream);
     return;
   }
-  GemvParams<float> p{.x = x,
-                      .w = w,
-                      .y = logits,
-                      .in_features = in_features,
-                      .items = vocab,
-                      .best = best};
+  GemvParams<float> p{
+      .x = x, .w = w, .y = logits, .in_features = in_features, .items = vocab, .best = best};
   launch_gemv<float, GemvEpilogue::kArgmax>(p, n, vocab, stream);
   launch_overlapped(argmax_finish_kernel, 1, 32, 0, stream, "argmax_finish_kernel", best, n, next);
 }
-
 
 bool norms_fold(int n, std::initializer_list<int> in_features) {
   if (!fused_norm_enabled()) return false;
@@ -438,17 +433,14 @@ void lm_head_argmax(const FoldedNorm& x, const __nv_bfloat16* w, float* logits, 
                     int in_features, int vocab, unsigned long long* best, int32_t* next,
                     cudaStream_t stream) {
   if (n == 0) return;
-  GemvParams<float> p{.w = w,
-                      .y = logits,
-                      .in_features = in_features,
-                      .items = vocab,
-                      .best = best};
+  GemvParams<float> p{
+      .w = w, .y = logits, .in_features = in_features, .items = vocab, .best = best};
   launch_folded<float, GemvEpilogue::kArgmax>(p, x, n, vocab, stream);
   launch_overlapped(argmax_finish_kernel, 1, 32, 0, stream, "argmax_finish_kernel", best, n, next);
 }
 
-void gemm_bf16_into_residual(const __nv_bfloat16* x, const __nv_bfloat16* w, float* residual,
-                             int n, int in_features, int out_features, const FoldedNorm& next,
+void gemm_bf16_into_residual(const __nv_bfloat16* x, const __nv_bfloat16* w, float* residual, int n,
+                             int in_features, int out_features, const FoldedNorm& next,
                              cudaStream_t stream) {
   if (n == 0) return;
   if (!gemv_applies(n, in_features))

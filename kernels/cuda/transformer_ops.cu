@@ -80,8 +80,8 @@ __global__ void __launch_bounds__(kNormThreads) add_rmsnorm_kernel(float* residu
 
 // The start of a folded-norm chain (see FoldedNorm): one block per row.
 constexpr int kFoldThreads = 256;
-__global__ void __launch_bounds__(kFoldThreads) fold_rmsnorm_kernel(const float* residual,
-                                                                   int d_model, FoldedNorm norm) {
+__global__ void __launch_bounds__(kFoldThreads)
+    fold_rmsnorm_kernel(const float* residual, int d_model, FoldedNorm norm) {
   wait_for_predecessor();
   allow_successor_launch();
   const int64_t row = blockIdx.x;
@@ -338,8 +338,8 @@ void add_rmsnorm(float* residual, const __nv_bfloat16* delta, const __nv_bfloat1
 void fold_rmsnorm(const float* residual, int n, int d_model, const FoldedNorm& norm,
                   cudaStream_t stream) {
   if (n == 0) return;
-  launch_overlapped(fold_rmsnorm_kernel, n, kFoldThreads, 0, stream, "fold_rmsnorm_kernel", residual,
-                    d_model, norm);
+  launch_overlapped(fold_rmsnorm_kernel, n, kFoldThreads, 0, stream, "fold_rmsnorm_kernel",
+                    residual, d_model, norm);
 }
 
 void bias_rope(const RopeArgs& args, cudaStream_t stream) {

@@ -123,8 +123,8 @@ void lm_head_argmax(const FoldedNorm& x, const __nv_bfloat16* w, float* logits, 
                     cudaStream_t stream);
 // residual += x · wᵀ, the product rounded to bf16 first (bit for bit gemm_bf16 into a delta, then
 // add_rmsnorm's add), with the next norm folded in as above.
-void gemm_bf16_into_residual(const __nv_bfloat16* x, const __nv_bfloat16* w, float* residual,
-                             int n, int in_features, int out_features, const FoldedNorm& next,
+void gemm_bf16_into_residual(const __nv_bfloat16* x, const __nv_bfloat16* w, float* residual, int n,
+                             int in_features, int out_features, const FoldedNorm& next,
                              cudaStream_t stream);
 
 // Reads `bytes` of device memory and returns the achieved GB/s (best of `repeats`): the

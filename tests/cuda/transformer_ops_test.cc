@@ -435,7 +435,8 @@ TEST(CudaOps, FoldedNormChainMatchesCpu) {
   }
   // Rows past the GEMV's are refused with a message, not computed wrong.
   cuda::FoldedNorm norm;
-  EXPECT_THROW(cuda::gemm_bf16(norm, nullptr, nullptr, 5, 576, 576, nullptr), std::invalid_argument);
+  EXPECT_THROW(cuda::gemm_bf16(norm, nullptr, nullptr, 5, 576, 576, nullptr),
+               std::invalid_argument);
   cublasDestroy(handle);
 }
 
