@@ -52,8 +52,9 @@ void add_selectors(const std::vector<std::string>& policies, const nlohmann::jso
   for (const std::string& policy : policies) {
     if (policy == "full") continue;
     if (!gpu_selects_for(policy))
-      throw InputError("bench on the GPU: a policy list holds full and the GPU decode selectors "
-                       "(binarypc, quest); run '" + policy + "' on its own");
+      throw InputError("bench on the GPU: a policy list may hold only full and the GPU decode "
+                       "selectors (binarypc, quest), and '" + policy +
+                       "' is not one of them; run it with its own --policy");
     const CachePlan plan = make_cache_plan(policy, params, budget);
     options.selectors.push_back(
         {policy, gpu_selection_config(*plan.selector, budget.tokens_for(4096)), budget});

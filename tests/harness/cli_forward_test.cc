@@ -102,6 +102,18 @@ TEST(CliBench, GpuPrefillChunkMustBePositive) {
     EXPECT_NE(run.out.find("--prefill-chunk must be >= 1"), std::string::npos) << run.out;
 }
 
+// A GPU policy list takes Full and the decode selectors only; anything else is named, with the fix,
+// before the GPU is touched.
+TEST(CliBench, GpuPolicyListNamesThePolicyItCannotHold) {
+  KVB_REQUIRE_FILE(test::kvbench_binary());
+  const CliRun run = kvbench("bench --device cuda --preset llama-3.1-8b --dummy --policy full,full+art");
+  EXPECT_EQ(run.exit_code, 2) << run.out;
+  if (run.out.find("without CUDA") == std::string::npos) {
+    EXPECT_NE(run.out.find("'full+art' is not one of them"), std::string::npos) << run.out;
+    EXPECT_NE(run.out.find("run it with its own --policy"), std::string::npos) << run.out;
+  }
+}
+
 TEST(CliGenerate, SmolLm2AnswersParis) {
   KVB_REQUIRE_FILE(test::default_model_path());
   KVB_REQUIRE_FILE(test::kvbench_binary());
