@@ -19,7 +19,7 @@
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_tiles.cuh"
-#include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/decode_append.cuh"
 #include "kernels/cuda/split_merge.cuh"
 
 namespace kvb::cuda {
@@ -215,15 +215,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   const DecodeAppend& append = args.append;
   const bool appends = append.positions != nullptr;
-  // With the append: this thread's RoPE pair (the same index for every row it rotates).
-  constexpr int kHalf = D / 2;
-  const int pair = threadIdx.x % kHalf;
-  int col_a = 0, col_b = 0;
-  float inv_freq = 0.f;
-  if (appends) {
-    rope_pair_columns(pair, kHalf, append.interleaved, col_a, col_b);
-    inv_freq = append.inv_freq[pair];  // constant
-  }
+  StepRope<D> rope;
+  if (appends) rope.set_up(append);
   wait_for_predecessor();
   allow_successor_launch();
 
@@ -234,32 +227,17 @@ __global__ void __launch_bounds__(kThreads)
 
   if (appends) {
     const __nv_bfloat16* row = args.q + b * args.q_seq_stride;
-    float sine, cosine;
-    sincosf(float(append.positions[b]) * inv_freq, &sine, &cosine);
+    rope.at_position(append.positions[b]);
     if (stored >= begin && stored < begin + chunk_size) {  // this block's chunk takes the new entry
-      const int k_col = (args.n_query_heads + kv_head) * D;
-      const int v_col = (args.n_query_heads + args.n_kv_heads + kv_head) * D;
-      __nv_bfloat16* k_new = append.k_cache + (kv_row0 + stored) * D;
-      __nv_bfloat16* v_new = append.v_cache + (kv_row0 + stored) * D;
-      if (threadIdx.x < kHalf)
-        rotate_pair(with_bias(row[k_col + col_a], append.bias, k_col + col_a),
-                    with_bias(row[k_col + col_b], append.bias, k_col + col_b), sine, cosine,
-                    k_new[col_a], k_new[col_b]);
-      for (int j = threadIdx.x; j < D; j += kThreads)
-        v_new[j] = __float2bfloat16(with_bias(row[v_col + j], append.bias, v_col + j));
+      write_new_entry<D, kThreads>(append, rope, row, args.n_query_heads, args.n_kv_heads, kv_head,
+                                   kv_row0 + stored);
       __syncthreads();  // the tile copies below read the new row
     }
     // The group's queries, biased and rotated into shared memory (rows past the group are zero).
-    for (int r = threadIdx.x / kHalf; r < 16; r += kThreads / kHalf) {
-      __nv_bfloat16 r0 = __float2bfloat16(0.f), r1 = r0;
-      if (r < group) {
-        const int col = (head0 + r) * D;
-        rotate_pair(with_bias(row[col + col_a], append.bias, col + col_a),
-                    with_bias(row[col + col_b], append.bias, col + col_b), sine, cosine, r0, r1);
-      }
-      s_q[swizzled<D>(r, col_a)] = r0;
-      s_q[swizzled<D>(r, col_b)] = r1;
-    }
+    rotate_queries<D, kThreads>(append, rope, row, head0, group, 16,
+                                [&](int r, int col, __nv_bfloat16 value) {
+                                  s_q[swizzled<D>(r, col)] = value;
+                                });
   } else {
     load_tile<D>(s_q, args.q + b * args.q_seq_stride + int64_t(head0) * D, D, 16, group);
   }
