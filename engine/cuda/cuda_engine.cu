@@ -245,9 +245,8 @@ struct CudaEngine::Impl {
       const int64_t* offsets = ptr<int64_t>(kv_offset) + int64_t(l) * hkv;
       int32_t* lengths = ptr<int32_t>(kv_length) + int64_t(l) * hkv;
       const bool selects = sparse && sparse->selects(l);
-      // The dense path appends the step's token inside the attention kernel (one boundary fewer).
-      const bool dense = !selects && !early_exit;
-      if (!dense)
+      // The dense kernel and the ART walk append the step's token themselves (one boundary fewer).
+      if (selects)
         cuda::rope_append_kv_decode(rope, offsets, lengths, ptr<bf16>(k_cache[l]),
                                     ptr<bf16>(v_cache[l]), stream);
       cuda::DecodeAttentionArgs a;
@@ -266,6 +265,15 @@ struct CudaEngine::Impl {
       a.head_dim = config.head_dim;
       a.scale = 1.f / std::sqrt(float(config.head_dim));
       a.workspace = ptr<float>(decode_workspace);
+      if (!selects) {
+        a.append.positions = rope.positions;
+        a.append.inv_freq = rope.inv_freq;
+        a.append.bias = rope.bias;
+        a.append.interleaved = rope.interleaved;
+        a.append.k_cache = ptr<bf16>(k_cache[l]);
+        a.append.v_cache = ptr<bf16>(v_cache[l]);
+        a.append.kv_length = lengths;
+      }
       if (selects) {
         sparse->attend(l, a, stream);
       } else if (early_exit) {
@@ -276,13 +284,6 @@ struct CudaEngine::Impl {
         walk.totals = ptr<unsigned long long>(walk_counts);
         cuda::early_exit_decode(walk, stream);
       } else {
-        a.append.positions = rope.positions;
-        a.append.inv_freq = rope.inv_freq;
-        a.append.bias = rope.bias;
-        a.append.interleaved = rope.interleaved;
-        a.append.k_cache = ptr<bf16>(k_cache[l]);
-        a.append.v_cache = ptr<bf16>(v_cache[l]);
-        a.append.kv_length = lengths;
         cuda::decode_attention(a, stream);
       }
     });

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/decode_append.cuh"
 #include "kernels/cuda/early_exit_decode.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_tiles.cuh"
@@ -87,7 +88,7 @@ __device__ inline Walker walker_of(const DecodeAttentionArgs& a, int axis, int b
     w.index = b * a.n_kv_heads + kv_head;
     w.head0 = kv_head * group;
     w.rows = group;
-    w.n = a.kv_length[w.index];
+    w.n = a.kv_length[w.index] + (a.append.positions != nullptr ? 1 : 0);  // with the step's entry
   }
   return w;
 }
@@ -128,6 +129,7 @@ struct DeciderScratch {
   float previous[kMaxRows * D];      // merged o_{b-1} (shared memory: registers are all taken)
   int counter[kMaxRows];
   int stable[kMaxRows];
+  bf16 query[kMaxRows * D];  // with the step's append: the rotated queries (every split)
 };
 // Dynamic shared memory: K and V tiles [kStages][64][D] each, the bias [kStages][64] (index mode),
 // the stop-word copies [kStages][4] (int), then the
@@ -173,8 +175,14 @@ __device__ __forceinline__ void walk_split(const EarlyExitDecodeArgs& ea, const 
   constexpr bool decider = kDecider;
   const int first = decider ? 0 : layout.decider_blocks + (chunk - 1) * layout.chunk_blocks;
   const int n_tiles = min(blocks, first + (decider ? layout.decider_blocks : layout.chunk_blocks)) - first;
-  if (n_tiles <= 0) {
+  auto partial_of = [&](int row) {
+    return args.workspace +
+           ((int64_t(b) * args.n_query_heads + wk.head0 + row) * n_chunks + chunk) * (D + 2);
+  };
+  if (n_tiles <= 0) {  // an empty partial (max -inf), so the merge needs no length
     if (decider && threadIdx.x == 0) ea.walker_state[int64_t(wk.index) * kStateWords + kStopResult] = 0;
+    for (int idx = threadIdx.x; idx < wk.rows * (D + 2); idx += kThreads)
+      partial_of(idx / (D + 2))[idx % (D + 2)] = idx % (D + 2) == 0 ? -INFINITY : 0.f;
     return;
   }
   int* state = ea.walker_state + int64_t(wk.index) * kStateWords;
@@ -206,6 +214,24 @@ __device__ __forceinline__ void walk_split(const EarlyExitDecodeArgs& ea, const 
     cp_async_commit();
     ++tiles_loaded;
   };
+  // With the step's append (dense walks): the split whose walk block holds the new entry (the
+  // sink block while the cache is within the sinks, else the most recent block) writes it before
+  // its first tile copy; every split rotates the group's queries.
+  const DecodeAppend& append = args.append;
+  const bool appends = !kIndexed && append.positions != nullptr;
+  const bf16* qkv_row = args.q + b * args.q_seq_stride;
+  StepRope<D> rope;
+  if (appends) {
+    rope.set_up(append);
+    rope.at_position(append.positions[b]);
+    const int stored = wk.n - 1;
+    const int newest = stored < sinks ? 0 : (sinks > 0 ? 1 : 0);
+    if (first <= newest && newest < first + n_tiles) {
+      write_new_entry<D, kThreads>(append, rope, qkv_row, args.n_query_heads, args.n_kv_heads,
+                                   blockIdx.y, wk.kv_row0 + stored);
+      __syncthreads();  // the tile copies read the new row
+    }
+  }
   issue(first, 0);  // before anything else waits on memory
 #pragma unroll
   for (int ahead = 1; ahead + 1 < kStages; ++ahead) {  // one commit group per ring slot, even empty
@@ -221,7 +247,13 @@ __device__ __forceinline__ void walk_split(const EarlyExitDecodeArgs& ea, const 
   constexpr int kSteps = D / 16, kDimTiles = D / 8;
   // Query fragments, held in registers for the whole walk (as the plain kernel): row g holds
   // columns 2t, 2t+1 and 2t+8, 2t+9; rows 8..15 of the mma tile stay zero (at most 8 heads).
-  const bf16* q_row = args.q + b * args.q_seq_stride + int64_t(wk.head0 + g) * D + 2 * t;
+  if (appends) {
+    rotate_queries<D, kThreads>(append, rope, qkv_row, wk.head0, wk.rows, kMaxRows,
+                                [&](int r, int col, bf16 value) { scratch.query[r * D + col] = value; });
+    __syncthreads();
+  }
+  const bf16* q_row = appends ? scratch.query + g * D + 2 * t
+                              : args.q + b * args.q_seq_stride + int64_t(wk.head0 + g) * D + 2 * t;
   const bool q_live = g < wk.rows;
   uint32_t q_frag[kSteps][2];
   auto load_query = [&] {
@@ -424,11 +456,8 @@ __device__ __forceinline__ void walk_split(const EarlyExitDecodeArgs& ea, const 
   // The warps' states into the partial, through the K tiles' shared memory (free once every warp
   // is done with them).
   __syncthreads();
-  store_split_partials<D, kThreads>(
-      o, row_max, row_sum, reinterpret_cast<float*>(s_k), wk.rows, [&](int row) {
-        return args.workspace +
-               ((int64_t(b) * args.n_query_heads + wk.head0 + row) * n_chunks + chunk) * (D + 2);
-      });
+  store_split_partials<D, kThreads>(o, row_max, row_sum, reinterpret_cast<float*>(s_k), wk.rows,
+                                    partial_of);
 }
 
 template <int D, bool kIndexed>
@@ -450,8 +479,9 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 // One thread block per (query head, sequence), as decode_merge_kernel: merges the chunks the walk
 // used (the decider alone when it stopped); the walker's first head also writes the visited /
-// total / loaded words and the totals, clears the loaded counter and advances the epoch. Nothing
-// else reads those words during the merge, so no block waits on another.
+// total / loaded words and the totals, clears the loaded counter, advances the epoch and, with the
+// step's append, the length. Nothing else reads those words during the merge, so no block waits
+// on another.
 template <int D, bool kIndexed>
 __global__ void early_exit_merge_kernel(EarlyExitDecodeArgs ea, WalkLayout layout) {
   wait_for_predecessor();
@@ -470,7 +500,7 @@ __global__ void early_exit_merge_kernel(EarlyExitDecodeArgs ea, WalkLayout layou
   const int stop = state[kStopResult];
   const int loaded = bookkeeper ? state[kLoadedScratch] : 0;
   const int epoch = bookkeeper ? state[kEpoch] : 0;
-  const int used = stop != 0 ? 1 : chunks_used(layout, blocks);
+  const int used = stop != 0 ? 1 : n_chunks;  // every split wrote a partial (empty: max -inf)
   merge_split_partials<D>(
       args.workspace + (int64_t(b) * args.n_query_heads + head) * n_chunks * (D + 2), used,
       args.out + b * args.out_seq_stride + head * D);
@@ -481,6 +511,8 @@ __global__ void early_exit_merge_kernel(EarlyExitDecodeArgs ea, WalkLayout layou
     state[kBlocksLoaded] = loaded;
     state[kLoadedScratch] = 0;
     state[kEpoch] = epoch + 1;
+    // The step's entry (walker_of counted it): the other blocks of this merge need no length.
+    if (!kIndexed && args.append.positions != nullptr) args.append.kv_length[wk.index] = wk.n;
     if (ea.totals != nullptr) {
       atomicAdd(ea.totals + 0, static_cast<unsigned long long>(visited));
       atomicAdd(ea.totals + 1, static_cast<unsigned long long>(blocks));
@@ -599,6 +631,12 @@ void early_exit_decode(const EarlyExitDecodeArgs& args, cudaStream_t stream) {
     throw std::invalid_argument("early_exit_decode: walker_state and workspace are required");
   if (args.chunk_blocks < 0 || args.decider_blocks < 0)
     throw std::invalid_argument("early_exit_decode: chunk_blocks and decider_blocks must be >= 0 (0 = automatic)");
+  if (a.append.positions != nullptr &&
+      (a.indices != nullptr || !a.append.inv_freq || !a.append.k_cache || !a.append.v_cache ||
+       a.append.kv_length != a.kv_length))
+    throw std::invalid_argument(
+        "early_exit_decode: the step's append runs in dense walks only and needs inv_freq, the "
+        "writable cache buffers and the same kv_length");
   const WalkLayout layout = walk_layout(args);
   switch (a.head_dim) {
     case 64: launch_for_dim<64>(args, layout, stream); break;

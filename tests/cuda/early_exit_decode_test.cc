@@ -17,6 +17,7 @@
 #include <cmath>
 #include <optional>
 #include <random>
+#include <string>
 
 #include "engine/cpu/forward.h"
 #include "engine/cuda/cuda_engine.h"
@@ -24,8 +25,10 @@
 #include "engine/presets.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/early_exit_attention.h"
+#include "kernels/cpu/rope.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/early_exit_decode.h"
+#include "kernels/cuda/transformer_ops.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace kvb {
@@ -451,6 +454,133 @@ TEST(EarlyExitDecodeTest, IndexListsMatchTheCpuWalkOverTheSelection) {
     }
     const GpuResult gpu = run_gpu(in, options, window, &lists);
     expect_matches(walks, gpu, 1, in.d);
+  }
+}
+
+// The walk with the step's append (DecodeAppend) against rope_append_kv_decode followed by the
+// plain walk, bit for bit over three chained steps: outputs, both caches, lengths and the walkers'
+// state words. A profile cache (position 0: RoPE is the identity, the new keys copy a recent one)
+// stops early with an 8-block window (the new entry in the decider); with a one-block window the
+// new entry is in the first later split (and no stop is possible: patience 2 needs 3 blocks).
+// Random caches of 2 entries (within the sinks; automatic layout) and 700 walk every block, with a
+// QKV bias and a real rotation.
+TEST(EarlyExitDecodeTest, FusedAppendMatchesSeparateAppend) {
+  KVB_REQUIRE_GPU();
+  struct Case {
+    int n;
+    bool profile;
+    int decider_blocks;
+  };
+  for (const Case c : {Case{5000, true, 8}, Case{5000, true, 1}, Case{2, false, 0},
+                       Case{700, false, 1}}) {
+    SCOPED_TRACE("n " + std::to_string(c.n) + " window " + std::to_string(c.decider_blocks));
+    const int d = 128, hq = 32, hkv = 8, steps = 3, capacity = c.n + steps;
+    const int width = (hq + 2 * hkv) * d;
+    const Inputs in = c.profile ? make_profile(d, hq, hkv, c.n, {GroupProfile{}}, 71)
+                                : make_random(d, hq, hkv, c.n, 72);
+    std::vector<float> k_cache(size_t(hkv) * capacity * d, 0.f), v_cache(k_cache.size(), 0.f);
+    for (int h = 0; h < hkv; ++h)
+      for (size_t i = 0; i < size_t(c.n) * d; ++i) {
+        k_cache[size_t(h) * capacity * d + i] = in.k[size_t(h) * c.n * d + i];
+        v_cache[size_t(h) * capacity * d + i] = in.v[size_t(h) * c.n * d + i];
+      }
+    std::vector<std::vector<float>> rows;
+    for (int step = 0; step < steps; ++step) {
+      std::vector<float> row = test::random_bf16_values(size_t(width), 80 + step, 1.f);
+      if (c.profile) {  // the profile's queries; new keys as the most recent one
+        std::copy(in.q.begin(), in.q.end(), row.begin());
+        for (int h = 0; h < hkv; ++h)
+          std::copy_n(in.k.begin() + (size_t(h) * c.n + c.n - 1) * d, d,
+                      row.begin() + size_t(hq + h) * d);
+      }
+      rows.push_back(row);
+    }
+    std::vector<int64_t> offsets(hkv);
+    for (int h = 0; h < hkv; ++h) offsets[h] = int64_t(h) * capacity;
+    auto d_offsets = test::to_device(offsets);
+    auto d_inv_freq = test::to_device(kernels::rope_inverse_frequencies(d, 10000.f));
+    auto d_positions = test::to_device(std::vector<int32_t>{c.profile ? 0 : 777});
+    auto d_bias = test::to_device_bf16(test::random_bf16_values(width, 73, 0.1f));
+    struct Run {
+      cuda::DeviceBuffer lengths, k, v, out, workspace, state;
+      std::vector<cuda::DeviceBuffer> qkv;
+    };
+    auto make_run = [&] {
+      Run r{test::to_device(std::vector<int32_t>(hkv, c.n)),
+            test::to_device_bf16(k_cache),
+            test::to_device_bf16(v_cache),
+            cuda::DeviceBuffer(size_t(steps) * hq * d * 2),
+            cuda::DeviceBuffer(cuda::early_exit_decode_workspace_floats(1, hq, d, capacity) * 4),
+            test::to_device(std::vector<int32_t>(size_t(hkv) * cuda::kStateWords, 0)),
+            {}};
+      for (const auto& row : rows) r.qkv.push_back(test::to_device_bf16(row));
+      return r;
+    };
+    const cuda::RopeArgs rope{.bias = c.profile ? nullptr : d_bias.as<__nv_bfloat16>(),
+                              .positions = d_positions.as<int32_t>(),
+                              .inv_freq = d_inv_freq.as<float>(),
+                              .n = 1,
+                              .n_query_heads = hq,
+                              .n_kv_heads = hkv,
+                              .head_dim = d};
+    auto walk_for = [&](Run& r, int step) {
+      cuda::EarlyExitDecodeArgs ea;
+      cuda::DecodeAttentionArgs& a = ea.attention;
+      a.q = r.qkv[step].as<__nv_bfloat16>();
+      a.q_seq_stride = width;
+      a.k = r.k.as<__nv_bfloat16>();
+      a.v = r.v.as<__nv_bfloat16>();
+      a.kv_offset = d_offsets.as<int64_t>();
+      a.kv_length = r.lengths.as<int32_t>();
+      a.max_kv_length = capacity;
+      a.out = r.out.as<__nv_bfloat16>() + size_t(step) * hq * d;
+      a.out_seq_stride = int64_t(hq) * d;
+      a.batch = 1;
+      a.n_query_heads = hq;
+      a.n_kv_heads = hkv;
+      a.head_dim = d;
+      a.scale = 1.f / std::sqrt(float(d));
+      a.workspace = r.workspace.as<float>();
+      ea.walker_state = r.state.as<int32_t>();
+      ea.decider_blocks = c.decider_blocks;
+      return ea;
+    };
+    Run fused = make_run(), separate = make_run();
+    for (int step = 0; step < steps; ++step) {
+      cuda::EarlyExitDecodeArgs ea = walk_for(fused, step);
+      ea.attention.append = {.positions = rope.positions,
+                             .inv_freq = rope.inv_freq,
+                             .bias = rope.bias,
+                             .interleaved = false,
+                             .k_cache = fused.k.as<__nv_bfloat16>(),
+                             .v_cache = fused.v.as<__nv_bfloat16>(),
+                             .kv_length = fused.lengths.as<int32_t>()};
+      cuda::early_exit_decode(ea, nullptr);
+
+      cuda::RopeArgs r = rope;
+      r.qkv = separate.qkv[step].as<__nv_bfloat16>();
+      cuda::rope_append_kv_decode(r, d_offsets.as<int64_t>(), separate.lengths.as<int32_t>(),
+                                  separate.k.as<__nv_bfloat16>(), separate.v.as<__nv_bfloat16>(),
+                                  nullptr);
+      cuda::early_exit_decode(walk_for(separate, step), nullptr);
+    }
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<int32_t> got(hkv), want(hkv);
+    fused.lengths.download(got.data(), got.size() * 4);
+    separate.lengths.download(want.data(), want.size() * 4);
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(got[0], c.n + steps);
+    const size_t cache = k_cache.size(), outputs = size_t(steps) * hq * d;
+    EXPECT_EQ(test::from_device_bf16(fused.k, cache), test::from_device_bf16(separate.k, cache));
+    EXPECT_EQ(test::from_device_bf16(fused.v, cache), test::from_device_bf16(separate.v, cache));
+    EXPECT_EQ(test::from_device_bf16(fused.out, outputs),
+              test::from_device_bf16(separate.out, outputs));
+    std::vector<int32_t> fused_state(size_t(hkv) * cuda::kStateWords), separate_state(fused_state);
+    fused.state.download(fused_state.data(), fused_state.size() * 4);
+    separate.state.download(separate_state.data(), separate_state.size() * 4);
+    EXPECT_EQ(fused_state, separate_state);
+    if (c.profile && c.decider_blocks >= 3)  // stopped before the end: the stop path ran
+      EXPECT_LT(fused_state[cuda::kBlocksVisited], fused_state[cuda::kBlocksTotal]);
   }
 }
 
