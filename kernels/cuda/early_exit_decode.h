@@ -28,16 +28,19 @@
 //   one thread block per walker (8 of 132 SMs busy at B = 1) or splits waiting on each other in a
 //   chain, and both cost far more than the 2% the overhead target allows when nothing stops.
 // Automatic layout (chunk_blocks = decider_blocks = 0): the plain kernel's split count S and
-//   chunk C (about three thread blocks per SM over all walkers, in dense mode no more than fit at
-//   once); the decider gets half of C (its per-block merge and test make its blocks slower, and
-//   the slowest split is the kernel's time), the others keep C, one split more than the plain
-//   kernel, unless that extra thread block per walker would not fit the resident slots: then the
-//   others stretch over S - 1 splits. At Llama-3.1-8B shapes, batch 1: 4K: W 1, C 2 (no stop is
-//   possible: patience 2 needs 3 blocks); 32K: W 6, C 11; 128K: W 21, C 43 (cuda_art_bench prints
+//   chunk C (as many thread blocks per SM as fit at once over all walkers, in dense mode no more);
+//   the decider gets a quarter of C (its per-block merge and test make its blocks slower, and the
+//   slowest split is the kernel's time), the others keep C, one split more than the plain kernel,
+//   unless that extra thread block per walker would not fit the resident slots: then the others
+//   stretch over S - 1 splits. At Llama-3.1-8B shapes, batch 1: 4K: W 1, C 2 (no stop is
+//   possible: patience 2 needs 3 blocks); 32K: W 4, C 16; 128K: W 16, C 64 (cuda_art_bench prints
 //   the layout).
-// Prefetch: every thread block keeps one tile in flight ahead of the one it computes (as the plain
-//   kernel), so the decider has loaded one block past its stop block, never folded in; the
-//   `loaded` statistic counts every tile any thread block fetched, including those.
+// Prefetch: every thread block keeps two tiles in flight ahead of the one it computes (as the
+//   plain kernel), so the decider has loaded up to two blocks past its stop block, never folded
+//   in; the `loaded` statistic counts every tile any thread block fetched, including those.
+// The step's append (attention.append, dense walks): as decode_attention's, the walk writes the new
+//   token's K/V row (the split holding the most recent block, or the sink block while the cache
+//   is within the sinks) and rotates the queries itself; the merge advances the length.
 // enabled = false runs the same code (the decider still runs the test after every block) and never
 //   publishes a stop: the overhead measurement.
 // Layout inside a thread block: decode_mma_kernel's — 4 warps, each owning 16 keys of every tile
@@ -48,11 +51,9 @@
 //   instantiations of the walk, so the others keep the query in registers as the plain kernel).
 //   (A first version in which every warp computed all 64 logits and a quarter of P·V, so the test
 //   needed no merge, was 26-63% slower than decode_attention with termination off.)
-// Cost with termination off (cuda_art_bench, H200, this layout): the walk kernel alone takes the
-//   plain kernel's time (ncu, 32K: 38.6 vs 38.7 us); a whole call (walk + merge, launched
-//   overlapped) costs +2.2 us (+15%) at 4K and +3.7 us (+8%) at 32K over decode_attention. At 128K
-//   it took 140 us against 180 us for the plain kernel's former 400-block layout (a second wave);
-//   against its current 392 blocks it has not been measured.
+// Cost with termination off (cuda_art_bench, H200, a whole call, walk + merge, against
+//   decode_attention in the same run): +13% at 4K (window 1: no stop possible), +1.8 to +3.8% at
+//   32K and +0.1 to +2.3% at 128K, depending on the machine lent.
 // Limits: head_dim 64 or 128, KV block 64 (the tile), GQA group <= 8, sink_tokens <= 64.
 #pragma once
 
