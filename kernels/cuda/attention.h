@@ -86,6 +86,9 @@ struct DecodeAttentionArgs {
   DecodeAppend append;                 // dense mode only
 };
 size_t decode_attention_workspace_floats(int batch, int n_query_heads, int head_dim, int max_kv_length);
+// Throws std::invalid_argument, naming `kernel`, unless args.append is absent or usable: dense mode
+// (no index lists), the RoPE frequencies, the writable caches and the same lengths as args.
+void check_decode_append(const DecodeAttentionArgs& args, const char* kernel);
 void decode_attention(const DecodeAttentionArgs& args, cudaStream_t stream);
 
 }  // namespace kvb::cuda

@@ -14,12 +14,14 @@
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/decode_append.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_tiles.cuh"
-#include "kernels/cuda/decode_append.cuh"
 #include "kernels/cuda/split_merge.cuh"
 
 namespace kvb::cuda {
@@ -28,19 +30,6 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kMaxGroup = 8;
 constexpr int kUnroll = 4;
-
-struct alignas(16) Bf16x8 {
-  __nv_bfloat162 v[4];
-};
-
-__device__ __forceinline__ void to_float8(const Bf16x8& x, float (&f)[8]) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 p = __bfloat1622float2(x.v[i]);
-    f[2 * i] = p.x;
-    f[2 * i + 1] = p.y;
-  }
-}
 
 // Partial results: per (sequence*Hq + head, chunk): [max, sum, acc[D]].
 template <int D, int G>
@@ -79,7 +68,7 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(DecodeAttentio
 #pragma unroll
   for (int h = 0; h < G; ++h) {
     if (h < heads) {
-      const Bf16x8 raw = *reinterpret_cast<const Bf16x8*>(
+      const int4 raw = *reinterpret_cast<const int4*>(
           args.q + b * args.q_seq_stride + (head0 + h) * D + sub * 8);
       to_float8(raw, q[h]);
 #pragma unroll
@@ -101,7 +90,7 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(DecodeAttentio
   // All slots iterate the same number of times (warp-uniform trip count) for the shuffles.
   for (int base0 = begin; base0 < end; base0 += kKeySlots * kUnroll) {
     const int base = base0 + slot;
-    Bf16x8 kr[kUnroll], vr[kUnroll];
+    int4 kr[kUnroll], vr[kUnroll];
     bool live[kUnroll];
     float bias[kUnroll];
 #pragma unroll
@@ -112,8 +101,8 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(DecodeAttentio
       if (live[u]) {
         const int row = indexed ? index_list[i] : i;
         if (bias_list) bias[u] = bias_list[i] * 1.4426950408889634f;
-        kr[u] = *reinterpret_cast<const Bf16x8*>(args.k + (kv_row0 + row) * D + sub * 8);
-        vr[u] = *reinterpret_cast<const Bf16x8*>(args.v + (kv_row0 + row) * D + sub * 8);
+        kr[u] = *reinterpret_cast<const int4*>(args.k + (kv_row0 + row) * D + sub * 8);
+        vr[u] = *reinterpret_cast<const int4*>(args.v + (kv_row0 + row) * D + sub * 8);
       }
     }
     // Every lane runs the shuffles (a key slot past the end computes on zeros and is then
@@ -425,12 +414,7 @@ void launch_decode(const DecodeAttentionArgs& args, cudaStream_t stream) {
   const bool indexed = args.indices != nullptr;
   const int group = args.n_query_heads / args.n_kv_heads;
   if (!indexed && group > 16) throw std::invalid_argument("decode_attention: GQA group > 16 unsupported");
-  if (args.append.positions != nullptr &&
-      (indexed || !args.append.inv_freq || !args.append.k_cache || !args.append.v_cache ||
-       args.append.kv_length != args.kv_length))
-    throw std::invalid_argument(
-        "decode_attention: the step's append runs in dense mode only and needs "
-        "inv_freq, the writable cache buffers and the same kv_length");
+  check_decode_append(args, "decode_attention");
   const int heads_axis = indexed ? args.n_query_heads : args.n_kv_heads;
   const bool many_waves =
       !indexed && heads_axis * args.batch > dense_blocks_per_sm<D, kWaveStages>() * sm_count;
@@ -460,6 +444,16 @@ size_t decode_attention_workspace_floats(int batch, int n_query_heads, int head_
   // Upper bound: chunks of at least 64 keys.
   const int max_chunks = std::max(1, (max_kv_length + 63) / 64);
   return size_t(batch) * n_query_heads * max_chunks * (head_dim + 2);
+}
+
+void check_decode_append(const DecodeAttentionArgs& args, const char* kernel) {
+  const DecodeAppend& append = args.append;
+  if (append.positions != nullptr &&
+      (args.indices != nullptr || !append.inv_freq || !append.k_cache || !append.v_cache ||
+       append.kv_length != args.kv_length))
+    throw std::invalid_argument(std::string(kernel) +
+                                ": the step's append runs in dense mode only and needs inv_freq, "
+                                "the writable cache buffers and the same kv_length");
 }
 
 void decode_attention(const DecodeAttentionArgs& args, cudaStream_t stream) {

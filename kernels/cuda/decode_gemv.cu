@@ -1,5 +1,5 @@
 // The decode step's products: for n <= 4 rows (a decode batch) a bandwidth-bound GEMV kernel with
-// fused epilogues (SwiGLU, argmax, the residual add) and, optionally, the RMSNorm of its input;
+// fused epilogues (SwiGLU, argmax, the residual add) and the RMSNorms folded in (FoldedNorm);
 // cuBLAS otherwise. Declared in transformer_ops.h. CPU twins: kernels/cpu/matmul.h, rmsnorm.h,
 // activations.h. Tests: tests/cuda/transformer_ops_test.cc.
 #include <cublas_v2.h>
@@ -12,6 +12,7 @@
 
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/mma_tiles.cuh"
 #include "kernels/cuda/transformer_ops.h"
 
 namespace kvb::cuda {
@@ -69,16 +70,6 @@ __device__ __forceinline__ unsigned long long argmax_key(float value, int row) {
   const unsigned int ordered = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
   return (static_cast<unsigned long long>(ordered) << 32) |
          (0xFFFFFFFFu - static_cast<unsigned int>(row));
-}
-
-__device__ __forceinline__ void to_float8(const int4& packed, float (&out)[8]) {
-  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&packed);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 pair = __bfloat1622float2(pairs[i]);
-    out[2 * i] = pair.x;
-    out[2 * i + 1] = pair.y;
-  }
 }
 
 __device__ __forceinline__ float dot8(const int4& w, const float (&x)[8], float acc) {
@@ -336,14 +327,20 @@ bool fused_norm_enabled() {  // KVB_CUDA_FUSED_NORM=0: norm kernels and bf16 del
   return enabled;
 }
 
+// The folded norms live only in the GEMV: a product that cannot take it is refused, not computed
+// without its norm.
+void require_decode_gemv(const char* what, int n, int in_features) {
+  if (!gemv_applies(n, in_features))
+    throw std::invalid_argument(std::string(what) + ": " + std::to_string(n) + " rows of " +
+                                std::to_string(in_features) +
+                                " features do not take the decode GEMV (check norms_fold first)");
+}
+
 // The product after a folded norm: a GEMV over its scaled rows.
 template <typename Out, GemvEpilogue E>
 void launch_folded(GemvParams<Out> p, const FoldedNorm& x, int n, int weight_rows,
                    cudaStream_t stream) {
-  if (!gemv_applies(n, p.in_features))
-    throw std::invalid_argument("folded RMSNorm: " + std::to_string(n) + " rows of " +
-                                std::to_string(p.in_features) +
-                                " features do not take the decode GEMV (check norms_fold first)");
+  require_decode_gemv("folded RMSNorm", n, p.in_features);
   p.x = x.scaled;
   p.norm_sum_sq = x.sum_sq;
   p.reset_sum_sq = x.other_sum_sq;
@@ -443,10 +440,7 @@ void gemm_bf16_into_residual(const __nv_bfloat16* x, const __nv_bfloat16* w, flo
                              int in_features, int out_features, const FoldedNorm& next,
                              cudaStream_t stream) {
   if (n == 0) return;
-  if (!gemv_applies(n, in_features))
-    throw std::invalid_argument("gemm_bf16_into_residual: " + std::to_string(n) + " rows of " +
-                                std::to_string(in_features) +
-                                " features do not take the decode GEMV (check norms_fold first)");
+  require_decode_gemv("gemm_bf16_into_residual", n, in_features);
   GemvParams<float> p{.x = x,
                       .w = w,
                       .y = residual,

@@ -631,12 +631,7 @@ void early_exit_decode(const EarlyExitDecodeArgs& args, cudaStream_t stream) {
     throw std::invalid_argument("early_exit_decode: walker_state and workspace are required");
   if (args.chunk_blocks < 0 || args.decider_blocks < 0)
     throw std::invalid_argument("early_exit_decode: chunk_blocks and decider_blocks must be >= 0 (0 = automatic)");
-  if (a.append.positions != nullptr &&
-      (a.indices != nullptr || !a.append.inv_freq || !a.append.k_cache || !a.append.v_cache ||
-       a.append.kv_length != a.kv_length))
-    throw std::invalid_argument(
-        "early_exit_decode: the step's append runs in dense walks only and needs inv_freq, the "
-        "writable cache buffers and the same kv_length");
+  check_decode_append(a, "early_exit_decode");
   const WalkLayout layout = walk_layout(args);
   switch (a.head_dim) {
     case 64: launch_for_dim<64>(args, layout, stream); break;

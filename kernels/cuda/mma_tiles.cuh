@@ -66,6 +66,17 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
+// The 8 bf16 values of a 16-byte load, as floats (the decode kernels' vector loads).
+__device__ __forceinline__ void to_float8(const int4& packed, float (&out)[8]) {
+  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&packed);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 pair = __bfloat1622float2(pairs[i]);
+    out[2 * i] = pair.x;
+    out[2 * i + 1] = pair.y;
+  }
+}
+
 // Loads `rows` rows of D bf16 (row r from base + r*stride) into swizzled shared memory; rows at
 // or beyond `valid_rows` are zero-filled.
 template <int D>
