@@ -194,10 +194,11 @@ struct CudaEngine::Impl {
       if (norms_folded) {
         const DeviceBuffer& next_gain =
             l + 1 < config.n_layers ? layers[l + 1].attn_norm : output_norm;
+        const cuda::FoldedNorm ffn_norm = folded_norm(w.ffn_norm, 1);
         cuda::gemm_bf16_into_residual(ptr<bf16>(attn_out), ptr<bf16>(w.wo), ptr<float>(residual),
-                                      rows, attn_width, d, folded_norm(w.ffn_norm, 1), stream);
-        cuda::gate_up_swiglu(folded_norm(w.ffn_norm, 1), ptr<bf16>(w.w_gate_up), ptr<bf16>(act),
-                             rows, d, config.ffn_dim, stream);
+                                      rows, attn_width, d, ffn_norm, stream);
+        cuda::gate_up_swiglu(ffn_norm, ptr<bf16>(w.w_gate_up), ptr<bf16>(act), rows, d,
+                             config.ffn_dim, stream);
         cuda::gemm_bf16_into_residual(ptr<bf16>(act), ptr<bf16>(w.w_down), ptr<float>(residual),
                                       rows, config.ffn_dim, d, folded_norm(next_gain, 0), stream);
       } else {
@@ -217,13 +218,8 @@ struct CudaEngine::Impl {
   // attention blocks and the LM head, slot 1 those before the MLPs, so each product after a norm
   // can zero the slot that the next producer adds into.
   cuda::FoldedNorm folded_norm(const DeviceBuffer& gain, int slot) {
-    cuda::FoldedNorm norm;
-    norm.scaled = ptr<bf16>(normed);
-    norm.sum_sq = ptr<double>(norm_sums) + slot * cuda::kDecodeGemvMaxRows;
-    norm.other_sum_sq = ptr<double>(norm_sums) + (1 - slot) * cuda::kDecodeGemvMaxRows;
-    norm.gain = ptr<bf16>(gain);
-    norm.eps = config.rms_norm_eps;
-    return norm;
+    return cuda::folded_norm(ptr<bf16>(normed), ptr<double>(norm_sums), slot, ptr<bf16>(gain),
+                             config.rms_norm_eps);
   }
 
   // Final norm of the given rows (they must be contiguous in `residual`) and the LM head.
@@ -244,11 +240,6 @@ struct CudaEngine::Impl {
     run_layers(batch, ptr<int32_t>(positions), true, [&](int l, const cuda::RopeArgs& rope) {
       const int64_t* offsets = ptr<int64_t>(kv_offset) + int64_t(l) * hkv;
       int32_t* lengths = ptr<int32_t>(kv_length) + int64_t(l) * hkv;
-      const bool selects = sparse && sparse->selects(l);
-      // The dense kernel and the ART walk append the step's token themselves (one boundary fewer).
-      if (selects)
-        cuda::rope_append_kv_decode(rope, offsets, lengths, ptr<bf16>(k_cache[l]),
-                                    ptr<bf16>(v_cache[l]), stream);
       cuda::DecodeAttentionArgs a;
       a.q = ptr<bf16>(qkv);
       a.q_seq_stride = qkv_width();
@@ -265,18 +256,15 @@ struct CudaEngine::Impl {
       a.head_dim = config.head_dim;
       a.scale = 1.f / std::sqrt(float(config.head_dim));
       a.workspace = ptr<float>(decode_workspace);
-      if (!selects) {
-        a.append.positions = rope.positions;
-        a.append.inv_freq = rope.inv_freq;
-        a.append.bias = rope.bias;
-        a.append.interleaved = rope.interleaved;
-        a.append.k_cache = ptr<bf16>(k_cache[l]);
-        a.append.v_cache = ptr<bf16>(v_cache[l]);
-        a.append.kv_length = lengths;
-      }
-      if (selects) {
+      if (sparse && sparse->selects(l)) {  // the index-list path appends in a kernel of its own
+        cuda::rope_append_kv_decode(rope, offsets, lengths, ptr<bf16>(k_cache[l]),
+                                    ptr<bf16>(v_cache[l]), stream);
         sparse->attend(l, a, stream);
-      } else if (early_exit) {
+        return;
+      }
+      // The dense kernel and the ART walk append the step's token themselves (one boundary fewer).
+      a.append = cuda::decode_append_for(rope, ptr<bf16>(k_cache[l]), ptr<bf16>(v_cache[l]), lengths);
+      if (early_exit) {
         cuda::EarlyExitDecodeArgs walk;
         walk.attention = a;
         walk.options = *early_exit;

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <initializer_list>
 
+#include "kernels/cuda/attention.h"
+
 namespace kvb::cuda {
 
 // out[i, :] = table[ids[i], :] (bf16 rows); also initialises the f32 residual stream.
@@ -35,6 +37,18 @@ struct RopeArgs {
   bool interleaved = false;
 };
 void bias_rope(const RopeArgs& args, cudaStream_t stream);
+// The decode step's append inside the attention kernel (DecodeAppend), for the rotation `rope`
+// describes, into the given cache buffers and lengths.
+inline DecodeAppend decode_append_for(const RopeArgs& rope, __nv_bfloat16* k_cache,
+                                      __nv_bfloat16* v_cache, int32_t* kv_length) {
+  return {.positions = rope.positions,
+          .inv_freq = rope.inv_freq,
+          .bias = rope.bias,
+          .interleaved = rope.interleaved,
+          .k_cache = k_cache,
+          .v_cache = v_cache,
+          .kv_length = kv_length};
+}
 
 // Copies the K and V heads of qkv rows into the cache. Rows come in groups of rows_per_seq per
 // sequence (a prefill chunk: one sequence, rows_per_seq = n; a batched decode step: rows_per_seq
@@ -110,6 +124,16 @@ struct FoldedNorm {
   const __nv_bfloat16* gain = nullptr;
   float eps = 0.f;
 };
+// Sum slot `slot` (0 or 1) of `sums` ([2][kDecodeGemvMaxRows] f64) for the norm with `gain`, the
+// other slot being the one its product zeroes; `scaled` is the rows' bf16 input buffer.
+inline FoldedNorm folded_norm(__nv_bfloat16* scaled, double* sums, int slot,
+                              const __nv_bfloat16* gain, float eps) {
+  return {.scaled = scaled,
+          .sum_sq = sums + slot * kDecodeGemvMaxRows,
+          .other_sum_sq = sums + (1 - slot) * kDecodeGemvMaxRows,
+          .gain = gain,
+          .eps = eps};
+}
 bool norms_fold(int n, std::initializer_list<int> in_features);
 // scaled = bf16(residual · gain) and sum_sq = Σ residual² (stored, not added), one block per row.
 void fold_rmsnorm(const float* residual, int n, int d_model, const FoldedNorm& norm,

@@ -176,13 +176,8 @@ int run(int context) {
   cuda::DeviceBuffer norm_sums(2 * cuda::kDecodeGemvMaxRows * sizeof(double));
   cudaMemsetAsync(norm_sums.data(), 0, norm_sums.bytes(), stream);
   auto folded = [&](const cuda::DeviceBuffer& gain, int slot) {
-    cuda::FoldedNorm norm;
-    norm.scaled = normed.as<bf16>();
-    norm.sum_sq = norm_sums.as<double>() + slot * cuda::kDecodeGemvMaxRows;
-    norm.other_sum_sq = norm_sums.as<double>() + (1 - slot) * cuda::kDecodeGemvMaxRows;
-    norm.gain = gain.as<bf16>();
-    norm.eps = 1e-5f;
-    return norm;
+    return cuda::folded_norm(normed.as<bf16>(), norm_sums.as<double>(), slot, gain.as<bf16>(),
+                             1e-5f);
   };
   std::vector<Step> steps = {
       {"gemv qkv (folded norm)", 2.0 * kQkvWidth * kModel,

@@ -350,13 +350,8 @@ TEST_P(DecodeAppendTest, MatchesSeparateAppend) {
   Run fused = make_run(), separate = make_run();
   for (int step = 0; step < steps; ++step) {
     cuda::DecodeAttentionArgs a = attention_for(fused, step);
-    a.append = {.positions = rope.positions,
-                .inv_freq = rope.inv_freq,
-                .bias = rope.bias,
-                .interleaved = rope.interleaved,
-                .k_cache = fused.k.as<__nv_bfloat16>(),
-                .v_cache = fused.v.as<__nv_bfloat16>(),
-                .kv_length = fused.lengths.as<int32_t>()};
+    a.append = cuda::decode_append_for(rope, fused.k.as<__nv_bfloat16>(),
+                                       fused.v.as<__nv_bfloat16>(), fused.lengths.as<int32_t>());
     cuda::decode_attention(a, nullptr);
 
     cuda::RopeArgs r = rope;

@@ -524,37 +524,33 @@ TEST(EarlyExitDecodeTest, FusedAppendMatchesSeparateAppend) {
                               .n_kv_heads = hkv,
                               .head_dim = d};
     auto walk_for = [&](Run& r, int step) {
-      cuda::EarlyExitDecodeArgs ea;
-      cuda::DecodeAttentionArgs& a = ea.attention;
-      a.q = r.qkv[step].as<__nv_bfloat16>();
-      a.q_seq_stride = width;
-      a.k = r.k.as<__nv_bfloat16>();
-      a.v = r.v.as<__nv_bfloat16>();
-      a.kv_offset = d_offsets.as<int64_t>();
-      a.kv_length = r.lengths.as<int32_t>();
-      a.max_kv_length = capacity;
-      a.out = r.out.as<__nv_bfloat16>() + size_t(step) * hq * d;
-      a.out_seq_stride = int64_t(hq) * d;
-      a.batch = 1;
-      a.n_query_heads = hq;
-      a.n_kv_heads = hkv;
-      a.head_dim = d;
-      a.scale = 1.f / std::sqrt(float(d));
-      a.workspace = r.workspace.as<float>();
-      ea.walker_state = r.state.as<int32_t>();
-      ea.decider_blocks = c.decider_blocks;
-      return ea;
+      return cuda::EarlyExitDecodeArgs{
+          .attention = {.q = r.qkv[step].as<__nv_bfloat16>(),
+                        .q_seq_stride = width,
+                        .k = r.k.as<__nv_bfloat16>(),
+                        .v = r.v.as<__nv_bfloat16>(),
+                        .kv_offset = d_offsets.as<int64_t>(),
+                        .kv_length = r.lengths.as<int32_t>(),
+                        .max_kv_length = capacity,
+                        .out = r.out.as<__nv_bfloat16>() + size_t(step) * hq * d,
+                        .out_seq_stride = int64_t(hq) * d,
+                        .batch = 1,
+                        .n_query_heads = hq,
+                        .n_kv_heads = hkv,
+                        .head_dim = d,
+                        .scale = 1.f / std::sqrt(float(d)),
+                        .workspace = r.workspace.as<float>(),
+                        .append = {}},
+          .options = {},
+          .walker_state = r.state.as<int32_t>(),
+          .decider_blocks = c.decider_blocks};
     };
     Run fused = make_run(), separate = make_run();
     for (int step = 0; step < steps; ++step) {
       cuda::EarlyExitDecodeArgs ea = walk_for(fused, step);
-      ea.attention.append = {.positions = rope.positions,
-                             .inv_freq = rope.inv_freq,
-                             .bias = rope.bias,
-                             .interleaved = false,
-                             .k_cache = fused.k.as<__nv_bfloat16>(),
-                             .v_cache = fused.v.as<__nv_bfloat16>(),
-                             .kv_length = fused.lengths.as<int32_t>()};
+      ea.attention.append = cuda::decode_append_for(rope, fused.k.as<__nv_bfloat16>(),
+                                                    fused.v.as<__nv_bfloat16>(),
+                                                    fused.lengths.as<int32_t>());
       cuda::early_exit_decode(ea, nullptr);
 
       cuda::RopeArgs r = rope;
@@ -579,8 +575,9 @@ TEST(EarlyExitDecodeTest, FusedAppendMatchesSeparateAppend) {
     fused.state.download(fused_state.data(), fused_state.size() * 4);
     separate.state.download(separate_state.data(), separate_state.size() * 4);
     EXPECT_EQ(fused_state, separate_state);
-    if (c.profile && c.decider_blocks >= 3)  // stopped before the end: the stop path ran
+    if (c.profile && c.decider_blocks >= 3) {  // stopped before the end: the stop path ran
       EXPECT_LT(fused_state[cuda::kBlocksVisited], fused_state[cuda::kBlocksTotal]);
+    }
   }
 }
 

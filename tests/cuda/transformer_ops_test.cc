@@ -324,25 +324,18 @@ TEST(CudaOps, FoldedNormChainMatchesCpu) {
     auto d_gains = test::to_device_bf16(gains), d_x = test::to_device_bf16(x);
     auto d_w_out = test::to_device_bf16(w_out), d_w_in = test::to_device_bf16(w_in);
     auto d_w_gate_up = test::to_device_bf16(w_gate_up), d_w_head = test::to_device_bf16(w_head);
-    cuda::DeviceBuffer d_scaled(size_t(n) * d * 2), d_sums, d_y(size_t(n) * out * 2),
+    cuda::DeviceBuffer d_scaled(size_t(n) * d * 2), d_y(size_t(n) * out * 2),
         d_plain(size_t(n) * d * 2), d_act(size_t(n) * hidden * 2), d_logits(size_t(n) * vocab * 4);
     constexpr int kSlot = cuda::kDecodeGemvMaxRows;
-    d_sums = cuda::DeviceBuffer(2 * kSlot * 8);
-    std::vector<double> garbage(2 * kSlot, 123.0);
-    d_sums.upload(garbage.data(), garbage.size() * 8);
+    auto d_sums = test::to_device(std::vector<double>(2 * kSlot, 123.0));  // garbage
     auto slot_sums = [&](int slot) {
       std::vector<double> words(2 * kSlot);
       d_sums.download(words.data(), words.size() * 8);
       return std::vector<double>(words.begin() + slot * kSlot, words.begin() + slot * kSlot + n);
     };
     auto folded = [&](int gain, int slot) {
-      cuda::FoldedNorm norm;
-      norm.scaled = d_scaled.as<__nv_bfloat16>();
-      norm.sum_sq = d_sums.as<double>() + slot * kSlot;
-      norm.other_sum_sq = d_sums.as<double>() + (1 - slot) * kSlot;
-      norm.gain = d_gains.as<__nv_bfloat16>() + gain * d;
-      norm.eps = 1e-5f;
-      return norm;
+      return cuda::folded_norm(d_scaled.as<__nv_bfloat16>(), d_sums.as<double>(), slot,
+                               d_gains.as<__nv_bfloat16>() + gain * d, 1e-5f);
     };
     // The folded state must be exactly the rows and sums that the norm with `gain` describes.
     auto expect_folded = [&](int gain, int slot, const char* step) {
