@@ -10,6 +10,7 @@
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/transformer_ops.h"
+#include "tests/cuda/append_check.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace kvb {
@@ -354,25 +355,16 @@ TEST_P(DecodeAppendTest, MatchesSeparateAppend) {
                                        fused.v.as<__nv_bfloat16>(), fused.lengths.as<int32_t>());
     cuda::decode_attention(a, nullptr);
 
-    cuda::RopeArgs r = rope;
-    r.qkv = separate.qkv[step].as<__nv_bfloat16>();
-    cuda::rope_append_kv_decode(r, d_offsets.as<int64_t>(), separate.lengths.as<int32_t>(),
-                                separate.k.as<__nv_bfloat16>(), separate.v.as<__nv_bfloat16>(),
-                                nullptr);
+    test::append_separately(rope, separate.qkv[step], d_offsets, separate.lengths, separate.k,
+                            separate.v);
     cuda::decode_attention(attention_for(separate, step), nullptr);
   }
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<int32_t> got(lengths.size()), want(lengths.size());
-  fused.lengths.download(got.data(), got.size() * 4);
-  separate.lengths.download(want.data(), want.size() * 4);
-  EXPECT_EQ(got, want);
-  EXPECT_EQ(got[0], lengths[0] + steps);
-  const size_t cache = cache_values.size(), outputs = size_t(steps) * batch * hq * d;
-  EXPECT_EQ(test::from_device_bf16(fused.k, cache), test::from_device_bf16(separate.k, cache));
-  EXPECT_EQ(test::from_device_bf16(fused.v, cache), test::from_device_bf16(separate.v, cache));
-  const auto fused_out = test::from_device_bf16(fused.out, outputs);
-  EXPECT_EQ(fused_out, test::from_device_bf16(separate.out, outputs));
-  EXPECT_GT(test::max_abs_diff(fused_out, std::vector<float>(outputs, 0.f)), 0.0);
+  const size_t outputs = size_t(steps) * batch * hq * d;
+  const test::AppendedRun got = test::expect_same_appends(fused, separate, lengths.size(),
+                                                          cache_values.size(), outputs);
+  EXPECT_EQ(got.lengths[0], lengths[0] + steps);
+  EXPECT_GT(test::max_abs_diff(got.outputs, std::vector<float>(outputs, 0.f)), 0.0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, DecodeAppendTest,

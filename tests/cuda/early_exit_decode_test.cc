@@ -29,6 +29,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/early_exit_decode.h"
 #include "kernels/cuda/transformer_ops.h"
+#include "tests/cuda/append_check.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace kvb {
@@ -553,24 +554,14 @@ TEST(EarlyExitDecodeTest, FusedAppendMatchesSeparateAppend) {
                                                     fused.lengths.as<int32_t>());
       cuda::early_exit_decode(ea, nullptr);
 
-      cuda::RopeArgs r = rope;
-      r.qkv = separate.qkv[step].as<__nv_bfloat16>();
-      cuda::rope_append_kv_decode(r, d_offsets.as<int64_t>(), separate.lengths.as<int32_t>(),
-                                  separate.k.as<__nv_bfloat16>(), separate.v.as<__nv_bfloat16>(),
-                                  nullptr);
+      test::append_separately(rope, separate.qkv[step], d_offsets, separate.lengths, separate.k,
+                              separate.v);
       cuda::early_exit_decode(walk_for(separate, step), nullptr);
     }
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    std::vector<int32_t> got(hkv), want(hkv);
-    fused.lengths.download(got.data(), got.size() * 4);
-    separate.lengths.download(want.data(), want.size() * 4);
-    EXPECT_EQ(got, want);
-    EXPECT_EQ(got[0], c.n + steps);
-    const size_t cache = k_cache.size(), outputs = size_t(steps) * hq * d;
-    EXPECT_EQ(test::from_device_bf16(fused.k, cache), test::from_device_bf16(separate.k, cache));
-    EXPECT_EQ(test::from_device_bf16(fused.v, cache), test::from_device_bf16(separate.v, cache));
-    EXPECT_EQ(test::from_device_bf16(fused.out, outputs),
-              test::from_device_bf16(separate.out, outputs));
+    const test::AppendedRun got = test::expect_same_appends(fused, separate, hkv, k_cache.size(),
+                                                            size_t(steps) * hq * d);
+    EXPECT_EQ(got.lengths[0], c.n + steps);
     std::vector<int32_t> fused_state(size_t(hkv) * cuda::kStateWords), separate_state(fused_state);
     fused.state.download(fused_state.data(), fused_state.size() * 4);
     separate.state.download(separate_state.data(), separate_state.size() * 4);
