@@ -25,13 +25,17 @@ void check_cublas(cublasStatus_t status, const char* what) {
 }
 
 // Decode-time products (n <= 4 rows of x) are bandwidth-bound: one warp streams one weight row in
-// 16-byte chunks, four chunks in flight per lane, x read through the cache; cuBLAS's GEMM kernels
-// leave a large part of the bandwidth unused at this shape. (Measured on the H200 and dropped: a
-// persistent one-wave variant with the next loads always in flight, and issuing the first loads
-// before griddepcontrol.wait, were no faster; an RMSNorm in the last block of the o/down GEMVs
-// was slower than its own kernel, the blocks' atomic count serialising; normalising the f32
-// residual inside the qkv and gate/up GEMVs, each warp reading its slice of the row, cost those
-// GEMVs 4 µs each, more than the norm kernel. The norms are folded instead: see FoldedNorm.)
+// 16-byte chunks, four chunks in flight per lane, x read through L1 (the weights bypass it), the
+// first chunks before griddepcontrol.wait; cuBLAS's GEMM kernels leave a large part of the
+// bandwidth unused at this shape. (Measured on the H200 and dropped: a persistent one-wave variant
+// with the next loads always in flight was no faster (an early-load variant then used __ldg, which
+// nvcc sank below the wait); an RMSNorm in the last block of the o/down GEMVs was slower than its
+// own kernel, the blocks' atomic count serialising; normalising the f32 residual inside the qkv
+// and gate/up GEMVs, each warp reading its slice of the row, cost those GEMVs 4 µs each, more than
+// the norm kernel (the norms are folded instead: see FoldedNorm); twice the warps per row for the
+// down product (8 instead of 4) made it 2.6 µs faster alone but the step 30 µs slower, and twice
+// the blocks for every product (kTargetBlocks 4096) slowed qkv and o; with the L2::256B fetch
+// hint on the weights, no gain.)
 
 // What a GEMV does with its dot products. kStore: y = x·wᵀ. kSwiGLU: the weight holds gate rows
 // then up rows (2·items rows); a warp streams gate row j and up row j together and writes
@@ -81,17 +85,16 @@ __device__ __forceinline__ float dot8(const int4& w, const float (&x)[8], float 
   return acc;
 }
 
-// A load issued where it is written: nvcc would otherwise sink a load whose value is needed only
-// in the epilogue down to it, putting its round trip (~1 µs from L2) on the block's critical path.
-__device__ __forceinline__ float load_now(const float* address) {
-  float value;
-  asm volatile("ld.global.f32 %0, [%1];" : "=f"(value) : "l"(address));
-  return value;
-}
-__device__ __forceinline__ double load_now(const double* address) {
-  double value;
-  asm volatile("ld.global.f64 %0, [%1];" : "=d"(value) : "l"(address));
-  return value;
+// Weights are read once per step: their loads take no L1 line, so x, which every warp of a block
+// reads, stays in L1 (H200, Llama-3.1-8B shapes, against __ldg in the same run: gate/up + SwiGLU
+// 58.9 -> 57.2 µs, kvbench TPOT at 4K 4.58 -> 4.46 ms). asm volatile keeps each load where it is
+// written: before the wait for the first round.
+__device__ __forceinline__ int4 load_streamed(const int4* address) {
+  int4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(address));
+  return v;
 }
 
 // What a kAddToResidual writer fetched right after the wait, so the epilogue waits on no load.
@@ -158,8 +161,10 @@ __device__ __forceinline__ void gemv_finish(const GemvParams<Out>& p, int warp, 
 // and loads in flight to stream its weights at full bandwidth.
 // kFolded: x is a folded norm's bf16(v · gain); the norm's scale 1/sqrt(mean(v²) + eps) multiplies
 // the sums at the end (mean(v²) from the producer's norm_sum_sq, read right after the wait).
+// One row (B = 1) is held to 40 registers, 6 blocks per SM: the residual writer had taken 45 (5
+// blocks), and the down product ran 33.4 µs instead of 30.4 (H200, Llama-3.1-8B shapes).
 template <int N, typename Out, GemvEpilogue E, bool kFolded>
-__global__ void __launch_bounds__(256) gemv_kernel(GemvParams<Out> p) {
+__global__ void __launch_bounds__(256, N == 1 ? 6 : 1) gemv_kernel(GemvParams<Out> p) {
   constexpr int R = E == GemvEpilogue::kSwiGLU ? 2 : 1;  // weight rows per warp
   constexpr int kUnroll = 4 / R;
   const int splits = p.splits;
@@ -183,13 +188,18 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvParams<Out> p) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int c = base + u * 32;
-        wv[r][u] = active && c < end ? __ldg(w_row[r] + c) : make_int4(0, 0, 0, 0);
+        wv[r][u] = active && c < end ? load_streamed(w_row[r] + c) : make_int4(0, 0, 0, 0);
       }
   };
   const bool writer = active && part == 0 && lane < N;
   ResidualPrefetch prefetched;
   if constexpr (E == GemvEpilogue::kAddToResidual)
     if (writer) prefetched.next_gain = __bfloat162float(p.next_gain[item]);  // constant
+  // The first round of weights leaves before the wait (weights are constant): the blocks resident
+  // while the previous kernel drains stream from HBM instead of idling (H200, Llama-3.1-8B shapes:
+  // qkv 15.1 -> 14.1 µs, o 11.9 -> 10.8 µs, kvbench TPOT -50 µs at 4K, -60 µs at 32K).
+  const int first_base = begin + lane;
+  load(first_base);
   allow_successor_launch();
   wait_for_predecessor();
   if constexpr (E == GemvEpilogue::kAddToResidual)
@@ -208,8 +218,8 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvParams<Out> p) {
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int n = 0; n < N; ++n) acc[r][n] = 0.f;
-  for (int base = begin + lane; active && base < end; base += 32 * kUnroll) {
-    load(base);
+  for (int base = first_base; active && base < end; base += 32 * kUnroll) {
+    if (base != first_base) load(base);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = base + u * 32;
