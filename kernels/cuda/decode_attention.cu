@@ -347,7 +347,7 @@ __global__ void decode_merge_kernel(DecodeAttentionArgs args, int n_chunks, int 
   if (args.append.positions != nullptr) {
     // Every chunk wrote a partial (empty ones: max -inf), so the merge needs no length, and the
     // group's first head's block can advance it with no other reader left in this step.
-    merge_split_partials<D>(partial, n_chunks, out);
+    merge_split_partials<D>(partial, n_chunks, n_chunks, out);
     if (head % group == 0 && threadIdx.x == 0)
       args.append.kv_length[b * args.n_kv_heads + head / group] += 1;
     return;
@@ -355,7 +355,7 @@ __global__ void decode_merge_kernel(DecodeAttentionArgs args, int n_chunks, int 
   int count = args.indices ? args.index_count[b * args.n_query_heads + head]
                            : args.kv_length[b * args.n_kv_heads + head / group];
   const int used = min(n_chunks, (count + chunk_size - 1) / chunk_size);
-  merge_split_partials<D>(partial, used, out);
+  merge_split_partials<D>(partial, n_chunks, used, out);
 }
 
 // Chunks give every SM `resident` blocks (dense: as many as fit at once, so never a second wave —

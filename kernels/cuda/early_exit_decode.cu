@@ -500,10 +500,11 @@ __global__ void early_exit_merge_kernel(EarlyExitDecodeArgs ea, WalkLayout layou
   const int stop = state[kStopResult];
   const int loaded = bookkeeper ? state[kLoadedScratch] : 0;
   const int epoch = bookkeeper ? state[kEpoch] : 0;
-  const int used = stop != 0 ? 1 : n_chunks;  // every split wrote a partial (empty: max -inf)
+  // Every split wrote a partial (empty: max -inf); after a stop only the decider's is this call's.
+  const int used = stop != 0 ? 1 : n_chunks;
   merge_split_partials<D>(
-      args.workspace + (int64_t(b) * args.n_query_heads + head) * n_chunks * (D + 2), used,
-      args.out + b * args.out_seq_stride + head * D);
+      args.workspace + (int64_t(b) * args.n_query_heads + head) * n_chunks * (D + 2), n_chunks,
+      used, args.out + b * args.out_seq_stride + head * D);
   if (bookkeeper) {
     const int visited = stop != 0 ? stop : blocks;
     state[kBlocksVisited] = visited;

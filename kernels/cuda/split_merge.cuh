@@ -61,45 +61,66 @@ __device__ __forceinline__ void store_split_partials(float (&o)[D / 8][4],
   }
 }
 
-// Across splits, one block per (query head, sequence): out[dim] from partials [0, used) (stride
-// D + 2). The block is latency-bound (a few KB from L2), so its loads go out in as few dependent
-// rounds as possible: every thread takes a share of the maxima, then each dimension's thread keeps
-// kInFlight splits' loads in flight; sums run in split order, as a sequential merge would.
+// Across splits, one block per (query head, sequence), one thread per dimension (blockDim.x == D,
+// whole warps): out[dim] from partials [0, used) (stride D + 2). The block is latency-bound (a few
+// KB from L2), so its loads go out in as few dependent rounds as possible: kRound splits per round
+// (64: 33 at batch 1 on the H200 take one round trip), folded with a running maximum. Each lane
+// holds two splits' max and sum, passed to the warp by shuffles, so a thread holds only its
+// dimension's kRound values: the merge then fits beside the decode kernels' blocks on an SM and is
+// resident (launch.cuh) while they finish. The first round's loads cover [0, min(stored, kRound))
+// whatever `used` is: `used` may come from a load of its own (a length, a stop word), and its
+// round trip then overlaps theirs; splits in [used, stored) hold stale partials (any bits) and are
+// masked after the loads. Sums run in split order, as a sequential merge.
 template <int D>
-__device__ __forceinline__ void merge_split_partials(const float* partial, int used,
+__device__ __forceinline__ void merge_split_partials(const float* partial, int stored, int used,
                                                      __nv_bfloat16* out) {
-  constexpr int kInFlight = 16;
-  __shared__ float s_best[32];
-  float best = -INFINITY;
-  for (int c = threadIdx.x; c < used; c += blockDim.x)
-    best = fmaxf(best, partial[int64_t(c) * (D + 2)]);
-  for (int off = 16; off > 0; off /= 2) best = fmaxf(best, __shfl_xor_sync(0xffffffff, best, off));
-  if (threadIdx.x % 32 == 0) s_best[threadIdx.x / 32] = best;
-  __syncthreads();
-  best = -INFINITY;
-  for (int w = 0; w < int(blockDim.x + 31) / 32; ++w) best = fmaxf(best, s_best[w]);
-  for (int dim = threadIdx.x; dim < D; dim += blockDim.x) {
-    float sum = 0.f, value = 0.f;
-    for (int c0 = 0; c0 < used; c0 += kInFlight) {
-      float m[kInFlight], l[kInFlight], v[kInFlight];
+  constexpr int kRound = 64;
+  const int dim = threadIdx.x, lane = threadIdx.x % 32;
+  float best = -INFINITY, sum = 0.f, value = 0.f;
+  for (int c0 = 0; c0 < stored; c0 += kRound) {
+    if (c0 > 0 && c0 >= used) break;
+    float m[2], l[2], v[kRound];
 #pragma unroll
-      for (int k = 0; k < kInFlight; ++k) {
-        const float* p = partial + int64_t(c0 + k) * (D + 2);
-        const bool live = c0 + k < used;
-        m[k] = live ? p[0] : -INFINITY;
-        l[k] = live ? p[1] : 0.f;
-        v[k] = live ? p[2 + dim] : 0.f;
-      }
-#pragma unroll
-      for (int k = 0; k < kInFlight; ++k) {
-        if (c0 + k >= used) break;
-        const float weight = best == -INFINITY ? 0.f : exp2f(m[k] - best);
-        sum += l[k] * weight;
-        value += v[k] * weight;
-      }
+    for (int h = 0; h < 2; ++h) {
+      const int c = c0 + 32 * h + lane;
+      const float* p = partial + int64_t(c) * (D + 2);
+      m[h] = c < stored ? p[0] : -INFINITY;
+      l[h] = c < stored ? p[1] : 0.f;
     }
-    out[dim] = __float2bfloat16(sum > 0.f ? value / sum : 0.f);
+#pragma unroll
+    for (int k = 0; k < kRound; ++k)
+      v[k] = c0 + k < stored ? partial[int64_t(c0 + k) * (D + 2) + 2 + dim] : 0.f;
+    float round_best = -INFINITY;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (c0 + 32 * h + lane >= used) {
+        m[h] = -INFINITY;
+        l[h] = 0.f;
+      }
+      round_best = fmaxf(round_best, m[h]);
+    }
+#pragma unroll
+    for (int k = 0; k < kRound; ++k)
+      if (c0 + k >= used) v[k] = 0.f;
+    for (int off = 16; off > 0; off /= 2)
+      round_best = fmaxf(round_best, __shfl_xor_sync(0xffffffff, round_best, off));
+    const float new_best = fmaxf(best, round_best);
+    if (new_best == -INFINITY) continue;           // nothing but empty splits so far
+    const float rescale = exp2f(best - new_best);  // 0 while best is -inf
+    sum *= rescale;
+    value *= rescale;
+    float w[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) w[h] = exp2f(m[h] - new_best);  // 0 for empty and masked splits
+#pragma unroll
+    for (int k = 0; k < kRound; ++k) {
+      const float weight = __shfl_sync(0xffffffff, w[k / 32], k % 32);
+      sum += __shfl_sync(0xffffffff, l[k / 32], k % 32) * weight;
+      value += v[k] * weight;
+    }
+    best = new_best;
   }
+  out[dim] = __float2bfloat16(sum > 0.f ? value / sum : 0.f);
 }
 
 }  // namespace kvb::cuda
