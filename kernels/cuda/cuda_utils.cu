@@ -27,6 +27,11 @@ bool overlapped_launch_enabled() {
   return enabled;
 }
 
+bool early_tile_enabled() {
+  static const bool enabled = env_switch_on("KVB_CUDA_EARLY_TILE");
+  return enabled;
+}
+
 bool device_available() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {

@@ -209,27 +209,28 @@ __global__ void __launch_bounds__(kThreads)
   wait_for_predecessor();
   allow_successor_launch();
 
-  const int stored = args.kv_length[b * args.n_kv_heads + kv_head];
-  const int count = stored + (appends ? 1 : 0);
-  const int end = min(count, begin + chunk_size);
-  const int n_tiles = end > begin ? (end - begin + kTileKeys - 1) / kTileKeys : 0;
-
+  // From L2: the read before the wait may have left a line in L1 that the predecessor has since
+  // rewritten.
+  const int stored = __ldcg(args.kv_length + b * args.n_kv_heads + kv_head);
   if (appends) {
     const __nv_bfloat16* row = args.q + b * args.q_seq_stride;
     rope.at_position(append.positions[b]);
+    // The group's queries, biased and rotated into shared memory (rows past the group are zero);
+    // first, so that their loads leave before anything waits on the length.
+    rotate_queries<D, kThreads>(
+        append, rope, row, head0, group, 16,
+        [&](int r, int col, __nv_bfloat16 value) { s_q[swizzled<D>(r, col)] = value; });
     if (stored >= begin && stored < begin + chunk_size) {  // this block's chunk takes the new entry
       write_new_entry<D, kThreads>(append, rope, row, args.n_query_heads, args.n_kv_heads, kv_head,
                                    kv_row0 + stored);
       __syncthreads();  // the tile copies below read the new row
     }
-    // The group's queries, biased and rotated into shared memory (rows past the group are zero).
-    rotate_queries<D, kThreads>(append, rope, row, head0, group, 16,
-                                [&](int r, int col, __nv_bfloat16 value) {
-                                  s_q[swizzled<D>(r, col)] = value;
-                                });
   } else {
     load_tile<D>(s_q, args.q + b * args.q_seq_stride + int64_t(head0) * D, D, 16, group);
   }
+  const int count = stored + (appends ? 1 : 0);
+  const int end = min(count, begin + chunk_size);
+  const int n_tiles = end > begin ? (end - begin + kTileKeys - 1) / kTileKeys : 0;
   auto load_kv_tile = [&](int tile) {  // into its ring slot; one commit group per tile, even empty
     if (tile < n_tiles) {
       const int first = begin + tile * kTileKeys;
@@ -401,11 +402,6 @@ void launch_indexed(const DecodeAttentionArgs& args, int chunk, int n_chunks, cu
   dim3 grid(n_chunks, args.n_query_heads, args.batch);
   launch_overlapped(decode_partial_kernel<D, G>, grid, kThreads, 0, stream, "decode_partial_kernel", args,
                     chunk, n_chunks);
-}
-
-bool early_tile_enabled() {  // KVB_CUDA_EARLY_TILE=0 turns the early first tile off (A/B timing)
-  static const bool enabled = env_switch_on("KVB_CUDA_EARLY_TILE");
-  return enabled;
 }
 
 template <int D>

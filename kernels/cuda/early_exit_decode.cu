@@ -69,7 +69,13 @@ struct Walker {
   const float* bias = nullptr;
 };
 
-// axis: the KV head (dense) or the query head (index lists).
+// axis: the KV head (dense) or the query head (index lists). The walker's index (into
+// walker_state) needs no load.
+template <bool kIndexed>
+__device__ inline int walker_index(const DecodeAttentionArgs& a, int axis, int b) {
+  return kIndexed ? b * a.n_query_heads + axis : b * a.n_kv_heads + axis;
+}
+
 template <bool kIndexed>
 __device__ inline Walker walker_of(const DecodeAttentionArgs& a, int axis, int b) {
   Walker w;
@@ -77,7 +83,7 @@ __device__ inline Walker walker_of(const DecodeAttentionArgs& a, int axis, int b
   const int kv_head = kIndexed ? axis / group : axis;
   w.kv_row0 = a.kv_offset[b * a.n_kv_heads + kv_head];
   if constexpr (kIndexed) {
-    w.index = b * a.n_query_heads + axis;
+    w.index = walker_index<true>(a, axis, b);
     w.head0 = axis;
     w.rows = 1;
     const int64_t offset = a.index_offset[w.index];
@@ -85,10 +91,12 @@ __device__ inline Walker walker_of(const DecodeAttentionArgs& a, int axis, int b
     w.list = a.indices + offset;
     if (a.logit_bias) w.bias = a.logit_bias + offset;
   } else {
-    w.index = b * a.n_kv_heads + kv_head;
+    w.index = walker_index<false>(a, axis, b);
     w.head0 = kv_head * group;
     w.rows = group;
-    w.n = a.kv_length[w.index] + (a.append.positions != nullptr ? 1 : 0);  // with the step's entry
+    // From L2 (the walk reads it before and after the wait; see early_tile in walk_split), with
+    // the step's entry.
+    w.n = __ldcg(a.kv_length + w.index) + (a.append.positions != nullptr ? 1 : 0);
   }
   return w;
 }
@@ -157,7 +165,8 @@ __host__ __device__ inline int chunks_used(const WalkLayout& layout, int blocks)
 // registers, as in the plain kernel; the decider re-reads them per tile).
 template <int D, bool kIndexed, bool kDecider>
 __device__ __forceinline__ void walk_split(const EarlyExitDecodeArgs& ea, const WalkLayout& layout,
-                                           unsigned char* smem_raw, DeciderScratch<D>& scratch) {
+                                           unsigned char* smem_raw, DeciderScratch<D>& scratch,
+                                           bool early_tile) {
   const DecodeAttentionArgs& args = ea.attention;
   const EarlyExitDecodeOptions& opt = ea.options;
   bf16* s_k = reinterpret_cast<bf16*>(smem_raw);                  // [2][64][D]
@@ -169,29 +178,21 @@ __device__ __forceinline__ void walk_split(const EarlyExitDecodeArgs& ea, const 
   const int chunk = blockIdx.x;
   const int n_chunks = layout.n_chunks;
   const int b = blockIdx.z;
-  const Walker wk = walker_of<kIndexed>(args, blockIdx.y, b);
-  const int sinks = clamp_int(opt.sink_tokens, 0, wk.n);
-  const int blocks = walk_blocks(wk.n, opt.sink_tokens);
   constexpr bool decider = kDecider;
   const int first = decider ? 0 : layout.decider_blocks + (chunk - 1) * layout.chunk_blocks;
-  const int n_tiles = min(blocks, first + (decider ? layout.decider_blocks : layout.chunk_blocks)) - first;
-  auto partial_of = [&](int row) {
-    return args.workspace +
-           ((int64_t(b) * args.n_query_heads + wk.head0 + row) * n_chunks + chunk) * (D + 2);
+  // The walk's extent follows the walker's length: the recent-first blocks are cut from its end.
+  Walker wk;
+  int sinks = 0, n_tiles = 0;
+  auto follow_walker = [&] {
+    wk = walker_of<kIndexed>(args, blockIdx.y, b);
+    sinks = clamp_int(opt.sink_tokens, 0, wk.n);
+    const int blocks = walk_blocks(wk.n, opt.sink_tokens);
+    n_tiles = min(blocks, first + (decider ? layout.decider_blocks : layout.chunk_blocks)) - first;
   };
-  if (n_tiles <= 0) {  // an empty partial (max -inf), so the merge needs no length
-    if (decider && threadIdx.x == 0) ea.walker_state[int64_t(wk.index) * kStateWords + kStopResult] = 0;
-    for (int idx = threadIdx.x; idx < wk.rows * (D + 2); idx += kThreads)
-      partial_of(idx / (D + 2))[idx % (D + 2)] = idx % (D + 2) == 0 ? -INFINITY : 0.f;
-    return;
-  }
-  int* state = ea.walker_state + int64_t(wk.index) * kStateWords;
-  // The stop word holds epoch + 1 once this call's decider stopped (older values are stale), so it
-  // never needs a reset; the merge kernel advances the epoch after the walk.
-  volatile int* stop_word = state + kStopWord;
   const int tid = threadIdx.x;
-
   int tiles_loaded = 0;
+  // Before the wait (launch.cuh) only settled rows are read; the stop word's copy may be stale
+  // there, which reads as "not stopped" (every older mark is below this call's).
   auto issue = [&](int w, int buf) {
     int begin, end;
     block_rows(w, wk.n, sinks, begin, end);
@@ -208,15 +209,41 @@ __device__ __forceinline__ void walk_split(const EarlyExitDecodeArgs& ea, const 
       load_tile<D>(v_dst, args.v + (wk.kv_row0 + begin) * D, D, kTile, count);
     }
     if (!kDecider && tid == 0) {  // the stop word's 16-byte line, landing with this tile
-      const uintptr_t line = reinterpret_cast<uintptr_t>(stop_word) & ~uintptr_t(15);
+      const uintptr_t line = reinterpret_cast<uintptr_t>(
+                                 ea.walker_state + int64_t(wk.index) * kStateWords + kStopWord) &
+                             ~uintptr_t(15);
       cp_async_16(s_poll + buf * 4, reinterpret_cast<const void*>(line), true);
     }
     cp_async_commit();
     ++tiles_loaded;
   };
-  // With the step's append (dense walks): the split whose walk block holds the new entry (the
-  // sink block while the cache is within the sinks, else the most recent block) writes it before
-  // its first tile copy; every split rotates the group's queries.
+  // Dense walks: the first tile's copy leaves before the wait when its rows are settled, as in
+  // decode_mma_kernel (offsets change only when the cache is allocated; within a decode step
+  // kernels only append, so the length read here is the step's old one or one more, and rows below
+  // it minus one are final). The tile's rows are cut from the walker's end, so if the length read
+  // after the wait differs, the copy is dropped and the tile is fetched again.
+  bool tile0_early = false;
+  if constexpr (!kIndexed) {
+    if (early_tile) {
+      follow_walker();
+      const int stored = wk.n - (args.append.positions != nullptr ? 1 : 0);
+      int begin = 0, end = 0;
+      if (n_tiles > 0) block_rows(first, wk.n, sinks, begin, end);
+      tile0_early = n_tiles > 0 && end <= stored - 1;
+      if (tile0_early) issue(first, 0);
+    }
+  }
+  wait_for_predecessor();
+  allow_successor_launch();
+  // This call's stop mark (the merge of the previous call advanced the epoch): issued first, so its
+  // round trip overlaps the length's instead of following it (the first poll compares with it).
+  int* state = ea.walker_state + int64_t(walker_index<kIndexed>(args, blockIdx.y, b)) * kStateWords;
+  const int stop_mark = load_now(state + kEpoch) + 1;
+  const int n_before_wait = wk.n;
+  follow_walker();
+  // The queries' loads leave before anything waits on the walker's length (one round trip after
+  // the wait, not two). With the step's append (dense walks) every split rotates the group's
+  // queries into shared memory; without, the other splits load their fragments from the input.
   const DecodeAppend& append = args.append;
   const bool appends = !kIndexed && append.positions != nullptr;
   const bf16* qkv_row = args.q + b * args.q_seq_stride;
@@ -224,34 +251,14 @@ __device__ __forceinline__ void walk_split(const EarlyExitDecodeArgs& ea, const 
   if (appends) {
     rope.set_up(append);
     rope.at_position(append.positions[b]);
-    const int stored = wk.n - 1;
-    const int newest = stored < sinks ? 0 : (sinks > 0 ? 1 : 0);
-    if (first <= newest && newest < first + n_tiles) {
-      write_new_entry<D, kThreads>(append, rope, qkv_row, args.n_query_heads, args.n_kv_heads,
-                                   blockIdx.y, wk.kv_row0 + stored);
-      __syncthreads();  // the tile copies read the new row
-    }
+    rotate_queries<D, kThreads>(
+        append, rope, qkv_row, wk.head0, wk.rows, kMaxRows,
+        [&](int r, int col, bf16 value) { scratch.query[r * D + col] = value; });
   }
-  issue(first, 0);  // before anything else waits on memory
-#pragma unroll
-  for (int ahead = 1; ahead + 1 < kStages; ++ahead) {  // one commit group per ring slot, even empty
-    if (ahead < n_tiles)
-      issue(first + ahead, ahead);
-    else
-      cp_async_commit();
-  }
-  const int stop_mark = state[kEpoch] + 1;
-  if (tid < kMaxRows) scratch.counter[tid] = 0;
-
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4, j = lane / 8;
   constexpr int kSteps = D / 16, kDimTiles = D / 8;
   // Query fragments, held in registers for the whole walk (as the plain kernel): row g holds
   // columns 2t, 2t+1 and 2t+8, 2t+9; rows 8..15 of the mma tile stay zero (at most 8 heads).
-  if (appends) {
-    rotate_queries<D, kThreads>(append, rope, qkv_row, wk.head0, wk.rows, kMaxRows,
-                                [&](int r, int col, bf16 value) { scratch.query[r * D + col] = value; });
-    __syncthreads();
-  }
   const bf16* q_row = appends ? scratch.query + g * D + 2 * t
                               : args.q + b * args.q_seq_stride + int64_t(wk.head0 + g) * D + 2 * t;
   const bool q_live = g < wk.rows;
@@ -263,7 +270,49 @@ __device__ __forceinline__ void walk_split(const EarlyExitDecodeArgs& ea, const 
       q_frag[ks][1] = q_live ? load_pair(q_row + ks * 16 + 8) : 0u;
     }
   };
-  if constexpr (!kDecider) load_query();
+  if constexpr (!kDecider)
+    if (!appends) load_query();
+
+  if (tile0_early && wk.n != n_before_wait) {
+    cp_async_wait<0>();  // this thread's copies land before it refills the same slot
+    tile0_early = false;
+    tiles_loaded = 0;
+  }
+  auto partial_of = [&](int row) {
+    return args.workspace +
+           ((int64_t(b) * args.n_query_heads + wk.head0 + row) * n_chunks + chunk) * (D + 2);
+  };
+  if (n_tiles <= 0) {  // an empty partial (max -inf), so the merge needs no length
+    if (decider && threadIdx.x == 0)
+      ea.walker_state[int64_t(wk.index) * kStateWords + kStopResult] = 0;
+    for (int idx = threadIdx.x; idx < wk.rows * (D + 2); idx += kThreads)
+      partial_of(idx / (D + 2))[idx % (D + 2)] = idx % (D + 2) == 0 ? -INFINITY : 0.f;
+    return;
+  }
+  // The stop word holds epoch + 1 once this call's decider stopped (older values are stale), so it
+  // never needs a reset; the merge kernel advances the epoch after the walk.
+  volatile int* stop_word = state + kStopWord;
+  if (appends) {
+    // The split whose walk block holds the new entry (the sink block while the cache is within the
+    // sinks, else the most recent block) writes it before its first tile copy.
+    const int stored = wk.n - 1;
+    const int newest = stored < sinks ? 0 : (sinks > 0 ? 1 : 0);
+    if (first <= newest && newest < first + n_tiles)
+      write_new_entry<D, kThreads>(append, rope, qkv_row, args.n_query_heads, args.n_kv_heads,
+                                   blockIdx.y, wk.kv_row0 + stored);
+    __syncthreads();  // the tile copies read the new row; the rotated queries are in place
+  }
+  if (!tile0_early) issue(first, 0);
+#pragma unroll
+  for (int ahead = 1; ahead + 1 < kStages; ++ahead) {  // one commit group per ring slot, even empty
+    if (ahead < n_tiles)
+      issue(first + ahead, ahead);
+    else
+      cp_async_commit();
+  }
+  if (tid < kMaxRows) scratch.counter[tid] = 0;
+  if constexpr (!kDecider)
+    if (appends) load_query();
 
   // Per warp (its 16 keys of every tile) online softmax; row_sum is this thread's share.
   float o[kDimTiles][4];
@@ -462,18 +511,18 @@ __device__ __forceinline__ void walk_split(const EarlyExitDecodeArgs& ea, const 
 
 template <int D, bool kIndexed>
 __global__ void __launch_bounds__(kThreads, 2)
-    early_exit_walk_kernel(EarlyExitDecodeArgs ea, WalkLayout layout) {
-  wait_for_predecessor();  // launched overlapped (launch.cuh): no global access before this
-  allow_successor_launch();
+    early_exit_walk_kernel(EarlyExitDecodeArgs ea, WalkLayout layout, bool early_tile) {
+  // Launched overlapped (launch.cuh): walk_split waits for the predecessor after the first tile's
+  // copy.
   // All shared memory is dynamic, tiles first: static shared memory would come first and leave
   // the tiles 80 bytes off a 128-byte boundary, which split every tile copy's L2 requests (4x the
   // requests, 2x the sectors looked up: +25-30% kernel time, seen with ncu) and the swizzle.
   extern __shared__ __align__(128) unsigned char smem_raw[];
   auto& scratch = *reinterpret_cast<DeciderScratch<D>*>(smem_raw + kTileBytes<D>);
   if (blockIdx.x == 0) {
-    walk_split<D, kIndexed, true>(ea, layout, smem_raw, scratch);
+    walk_split<D, kIndexed, true>(ea, layout, smem_raw, scratch, early_tile);
   } else {
-    walk_split<D, kIndexed, false>(ea, layout, smem_raw, scratch);
+    walk_split<D, kIndexed, false>(ea, layout, smem_raw, scratch, early_tile);
   }
 }
 
@@ -549,8 +598,9 @@ void launch(const EarlyExitDecodeArgs& ea, const WalkLayout& layout, cudaStream_
   constexpr size_t smem = kSharedBytes<D>;
   walk_blocks_per_sm<D, kIndexed>();  // opts the kernel into its shared memory
   const int axis = kIndexed ? a.n_query_heads : a.n_kv_heads;
-  launch_overlapped(early_exit_walk_kernel<D, kIndexed>, dim3(layout.n_chunks, axis, a.batch), kThreads, smem,
-                    stream, "early_exit_walk_kernel", ea, layout);
+  launch_overlapped(early_exit_walk_kernel<D, kIndexed>, dim3(layout.n_chunks, axis, a.batch),
+                    kThreads, smem, stream, "early_exit_walk_kernel", ea, layout,
+                    early_tile_enabled());
   launch_overlapped(early_exit_merge_kernel<D, kIndexed>, dim3(a.n_query_heads, a.batch), D, 0, stream,
                     "early_exit_merge_kernel", ea, layout);
 }

@@ -70,6 +70,10 @@ int resident_blocks_per_sm(void (*kernel)(Params...), int threads, size_t shared
 // programmatic edge). Set KVB_CUDA_PDL=0 to launch normally (for A/B timing).
 bool overlapped_launch_enabled();
 
+// Whether the decode attention kernels (decode_mma_kernel, the ART walk) issue their first tile's
+// copy before waiting for the predecessor. Set KVB_CUDA_EARLY_TILE=0 to turn it off (A/B timing).
+bool early_tile_enabled();
+
 template <typename... Params, typename... Args>
 void launch_overlapped(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
                        cudaStream_t stream, const char* name, Args&&... args) {
