@@ -37,7 +37,10 @@
 //   the layout).
 // Prefetch: every thread block keeps two tiles in flight ahead of the one it computes (as the
 //   plain kernel), so the decider has loaded up to two blocks past its stop block, never folded
-//   in; the `loaded` statistic counts every tile any thread block fetched, including those.
+//   in; the `loaded` statistic counts every tile any thread block fetched, including those. In
+//   dense mode each split's first tile leaves before the wait for the previous kernel (launch.cuh)
+//   when its rows are settled, as decode_attention's; if the length read after the wait differs,
+//   the copy is dropped and fetched again.
 // The step's append (attention.append, dense walks): as decode_attention's, the walk writes the new
 //   token's K/V row (the split holding the most recent block, or the sink block while the cache
 //   is within the sinks) and rotates the queries itself; the merge advances the length.
@@ -52,8 +55,12 @@
 //   (A first version in which every warp computed all 64 logits and a quarter of P·V, so the test
 //   needed no merge, was 26-63% slower than decode_attention with termination off.)
 // Cost with termination off (cuda_art_bench, H200, a whole call, walk + merge, against
-//   decode_attention in the same run): +13% at 4K (window 1: no stop possible), +1.8 to +3.8% at
-//   32K and +0.1 to +2.3% at 128K, depending on the machine lent.
+//   decode_attention in the same run): at the same split count, +1.8% at 32K and +0.8% at 128K.
+//   Against the plain kernel's own layout +3.3 to +4.4% at 32K (n = 32,768 exactly gives it 32
+//   chunks of 16 tiles, while the walk's separate sink block needs a 33rd split, and 264 blocks on
+//   264 resident slots run ~1.2 µs slower than 256), +1.7 to +2.2% at 128K, +14 to +16% at 4K
+//   (window 1: no stop possible). In the engine both kernels run 33 splits at 32K (the cache has
+//   room for the steps to come).
 // Limits: head_dim 64 or 128, KV block 64 (the tile), GQA group <= 8, sink_tokens <= 64.
 #pragma once
 

@@ -2,11 +2,13 @@
 // (decode_attention) at Llama-3.1-8B shapes: Hq 32, Hkv 8, d 128, batch 1, one layer's cache.
 // Run on the GPU machine: ./cuda_art_bench --benchmark_counters_tabular=true
 //
-// BM_ArtOverhead/n/decider/chunk: termination disabled (the same walk and the stability test after
-//   every block of the deciding split, never acted on) vs decode_attention on random K/V; decider
+// BM_ArtOverhead/n/decider/chunk/same_splits: termination disabled (the same walk and the
+//   stability test after every block of the deciding split, never acted on) vs decode_attention
+//   on random K/V; decider
 //   and chunk are the walk layout's blocks (0/0 = automatic, what the engine runs; the explicit
-//   rows compare other layouts). Counters: plain_us, art_us, overhead_pct = art/plain - 1 (target
-//   < 2%; the ART paper reports 1.3%), window (the decider's blocks), chunk, splits.
+//   rows compare other layouts); same_splits = 1 runs the plain kernel over the walk's split count.
+//   Counters: plain_us, art_us, overhead_pct = art/plain - 1 (target < 2%; the ART paper reports
+//   1.3%), window (the decider's blocks), chunk, splits, plain_splits (0 = automatic).
 // BM_ArtTermination/n/decider: termination on (defaults tau 1e-5, phi 1e-3, patience 2, 4 sinks)
 //   on a sink-and-recent-dominated profile; decider = the decision window in walk blocks (0 =
 //   automatic), the other chunks automatic. Counters: plain_us (same inputs), art_us, speedup =
@@ -174,6 +176,13 @@ void BM_ArtOverhead(benchmark::State& state) {
     e.decider_blocks = static_cast<int>(state.range(1));
     e.chunk_blocks = static_cast<int>(state.range(2));
   }
+  const int art_splits = cuda::early_exit_splits(setup.art[0]);
+  if (state.range(3) != 0)  // the plain kernel over as many splits as the walk
+    for (auto& a : setup.plain) a.chunk_size = (setup.n + art_splits - 1) / art_splits;
+  state.counters["plain_splits"] =
+      setup.plain[0].chunk_size > 0
+          ? (setup.n + setup.plain[0].chunk_size - 1) / setup.plain[0].chunk_size
+          : 0;
   auto plain = [&](int c) { cuda::decode_attention(setup.plain[c], nullptr); };
   auto art = [&](int c) { cuda::early_exit_decode(setup.art[c], nullptr); };
   time_us(setup, plain);  // warm-up (and kernel attributes)
@@ -193,18 +202,24 @@ void BM_ArtOverhead(benchmark::State& state) {
   state.counters["overhead_pct"] = (art_total / plain_total - 1.0) * 100.0;
   set_layout_counters(state, setup.art[0]);
 }
-// The automatic layout first (on the H200: chunks of 2 / 16 / 64 walk blocks, deciders of 1 / 8 /
-// 32); then explicit layouts for comparison: the decider as large as the other chunks (which needs
-// one split more than fits at once), and a smaller decider.
+// The automatic layout first (on the H200: chunks of 2 / 16 / 64 walk blocks, deciders of 1 / 4 /
+// 16); then the same against the plain kernel run over as many splits as the walk (33 at batch 1):
+// at n = 32K exactly, 32 chunks of 1,024 keys serve the plain kernel, while the walk's separate
+// sink block makes 513 walk blocks and one split more, and a kernel whose 264 blocks take every
+// resident slot is ~1.2 µs slower than one of 256 (the engine's caches, with room for the steps to
+// come, give the plain kernel 33 splits too). Then explicit layouts: the decider as large as the
+// other chunks (which needs one split more than fits at once), and a smaller decider.
 BENCHMARK(BM_ArtOverhead)
-    ->Args({4096, 0, 0})
-    ->Args({32768, 0, 0})
-    ->Args({131072, 0, 0})
-    ->Args({4096, 2, 2})
-    ->Args({32768, 16, 16})
-    ->Args({32768, 4, 16})
-    ->Args({131072, 64, 64})
-    ->Args({131072, 16, 64})
+    ->Args({4096, 0, 0, 0})
+    ->Args({32768, 0, 0, 0})
+    ->Args({131072, 0, 0, 0})
+    ->Args({32768, 0, 0, 1})
+    ->Args({131072, 0, 0, 1})
+    ->Args({4096, 2, 2, 0})
+    ->Args({32768, 16, 16, 0})
+    ->Args({32768, 4, 16, 0})
+    ->Args({131072, 64, 64, 0})
+    ->Args({131072, 16, 64, 0})
     ->Iterations(100)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
