@@ -101,12 +101,6 @@ __device__ inline Walker walker_of(const DecodeAttentionArgs& a, int axis, int b
   return w;
 }
 
-__device__ __forceinline__ void cp_async_4(void* smem, const void* global, bool valid) {
-  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const int bytes = valid ? 4 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(global), "r"(bytes));
-}
-
 // Rows list[0 .. valid_rows-1] of a KV head (base = its first row) into a swizzled tile; the
 // remaining rows are zero-filled.
 template <int D>
@@ -203,7 +197,8 @@ __device__ __forceinline__ void walk_split(const EarlyExitDecodeArgs& ea, const 
       load_gathered_tile<D>(k_dst, args.k + wk.kv_row0 * D, wk.list + begin, count);
       load_gathered_tile<D>(v_dst, args.v + wk.kv_row0 * D, wk.list + begin, count);
       if (wk.bias != nullptr && tid < kTile)
-        cp_async_4(s_bias + buf * kTile + tid, wk.bias + begin + (tid < count ? tid : 0), tid < count);
+        cp_async_small<4>(s_bias + buf * kTile + tid, wk.bias + begin + (tid < count ? tid : 0),
+                          tid < count);
     } else {
       load_tile<D>(k_dst, args.k + (wk.kv_row0 + begin) * D, D, kTile, count);
       load_tile<D>(v_dst, args.v + (wk.kv_row0 + begin) * D, D, kTile, count);

@@ -35,16 +35,6 @@ __device__ __forceinline__ void allow_successor_launch() {
 // A load issued where it is written: nvcc would otherwise sink a load whose value is needed only
 // later down to its use, putting its round trip (~1 µs from L2) on the block's critical path after
 // others (the loads right after wait_for_predecessor()).
-__device__ __forceinline__ float load_now(const float* address) {
-  float value;
-  asm volatile("ld.global.f32 %0, [%1];" : "=f"(value) : "l"(address));
-  return value;
-}
-__device__ __forceinline__ double load_now(const double* address) {
-  double value;
-  asm volatile("ld.global.f64 %0, [%1];" : "=d"(value) : "l"(address));
-  return value;
-}
 __device__ __forceinline__ int load_now(const int* address) {
   int value;
   asm volatile("ld.global.s32 %0, [%1];" : "=r"(value) : "l"(address));

@@ -34,6 +34,15 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* global, bool
   const int bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global), "r"(bytes));
 }
+// A 4- or 8-byte copy into shared memory through L1 (cp.async.ca; 16 bytes: cp_async_16).
+template <int kBytes>
+__device__ __forceinline__ void cp_async_small(void* smem, const void* global, bool valid = true) {
+  static_assert(kBytes == 4 || kBytes == 8, "cp.async.ca copies 4, 8 or 16 bytes");
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const int bytes = valid ? kBytes : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(global),
+               "n"(kBytes), "r"(bytes));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
