@@ -33,7 +33,7 @@ void check_cublas(cublasStatus_t status, const char* what) {
 // own kernel, the blocks' atomic count serialising; normalising the f32 residual inside the qkv
 // and gate/up GEMVs, each warp reading its slice of the row, cost those GEMVs 4 µs each, more than
 // the norm kernel (the norms are folded instead: see FoldedNorm); twice the warps per row for the
-// down product (8 instead of 4) made it 2.6 µs faster alone but the step 30 µs slower, and twice
+// down product (8 instead of 4) made it 2.6 µs faster alone but the step ~25 µs slower, and twice
 // the blocks for every product (kTargetBlocks 4096) slowed qkv and o; with the L2::256B fetch
 // hint on the weights, no gain.)
 
