@@ -84,7 +84,7 @@ struct CudaEngine::Impl {
   // Whether the last run_layers folded its norms into the decode GEMVs (cuda::FoldedNorm): the
   // residual is then complete; otherwise the last down projection is still pending in ffn_out.
   bool norms_folded = false;
-  DeviceBuffer norm_sums;  // the folded norms' Σv², two slots of kDecodeGemvMaxRows (f64)
+  DeviceBuffer norm_sums;  // the folded norms' Σv² (kFoldedNormSumsDoubles f64: FoldedNorm)
   int activation_rows = 0;
   std::optional<cuda::EarlyExitDecodeOptions> early_exit;  // ART walk in the decode step
   DeviceBuffer walker_state;                               // [B * Hkv * kStateWords] int32
@@ -133,7 +133,7 @@ struct CudaEngine::Impl {
     gate_up = DeviceBuffer(int64_t(rows) * 2 * config.ffn_dim * 2, "activations");
     act = DeviceBuffer(int64_t(rows) * config.ffn_dim * 2, "activations");
     ffn_out = DeviceBuffer(rows * d * 2, "activations");
-    norm_sums = DeviceBuffer(2 * cuda::kDecodeGemvMaxRows * sizeof(double), "activations");
+    norm_sums = DeviceBuffer(cuda::kFoldedNormSumsDoubles * sizeof(double), "activations");
     activation_rows = rows;
     drop_graph();
   }

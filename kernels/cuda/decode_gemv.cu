@@ -129,8 +129,9 @@ __device__ __forceinline__ float gemv_write(const GemvParams<Out>& p, int item, 
 }
 
 // kArgmax: folds the block's keys into best. kAddToResidual: adds the block's Σv² per row into
-// sum_sq, in a fixed order within the block; across blocks the f64 adds make the total independent
-// of their order unless it lies within ~2^-29 of a rounding boundary of the f32 it is used as.
+// its line of sum_sq (FoldedNorm), in a fixed order within the block; across blocks the f64 adds
+// make the total independent of their order unless it lies within ~2^-29 of a rounding boundary of
+// the f32 it is used as.
 template <int N, typename Out, GemvEpilogue E>
 __device__ __forceinline__ void gemv_finish(const GemvParams<Out>& p, int warp, int lane,
                                             unsigned long long key, float square) {
@@ -141,7 +142,8 @@ __device__ __forceinline__ void gemv_finish(const GemvParams<Out>& p, int warp, 
     if (threadIdx.x < N) {
       double total = 0.0;
       for (int w = 0; w < 8; ++w) total += block_squares[w][threadIdx.x];
-      atomicAdd(p.sum_sq + threadIdx.x, total);
+      atomicAdd(p.sum_sq + (blockIdx.x % kFoldedNormLines) * kFoldedNormLineDoubles + threadIdx.x,
+                total);
     }
   }
   if constexpr (E == GemvEpilogue::kArgmax) {
@@ -196,7 +198,7 @@ __global__ void __launch_bounds__(256, N == 1 ? 6 : 1) gemv_kernel(GemvParams<Ou
   // registers those spilled, and a spill's store waits on its load (a round trip before the first
   // weights' arithmetic; the o product ran 11.5 µs instead of 10.9).
   __shared__ float old_residual[8][N], next_gain[8][N];
-  __shared__ double norm_sum_sq[N];
+  __shared__ double norm_sum_sq[kFoldedNormLines][N];
   // The first round of weights leaves before the wait (weights are constant): the blocks resident
   // while the previous kernel drains stream from HBM instead of idling (H200, Llama-3.1-8B shapes:
   // qkv 15.1 -> 14.1 µs, o 11.9 -> 10.8 µs, kvbench TPOT -50 µs at 4K, -60 µs at 32K).
@@ -211,9 +213,11 @@ __global__ void __launch_bounds__(256, N == 1 ? 6 : 1) gemv_kernel(GemvParams<Ou
   // kFolded: thread r < N fetches row r's Σv² for the block (a line every block of the grid reads:
   // one load per block, or its L2 slice queues and slows the weight stream).
   if constexpr (kFolded) {
-    if (threadIdx.x < N) {
-      cp_async_small<8>(&norm_sum_sq[threadIdx.x], p.norm_sum_sq + threadIdx.x);
-      if (blockIdx.x == 0) p.reset_sum_sq[threadIdx.x] = 0.0;
+    if (threadIdx.x < kFoldedNormLines * N) {
+      const int line = threadIdx.x / N, row = threadIdx.x % N;
+      const int word = line * kFoldedNormLineDoubles + row;
+      cp_async_small<8>(&norm_sum_sq[line][row], p.norm_sum_sq + word);
+      if (blockIdx.x == 0) p.reset_sum_sq[word] = 0.0;
     }
   }
   cp_async_commit();
@@ -248,9 +252,14 @@ __global__ void __launch_bounds__(256, N == 1 ? 6 : 1) gemv_kernel(GemvParams<Ou
       if (lane == 0) slice_sums[warp][r][n] = v;
     }
   cp_async_wait<0>();  // this thread's copies above have landed
-  if constexpr (kFolded)
-    if (threadIdx.x < N)
-      norm_scale[threadIdx.x] = rsqrtf(float(norm_sum_sq[threadIdx.x]) / in_features + p.norm_eps);
+  if constexpr (kFolded) {
+    __syncthreads();  // every line's copy
+    if (threadIdx.x < N) {
+      double total = 0.0;
+      for (int line = 0; line < kFoldedNormLines; ++line) total += norm_sum_sq[line][threadIdx.x];
+      norm_scale[threadIdx.x] = rsqrtf(float(total) / in_features + p.norm_eps);
+    }
+  }
   __syncthreads();
   unsigned long long key = 0;
   float square = 0.f;

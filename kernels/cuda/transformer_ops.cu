@@ -92,7 +92,8 @@ __global__ void __launch_bounds__(kFoldThreads)
     norm.scaled[row * d_model + j] = __float2bfloat16(value * __bfloat162float(norm.gain[j]));
   }
   const float total = block_sum(sum_sq);
-  if (threadIdx.x == 0) norm.sum_sq[row] = total;
+  if (threadIdx.x < kFoldedNormLines)
+    norm.sum_sq[threadIdx.x * kFoldedNormLineDoubles + row] = threadIdx.x == 0 ? total : 0.0;
 }
 
 // Prefill's many rows: 256 threads per row, 4 consecutive values per access (16-byte residual, 8-byte

@@ -173,7 +173,7 @@ int run(int context) {
   const double kv_bytes = 2.0 * kHeadsKv * context * kHeadDim * 2;
   // The engine's step: the norms folded into the products around them (cuda::FoldedNorm), slot 0
   // before the attention and the LM head, slot 1 before the MLP.
-  cuda::DeviceBuffer norm_sums(2 * cuda::kDecodeGemvMaxRows * sizeof(double));
+  cuda::DeviceBuffer norm_sums(cuda::kFoldedNormSumsDoubles * sizeof(double));
   cudaMemsetAsync(norm_sums.data(), 0, norm_sums.bytes(), stream);
   auto folded = [&](const cuda::DeviceBuffer& gain, int slot) {
     return cuda::folded_norm(normed.as<bf16>(), norm_sums.as<double>(), slot, gain.as<bf16>(),

@@ -326,12 +326,23 @@ TEST(CudaOps, FoldedNormChainMatchesCpu) {
     auto d_w_gate_up = test::to_device_bf16(w_gate_up), d_w_head = test::to_device_bf16(w_head);
     cuda::DeviceBuffer d_scaled(size_t(n) * d * 2), d_y(size_t(n) * out * 2),
         d_plain(size_t(n) * d * 2), d_act(size_t(n) * hidden * 2), d_logits(size_t(n) * vocab * 4);
-    constexpr int kSlot = cuda::kDecodeGemvMaxRows;
-    auto d_sums = test::to_device(std::vector<double>(2 * kSlot, 123.0));  // garbage
-    auto slot_sums = [&](int slot) {
-      std::vector<double> words(2 * kSlot);
+    auto d_sums =
+        test::to_device(std::vector<double>(cuda::kFoldedNormSumsDoubles, 123.0));  // garbage
+    auto slot_words = [&](int slot) {  // [line][row] for the rows in use
+      std::vector<double> words(cuda::kFoldedNormSumsDoubles), slot_rows;
       d_sums.download(words.data(), words.size() * 8);
-      return std::vector<double>(words.begin() + slot * kSlot, words.begin() + slot * kSlot + n);
+      for (int line = 0; line < cuda::kFoldedNormLines; ++line)
+        for (int r = 0; r < n; ++r)
+          slot_rows.push_back(
+              words[slot * cuda::kFoldedNormSlotDoubles + line * cuda::kFoldedNormLineDoubles + r]);
+      return slot_rows;
+    };
+    auto slot_sums = [&](int slot) {  // the lines added in order, as the consumer does
+      const std::vector<double> words = slot_words(slot);
+      std::vector<double> sums(n, 0.0);
+      for (int line = 0; line < cuda::kFoldedNormLines; ++line)
+        for (int r = 0; r < n; ++r) sums[r] += words[size_t(line) * n + r];
+      return sums;
     };
     auto folded = [&](int gain, int slot) {
       return cuda::folded_norm(d_scaled.as<__nv_bfloat16>(), d_sums.as<double>(), slot,
@@ -354,8 +365,7 @@ TEST(CudaOps, FoldedNormChainMatchesCpu) {
       }
     };
     auto expect_slot_zeroed = [&](int slot, const char* step) {
-      const std::vector<double> sums = slot_sums(slot);
-      for (int r = 0; r < n; ++r) EXPECT_EQ(sums[r], 0.0) << where << " " << step;
+      for (double word : slot_words(slot)) EXPECT_EQ(word, 0.0) << where << " " << step;
     };
     auto normed_cpu = [&](int gain) {
       std::vector<float> normed(residual.size());
