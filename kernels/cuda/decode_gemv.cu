@@ -142,8 +142,7 @@ __device__ __forceinline__ void gemv_finish(const GemvParams<Out>& p, int warp, 
     if (threadIdx.x < N) {
       double total = 0.0;
       for (int w = 0; w < 8; ++w) total += block_squares[w][threadIdx.x];
-      atomicAdd(p.sum_sq + (blockIdx.x % kFoldedNormLines) * kFoldedNormLineDoubles + threadIdx.x,
-                total);
+      atomicAdd(p.sum_sq + folded_norm_word(blockIdx.x % kFoldedNormLines, threadIdx.x), total);
     }
   }
   if constexpr (E == GemvEpilogue::kArgmax) {
@@ -210,12 +209,13 @@ __global__ void __launch_bounds__(256, N == 1 ? 6 : 1) gemv_kernel(GemvParams<Ou
   wait_for_predecessor();
   if constexpr (E == GemvEpilogue::kAddToResidual)
     if (writer) cp_async_small<4>(&old_residual[warp][lane], p.y + int64_t(lane) * p.items + item);
-  // kFolded: thread r < N fetches row r's Σv² for the block (a line every block of the grid reads:
-  // one load per block, or its L2 slice queues and slows the weight stream).
+  // kFolded: one thread per (line, row) fetches that word of the rows' Σv² for the block (lines
+  // every block of the grid reads: one load per block, or their L2 slices queue and slow the
+  // weight stream).
   if constexpr (kFolded) {
     if (threadIdx.x < kFoldedNormLines * N) {
       const int line = threadIdx.x / N, row = threadIdx.x % N;
-      const int word = line * kFoldedNormLineDoubles + row;
+      const int word = folded_norm_word(line, row);
       cp_async_small<8>(&norm_sum_sq[line][row], p.norm_sum_sq + word);
       if (blockIdx.x == 0) p.reset_sum_sq[word] = 0.0;
     }

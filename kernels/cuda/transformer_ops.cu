@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(kFoldThreads)
   }
   const float total = block_sum(sum_sq);
   if (threadIdx.x < kFoldedNormLines)
-    norm.sum_sq[threadIdx.x * kFoldedNormLineDoubles + row] = threadIdx.x == 0 ? total : 0.0;
+    norm.sum_sq[folded_norm_word(threadIdx.x, row)] = threadIdx.x == 0 ? total : 0.0;
 }
 
 // Prefill's many rows: 256 threads per row, 4 consecutive values per access (16-byte residual, 8-byte

@@ -117,14 +117,18 @@ constexpr int kDecodeGemvMaxRows = 4;
 // norm's scale instead of after it. Two sum slots alternate: the product after a norm zeroes
 // `other_sum_sq`, which the next producer adds into. fold_rmsnorm starts the chain from a residual
 // that no product wrote (the embeddings).
-// A slot holds its rows' sums on kFoldedNormLines 128-byte lines (row r of line j at
-// [j * kFoldedNormLineDoubles + r]); each producer block adds into one line (its index modulo
-// the count), so ~2,000 blocks do not queue on one address, and the consumer adds the lines in a
-// fixed order. (H200, Llama-3.1-8B: the o product's adds on one line cost it ~1 µs of 11.6.)
+// A slot holds its rows' sums on kFoldedNormLines 128-byte lines (folded_norm_word); each
+// producer block adds into one line (its index modulo the count), so ~2,000 blocks do not queue on
+// one address, and the consumer adds the lines in a fixed order. (H200, Llama-3.1-8B: the o
+// product's adds on one line cost it ~1 µs of 11.6.)
 constexpr int kFoldedNormLines = 4;
 constexpr int kFoldedNormLineDoubles = 16;
 constexpr int kFoldedNormSlotDoubles = kFoldedNormLines * kFoldedNormLineDoubles;
 constexpr int kFoldedNormSumsDoubles = 2 * kFoldedNormSlotDoubles;  // the two slots' buffer
+// Where row `row`'s sum on line `line` lies within a slot.
+__host__ __device__ constexpr int folded_norm_word(int line, int row) {
+  return line * kFoldedNormLineDoubles + row;
+}
 struct FoldedNorm {
   __nv_bfloat16* scaled = nullptr;  // [n, d_model]
   double* sum_sq = nullptr;         // a slot: [kFoldedNormLines][kFoldedNormLineDoubles]

@@ -334,7 +334,7 @@ TEST(CudaOps, FoldedNormChainMatchesCpu) {
       for (int line = 0; line < cuda::kFoldedNormLines; ++line)
         for (int r = 0; r < n; ++r)
           slot_rows.push_back(
-              words[slot * cuda::kFoldedNormSlotDoubles + line * cuda::kFoldedNormLineDoubles + r]);
+              words[slot * cuda::kFoldedNormSlotDoubles + cuda::folded_norm_word(line, r)]);
       return slot_rows;
     };
     auto slot_sums = [&](int slot) {  // the lines added in order, as the consumer does
