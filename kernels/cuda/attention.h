@@ -22,10 +22,10 @@ enum class PrefillKernel { kAuto, kMmaSync, kWgmma };
 
 struct PrefillAttentionArgs {
   const __nv_bfloat16* q = nullptr;  // [n, q_row_stride] with head a at column a*head_dim
-  int64_t q_row_stride = 0;          // elements between consecutive queries
+  int64_t q_row_stride = 0;          // elements between consecutive queries (a multiple of 8)
   const __nv_bfloat16* k = nullptr;  // [Hkv, kv_head_stride] rows of head_dim
   const __nv_bfloat16* v = nullptr;
-  int64_t kv_head_stride = 0;        // elements between consecutive KV heads
+  int64_t kv_head_stride = 0;        // elements between consecutive KV heads (a multiple of 8)
   __nv_bfloat16* out = nullptr;      // [n, out_row_stride], head a at column a*head_dim
   int64_t out_row_stride = 0;
   float* lse = nullptr;              // [Hq, n] or nullptr

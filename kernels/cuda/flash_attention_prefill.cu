@@ -193,6 +193,23 @@ void launch_prefill(const PrefillAttentionArgs& args, cudaStream_t stream) {
   check(cudaGetLastError(), "flash_prefill_kernel launch");
 }
 
+// Both kernels move rows in 16-byte pieces (cp.async, TMA): a row or head that starts off a 16-byte
+// boundary would stop the GPU with a misaligned-address fault, which poisons the whole context.
+void check_rows_aligned(const PrefillAttentionArgs& args) {
+  auto aligned = [](const void* base, int64_t stride) {
+    return reinterpret_cast<uintptr_t>(base) % 16 == 0 &&
+           (stride * int64_t(sizeof(__nv_bfloat16))) % 16 == 0;
+  };
+  if (!aligned(args.q, args.q_row_stride) || !aligned(args.k, args.kv_head_stride) ||
+      !aligned(args.v, args.kv_head_stride))
+    throw std::invalid_argument(
+        "flash_attention_prefill: q, k and v must be 16-byte aligned and q_row_stride / "
+        "kv_head_stride "
+        "multiples of 8 elements (got q_row_stride " +
+        std::to_string(args.q_row_stride) + ", kv_head_stride " +
+        std::to_string(args.kv_head_stride) + ")");
+}
+
 }  // namespace
 
 #if KVB_HAVE_WGMMA_PREFILL
@@ -206,6 +223,7 @@ bool wgmma_prefill_available(int) { return false; }
 
 void flash_attention_prefill(const PrefillAttentionArgs& args, cudaStream_t stream) {
   if (args.n_queries <= 0) return;
+  check_rows_aligned(args);
   if (args.kernel != PrefillKernel::kMmaSync && wgmma_prefill_available(args.head_dim)) {
 #if KVB_HAVE_WGMMA_PREFILL
     flash_attention_prefill_wgmma(args, stream);

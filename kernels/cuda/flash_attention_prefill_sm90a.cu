@@ -1,25 +1,34 @@
 // Causal flash attention for prefill on Hopper (sm_90a): the FlashAttention-2 scheme of
-// flash_attention_prefill.cu on warpgroup tensor-core instructions (wgmma), which the sm_90 mma.sync
-// path cannot reach (it peaks well below half of the H200's bf16 rate). Same contract: GQA, causal
-// with a prefix offset, row log-sum-exp. Built only for sm_90a (kernels/CMakeLists.txt) and
-// launched only on compute capability 9.0; other GPUs and head_dim 64 use the mma.sync kernel.
+// flash_attention_prefill.cu on warpgroup tensor-core instructions (wgmma), which the sm_90
+// mma.sync path cannot reach (it peaks well below half of the H200's bf16 rate). Same contract:
+// GQA, causal with a prefix offset, row log-sum-exp. Built only for sm_90a (kernels/CMakeLists.txt)
+// and launched only on compute capability 9.0; other GPUs and head_dim 64 use the mma.sync kernel.
 // Test: tests/cuda/attention_test.cc (both kernels against the CPU reference).
 //
 // Block = kGroups consumer warpgroups (64 query rows each, of one query head) + 1 producer
-// warpgroup. The producer streams 128-key K and V tiles with cp.async into a ring of stages guarded
-// by mbarriers (full: the tile landed; empty: every consumer warp is done with it), so consumers
-// never wait on each other: while one runs its softmax, another's products keep the tensor cores
-// busy. Every tile sits in shared memory as two 64-column halves of 128-byte rows in the
-// 128-byte-swizzled layout wgmma descriptors describe (16-byte chunk c of row r stored at chunk
-// c ^ (r % 8)). S = Q K^T reads Q and K from shared memory (both K-major); P stays in registers,
-// where the S accumulator layout is already the A fragment layout, and O += P V reads V as an
-// MN-major (transposed) B operand. The online softmax runs in the log2 domain with the scale
-// folded into one FMA. Blocks of the same query tile run head-fastest, so the query heads of a KV
-// head stream the same K/V tiles through L2 together; more rows per block (kGroups = 3) means
-// fewer K/V bytes from L2 per FLOP.
+// warpgroup. One producer thread streams 128-key K and V tiles with the Tensor Memory Accelerator
+// (TMA) into a ring of stages guarded by mbarriers (full: the tile's bytes landed; empty: every
+// consumer warp is done with it), so consumers never wait on each other: while one runs its
+// softmax, another's products keep the tensor cores busy. Every tile sits in shared memory as two
+// 64-column halves of 128-byte rows in the 128-byte-swizzled layout wgmma descriptors describe
+// (16-byte chunk c of row r stored at chunk c ^ (r % 8)), which is the layout TMA's 128-byte
+// swizzle writes; rows past the last key or query arrive zero-filled (zero V rows keep 0 * garbage
+// out of the sums). TMA replaced a 128-thread cp.async producer: its copies wrote through the
+// generic proxy, so each consumer fenced (MEMBAR) before every product, and the 4,096 16-byte
+// copies per tile went through L1. H200, cuda_prefill_breakdown_bench 32768 16384, both in one
+// call: 16K queries after 16K keys 12.2-12.9 ms (511-539 TFLOP/s) with cp.async, 9.0-9.8 ms
+// (674-733) with TMA; the whole 32K prefill's attention 618-655 ms against 478-479 ms. S = Q K^T
+// reads Q and K from shared memory (both K-major); P stays in registers, where the S accumulator
+// layout is already the A fragment layout, and O += P V reads V as an MN-major (transposed) B
+// operand. The online softmax runs in the log2 domain with the scale folded into one FMA. Blocks of
+// the same query tile run head-fastest, so the query heads of a KV head stream the same K/V tiles
+// through L2 together; more rows per block (kGroups = 3) means fewer K/V bytes from L2 per FLOP.
+#include <cuda.h>  // CUtensorMap and its enums (types only: the encoder comes from the runtime)
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_utils.h"
@@ -34,7 +43,7 @@ namespace {
 
 constexpr int kHeadDim = 128;
 constexpr int kKeys = 128;                        // keys per KV tile
-constexpr int kProducerThreads = 128;             // one warpgroup only issues cp.async
+constexpr int kProducerThreads = 128;             // one warpgroup; one of its threads issues TMA
 constexpr uint32_t kKvHalfBytes = kKeys * 128;    // one 64-column half of a K or V tile
 constexpr uint32_t kKvTileBytes = 2 * kKvHalfBytes;
 
@@ -51,33 +60,6 @@ constexpr int kSmemBytes = 2 * kQHalfBytes + 2 * kStages * kKvTileBytes + 1024;
 // its share to the consumers (3 * 160 + 32 = 4 * 128).
 constexpr int kProducerRegisters = 32;
 constexpr int kConsumerRegisters = 160;
-
-// Byte offset of 16-byte chunk `chunk` (0..15 along the head dimension) of row `row` in a tile
-// whose 64-column halves are `half_bytes` apart.
-__device__ __forceinline__ uint32_t tile_offset(int row, int chunk, uint32_t half_bytes) {
-  return (chunk >> 3) * half_bytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
-}
-
-__device__ __forceinline__ void cp_async_shared(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-
-// `rows` rows of kHeadDim bf16 (row r at base + r*stride) into a swizzled tile by the producer
-// warpgroup (`lane` = its thread 0..127); rows >= valid_rows are zero-filled (their keys are
-// masked; zero V rows keep 0 * garbage out of the sums).
-template <int kTileRows>
-__device__ __forceinline__ void load_tile(uint32_t tile, const __nv_bfloat16* base, int64_t stride,
-                                          int valid_rows, int lane) {
-#pragma unroll
-  for (int i = lane; i < kTileRows * 16; i += kProducerThreads) {
-    const int row = i >> 4;
-    const int chunk = i & 15;
-    const bool valid = row < valid_rows;
-    cp_async_shared(tile + tile_offset(row, chunk, kTileRows * 128),
-                    base + (valid ? row * stride + chunk * 8 : 0), valid);
-  }
-}
 
 // wgmma shared-memory descriptor: start address, leading and stride byte offsets (all >> 4) and
 // the 128-byte swizzle mode (1 in bits 62-63). K-major operands use only the stride offset (8
@@ -96,9 +78,10 @@ __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
   asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar)
                : "memory");
 }
-// Arrives on `bar` once every cp.async this thread issued so far has landed (counted in init).
-__device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+// The producer's arrival: the phase completes once `bytes` more have landed through TMA.
+__device__ __forceinline__ void mbarrier_expect_bytes(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
 }
 __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;
@@ -110,9 +93,15 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
         : "memory");
   }
 }
-// cp.async wrote through the generic proxy; wgmma reads through the async proxy.
-__device__ __forceinline__ void fence_async_proxy() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+// One TMA box of `map` at coordinates (c0, c1, c2) into shared memory at `dst`; its bytes count
+// towards `bar`'s transaction.
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap& map, int c0, int c1,
+                                         int c2, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+      "%3, %4}], [%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(&map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -249,7 +238,16 @@ struct OnlineSoftmax {
   }
 };
 
-__global__ void __launch_bounds__(kThreads, 1) flash_prefill_wgmma_kernel(const PrefillAttentionArgs args) {
+// Where TMA reads Q, K and V (make_prefill_maps).
+struct PrefillMaps {
+  CUtensorMap q;  // (column, query head, query row); box 64 x 1 x kRows
+  CUtensorMap k;  // (column, key, KV head); box 64 x kKeys x 1
+  CUtensorMap v;
+};
+
+__global__ void __launch_bounds__(kThreads, 1)
+    flash_prefill_wgmma_kernel(const PrefillAttentionArgs args,
+                               const __grid_constant__ PrefillMaps maps) {
 #ifdef KVB_WGMMA_DEVICE
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t barriers[1 + 3 * kStages];
@@ -272,12 +270,14 @@ __global__ void __launch_bounds__(kThreads, 1) flash_prefill_wgmma_kernel(const 
   const int n_tiles = (first_pos + rows_valid - 1) / kKeys + 1;
 
   if (threadIdx.x == 0) {
-    mbarrier_init(bar_q, kProducerThreads);
+    mbarrier_init(bar_q, 1);  // the producer thread's arrival, plus the bytes it expects
     for (int stage = 0; stage < kStages; ++stage) {
-      mbarrier_init(bar_k(stage), kProducerThreads);
-      mbarrier_init(bar_v(stage), kProducerThreads);
+      mbarrier_init(bar_k(stage), 1);
+      mbarrier_init(bar_v(stage), 1);
       mbarrier_init(bar_empty(stage), 4 * kGroups);  // lane 0 of each consumer warp
     }
+    // The barriers are also used by TMA (the async proxy).
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 
@@ -286,23 +286,26 @@ __global__ void __launch_bounds__(kThreads, 1) flash_prefill_wgmma_kernel(const 
   const int group = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
   if (group == kGroups) {  // the producer warpgroup
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters) : "memory");
-    const int lane = threadIdx.x - kConsumerThreads;
-    const __nv_bfloat16* k_base = args.k + kv_head * args.kv_head_stride;
-    const __nv_bfloat16* v_base = args.v + kv_head * args.kv_head_stride;
-    load_tile<kRows>(s_q, args.q + row0 * args.q_row_stride + q_head * kHeadDim, args.q_row_stride,
-                        rows_valid, lane);
-    cp_async_arrive(bar_q);
+    if (threadIdx.x != kConsumerThreads) return;
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&maps.k))
+                 : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&maps.v))
+                 : "memory");
+    mbarrier_expect_bytes(bar_q, 2 * kQHalfBytes);
+    for (int half = 0; half < 2; ++half)
+      tma_load(s_q + half * kQHalfBytes, maps.q, half * 64, q_head, row0, bar_q);
     for (int tile = 0; tile < n_tiles; ++tile) {
       const int stage = tile % kStages;
       if (tile >= kStages) mbarrier_wait(bar_empty(stage), (tile / kStages - 1) & 1);
-      const int64_t key = int64_t(tile) * kKeys;
-      const int valid = min(kKeys, n_keys - tile * kKeys);
-      load_tile<kKeys>(s_k + stage * kKvTileBytes, k_base + key * kHeadDim, kHeadDim, valid, lane);
-      cp_async_arrive(bar_k(stage));
-      load_tile<kKeys>(s_v + stage * kKvTileBytes, v_base + key * kHeadDim, kHeadDim, valid, lane);
-      cp_async_arrive(bar_v(stage));
+      mbarrier_expect_bytes(bar_k(stage), kKvTileBytes);
+      for (int half = 0; half < 2; ++half)
+        tma_load(s_k + stage * kKvTileBytes + half * kKvHalfBytes, maps.k, half * 64, tile * kKeys,
+                 kv_head, bar_k(stage));
+      mbarrier_expect_bytes(bar_v(stage), kKvTileBytes);
+      for (int half = 0; half < 2; ++half)
+        tma_load(s_v + stage * kKvTileBytes + half * kKvHalfBytes, maps.v, half * 64, tile * kKeys,
+                 kv_head, bar_v(stage));
     }
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters) : "memory");
@@ -328,7 +331,6 @@ __global__ void __launch_bounds__(kThreads, 1) flash_prefill_wgmma_kernel(const 
     const int stage = j % kStages;
     const uint32_t parity = (j / kStages) & 1;
     mbarrier_wait(bar_k(stage), parity);
-    fence_async_proxy();
     wgmma_fence();
     issue_qk(s, q_rows, kQHalfBytes, s_k + stage * kKvTileBytes);
     wgmma_commit();
@@ -339,7 +341,6 @@ __global__ void __launch_bounds__(kThreads, 1) flash_prefill_wgmma_kernel(const 
     softmax.step(s, o, p, j * kKeys, j * kKeys + kKeys - 1 > first_pos);
 
     mbarrier_wait(bar_v(stage), parity);
-    fence_async_proxy();
     fence_registers(o);
     wgmma_fence();
     issue_pv(o, p, s_v + stage * kKvTileBytes);
@@ -381,13 +382,72 @@ bool wgmma_prefill_supported(int head_dim) {
   return major == 9 && minor == 0;  // sm_90a code runs on exactly 9.0
 }
 
+namespace {
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// The driver's tensor-map encoder, through the runtime (no link against libcuda).
+EncodeTiled find_tensor_map_encoder() {
+  void* function = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000,
+                                         cudaEnableDefault, &found),
+        "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
+  if (found != cudaDriverEntryPointSuccess || function == nullptr)
+    throw std::runtime_error(
+        "flash_attention_prefill: the CUDA driver has no cuTensorMapEncodeTiled "
+        "(needs a CUDA 12 or newer driver)");
+  return reinterpret_cast<EncodeTiled>(function);
+}
+
+// A bf16 tensor of dims (128 columns, dim1, dim2) with byte strides stride1, stride2, read in
+// 128-byte-swizzled boxes of 64 columns x box1 x box2; what lies outside the dims reads as zero.
+CUtensorMap encode_map(EncodeTiled encode, const __nv_bfloat16* base, uint64_t dim1, uint64_t dim2,
+                       int64_t stride1, int64_t stride2, uint32_t box1, uint32_t box2,
+                       const char* what) {
+  CUtensorMap map;
+  const cuuint64_t dims[3] = {cuuint64_t(kHeadDim), dim1, dim2};
+  const cuuint64_t strides[2] = {cuuint64_t(stride1) * sizeof(__nv_bfloat16),
+                                 cuuint64_t(stride2) * sizeof(__nv_bfloat16)};
+  const cuuint32_t box[3] = {64, box1, box2};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult status = encode(
+      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<__nv_bfloat16*>(base), dims, strides,
+      box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (status != CUDA_SUCCESS)
+    throw std::runtime_error(
+        std::string("flash_attention_prefill: cuTensorMapEncodeTiled failed for ") + what +
+        " (CUresult " + std::to_string(int(status)) + ")");
+  return map;
+}
+
+PrefillMaps make_prefill_maps(const PrefillAttentionArgs& args) {
+  static const EncodeTiled encode = find_tensor_map_encoder();  // one driver look-up per process
+  const uint64_t n_keys = uint64_t(args.query_offset) + args.n_queries;
+  PrefillMaps maps;
+  // Query heads are 128 columns apart within a row; the rows are the outer dimension.
+  maps.q = encode_map(encode, args.q, args.n_query_heads, args.n_queries, kHeadDim,
+                      args.q_row_stride, 1, kRows, "the queries");
+  maps.k = encode_map(encode, args.k, n_keys, args.n_kv_heads, kHeadDim, args.kv_head_stride, kKeys,
+                      1, "the keys");
+  maps.v = encode_map(encode, args.v, n_keys, args.n_kv_heads, kHeadDim, args.kv_head_stride, kKeys,
+                      1, "the values");
+  return maps;
+}
+
+}  // namespace
+
 void flash_attention_prefill_wgmma(const PrefillAttentionArgs& args, cudaStream_t stream) {
   if (args.n_queries <= 0) return;
   check(cudaFuncSetAttribute(flash_prefill_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              kSmemBytes),
         "cudaFuncSetAttribute(flash_prefill_wgmma_kernel)");
   const dim3 grid(args.n_query_heads, (args.n_queries + kRows - 1) / kRows);
-  flash_prefill_wgmma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(args);
+  flash_prefill_wgmma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(args, make_prefill_maps(args));
   check(cudaGetLastError(), "flash_prefill_wgmma_kernel launch");
 }
 

@@ -1,12 +1,15 @@
 // The CUDA attention kernels against their CPU twins (kernels/cpu/attention.h) over many shapes:
 // head dims 64/128, GQA groups 1/3/4, chunk lengths not multiple of the tile, prefix offsets,
 // ragged decode lengths including 1, index lists with logit bias.
+#include "kernels/cpu/attention.h"
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <tuple>
 
-#include "kernels/cpu/attention.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/transformer_ops.h"
@@ -20,6 +23,7 @@ using test::random_bf16_values;
 
 struct PrefillShape {
   int head_dim, n_query_heads, n_kv_heads, n_queries, prefix;
+  int q_row_padding = 0;  // elements after each query row's heads
 };
 
 // Runs one prefill kernel on `s` and compares output and row log-sum-exp with the CPU reference.
@@ -46,11 +50,16 @@ void expect_prefill_matches_cpu(const PrefillShape& s, cuda::PrefillKernel kerne
   cpu.row_log_sum_exp = expected_lse.data();
   kernels::causal_attention(cpu);
 
-  auto d_q = test::to_device_bf16(q), d_k = test::to_device_bf16(k), d_v = test::to_device_bf16(v);
+  const int q_stride = q_width + s.q_row_padding;
+  std::vector<float> q_rows(size_t(s.n_queries) * q_stride, 0.f);
+  for (int i = 0; i < s.n_queries; ++i)
+    std::copy_n(q.begin() + size_t(i) * q_width, q_width, q_rows.begin() + size_t(i) * q_stride);
+  auto d_q = test::to_device_bf16(q_rows), d_k = test::to_device_bf16(k),
+       d_v = test::to_device_bf16(v);
   cuda::DeviceBuffer d_out(expected.size() * 2), d_lse(expected_lse.size() * 4);
   cuda::PrefillAttentionArgs gpu;
   gpu.q = d_q.as<__nv_bfloat16>();
-  gpu.q_row_stride = q_width;
+  gpu.q_row_stride = q_stride;
   gpu.k = d_k.as<__nv_bfloat16>();
   gpu.v = d_v.as<__nv_bfloat16>();
   gpu.kv_head_stride = int64_t(keys) * s.head_dim;
@@ -104,6 +113,18 @@ INSTANTIATE_TEST_SUITE_P(Shapes, WgmmaPrefillTest,
                                            PrefillShape{128, 32, 8, 65, 100}, PrefillShape{128, 4, 1, 300, 1},
                                            PrefillShape{128, 9, 3, 383, 517}, PrefillShape{128, 8, 2, 640, 1400},
                                            PrefillShape{128, 4, 1, 1, 700}));
+
+// Both kernels move rows in 16-byte pieces: a query stride off that grid is refused before any
+// launch (a misaligned-address fault would poison the context), and the GPU stays usable.
+TEST(FlashPrefill, RefusesRowsOffThe16ByteGrid) {
+  KVB_REQUIRE_GPU();
+  const PrefillShape padded{128, 8, 2, 200, 60, 4};
+  EXPECT_THROW(expect_prefill_matches_cpu(padded, cuda::PrefillKernel::kAuto),
+               std::invalid_argument);
+  EXPECT_THROW(expect_prefill_matches_cpu(padded, cuda::PrefillKernel::kMmaSync),
+               std::invalid_argument);
+  expect_prefill_matches_cpu(PrefillShape{128, 8, 2, 200, 60, 8}, cuda::PrefillKernel::kAuto);
+}
 
 // Both kernels on one long causal prefill (several KV heads, 32 query tiles): they agree within
 // bf16 rounding, and the wgmma kernel is what kAuto picks on this GPU.
