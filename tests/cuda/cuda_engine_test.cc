@@ -80,6 +80,26 @@ TEST(CudaEngine, RandomModelMatchesCpu) {
   compare_engines(*weights, prompt, {5, 17, 999, 0}, /*chunk=*/64, 0.05);
 }
 
+// head_dim 128: on an H200 the prefill runs the wgmma kernel (TMA reads from the engine's qkv rows
+// and KV cache), over three chunks so that two of them attend after a prefix.
+TEST(CudaEngine, RandomModelWithWgmmaPrefillMatchesCpu) {
+  KVB_REQUIRE_GPU();
+  ModelConfig config;
+  config.name = "random-test-d128";
+  config.n_layers = 2;
+  config.d_model = 512;
+  config.n_query_heads = 4;
+  config.n_kv_heads = 2;
+  config.head_dim = 128;
+  config.ffn_dim = 1024;
+  config.vocab_size = 1000;
+  config.max_context = 4096;
+  auto weights = random_weights(config, 7);
+  std::vector<int32_t> prompt(333);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 53 + 5) % 1000);
+  compare_engines(*weights, prompt, {3, 501}, /*chunk=*/128, 0.05);
+}
+
 TEST(CudaEngine, SmolLm2MatchesCpu) {
   KVB_REQUIRE_GPU();
   KVB_REQUIRE_FILE(test::default_model_path());
