@@ -91,6 +91,8 @@ struct CudaEngine::Impl {
   DeviceBuffer walk_counts;                                // visited, total, loaded (u64)
   std::unique_ptr<CudaSparseDecode> sparse;                // kind-D selection in the decode step
   int sparse_capture_key = 0;                              // its step key the graph was captured at
+  // Upper bound on every KV length during the captured decode steps (decode_length_bound_for).
+  int decode_length_bound = 0;
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t graph_exec = nullptr;
 
@@ -143,6 +145,24 @@ struct CudaEngine::Impl {
   void forget_stale_selection() {
     if (!sparse) return;
     sparse.reset();
+    drop_graph();
+  }
+
+  // The decode kernels cut the KV range into splits by an upper bound on the lengths; the capacity
+  // would make a compressed cache's few entries one long split per head (SnapKV 5% of 32K at batch
+  // 1: TPOT as slow as Full's). The bound is the longest length plus headroom for the coming steps,
+  // so a captured graph serves them until the lengths outgrow it.
+  int decode_length_bound_for(int longest) const {
+    const int headroom = std::max(256, longest / 8);
+    return std::min(capacity, (longest + headroom + 63) / 64 * 64);
+  }
+
+  // Re-bounds the decode step (and drops its graph) when this step's lengths outgrow the bound, or
+  // when a compaction left them far below it.
+  void fit_decode_length_bound(int longest) {
+    const int wanted = decode_length_bound_for(longest);
+    if (longest <= decode_length_bound && wanted * 2 > decode_length_bound) return;
+    decode_length_bound = wanted;
     drop_graph();
   }
 
@@ -247,7 +267,7 @@ struct CudaEngine::Impl {
       a.v = ptr<bf16>(v_cache[l]);
       a.kv_offset = offsets;
       a.kv_length = lengths;
-      a.max_kv_length = capacity;
+      a.max_kv_length = decode_length_bound;
       a.out = ptr<bf16>(attn_out);
       a.out_seq_stride = config.n_query_heads * config.head_dim;
       a.batch = batch;
@@ -565,9 +585,13 @@ void CudaEngine::set_next_tokens(const std::vector<int32_t>& tokens,
 
 void CudaEngine::decode_step(bool use_graph) {
   Impl& m = *impl_;
-  for (int32_t length : m.host_length)
+  int longest = 0;
+  for (int32_t length : m.host_length) {
     if (length + 1 > m.capacity)
       throw CapacityError("decode step would exceed the cache capacity " + std::to_string(m.capacity));
+    longest = std::max(longest, length + 1);
+  }
+  m.fit_decode_length_bound(longest);
   if (m.sparse) {  // Quest's page budget is fixed in a captured step: re-capture when it moves
     const int key = m.sparse->prepare_step(m.host_length[0] + 1);
     if (key != m.sparse_capture_key) m.drop_graph();

@@ -80,6 +80,29 @@ TEST(CudaEngine, RandomModelMatchesCpu) {
   compare_engines(*weights, prompt, {5, 17, 999, 0}, /*chunk=*/64, 0.05);
 }
 
+// The decode step's split layout is sized by a bound on the lengths, not the capacity; the graph
+// captured with a bound (20-token prompt: 320) must be re-captured when the cache outgrows it
+// (step 300 of 320) and the logits stay the CPU engine's throughout.
+TEST(CudaEngine, DecodeGraphIsRecapturedWhenTheLengthsOutgrowItsBound) {
+  KVB_REQUIRE_GPU();
+  ModelConfig config;
+  config.name = "random-test-long-decode";
+  config.n_layers = 2;
+  config.d_model = 128;
+  config.n_query_heads = 4;
+  config.n_kv_heads = 2;
+  config.head_dim = 64;
+  config.ffn_dim = 256;
+  config.vocab_size = 500;
+  config.max_context = 4096;
+  auto weights = random_weights(config, 11);
+  std::vector<int32_t> prompt(20), continuation(320);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 31 + 7) % 500);
+  for (size_t i = 0; i < continuation.size(); ++i)
+    continuation[i] = static_cast<int32_t>((i * 17 + 3) % 500);
+  compare_engines(*weights, prompt, continuation, /*chunk=*/64, 0.05);
+}
+
 // head_dim 128: on an H200 the prefill runs the wgmma kernel (TMA reads from the engine's qkv rows
 // and KV cache), over three chunks so that two of them attend after a prefix.
 TEST(CudaEngine, RandomModelWithWgmmaPrefillMatchesCpu) {
