@@ -16,9 +16,11 @@
 namespace kvb::cuda {
 
 // Which prefill kernel runs: kAuto takes the Hopper wgmma kernel where it applies (compute
-// capability 9.0, head_dim 128, built with sm_90a) and the mma.sync kernel otherwise; the others
-// force one (tests, A/B benchmarks). Forcing kWgmma where it does not apply throws.
-enum class PrefillKernel { kAuto, kMmaSync, kWgmma };
+// capability 9.0, head_dim 128, built with sm_90a) and the mma.sync kernel otherwise, except for a
+// few queries after a long prefix with a workspace given (DropKV's window forward), which run as
+// split-KV decode queries (kSplitKv); the others force one (tests, A/B benchmarks). Forcing kWgmma
+// where it does not apply, or kSplitKv without a workspace, throws.
+enum class PrefillKernel { kAuto, kMmaSync, kWgmma, kSplitKv };
 
 struct PrefillAttentionArgs {
   const __nv_bfloat16* q = nullptr;  // [n, q_row_stride] with head a at column a*head_dim
@@ -36,8 +38,11 @@ struct PrefillAttentionArgs {
   int head_dim = 0;                  // 64 or 128
   float scale = 0;                   // 1/sqrt(head_dim)
   PrefillKernel kernel = PrefillKernel::kAuto;
+  void* workspace = nullptr;  // prefill_split_kv_workspace_bytes(...), or nullptr
 };
 void flash_attention_prefill(const PrefillAttentionArgs& args, cudaStream_t stream);
+// Workspace of the split-KV path (kSplitKv) for these queries over query_offset + n_queries keys.
+size_t prefill_split_kv_workspace_bytes(const PrefillAttentionArgs& args);
 // True when the wgmma prefill kernel is built and runs on the current device for this head_dim.
 bool wgmma_prefill_available(int head_dim);
 
@@ -82,10 +87,14 @@ struct DecodeAttentionArgs {
   int head_dim = 0;                    // 64 or 128
   float scale = 0;
   float* workspace = nullptr;          // decode_attention_workspace_floats(...) floats
+  float* lse = nullptr;                // optional row log-sum-exp (natural log), [Hq, B]
   int chunk_size = 0;                  // 0 = choose automatically
   DecodeAppend append;                 // dense mode only
 };
 size_t decode_attention_workspace_floats(int batch, int n_query_heads, int head_dim, int max_kv_length);
+// The workspace of exactly this call's split layout (on the current device): what a one-off call
+// needs, where decode_attention_workspace_floats bounds every layout up to max_kv_length.
+size_t decode_attention_layout_workspace_floats(const DecodeAttentionArgs& args);
 // Throws std::invalid_argument, naming `kernel`, unless args.append is absent or usable: dense mode
 // (no index lists), the RoPE frequencies, the writable caches and the same lengths as args.
 void check_decode_append(const DecodeAttentionArgs& args, const char* kernel);

@@ -345,10 +345,11 @@ __global__ void decode_merge_kernel(DecodeAttentionArgs args, int n_chunks, int 
   const float* partial =
       args.workspace + (int64_t(b) * args.n_query_heads + head) * n_chunks * (D + 2);
   __nv_bfloat16* out = args.out + b * args.out_seq_stride + head * D;
+  float* lse = args.lse ? args.lse + int64_t(head) * args.batch + b : nullptr;
   if (args.append.positions != nullptr) {
     // Every chunk wrote a partial (empty ones: max -inf), so the merge needs no length, and the
     // group's first head's block can advance it with no other reader left in this step.
-    merge_split_partials<D>(partial, n_chunks, n_chunks, out);
+    merge_split_partials<D>(partial, n_chunks, n_chunks, out, lse);
     if (head % group == 0 && threadIdx.x == 0)
       args.append.kv_length[b * args.n_kv_heads + head / group] += 1;
     return;
@@ -356,7 +357,7 @@ __global__ void decode_merge_kernel(DecodeAttentionArgs args, int n_chunks, int 
   int count = args.indices ? args.index_count[b * args.n_query_heads + head]
                            : args.kv_length[b * args.n_kv_heads + head / group];
   const int used = min(n_chunks, (count + chunk_size - 1) / chunk_size);
-  merge_split_partials<D>(partial, n_chunks, used, out);
+  merge_split_partials<D>(partial, n_chunks, used, out, lse);
 }
 
 // Chunks give every SM `resident` blocks (dense: as many as fit at once, so never a second wave —
@@ -404,22 +405,39 @@ void launch_indexed(const DecodeAttentionArgs& args, int chunk, int n_chunks, cu
                     chunk, n_chunks);
 }
 
+// How one call cuts the keys: `chunk` keys per split, n_chunks splits.
+struct DecodeLayout {
+  bool many_waves = false;
+  int chunk = 0;
+  int n_chunks = 0;
+};
+
+template <int D>
+DecodeLayout decode_layout(const DecodeAttentionArgs& args) {
+  static thread_local int sm_count = device_info().sm_count;
+  const bool indexed = args.indices != nullptr;
+  const int heads_axis = indexed ? args.n_query_heads : args.n_kv_heads;
+  DecodeLayout layout;
+  layout.many_waves =
+      !indexed && heads_axis * args.batch > dense_blocks_per_sm<D, kWaveStages>() * sm_count;
+  const int resident = indexed             ? kIndexedBlocksPerSm
+                       : layout.many_waves ? dense_blocks_per_sm<D, kManyWavesStages>()
+                                           : dense_blocks_per_sm<D, kWaveStages>();
+  layout.chunk = choose_chunk(args, heads_axis * args.batch, sm_count, indexed ? 256 : kTileKeys,
+                              !indexed, resident);
+  layout.n_chunks = std::max(1, (args.max_kv_length + layout.chunk - 1) / layout.chunk);
+  return layout;
+}
+
 template <int D>
 void launch_decode(const DecodeAttentionArgs& args, cudaStream_t stream) {
-  static thread_local int sm_count = device_info().sm_count;
   const bool indexed = args.indices != nullptr;
   const int group = args.n_query_heads / args.n_kv_heads;
   if (!indexed && group > 16) throw std::invalid_argument("decode_attention: GQA group > 16 unsupported");
   check_decode_append(args, "decode_attention");
-  const int heads_axis = indexed ? args.n_query_heads : args.n_kv_heads;
-  const bool many_waves =
-      !indexed && heads_axis * args.batch > dense_blocks_per_sm<D, kWaveStages>() * sm_count;
-  const int resident = indexed      ? kIndexedBlocksPerSm
-                       : many_waves ? dense_blocks_per_sm<D, kManyWavesStages>()
-                                    : dense_blocks_per_sm<D, kWaveStages>();
-  const int chunk = choose_chunk(args, heads_axis * args.batch, sm_count, indexed ? 256 : kTileKeys,
-                                 !indexed, resident);
-  const int n_chunks = std::max(1, (args.max_kv_length + chunk - 1) / chunk);
+  const DecodeLayout layout = decode_layout<D>(args);
+  const bool many_waves = layout.many_waves;
+  const int chunk = layout.chunk, n_chunks = layout.n_chunks;
   if (indexed) {
     launch_indexed<D, 1>(args, chunk, n_chunks, stream);
   } else {
@@ -440,6 +458,22 @@ size_t decode_attention_workspace_floats(int batch, int n_query_heads, int head_
   // Upper bound: chunks of at least 64 keys.
   const int max_chunks = std::max(1, (max_kv_length + 63) / 64);
   return size_t(batch) * n_query_heads * max_chunks * (head_dim + 2);
+}
+
+size_t decode_attention_layout_workspace_floats(const DecodeAttentionArgs& args) {
+  int n_chunks = 1;
+  switch (args.head_dim) {
+    case 64:
+      n_chunks = decode_layout<64>(args).n_chunks;
+      break;
+    case 128:
+      n_chunks = decode_layout<128>(args).n_chunks;
+      break;
+    default:
+      throw std::invalid_argument("decode_attention: head_dim " + std::to_string(args.head_dim) +
+                                  " unsupported (64 or 128)");
+  }
+  return size_t(args.batch) * args.n_query_heads * n_chunks * (args.head_dim + 2);
 }
 
 void check_decode_append(const DecodeAttentionArgs& args, const char* kernel) {

@@ -70,10 +70,11 @@ __device__ __forceinline__ void store_split_partials(float (&o)[D / 8][4],
 // resident (launch.cuh) while they finish. The first round's loads cover [0, min(stored, kRound))
 // whatever `used` is: `used` may come from a load of its own (a length, a stop word), and its
 // round trip then overlaps theirs; splits in [used, stored) hold stale partials (any bits) and are
-// masked after the loads. Sums run in split order, as a sequential merge.
+// masked after the loads. Sums run in split order, as a sequential merge. `lse`, when given,
+// receives the row's log-sum-exp in natural-log units (max ln 2 + ln sum), as the prefill kernels.
 template <int D>
 __device__ __forceinline__ void merge_split_partials(const float* partial, int stored, int used,
-                                                     __nv_bfloat16* out) {
+                                                     __nv_bfloat16* out, float* lse = nullptr) {
   constexpr int kRound = 64;
   const int dim = threadIdx.x, lane = threadIdx.x % 32;
   float best = -INFINITY, sum = 0.f, value = 0.f;
@@ -121,6 +122,8 @@ __device__ __forceinline__ void merge_split_partials(const float* partial, int s
     best = new_best;
   }
   out[dim] = __float2bfloat16(sum > 0.f ? value / sum : 0.f);
+  if (lse != nullptr && dim == 0)
+    *lse = sum > 0.f ? best * 0.6931471805599453f + logf(sum) : -INFINITY;
 }
 
 }  // namespace kvb::cuda

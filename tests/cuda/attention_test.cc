@@ -73,6 +73,11 @@ void expect_prefill_matches_cpu(const PrefillShape& s, cuda::PrefillKernel kerne
   gpu.head_dim = s.head_dim;
   gpu.scale = 1.0f / std::sqrt(float(s.head_dim));
   gpu.kernel = kernel;
+  cuda::DeviceBuffer workspace;
+  if (kernel == cuda::PrefillKernel::kSplitKv) {
+    workspace = cuda::DeviceBuffer(cuda::prefill_split_kv_workspace_bytes(gpu));
+    gpu.workspace = workspace.data();
+  }
   cuda::flash_attention_prefill(gpu, nullptr);
   cuda::check(cudaDeviceSynchronize(), "sync");
   auto got = test::from_device_bf16(d_out, expected.size());
@@ -113,6 +118,32 @@ INSTANTIATE_TEST_SUITE_P(Shapes, WgmmaPrefillTest,
                                            PrefillShape{128, 32, 8, 65, 100}, PrefillShape{128, 4, 1, 300, 1},
                                            PrefillShape{128, 9, 3, 383, 517}, PrefillShape{128, 8, 2, 640, 1400},
                                            PrefillShape{128, 4, 1, 1, 700}));
+
+// The split-KV path (each query a decode query of its own causal length): DropKV's window shape
+// (8 queries after a long prefix, Llama GQA), one query, 16 queries on head_dim 64 with groups of
+// 3, a prefix shorter than a split.
+class SplitKvPrefillTest : public ::testing::TestWithParam<PrefillShape> {};
+
+TEST_P(SplitKvPrefillTest, MatchesCpuReference) {
+  KVB_REQUIRE_GPU();
+  expect_prefill_matches_cpu(GetParam(), cuda::PrefillKernel::kSplitKv);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, SplitKvPrefillTest,
+                         ::testing::Values(PrefillShape{128, 32, 8, 8, 5000},
+                                           PrefillShape{128, 8, 2, 1, 3000},
+                                           PrefillShape{64, 9, 3, 16, 2100},
+                                           PrefillShape{128, 4, 4, 3, 70}));
+
+// Refused before any CUDA call (runs without a GPU too).
+TEST(FlashPrefill, SplitKvNeedsAWorkspace) {
+  cuda::PrefillAttentionArgs a;
+  a.n_queries = 8;
+  a.head_dim = 128;
+  a.n_query_heads = a.n_kv_heads = 1;
+  a.kernel = cuda::PrefillKernel::kSplitKv;
+  EXPECT_THROW(cuda::flash_attention_prefill(a, nullptr), std::invalid_argument);
+}
 
 // Both kernels move rows in 16-byte pieces: a query stride off that grid is refused before any
 // launch (a misaligned-address fault would poison the context), and the GPU stays usable.
