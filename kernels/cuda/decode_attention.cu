@@ -335,7 +335,9 @@ __global__ void __launch_bounds__(kThreads)
       });
 }
 
-template <int D>
+// kWriteLse: also the row log-sum-exp (the split-KV prefill path); a separate instantiation, so the
+// decode step's merge keeps its registers (128; with the LSE code 142).
+template <int D, bool kWriteLse>
 __global__ void decode_merge_kernel(DecodeAttentionArgs args, int n_chunks, int chunk_size) {
   wait_for_predecessor();
   allow_successor_launch();
@@ -345,7 +347,7 @@ __global__ void decode_merge_kernel(DecodeAttentionArgs args, int n_chunks, int 
   const float* partial =
       args.workspace + (int64_t(b) * args.n_query_heads + head) * n_chunks * (D + 2);
   __nv_bfloat16* out = args.out + b * args.out_seq_stride + head * D;
-  float* lse = args.lse ? args.lse + int64_t(head) * args.batch + b : nullptr;
+  float* lse = kWriteLse ? args.lse + int64_t(head) * args.batch + b : nullptr;
   if (args.append.positions != nullptr) {
     // Every chunk wrote a partial (empty ones: max -inf), so the merge needs no length, and the
     // group's first head's block can advance it with no other reader left in this step.
@@ -447,8 +449,9 @@ void launch_decode(const DecodeAttentionArgs& args, cudaStream_t stream) {
         dim3(n_chunks, args.n_kv_heads, args.batch), kThreads, dense_shared_bytes<D>(stages),
         stream, "decode_mma_kernel", args, chunk, n_chunks, early_tile_enabled());
   }
-  launch_overlapped(decode_merge_kernel<D>, dim3(args.n_query_heads, args.batch), D, 0, stream,
-                    "decode_merge_kernel", args, n_chunks, chunk);
+  launch_overlapped(args.lse ? decode_merge_kernel<D, true> : decode_merge_kernel<D, false>,
+                    dim3(args.n_query_heads, args.batch), D, 0, stream, "decode_merge_kernel", args,
+                    n_chunks, chunk);
 }
 
 }  // namespace
