@@ -63,21 +63,11 @@ void compare_engines(const ModelWeights& weights, const std::vector<int32_t>& pr
 
 TEST(CudaEngine, RandomModelMatchesCpu) {
   KVB_REQUIRE_GPU();
-  ModelConfig config;
-  config.name = "random-test";
-  config.n_layers = 3;
-  config.d_model = 256;
-  config.n_query_heads = 4;
-  config.n_kv_heads = 2;
-  config.head_dim = 64;
-  config.ffn_dim = 512;
-  config.vocab_size = 1000;
-  config.max_context = 4096;
+  ModelConfig config = test::small_random_model("random-test", 3, 256, 64, 512, 1000);
   config.qkv_bias = true;
   auto weights = random_weights(config, 42);
-  std::vector<int32_t> prompt(150);
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 37 + 11) % 1000);
-  compare_engines(*weights, prompt, {5, 17, 999, 0}, /*chunk=*/64, 0.05);
+  compare_engines(*weights, test::strided_token_ids(150, 37, 11, 1000), {5, 17, 999, 0},
+                  /*chunk=*/64, 0.05);
 }
 
 // The decode step's split layout is sized by a bound on the lengths, not the capacity; the graph
@@ -85,42 +75,21 @@ TEST(CudaEngine, RandomModelMatchesCpu) {
 // (step 300 of 320) and the logits stay the CPU engine's throughout.
 TEST(CudaEngine, DecodeGraphIsRecapturedWhenTheLengthsOutgrowItsBound) {
   KVB_REQUIRE_GPU();
-  ModelConfig config;
-  config.name = "random-test-long-decode";
-  config.n_layers = 2;
-  config.d_model = 128;
-  config.n_query_heads = 4;
-  config.n_kv_heads = 2;
-  config.head_dim = 64;
-  config.ffn_dim = 256;
-  config.vocab_size = 500;
-  config.max_context = 4096;
-  auto weights = random_weights(config, 11);
-  std::vector<int32_t> prompt(20), continuation(320);
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 31 + 7) % 500);
-  for (size_t i = 0; i < continuation.size(); ++i)
-    continuation[i] = static_cast<int32_t>((i * 17 + 3) % 500);
-  compare_engines(*weights, prompt, continuation, /*chunk=*/64, 0.05);
+  auto weights =
+      random_weights(test::small_random_model("random-test-long-decode", 2, 128, 64, 256, 500), 11);
+  compare_engines(*weights, test::strided_token_ids(20, 31, 7, 500),
+                  test::strided_token_ids(320, 17, 3, 500),
+                  /*chunk=*/64, 0.05);
 }
 
 // head_dim 128: on an H200 the prefill runs the wgmma kernel (TMA reads from the engine's qkv rows
 // and KV cache), over three chunks so that two of them attend after a prefix.
 TEST(CudaEngine, RandomModelWithWgmmaPrefillMatchesCpu) {
   KVB_REQUIRE_GPU();
-  ModelConfig config;
-  config.name = "random-test-d128";
-  config.n_layers = 2;
-  config.d_model = 512;
-  config.n_query_heads = 4;
-  config.n_kv_heads = 2;
-  config.head_dim = 128;
-  config.ffn_dim = 1024;
-  config.vocab_size = 1000;
-  config.max_context = 4096;
-  auto weights = random_weights(config, 7);
-  std::vector<int32_t> prompt(333);
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 53 + 5) % 1000);
-  compare_engines(*weights, prompt, {3, 501}, /*chunk=*/128, 0.05);
+  auto weights =
+      random_weights(test::small_random_model("random-test-d128", 2, 512, 128, 1024, 1000), 7);
+  compare_engines(*weights, test::strided_token_ids(333, 53, 5, 1000), {3, 501}, /*chunk=*/128,
+                  0.05);
 }
 
 TEST(CudaEngine, SmolLm2MatchesCpu) {

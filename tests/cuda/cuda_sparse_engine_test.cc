@@ -26,24 +26,12 @@ constexpr int kPromptLength = 300;
 constexpr int kSteps = 6;
 
 ModelConfig small_config() {
-  ModelConfig config;
-  config.name = "random-sparse-test";
-  config.n_layers = 3;
-  config.d_model = 256;
+  ModelConfig config = test::small_random_model("random-sparse-test", 3, 256, 64, 512, 1000);
   config.n_query_heads = 8;
-  config.n_kv_heads = 2;
-  config.head_dim = 64;
-  config.ffn_dim = 512;
-  config.vocab_size = 1000;
-  config.max_context = 4096;
   return config;
 }
 
-std::vector<int32_t> prompt_ids() {
-  std::vector<int32_t> ids(kPromptLength);
-  for (int i = 0; i < kPromptLength; ++i) ids[i] = (i * 37 + 11) % 1000;
-  return ids;
-}
+std::vector<int32_t> prompt_ids() { return test::strided_token_ids(kPromptLength, 37, 11, 1000); }
 
 int argmax(const std::vector<float>& x) {
   return static_cast<int>(std::max_element(x.begin(), x.end()) - x.begin());

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "engine/model_config.h"
 #include "kernels/cuda/cuda_utils.h"
 
 #define KVB_REQUIRE_GPU()                                                       \
@@ -19,6 +20,31 @@
 namespace kvb::test {
 
 inline float round_bf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
+
+// A small model shape for random weights (engine/presets.h random_weights): 4 query heads on 2 KV
+// heads, what the GPU engine tests set against the CPU engine.
+inline ModelConfig small_random_model(const char* name, int n_layers, int d_model, int head_dim,
+                                      int ffn_dim, int vocab_size) {
+  ModelConfig config;
+  config.name = name;
+  config.n_layers = n_layers;
+  config.d_model = d_model;
+  config.n_query_heads = 4;
+  config.n_kv_heads = 2;
+  config.head_dim = head_dim;
+  config.ffn_dim = ffn_dim;
+  config.vocab_size = vocab_size;
+  config.max_context = 4096;
+  return config;
+}
+
+// Token ids (i * stride + offset) % vocab_size, i < count: a deterministic prompt.
+inline std::vector<int32_t> strided_token_ids(int count, int stride, int offset, int vocab_size) {
+  std::vector<int32_t> ids(count);
+  for (int i = 0; i < count; ++i)
+    ids[i] = static_cast<int32_t>((int64_t(i) * stride + offset) % vocab_size);
+  return ids;
+}
 
 // Random values already representable in bf16, so CPU and GPU see identical inputs.
 inline std::vector<float> random_bf16_values(size_t n, uint32_t seed, float scale = 1.0f) {

@@ -590,19 +590,9 @@ TEST(EarlyExitDecodeTest, RejectsUnsupportedOptions) {
 // running the same "full+art" plan (a random model's attention is diffuse, so neither stops).
 TEST(EarlyExitDecodeTest, CudaEngineDecodeStepUsesTheWalk) {
   KVB_REQUIRE_GPU();
-  ModelConfig config;
-  config.name = "random-art";
-  config.n_layers = 2;
-  config.d_model = 256;
-  config.n_query_heads = 4;
-  config.n_kv_heads = 2;
-  config.head_dim = 64;
-  config.ffn_dim = 512;
-  config.vocab_size = 1000;
-  config.max_context = 4096;
+  const ModelConfig config = test::small_random_model("random-art", 2, 256, 64, 512, 1000);
   auto weights = random_weights(config, 7);
-  std::vector<int32_t> prompt(700);
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 53 + 5) % 1000);
+  const std::vector<int32_t> prompt = test::strided_token_ids(700, 53, 5, 1000);
   const std::vector<int32_t> continuation = {3, 500, 77};
 
   auto run = [&](const std::optional<EarlyExitParams>& art) {
