@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_utils.h"
@@ -456,6 +457,19 @@ void launch_decode(const DecodeAttentionArgs& args, cudaStream_t stream) {
                     n_chunks, chunk);
 }
 
+// fn(std::integral_constant<int, D>) for the head_dim D this file is built for (64, 128).
+template <typename Fn>
+auto with_head_dim(int head_dim, Fn&& fn) {
+  switch (head_dim) {
+    case 64:
+      return fn(std::integral_constant<int, 64>{});
+    case 128:
+      return fn(std::integral_constant<int, 128>{});
+  }
+  throw std::invalid_argument("decode_attention: head_dim " + std::to_string(head_dim) +
+                              " unsupported (64 or 128)");
+}
+
 }  // namespace
 
 size_t decode_attention_workspace_floats(int batch, int n_query_heads, int head_dim,
@@ -466,18 +480,8 @@ size_t decode_attention_workspace_floats(int batch, int n_query_heads, int head_
 }
 
 size_t decode_attention_layout_workspace_floats(const DecodeAttentionArgs& args) {
-  int n_chunks = 1;
-  switch (args.head_dim) {
-    case 64:
-      n_chunks = decode_layout<64>(args).n_chunks;
-      break;
-    case 128:
-      n_chunks = decode_layout<128>(args).n_chunks;
-      break;
-    default:
-      throw std::invalid_argument("decode_attention: head_dim " + std::to_string(args.head_dim) +
-                                  " unsupported (64 or 128)");
-  }
+  const int n_chunks = with_head_dim(
+      args.head_dim, [&](auto dim) { return decode_layout<decltype(dim)::value>(args).n_chunks; });
   return size_t(args.batch) * args.n_query_heads * n_chunks * (args.head_dim + 2);
 }
 
@@ -493,13 +497,8 @@ void check_decode_append(const DecodeAttentionArgs& args, const char* kernel) {
 
 void decode_attention(const DecodeAttentionArgs& args, cudaStream_t stream) {
   if (args.batch <= 0) return;
-  switch (args.head_dim) {
-    case 64: launch_decode<64>(args, stream); break;
-    case 128: launch_decode<128>(args, stream); break;
-    default:
-      throw std::invalid_argument("decode_attention: head_dim " + std::to_string(args.head_dim) +
-                                  " unsupported (64 or 128)");
-  }
+  with_head_dim(args.head_dim,
+                [&](auto dim) { launch_decode<decltype(dim)::value>(args, stream); });
 }
 
 }  // namespace kvb::cuda
