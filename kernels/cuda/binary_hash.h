@@ -6,8 +6,9 @@
 // One decode step of one layer:
 //   binary_pack_queries   project the group's queries (p = P q), one scale per slot, sign plane +
 //                         7 magnitude planes (round half to even, as the CPU/PyTorch path);
-//   binary_score_keys     XOR/AND/popcount against every hashed key, max over the group, written
-//                         as 16-bit keys (score + 32768; EAS tokens and sinks 0xFFFF);
+//   binary_score_keys     the planes' score of every hashed key (the CPU's XOR/AND/popcount
+//                         integers, taken as an int8 tensor-core product), max over the group,
+//                         written as 16-bit keys (score + 32768; EAS tokens and sinks 0xFFFF);
 //   topk_select           (kernels/cuda/topk_select.h) the k best per slot, ties to the lower
 //                         index, then the decode tokens L..T-1 as a forced tail, in the index-list
 //                         format of decode_attention with the group's query heads sharing a list;

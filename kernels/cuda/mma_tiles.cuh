@@ -1,7 +1,7 @@
 // Device helpers shared by the tensor-core attention kernels: swizzled shared-memory tiles,
-// cp.async loads, ldmatrix and the bf16 m16n8k16 mma. Fragment layouts (PTX ISA, mma.m16n8k16):
-// lane = 4*g + t; A holds rows g and g+8, columns 2t,2t+1 (+8); B holds rows 2t,2t+1 (+8) of
-// column g; C holds rows g and g+8, columns 2t, 2t+1.
+// cp.async loads, ldmatrix, the bf16 m16n8k16 and int8 m16n8k32 mma. Fragment layouts (PTX ISA,
+// mma.m16n8k16): lane = 4*g + t; A holds rows g and g+8, columns 2t,2t+1 (+8); B holds rows 2t,2t+1
+// (+8) of column g; C holds rows g and g+8, columns 2t, 2t+1.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -68,6 +68,18 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// c += a(16x32, row) * b(32x8, col), int8 inputs (4 per register), int32 accumulators. Layout as
+// above with 4 bytes per register: A holds rows g and g+8, columns 4t..4t+3 (+16); B holds rows
+// 4t..4t+3 (+16) of column g.
+__device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                       uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {

@@ -200,26 +200,25 @@ TEST(BinaryPackQueries, RoundsHalfToEvenWithOneScalePerGroup) {
   EXPECT_EQ(planes[3], uint64_t{1} << 1);                         // bit 2: the 4
 }
 
-TEST(BinaryScoreKeys, ScoresEqualCpuAndForcedTokensMarked) {
-  KVB_REQUIRE_GPU();
-  const int batch = 1, hq = 12, hkv = 3, d = 128, length = 5000, group = hq / hkv;
-  const int slots = batch * hkv;
-  const std::vector<float> keys = test_keys(slots, length, d, 21);
+// Scores of every slot against binary_hash_group_scores; forced: 3 sinks everywhere and tokens
+// 7, 100 and length - 1 of slot 1 through the mask.
+void expect_scores_equal_cpu(int batch, int hq, int hkv, int d, int length, uint32_t seed) {
+  const int slots = batch * hkv, group = hq / hkv;
+  const std::vector<float> keys = test_keys(slots, length, d, seed);
   const std::vector<float> projection = fitted_projections(keys, slots, length, d);
   std::vector<uint64_t> codes(size_t(slots) * length);
   for (int s = 0; s < slots; ++s)
     kernels::binary_hash_keys(projection.data() + int64_t(s) * kBinaryHashBits * d, d,
                               keys.data() + int64_t(s) * length * d, length,
                               codes.data() + int64_t(s) * length);
-  const std::vector<float> q = random_bf16_values(size_t(batch) * hq * d, 22, 2.0f);
+  const std::vector<float> q = random_bf16_values(size_t(batch) * hq * d, seed + 1, 2.0f);
   const std::vector<QuantizedQuery> quantized = cpu_quantized(projection, q, batch, hq, hkv, d);
 
-  // Forced: tokens 7, 100 and 4999 of slot 1 through the mask, plus 3 sinks everywhere.
   const int words = (length + 31) / 32;
-  auto d_forced_list = test::to_device(std::vector<int32_t>{0, 0, 0, 7, 100, 4999, 0, 0, 0});
+  auto d_forced_list = test::to_device(std::vector<int32_t>{7, 100, length - 1});
   cuda::DeviceBuffer d_mask(size_t(slots) * words * 4);
   cuda::check(cudaMemset(d_mask.data(), 0, d_mask.bytes()), "memset");
-  cuda::binary_mark_tokens(d_forced_list.as<int32_t>() + 3, 3, 1, 3, d_mask.as<uint32_t>() + words,
+  cuda::binary_mark_tokens(d_forced_list.as<int32_t>(), 3, 1, 3, d_mask.as<uint32_t>() + words,
                            words, nullptr);
 
   const std::vector<uint64_t> planes = gpu_planes(projection, q, batch, hq, hkv, d);
@@ -250,13 +249,26 @@ TEST(BinaryScoreKeys, ScoresEqualCpuAndForcedTokensMarked) {
                                       codes.data() + int64_t(s) * length, length, expected.data());
     int mismatches = 0;
     for (int j = 0; j < length; ++j) {
-      const bool forced = j < 3 || (s == 1 && (j == 7 || j == 100 || j == 4999));
+      const bool forced = j < 3 || (s == 1 && (j == 7 || j == 100 || j == length - 1));
       const uint16_t want =
           forced ? cuda::kBinaryPcForced : uint16_t(expected[j] + cuda::kBinaryPcScoreOffset);
       mismatches += got[int64_t(s) * length + j] != want;
     }
-    EXPECT_EQ(mismatches, 0) << "slot " << s;
+    EXPECT_EQ(mismatches, 0) << "slot " << s << " of batch " << batch << ", Hq " << hq << ", Hkv "
+                             << hkv << ", d " << d << ", length " << length;
   }
+}
+
+// Groups 1..8 (each a separate instantiation; the tensor-core columns past the group must never
+// win), lengths off the 16-key tiles and the 1,024-key blocks, two sequences.
+TEST(BinaryScoreKeys, ScoresEqualCpuAndForcedTokensMarked) {
+  KVB_REQUIRE_GPU();
+  expect_scores_equal_cpu(1, 12, 3, 128, 5000, 21);
+  expect_scores_equal_cpu(2, 4, 2, 64, 1037, 23);
+  expect_scores_equal_cpu(1, 6, 2, 64, 130, 25);
+  expect_scores_equal_cpu(1, 14, 2, 128, 2100, 27);
+  expect_scores_equal_cpu(1, 16, 2, 64, 1500, 29);
+  expect_scores_equal_cpu(1, 5, 5, 64, 333, 31);
 }
 
 // topk_select against top_k_indices on lists with many ties, for 16-bit keys and f32 scores.
