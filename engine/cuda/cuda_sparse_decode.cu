@@ -339,9 +339,12 @@ void CudaSparseDecode::attend(int layer, cuda::DecodeAttentionArgs a, cudaStream
   a.indices = state.indices.as<int32_t>();
   a.index_offset = state.index_offset.as<int64_t>();
   a.index_count = state.index_count.as<int32_t>();
+  // BinaryPC's lists, and Quest's shared pages, serve the whole GQA group.
+  a.shared_group_lists = s.binarypc() || s.config.shared_pages;
   // A list of ~2K gathered rows per query head: chunks of 64 keys put ~1K blocks in flight, each
   // with two dependent gather rounds, instead of ~300 blocks walking 256 keys (the automatic
-  // choice), which left the step waiting on gather latency.
+  // choice), which left the step waiting on gather latency. Shared lists: one 64-key tile per
+  // block of the group.
   a.chunk_size = kSparseChunk;
   cuda::decode_attention(a, stream);
   // After the attention (the queries stay in place until the output projection), so that the

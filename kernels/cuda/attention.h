@@ -79,6 +79,10 @@ struct DecodeAttentionArgs {
   const int64_t* index_offset = nullptr;  // [B*Hq]
   const int32_t* index_count = nullptr;   // [B*Hq]
   const float* logit_bias = nullptr;      // optional, parallel to indices
+  // Index mode: every query head of a GQA group has the same list (index_offset and index_count
+  // equal within the group, as BinaryPC's and Quest's shared lists). One block then serves the
+  // group and reads each gathered row once, on the tensor cores (not with logit_bias).
+  bool shared_group_lists = false;
   __nv_bfloat16* out = nullptr;        // [B, Hq, head_dim] with out_seq_stride
   int64_t out_seq_stride = 0;
   int batch = 0;

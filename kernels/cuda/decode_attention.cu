@@ -7,7 +7,12 @@
 // far below the memory time. Each of the 4 warps owns 16 keys of every tile with its own online
 // softmax; the warps merge through shared memory.
 // Index mode (decode selectors): block (chunk, query head, sequence) walks that head's index list;
-// D/8 threads share one key (16-byte loads), four keys in flight per thread group.
+// D/8 threads share one key (16-byte loads), four keys in flight per thread group. When the group's
+// heads share one list (shared_group_lists), the dense kernel runs instead with its tiles gathered
+// through the list: each row read once for the group, ~1 tile per block, all in one wave. H200,
+// BinaryPC's 2K-entry lists at Llama-3.1-8B shapes: 28.7 -> 15.9 us per layer in
+// cuda_sparse_decode_bench (against the per-head walk at its automatic chunk); kvbench TPOT at
+// 128K 5.64 / 5.66 -> 5.59 / 5.60 ms against the per-head walk at the engine's 64-key chunks.
 // Both write a partial (max, sum, acc[D]) per chunk that a second kernel merges across chunks.
 #include <cuda_bf16.h>
 
@@ -198,8 +203,10 @@ __global__ void __launch_bounds__(kThreads)
   // at 4K 4.355 / 4.368 ms against 4.326 / 4.330, A/B in one call): more copies in flight beside the
   // predecessor's weight stream.
   const int64_t kv_row0 = args.kv_offset[b * args.n_kv_heads + kv_head];
-  const bool tile0_early =
-      early_tile && begin + kTileKeys <= args.kv_length[b * args.n_kv_heads + kv_head] - 1;
+  // Gathered (shared group lists): the lists are the predecessor's output, so nothing leaves early.
+  const bool gather = args.indices != nullptr;
+  const bool tile0_early = early_tile && !gather &&
+                           begin + kTileKeys <= args.kv_length[b * args.n_kv_heads + kv_head] - 1;
   if (tile0_early) {
     load_tile<D>(s_k, args.k + (kv_row0 + begin) * D, D, kTileKeys, kTileKeys);
     load_tile<D>(s_v, args.v + (kv_row0 + begin) * D, D, kTileKeys, kTileKeys);
@@ -231,17 +238,28 @@ __global__ void __launch_bounds__(kThreads)
   } else {
     load_tile<D>(s_q, args.q + b * args.q_seq_stride + int64_t(head0) * D, D, 16, group);
   }
-  const int count = stored + (appends ? 1 : 0);
+  const int32_t* list =
+      gather ? args.indices + args.index_offset[b * args.n_query_heads + head0] : nullptr;
+  const int count =
+      gather ? args.index_count[b * args.n_query_heads + head0] : stored + (appends ? 1 : 0);
   const int end = min(count, begin + chunk_size);
   const int n_tiles = end > begin ? (end - begin + kTileKeys - 1) / kTileKeys : 0;
   auto load_kv_tile = [&](int tile) {  // into its ring slot; one commit group per tile, even empty
     if (tile < n_tiles) {
       const int first = begin + tile * kTileKeys;
       const int slot = tile % kStages;
-      load_tile<D>(s_k + slot * kTileKeys * D, args.k + (kv_row0 + first) * D, D, kTileKeys,
-                   min(kTileKeys, end - first));
-      load_tile<D>(s_v + slot * kTileKeys * D, args.v + (kv_row0 + first) * D, D, kTileKeys,
-                   min(kTileKeys, end - first));
+      const int valid = min(kTileKeys, end - first);
+      if (gather) {
+        load_gather_tile<D>(s_k + slot * kTileKeys * D, args.k + kv_row0 * D, list + first,
+                            kTileKeys, valid);
+        load_gather_tile<D>(s_v + slot * kTileKeys * D, args.v + kv_row0 * D, list + first,
+                            kTileKeys, valid);
+      } else {
+        load_tile<D>(s_k + slot * kTileKeys * D, args.k + (kv_row0 + first) * D, D, kTileKeys,
+                     valid);
+        load_tile<D>(s_v + slot * kTileKeys * D, args.v + (kv_row0 + first) * D, D, kTileKeys,
+                     valid);
+      }
     }
     cp_async_commit();
   };
@@ -410,6 +428,12 @@ void launch_indexed(const DecodeAttentionArgs& args, int chunk, int n_chunks, cu
                     chunk, n_chunks);
 }
 
+// Index lists walked per query head (the partial kernel); shared group lists without a logit bias
+// go through the tensor-core kernel's gathered tiles instead.
+bool per_head_lists(const DecodeAttentionArgs& args) {
+  return args.indices != nullptr && (!args.shared_group_lists || args.logit_bias != nullptr);
+}
+
 // How one call cuts the keys: `chunk` keys per split, n_chunks splits.
 struct DecodeLayout {
   bool many_waves = false;
@@ -420,7 +444,7 @@ struct DecodeLayout {
 template <int D>
 DecodeLayout decode_layout(const DecodeAttentionArgs& args) {
   static thread_local int sm_count = device_info().sm_count;
-  const bool indexed = args.indices != nullptr;
+  const bool indexed = per_head_lists(args);
   const int heads_axis = indexed ? args.n_query_heads : args.n_kv_heads;
   DecodeLayout layout;
   layout.many_waves =
@@ -436,7 +460,7 @@ DecodeLayout decode_layout(const DecodeAttentionArgs& args) {
 
 template <int D>
 void launch_decode(const DecodeAttentionArgs& args, cudaStream_t stream) {
-  const bool indexed = args.indices != nullptr;
+  const bool indexed = per_head_lists(args);
   const int group = args.n_query_heads / args.n_kv_heads;
   if (!indexed && group > 16) throw std::invalid_argument("decode_attention: GQA group > 16 unsupported");
   check_decode_append(args, "decode_attention");

@@ -113,4 +113,18 @@ __device__ __forceinline__ void load_tile(__nv_bfloat16* smem, const __nv_bfloat
   }
 }
 
+// As load_tile, with row r read from base + rows_of[r] * D (a gathered index list).
+template <int D>
+__device__ __forceinline__ void load_gather_tile(__nv_bfloat16* smem, const __nv_bfloat16* base,
+                                                 const int32_t* rows_of, int rows, int valid_rows) {
+  constexpr int kChunks = D / 8;
+  for (int i = threadIdx.x; i < rows * kChunks; i += blockDim.x) {
+    const int row = i / kChunks;
+    const int chunk = i % kChunks;
+    const bool valid = row < valid_rows;
+    const __nv_bfloat16* src = base + (valid ? int64_t(rows_of[row]) * D + chunk * 8 : 0);
+    cp_async_16(smem + swizzled<D>(row, chunk * 8), src, valid);
+  }
+}
+
 }  // namespace kvb::cuda

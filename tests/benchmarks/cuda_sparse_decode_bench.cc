@@ -279,6 +279,8 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
   bpc_attention.index_offset = layer.index_offset.as<int64_t>();
   bpc_attention.index_count = layer.index_count.as<int32_t>();
   bpc_attention.max_kv_length = k;
+  bpc_attention.shared_group_lists = true;  // one list per KV head, as the engine's
+  bpc_attention.chunk_size = 64;            // as the engine's
   bpc_attention.workspace = layer.sparse_workspace.as<float>();
 
   const int page_budget = cuda::quest_page_budget(length, options.budget, kPage, 3);
@@ -326,6 +328,8 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
     attention.index_count = layer.index_count.as<int32_t>();
     attention.max_kv_length = page_budget * kPage;
     attention.workspace = layer.sparse_workspace.as<float>();
+    attention.shared_group_lists = shared;  // as the engine
+    attention.chunk_size = 64;
     timer->mark(0);
     cuda::quest_page_scores(scores, nullptr);
     timer->mark(1);

@@ -199,10 +199,12 @@ TEST(WgmmaPrefill, AgreesWithMmaSyncAt4096Tokens) {
   EXPECT_EQ(test::max_abs_diff(automatic, wgmma), 0.0);
 }
 
+enum class Lists { kNone, kPerHead, kSharedByGroup };
+
 struct DecodeShape {
   int head_dim, n_query_heads, n_kv_heads;
   std::vector<int> lengths;  // per sequence (every head of a sequence gets length + h)
-  bool indexed;
+  Lists lists;
 };
 
 class DecodeAttentionTest : public ::testing::TestWithParam<DecodeShape> {};
@@ -232,10 +234,16 @@ TEST_P(DecodeAttentionTest, MatchesCpuReference) {
   std::vector<int64_t> index_offset(batch * hq);
   std::vector<int32_t> index_count(batch * hq);
   std::mt19937 rng(5);
-  if (s.indexed) {
+  const bool indexed = s.lists != Lists::kNone, shared = s.lists == Lists::kSharedByGroup;
+  if (indexed) {
     for (int b = 0; b < batch; ++b)
       for (int a = 0; a < hq; ++a) {
         const int n = length[b * hkv + a / group];
+        if (shared && a % group != 0) {  // the group's first head's list
+          index_offset[b * hq + a] = index_offset[b * hq + a - a % group];
+          index_count[b * hq + a] = index_count[b * hq + a - a % group];
+          continue;
+        }
         index_offset[b * hq + a] = indices.size();
         int count = 0;
         for (int i = n - 1; i >= 0; --i)
@@ -258,10 +266,10 @@ TEST_P(DecodeAttentionTest, MatchesCpuReference) {
       cpu.values = v.data() + offset[slot] * d;
       cpu.n_entries = length[slot];
       cpu.head_dim = d;
-      if (s.indexed) {
+      if (indexed) {
         cpu.indices = indices.data() + index_offset[b * hq + a];
         cpu.n_indices = index_count[b * hq + a];
-        cpu.logit_bias = bias.data() + index_offset[b * hq + a];
+        if (!shared) cpu.logit_bias = bias.data() + index_offset[b * hq + a];
       }
       cpu.output = expected.data() + (size_t(b) * hq + a) * d;
       kernels::decode_attention(cpu);
@@ -284,11 +292,14 @@ TEST_P(DecodeAttentionTest, MatchesCpuReference) {
   gpu.kv_offset = d_offset.as<int64_t>();
   gpu.kv_length = d_length.as<int32_t>();
   gpu.max_kv_length = max_length;
-  if (s.indexed) {
+  if (indexed) {
     gpu.indices = d_indices.as<int32_t>();
     gpu.index_offset = d_index_offset.as<int64_t>();
     gpu.index_count = d_index_count.as<int32_t>();
-    gpu.logit_bias = d_bias.as<float>();
+    if (shared)
+      gpu.shared_group_lists = true;
+    else
+      gpu.logit_bias = d_bias.as<float>();
   }
   gpu.out = d_out.as<__nv_bfloat16>();
   gpu.out_seq_stride = int64_t(hq) * d;
@@ -311,18 +322,21 @@ TEST_P(DecodeAttentionTest, MatchesCpuReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, DecodeAttentionTest,
-                         ::testing::Values(DecodeShape{64, 9, 3, {1, 300, 1000}, false},
-                                           DecodeShape{128, 32, 8, {4096}, false},
-                                           DecodeShape{128, 8, 2, {1, 257, 5000}, false},
-                                           DecodeShape{128, 4, 4, {700}, false},
-                                           DecodeShape{128, 32, 8, {0, 130, 20000}, false},
-                                           DecodeShape{64, 9, 3, {1, 300, 1000}, true},
-                                           DecodeShape{128, 32, 8, {2000, 5}, true},
-                                           // 400 rows of short heads: more blocks than are resident
-                                           // at once (the many-waves form of the dense kernel).
-                                           DecodeShape{128, 8, 2, std::vector<int>(200, 150),
-                                                       false}));
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, DecodeAttentionTest,
+    ::testing::Values(DecodeShape{64, 9, 3, {1, 300, 1000}, Lists::kNone},
+                      DecodeShape{128, 32, 8, {4096}, Lists::kNone},
+                      DecodeShape{128, 8, 2, {1, 257, 5000}, Lists::kNone},
+                      DecodeShape{128, 4, 4, {700}, Lists::kNone},
+                      DecodeShape{128, 32, 8, {0, 130, 20000}, Lists::kNone},
+                      DecodeShape{64, 9, 3, {1, 300, 1000}, Lists::kPerHead},
+                      DecodeShape{128, 32, 8, {2000, 5}, Lists::kPerHead},
+                      // The group's heads share each list: gathered tiles of the dense kernel.
+                      DecodeShape{64, 9, 3, {1, 300, 1000}, Lists::kSharedByGroup},
+                      DecodeShape{128, 32, 8, {6000, 5}, Lists::kSharedByGroup},
+                      // 400 rows of short heads: more blocks than are resident at once (the
+                      // many-waves form of the dense kernel).
+                      DecodeShape{128, 8, 2, std::vector<int>(200, 150), Lists::kNone}));
 
 // decode_attention with the step's append (DecodeAppend) against rope_append_kv_decode followed by
 // plain decode_attention, bit for bit over three chained steps: outputs, both caches and lengths.
