@@ -101,21 +101,6 @@ __device__ inline Walker walker_of(const DecodeAttentionArgs& a, int axis, int b
   return w;
 }
 
-// Rows list[0 .. valid_rows-1] of a KV head (base = its first row) into a swizzled tile; the
-// remaining rows are zero-filled.
-template <int D>
-__device__ __forceinline__ void load_gathered_tile(bf16* smem, const bf16* base, const int32_t* list,
-                                                   int valid_rows) {
-  constexpr int kChunks = D / 8;
-  for (int i = threadIdx.x; i < kTile * kChunks; i += blockDim.x) {
-    const int row = i / kChunks;
-    const int chunk = i % kChunks;
-    const bool valid = row < valid_rows;
-    const bf16* src = base + (valid ? int64_t(list[row]) * D + chunk * 8 : 0);
-    cp_async_16(smem + swizzled<D>(row, chunk * 8), src, valid);
-  }
-}
-
 __device__ __forceinline__ uint32_t load_pair(const bf16* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
@@ -194,8 +179,8 @@ __device__ __forceinline__ void walk_split(const EarlyExitDecodeArgs& ea, const 
     bf16* k_dst = s_k + buf * kTile * D;
     bf16* v_dst = s_v + buf * kTile * D;
     if constexpr (kIndexed) {
-      load_gathered_tile<D>(k_dst, args.k + wk.kv_row0 * D, wk.list + begin, count);
-      load_gathered_tile<D>(v_dst, args.v + wk.kv_row0 * D, wk.list + begin, count);
+      load_gather_tile<D>(k_dst, args.k + wk.kv_row0 * D, wk.list + begin, kTile, count);
+      load_gather_tile<D>(v_dst, args.v + wk.kv_row0 * D, wk.list + begin, kTile, count);
       if (wk.bias != nullptr && tid < kTile)
         cp_async_small<4>(s_bias + buf * kTile + tid, wk.bias + begin + (tid < count ? tid : 0),
                           tid < count);

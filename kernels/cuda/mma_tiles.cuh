@@ -98,33 +98,33 @@ __device__ __forceinline__ void to_float8(const int4& packed, float (&out)[8]) {
   }
 }
 
-// Loads `rows` rows of D bf16 (row r from base + r*stride) into swizzled shared memory; rows at
-// or beyond `valid_rows` are zero-filled.
-template <int D>
-__device__ __forceinline__ void load_tile(__nv_bfloat16* smem, const __nv_bfloat16* base,
-                                          int64_t stride, int rows, int valid_rows) {
+// Loads `rows` rows of D bf16 into swizzled shared memory, row r from base + row_offset(r) (in
+// elements); rows at or beyond `valid_rows` are zero-filled (row_offset is not called for them).
+template <int D, class RowOffset>
+__device__ __forceinline__ void load_rows(__nv_bfloat16* smem, const __nv_bfloat16* base, int rows,
+                                          int valid_rows, RowOffset row_offset) {
   constexpr int kChunks = D / 8;
   for (int i = threadIdx.x; i < rows * kChunks; i += blockDim.x) {
     const int row = i / kChunks;
     const int chunk = i % kChunks;
     const bool valid = row < valid_rows;
-    const __nv_bfloat16* src = base + (valid ? row * stride + chunk * 8 : 0);
+    const __nv_bfloat16* src = base + (valid ? row_offset(row) + chunk * 8 : 0);
     cp_async_16(smem + swizzled<D>(row, chunk * 8), src, valid);
   }
 }
 
-// As load_tile, with row r read from base + rows_of[r] * D (a gathered index list).
+// Rows r of base + r * stride.
+template <int D>
+__device__ __forceinline__ void load_tile(__nv_bfloat16* smem, const __nv_bfloat16* base,
+                                          int64_t stride, int rows, int valid_rows) {
+  load_rows<D>(smem, base, rows, valid_rows, [&](int row) { return row * stride; });
+}
+
+// Rows rows_of[r] of base (a gathered index list; row length D).
 template <int D>
 __device__ __forceinline__ void load_gather_tile(__nv_bfloat16* smem, const __nv_bfloat16* base,
                                                  const int32_t* rows_of, int rows, int valid_rows) {
-  constexpr int kChunks = D / 8;
-  for (int i = threadIdx.x; i < rows * kChunks; i += blockDim.x) {
-    const int row = i / kChunks;
-    const int chunk = i % kChunks;
-    const bool valid = row < valid_rows;
-    const __nv_bfloat16* src = base + (valid ? int64_t(rows_of[row]) * D + chunk * 8 : 0);
-    cp_async_16(smem + swizzled<D>(row, chunk * 8), src, valid);
-  }
+  load_rows<D>(smem, base, rows, valid_rows, [&](int row) { return int64_t(rows_of[row]) * D; });
 }
 
 }  // namespace kvb::cuda
