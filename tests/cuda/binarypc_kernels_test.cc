@@ -200,20 +200,14 @@ TEST(BinaryPackQueries, RoundsHalfToEvenWithOneScalePerGroup) {
   EXPECT_EQ(planes[3], uint64_t{1} << 1);                         // bit 2: the 4
 }
 
-// Scores of every slot against binary_hash_group_scores; forced: 3 sinks everywhere and tokens
-// 7, 100 and length - 1 of slot 1 through the mask.
-void expect_scores_equal_cpu(int batch, int hq, int hkv, int d, int length, uint32_t seed) {
+// binary_score_keys over `codes` ([slots, length]) against binary_hash_group_scores of the CPU's
+// quantised queries; forced: 3 sinks everywhere and tokens 7, 100 and length - 1 of slot 1 through
+// the mask.
+void expect_gpu_scores_equal_cpu(const std::vector<uint64_t>& codes,
+                                 const std::vector<QuantizedQuery>& quantized,
+                                 const std::vector<uint64_t>& planes, int batch, int hq, int hkv,
+                                 int length) {
   const int slots = batch * hkv, group = hq / hkv;
-  const std::vector<float> keys = test_keys(slots, length, d, seed);
-  const std::vector<float> projection = fitted_projections(keys, slots, length, d);
-  std::vector<uint64_t> codes(size_t(slots) * length);
-  for (int s = 0; s < slots; ++s)
-    kernels::binary_hash_keys(projection.data() + int64_t(s) * kBinaryHashBits * d, d,
-                              keys.data() + int64_t(s) * length * d, length,
-                              codes.data() + int64_t(s) * length);
-  const std::vector<float> q = random_bf16_values(size_t(batch) * hq * d, seed + 1, 2.0f);
-  const std::vector<QuantizedQuery> quantized = cpu_quantized(projection, q, batch, hq, hkv, d);
-
   const int words = (length + 31) / 32;
   auto d_forced_list = test::to_device(std::vector<int32_t>{7, 100, length - 1});
   cuda::DeviceBuffer d_mask(size_t(slots) * words * 4);
@@ -221,7 +215,6 @@ void expect_scores_equal_cpu(int batch, int hq, int hkv, int d, int length, uint
   cuda::binary_mark_tokens(d_forced_list.as<int32_t>(), 3, 1, 3, d_mask.as<uint32_t>() + words,
                            words, nullptr);
 
-  const std::vector<uint64_t> planes = gpu_planes(projection, q, batch, hq, hkv, d);
   auto d_planes = test::to_device(planes);
   auto d_codes = test::to_device(codes);
   cuda::DeviceBuffer d_keys(size_t(slots) * length * 2);
@@ -255,8 +248,23 @@ void expect_scores_equal_cpu(int batch, int hq, int hkv, int d, int length, uint
       mismatches += got[int64_t(s) * length + j] != want;
     }
     EXPECT_EQ(mismatches, 0) << "slot " << s << " of batch " << batch << ", Hq " << hq << ", Hkv "
-                             << hkv << ", d " << d << ", length " << length;
+                             << hkv << ", length " << length;
   }
+}
+
+// Codes hashed from keys with fitted projections (a few keys exactly zero).
+void expect_scores_equal_cpu(int batch, int hq, int hkv, int d, int length, uint32_t seed) {
+  const int slots = batch * hkv;
+  const std::vector<float> keys = test_keys(slots, length, d, seed);
+  const std::vector<float> projection = fitted_projections(keys, slots, length, d);
+  std::vector<uint64_t> codes(size_t(slots) * length);
+  for (int s = 0; s < slots; ++s)
+    kernels::binary_hash_keys(projection.data() + int64_t(s) * kBinaryHashBits * d, d,
+                              keys.data() + int64_t(s) * length * d, length,
+                              codes.data() + int64_t(s) * length);
+  const std::vector<float> q = random_bf16_values(size_t(batch) * hq * d, seed + 1, 2.0f);
+  expect_gpu_scores_equal_cpu(codes, cpu_quantized(projection, q, batch, hq, hkv, d),
+                              gpu_planes(projection, q, batch, hq, hkv, d), batch, hq, hkv, length);
 }
 
 // Groups 1..8 (each a separate instantiation; the tensor-core columns past the group must never
@@ -269,6 +277,22 @@ TEST(BinaryScoreKeys, ScoresEqualCpuAndForcedTokensMarked) {
   expect_scores_equal_cpu(1, 14, 2, 128, 2100, 27);
   expect_scores_equal_cpu(1, 16, 2, 64, 1500, 29);
   expect_scores_equal_cpu(1, 5, 5, 64, 333, 31);
+}
+
+// Long lists: more 1,024-key batches than resident blocks, so each block walks several batches with
+// the next one's codes in flight (the decode step at 128K and beyond). Random codes and projection
+// rows: the scores' arithmetic does not depend on where they come from.
+TEST(BinaryScoreKeys, BlocksWalkingManyBatchesEqualCpu) {
+  KVB_REQUIRE_GPU();
+  const int batch = 1, hq = 32, hkv = 8, d = 128, length = 200003;
+  std::vector<uint64_t> codes(size_t(batch) * hkv * length);
+  std::mt19937_64 rng(41);
+  for (uint64_t& code : codes) code = rng();
+  const std::vector<float> projection =
+      random_bf16_values(size_t(batch) * hkv * kBinaryHashBits * d, 42, 1.0f);
+  const std::vector<float> q = random_bf16_values(size_t(batch) * hq * d, 43, 2.0f);
+  expect_gpu_scores_equal_cpu(codes, cpu_quantized(projection, q, batch, hq, hkv, d),
+                              gpu_planes(projection, q, batch, hq, hkv, d), batch, hq, hkv, length);
 }
 
 // topk_select against top_k_indices on lists with many ties, for 16-bit keys and f32 scores.
