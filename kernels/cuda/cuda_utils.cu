@@ -32,6 +32,16 @@ bool early_tile_enabled() {
   return enabled;
 }
 
+bool cluster_launch_available() {
+  static const bool available = [] {
+    int device = 0, supported = 0;
+    return cudaGetDevice(&device) == cudaSuccess &&
+           cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, device) == cudaSuccess &&
+           supported != 0;
+  }();
+  return available;
+}
+
 bool device_available() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "kernels/cuda/cuda_utils.h"
 
@@ -64,20 +65,44 @@ bool overlapped_launch_enabled();
 // copy before waiting for the predecessor. Set KVB_CUDA_EARLY_TILE=0 to turn it off (A/B timing).
 bool early_tile_enabled();
 
+// As launch_overlapped, in thread-block clusters of `cluster_x` blocks along x (gridDim.x a
+// multiple of it; sm_90, see cluster_launch_available()).
 template <typename... Params, typename... Args>
-void launch_overlapped(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
-                       cudaStream_t stream, const char* name, Args&&... args) {
+void launch_overlapped_clusters(void (*kernel)(Params...), dim3 grid, dim3 block,
+                                size_t shared_bytes, cudaStream_t stream, const char* name,
+                                int cluster_x, Args&&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attribute[2];
+  unsigned count = 0;
+  if (cluster_x > 1) {
+    attribute[count].id = cudaLaunchAttributeClusterDimension;
+    attribute[count].val.clusterDim.x = unsigned(cluster_x);
+    attribute[count].val.clusterDim.y = 1;
+    attribute[count].val.clusterDim.z = 1;
+    ++count;
+  }
+  if (overlapped_launch_enabled()) {
+    attribute[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[count].val.programmaticStreamSerializationAllowed = 1;
+    ++count;
+  }
   config.attrs = attribute;
-  config.numAttrs = overlapped_launch_enabled() ? 1 : 0;
+  config.numAttrs = count;
   check(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...), name);
 }
+
+template <typename... Params, typename... Args>
+void launch_overlapped(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                       cudaStream_t stream, const char* name, Args&&... args) {
+  launch_overlapped_clusters(kernel, grid, block, shared_bytes, stream, name, 1,
+                             std::forward<Args>(args)...);
+}
+
+// Whether the current device launches thread-block clusters (compute capability 9.0 and up).
+bool cluster_launch_available();
 
 }  // namespace kvb::cuda

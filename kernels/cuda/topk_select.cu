@@ -1,5 +1,7 @@
 // Per-list top-k: radix select of the k-th largest key, then an ordered compaction.
 // Contract and CPU twin: kernels/cuda/topk_select.h.
+#include <cooperative_groups.h>
+
 #include <cub/block/block_scan.cuh>
 
 #include "kernels/cuda/cuda_utils.h"
@@ -9,13 +11,15 @@
 namespace kvb::cuda {
 namespace {
 
+namespace cg = cooperative_groups;
+
 constexpr int kThreads = 1024;
 constexpr int kDigitBits = 11;
 constexpr int kBins = 1 << kDigitBits;
 constexpr int kBinsPerThread = kBins / kThreads;
 constexpr int kPerThread = 8;  // contiguous keys per thread in the compaction
 // Keys per block in the split path: one compaction tile, so that a 128K-key list spreads over 16
-// blocks (a decode step's 8 lists then fill the GPU).
+// blocks (a decode step's 8 lists then fill the GPU); also the cluster path's keys per block.
 constexpr int kChunk = kPerThread * kThreads;
 constexpr int kMaxLevels = 3;
 
@@ -180,38 +184,110 @@ __device__ void histogram(const KeyOf& key, int begin, int end, const RadixState
   }
 }
 
-// One block per list: every pass reads the whole list (short lists, or without a workspace).
+// The cluster's merged histogram in every block's `hist` (C = 1: the block's own). Distributed
+// shared memory: each block sums its bins over the cluster's blocks.
+template <int C>
+__device__ void merge_cluster_histogram(int* hist) {
+  if constexpr (C > 1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every block's histogram is complete
+    int merged[kBinsPerThread];
+#pragma unroll
+    for (int j = 0; j < kBinsPerThread; ++j) {
+      const int bin = threadIdx.x * kBinsPerThread + j;
+      merged[j] = 0;
+      for (int rank = 0; rank < C; ++rank) merged[j] += cluster.map_shared_rank(hist, rank)[bin];
+    }
+    cluster.sync();  // every block has read every histogram before any is overwritten
+#pragma unroll
+    for (int j = 0; j < kBinsPerThread; ++j) hist[threadIdx.x * kBinsPerThread + j] = merged[j];
+#endif
+  }
+  __syncthreads();
+}
+
+// Keys of [begin, end) above / equal to `threshold`, summed over the block into s.sums (zeroed
+// and synchronised here).
 template <class KeyOf>
-__global__ void __launch_bounds__(kThreads) topk_single_kernel(TopkSelectArgs args, KeyOf key) {
+__device__ void count_against(const KeyOf& key, int begin, int end, uint32_t threshold,
+                              SharedScratch& s) {
+  if (threadIdx.x < 2) s.sums[threadIdx.x] = 0;
+  __syncthreads();
+  int greater = 0, equal = 0;
+  for (int i = begin + threadIdx.x; i < end; i += kThreads) {
+    const uint32_t v = key(i);
+    greater += v > threshold;
+    equal += v == threshold;
+  }
+  for (int off = 16; off > 0; off /= 2) {
+    greater += __shfl_xor_sync(0xffffffffu, greater, off);
+    equal += __shfl_xor_sync(0xffffffffu, equal, off);
+  }
+  if (threadIdx.x % 32 == 0) {
+    atomicAdd(&s.sums[0], greater);
+    atomicAdd(&s.sums[1], equal);
+  }
+  __syncthreads();
+}
+
+// One list per cluster of C blocks (grid (C, lists); C = 1: one block per list, no cluster).
+// Block rank r takes the r-th contiguous part of the list; the levels' histograms merge through
+// distributed shared memory, so cluster barriers stand in for the split path's launches; every
+// block narrows the merged histogram itself and compacts its part at the offset the lower ranks'
+// counts give.
+template <class KeyOf, int C>
+__global__ void __launch_bounds__(kThreads) topk_list_kernel(TopkSelectArgs args, KeyOf key) {
   __shared__ SharedScratch s;
   wait_for_predecessor();  // launched with launch_overlapped: nothing read before this
   allow_successor_launch();
-  const int list = blockIdx.x;
+  const int rank = blockIdx.x;  // the cluster spans gridDim.x = C
+  const int list = blockIdx.y;
   key.p += list * args.key_stride;
   const int n = args.length;
   const int k = min(max(args.k, 0), n);
+  const int part = (n + C - 1) / C;
+  const int begin = min(n, rank * part), end = min(n, begin + part);
   int32_t* out = args.indices + list * args.index_stride;
   RadixState state;
   state.remaining = k;
-  if (k > 0 && k < n) {
+  const bool narrowing = k > 0 && k < n;
+  if (narrowing) {
     for (int level = 0; level < levels_for(KeyOf::kBits); ++level) {
       for (int i = threadIdx.x; i < kBins; i += kThreads) s.hist[i] = 0;
       __syncthreads();
-      histogram(key, 0, n, state, level, s.hist);
-      __syncthreads();
+      histogram(key, begin, end, state, level, s.hist);
+      merge_cluster_histogram<C>(s.hist);
       int shift;
       uint32_t digit_mask;
       digit_of_level(KeyOf::kBits, level, shift, digit_mask);
       narrow(s.hist, shift, digit_mask, state, s);
     }
   }
-  if (k > 0) {
-    if (k < n)
-      compact(key, 0, n, state.prefix, state.remaining, k, 0, 0, out, s);
-    else
-      compact(key, 0, n, 0u, n, k, 0, 0, out, s);  // every key passes
+  // Keys above / at the threshold in the lower ranks' parts (every key passes: begin of them).
+  int base_greater = narrowing ? 0 : begin, base_equal = 0;
+  if constexpr (C > 1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cg::cluster_group cluster = cg::this_cluster();
+    if (narrowing) {
+      count_against(key, begin, end, state.prefix, s);
+      cluster.sync();
+      for (int lower = 0; lower < rank; ++lower) {
+        const int* sums = cluster.map_shared_rank(s.sums, lower);
+        base_greater += sums[0];
+        base_equal += sums[1];
+      }
+    }
+    cluster.sync();  // no block leaves while another may still read its shared memory
+#endif
   }
-  finish_list(args, list, k, out);
+  if (k > 0) {
+    if (narrowing)
+      compact(key, begin, end, state.prefix, state.remaining, k, base_greater, base_equal, out, s);
+    else
+      compact(key, begin, end, 0u, n, k, base_greater, 0, out, s);  // every key passes
+  }
+  if (rank == 0) finish_list(args, list, k, out);
 }
 
 // Split path: block (chunk, list). hists: [lists][kMaxLevels][kBins]; states: [lists][3], the
@@ -262,24 +338,8 @@ __global__ void __launch_bounds__(kThreads)
     word[1] = static_cast<int>(state.mask);
     word[2] = state.remaining;
   }
-  if (threadIdx.x < 2) s.sums[threadIdx.x] = 0;
-  __syncthreads();
   const int begin = blockIdx.x * kChunk, end = min(args.length, begin + kChunk);
-  int greater = 0, equal = 0;
-  for (int i = begin + threadIdx.x; i < end; i += kThreads) {
-    const uint32_t v = key(i);
-    greater += v > state.prefix;
-    equal += v == state.prefix;
-  }
-  for (int off = 16; off > 0; off /= 2) {
-    greater += __shfl_xor_sync(0xffffffffu, greater, off);
-    equal += __shfl_xor_sync(0xffffffffu, equal, off);
-  }
-  if (threadIdx.x % 32 == 0) {
-    atomicAdd(&s.sums[0], greater);
-    atomicAdd(&s.sums[1], equal);
-  }
-  __syncthreads();
+  count_against(key, begin, end, state.prefix, s);
   if (threadIdx.x < 2)
     w.counts[(list * gridDim.x + blockIdx.x) * 2 + threadIdx.x] = s.sums[threadIdx.x];
 }
@@ -312,6 +372,12 @@ __global__ void __launch_bounds__(kThreads)
 
 int chunks_for(int length) { return (length + kChunk - 1) / kChunk; }
 
+// Lists of up to this many kChunk-key chunks take the cluster path, longer ones (with a workspace)
+// the split path. H200, 8 lists of BinaryPC keys: 32K keys 18.6 us in one block per list, 16.8 in
+// clusters of 4; at 128K clusters of 8 took 29.2 us against the split path's 19.9, at 512K 51.8
+// against 50.2.
+constexpr int kClusterChunks = 4;
+
 // The histograms (zeroed by every call), the final states, the per-chunk counts.
 size_t zeroed_bytes(int n_lists) { return size_t(n_lists) * kMaxLevels * kBins * sizeof(int); }
 
@@ -323,16 +389,40 @@ SplitWorkspace split_workspace(void* workspace, int n_lists) {
   return w;
 }
 
+template <class KeyOf, int C>
+void launch_list(const TopkSelectArgs& args, KeyOf key, cudaStream_t stream) {
+  launch_overlapped_clusters(topk_list_kernel<KeyOf, C>, dim3(C, args.n_lists), kThreads, 0, stream,
+                             "topk_list_kernel", C, args, key);
+}
+
+// Blocks per list of the cluster path: one per kChunk keys, a power of two up to 8 (the portable
+// cluster size), and all the lists' blocks within half the SMs: a 1,024-thread block fills an SM,
+// and a cluster needs its SMs free in one GPC at once (H200, Quest's 32 lists of 32K pages in
+// clusters of 4: 41.7 us, against 26.1 in one block per list and 25.0 in clusters of 2).
+int cluster_blocks_for(int length, int n_lists) {
+  if (!cluster_launch_available()) return 1;
+  static thread_local const int sm_count = device_info().sm_count;
+  int blocks = 1;
+  while (blocks < 8 && blocks * kChunk < length && n_lists * blocks * 2 <= sm_count / 2)
+    blocks *= 2;
+  return blocks;
+}
+
 template <class KeyOf>
 void launch(const TopkSelectArgs& args, KeyOf key, cudaStream_t stream) {
   const int k = std::min(std::max(args.k, 0), args.length);
   const int chunks = chunks_for(args.length);
-  // Up to 32K keys one block per list is faster than the five split launches (H200: 18.6 vs
-  // 24.4 us for 8 lists of 32K; 28.2 -> 24.7 us at 128K with 8K-key chunks instead of 16K).
-  if (!args.workspace || chunks < 5 || k == 0 || k == args.length) {
-    launch_overlapped(topk_single_kernel<KeyOf>, args.n_lists, kThreads, 0, stream,
-                      "topk_single_kernel", args, key);
-    return;
+  if (!args.workspace || chunks <= kClusterChunks || k == 0 || k == args.length) {
+    switch (cluster_blocks_for(args.length, args.n_lists)) {
+      case 1:
+        return launch_list<KeyOf, 1>(args, key, stream);
+      case 2:
+        return launch_list<KeyOf, 2>(args, key, stream);
+      case 4:
+        return launch_list<KeyOf, 4>(args, key, stream);
+      default:
+        return launch_list<KeyOf, 8>(args, key, stream);
+    }
   }
   TopkSelectArgs a = args;
   a.k = k;

@@ -6,7 +6,9 @@
 // A radix select with 11-bit digits over order-preserving keys (2 passes for 16-bit keys, 3 for
 // f32 scores) finds the k-th largest key and how many of its ties to take, then an ordered
 // compaction (block scans) writes the chosen indices in increasing order. Short lists (or no
-// workspace): one block per list reads it once per pass. Long lists with a workspace: blocks of
+// workspace): a cluster of 1, 2, 4 or 8 blocks per list (one per 8K keys), each reading its part
+// once per pass, the histograms merged through distributed shared memory (one block where the
+// device has no clusters). Long lists with a workspace: blocks of
 // 8K keys per list build each digit's histogram together (global atomics), count their chunk's
 // keys above / at the threshold, then write their part at the offset the earlier chunks' counts
 // give: the same result, with the whole GPU streaming the scores.

@@ -295,11 +295,12 @@ TEST(BinaryScoreKeys, BlocksWalkingManyBatchesEqualCpu) {
                               gpu_planes(projection, q, batch, hq, hkv, d), batch, hq, hkv, length);
 }
 
-// topk_select against top_k_indices on lists with many ties, for 16-bit keys and f32 scores.
+// topk_select against top_k_indices on lists with many ties, for 16-bit keys and f32 scores; with
+// a workspace and without (lengths that give clusters of 1, 2, 4 and 8 blocks, and the split path).
 TEST(TopkSelect, MatchesCpuTopKWithLowerIndexTieBreak) {
   KVB_REQUIRE_GPU();
   std::mt19937 rng(4);
-  for (const int length : {1, 7, 1000, 8192, 70001, 300000}) {
+  for (const int length : {1, 7, 1000, 8192, 12000, 30000, 70001, 300000}) {
     for (const int k : {1, length / 3, length - 1, length}) {
       if (k < 1) continue;
       const int lists = 3, tail = 2;
