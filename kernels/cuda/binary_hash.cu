@@ -359,13 +359,9 @@ void launch_hash(const BinaryHashKeysArgs& args, cudaStream_t stream) {
 
 template <int G>
 void launch_score(const BinaryScoreKeysArgs& args, cudaStream_t stream) {
-  static thread_local const int resident = [] {
-    int per_sm = 0;
-    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, score_keys_kernel<G>,
-                                                        kScoreWarps * 32, 0),
-          "score_keys_kernel occupancy");
-    return std::max(1, per_sm) * device_info().sm_count;
-  }();
+  static thread_local const int resident =
+      resident_blocks_per_sm(score_keys_kernel<G>, kScoreWarps * 32, 0, "score_keys_kernel") *
+      device_info().sm_count;
   const int slots = args.batch * args.n_kv_heads;
   const int batches = (args.length + kScoreKeysPerBlock - 1) / kScoreKeysPerBlock;
   const dim3 grid(std::min(batches, std::max(1, resident / slots)), slots);
