@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <utility>
 
 #include "engine/errors.h"
@@ -23,34 +24,6 @@ size_t find_stop(const std::string& text, const std::vector<std::string>& stops)
   for (const auto& stop : stops)
     if (!stop.empty()) first = std::min(first, text.find(stop));
   return first;
-}
-
-// The captures cut down to what `wanted` asks for: a policy sees exactly its own window even when
-// the snapshot was captured for the widest window of several policies.
-PrefillCapture captures_for(const PrefillCapture& captured, const CaptureRequest& wanted,
-                            int n_query_heads, int head_dim) {
-  PrefillCapture view = captured;
-  const int w = std::min(wanted.window_queries, captured.length);
-  if (w < captured.window) {
-    for (auto& layer : view.query_window) {
-      std::vector<float> trimmed(static_cast<size_t>(n_query_heads) * w * head_dim);
-      for (int a = 0; a < n_query_heads; ++a)
-        std::copy_n(&layer[(static_cast<size_t>(a) * captured.window + captured.window - w) * head_dim],
-                    static_cast<size_t>(w) * head_dim, &trimmed[static_cast<size_t>(a) * w * head_dim]);
-      layer = std::move(trimmed);
-    }
-    view.window = w;
-  }
-  return view;
-}
-
-void check_captures(const PrefillSnapshot& snapshot, const CaptureRequest& wanted,
-                    const std::string& policy) {
-  const int w = std::min(wanted.window_queries, snapshot.length);
-  if (w > snapshot.capture.window ||
-      (wanted.attention_column_sums && snapshot.capture.column_sums.empty()))
-    throw std::logic_error("the prefill snapshot lacks captures that policy '" + policy +
-                           "' needs; prefill with the union of the cells' CaptureRequests");
 }
 
 }  // namespace
@@ -80,11 +53,8 @@ PrefillSnapshot Generator::prefill(const std::vector<TokenId>& ids, const Captur
   return snapshot;
 }
 
-void Generator::compress(PrefillSnapshot& snapshot, CachePlan& plan, int spare_tokens,
-                         GenerationResult& result) const {
-  const int length = snapshot.length;
-  result.compressed_tokens = length;
-  if (!plan.budget) return;
+int budget_tokens_for(const CachePlan& plan, int length) {
+  if (!plan.budget) return 0;
   const int budget = plan.budget->tokens_for(length);
   if (budget <= 0)
     throw InputError("budget " + plan.budget->to_string() + " of a " + std::to_string(length) +
@@ -92,51 +62,88 @@ void Generator::compress(PrefillSnapshot& snapshot, CachePlan& plan, int spare_t
   if (budget > length)
     throw InputError("budget " + plan.budget->to_string() + " is larger than the prompt (" +
                      std::to_string(length) + " tokens); use a budget <= the prompt length");
-  result.budget_tokens = budget;
-  if (!plan.prefill) return;
+  return budget;
+}
+
+KeptIndices select_kept(const CachePlan& plan, const PrefillCapture& captured,
+                        const std::function<PrefillView(const PrefillCapture&,
+                                                        const CaptureRequest&)>& view_of,
+                        const ModelConfig& config, int budget) {
   const CaptureRequest wanted = plan.prefill->capture();
-  check_captures(snapshot, wanted, plan.prefill->name());
-  const ModelConfig& c = engine_.config();
+  check_captures(captured, wanted, plan.prefill->name());
   const PrefillCapture captures =
-      captures_for(snapshot.capture, wanted, c.n_query_heads, c.head_dim);
-  const PrefillView view = make_prefill_view(engine_.weights(), snapshot.store, captures, wanted);
-  const KeptIndices kept = plan.prefill->select(view, budget);
-  if (static_cast<int>(kept.size()) != c.n_layers)
+      captures_for(captured, wanted, config.n_query_heads, config.head_dim);
+  KeptIndices kept = plan.prefill->select(view_of(captures, wanted), budget);
+  if (static_cast<int>(kept.size()) != config.n_layers)
     throw std::logic_error("policy '" + plan.prefill->name() + "' returned kept indices for " +
                            std::to_string(kept.size()) + " layers, expected " +
-                           std::to_string(c.n_layers));
+                           std::to_string(config.n_layers));
+  return kept;
+}
+
+int max_new_tokens_within_context(const ModelConfig& config, int prompt_tokens,
+                                  const GenerationOptions& options) {
+  if (options.max_new_tokens < 1)
+    throw InputError("max new tokens must be >= 1 (got " + std::to_string(options.max_new_tokens) +
+                     ")");
+  // Generation stops when the context is full: the last sampled token needs no position.
+  const int max_context = config.max_context;
+  if (max_context > 0 && prompt_tokens > max_context)
+    throw CapacityError("the prompt has " + std::to_string(prompt_tokens) + " tokens but " +
+                        config.name + " has a context of " + std::to_string(max_context) +
+                        " tokens; shorten the prompt");
+  return max_context > 0 ? std::min(options.max_new_tokens, max_context - prompt_tokens + 1)
+                         : options.max_new_tokens;
+}
+
+void Generator::compress(PrefillSnapshot& snapshot, CachePlan& plan, int spare_tokens,
+                         GenerationResult& result) const {
+  result.compressed_tokens = snapshot.length;
+  result.budget_tokens = budget_tokens_for(plan, snapshot.length);
+  if (!plan.budget || !plan.prefill) return;
+  const ModelConfig& c = engine_.config();
+  const KeptIndices kept = select_kept(
+      plan, snapshot.capture,
+      [&](const PrefillCapture& captures, const CaptureRequest& wanted) {
+        return make_prefill_view(engine_.weights(), snapshot.store, captures, wanted);
+      },
+      c, result.budget_tokens);
   for (int l = 0; l < c.n_layers; ++l) snapshot.store.compact(l, kept[l], spare_tokens);
   // The captures (window queries, column sums) are no longer needed: free them.
   snapshot.capture = PrefillCapture{};
 }
 
-bool Generator::is_stop_token(TokenId id, const GenerationOptions& options) const {
-  if (std::find(options.extra_stop_ids.begin(), options.extra_stop_ids.end(), id) !=
-      options.extra_stop_ids.end())
+bool StopRule::is_stop_token(TokenId id) const {
+  if (std::find(options_.extra_stop_ids.begin(), options_.extra_stop_ids.end(), id) !=
+      options_.extra_stop_ids.end())
     return true;
-  return options.stop_at_end_of_generation && tokenizer_ != nullptr &&
+  return options_.stop_at_end_of_generation && tokenizer_ != nullptr &&
          tokenizer_->is_end_of_generation(id);
+}
+
+bool StopRule::has_stop_string(const std::vector<TokenId>& output_ids) const {
+  if (tokenizer_ == nullptr || options_.stop_strings.empty()) return false;
+  return find_stop(tokenizer_->decode(output_ids, true), options_.stop_strings) !=
+         std::string::npos;
+}
+
+std::string StopRule::final_text(const std::vector<TokenId>& output_ids) const {
+  if (tokenizer_ == nullptr) return "";
+  std::string text = tokenizer_->decode(output_ids, true);
+  const size_t cut = find_stop(text, options_.stop_strings);
+  if (cut != std::string::npos) text.resize(cut);
+  return text;
 }
 
 GenerationResult Generator::continue_generation(PrefillSnapshot snapshot, CachePlan& plan,
                                                 const std::vector<TokenId>& question_ids,
                                                 const GenerationOptions& options) {
-  if (options.max_new_tokens < 1)
-    throw InputError("max new tokens must be >= 1 (got " + std::to_string(options.max_new_tokens) +
-                     ")");
   const auto start = Clock::now();
   GenerationResult result;
   result.prompt_tokens = snapshot.length + static_cast<int>(question_ids.size());
   result.kv_bytes_full = snapshot.store.kv_bytes();
-  // Generation stops when the context is full: the last sampled token needs no position.
-  const int max_context = engine_.config().max_context;
-  if (max_context > 0 && result.prompt_tokens > max_context)
-    throw CapacityError("the prompt has " + std::to_string(result.prompt_tokens) + " tokens but " +
-                        engine_.config().name + " has a context of " +
-                        std::to_string(max_context) + " tokens; shorten the prompt");
   const int max_new_tokens =
-      max_context > 0 ? std::min(options.max_new_tokens, max_context - result.prompt_tokens + 1)
-                      : options.max_new_tokens;
+      max_new_tokens_within_context(engine_.config(), result.prompt_tokens, options);
 
   plan.early_exit_stats = {};
   plan.early_exit_oracle = {};
@@ -165,18 +172,16 @@ GenerationResult Generator::continue_generation(PrefillSnapshot snapshot, CacheP
   int sampled = 1;
   int position = result.prompt_tokens;
   result.stop_reason = "max_new_tokens";
+  const StopRule stops(tokenizer_, options);
   for (int step = 0;; ++step) {
-    if (is_stop_token(token, options)) {
+    if (stops.is_stop_token(token)) {
       result.stop_reason = "eos";
       break;
     }
     result.output_ids.push_back(token);
-    if (tokenizer_ != nullptr && !options.stop_strings.empty()) {
-      const std::string text = tokenizer_->decode(result.output_ids, true);
-      if (find_stop(text, options.stop_strings) != std::string::npos) {
-        result.stop_reason = "stop_string";
-        break;
-      }
+    if (stops.has_stop_string(result.output_ids)) {
+      result.stop_reason = "stop_string";
+      break;
     }
     if (static_cast<int>(result.output_ids.size()) >= max_new_tokens) {
       if (max_new_tokens < options.max_new_tokens) result.stop_reason = "context_full";
@@ -191,11 +196,7 @@ GenerationResult Generator::continue_generation(PrefillSnapshot snapshot, CacheP
   result.output_tokens = sampled;
   result.decode_ms = milliseconds_between(first_token, end);
   result.tpot_ms = sampled > 1 ? result.decode_ms / (sampled - 1) : 0.0;
-  if (tokenizer_ != nullptr) {
-    result.text = tokenizer_->decode(result.output_ids, true);
-    const size_t cut = find_stop(result.text, options.stop_strings);
-    if (cut != std::string::npos) result.text.resize(cut);
-  }
+  result.text = stops.final_text(result.output_ids);
   result.kv_bytes_end = store.kv_bytes();
   result.kv_blocks_visited = plan.early_exit_stats.blocks_visited;
   result.kv_blocks_total = plan.early_exit_stats.blocks_total;
@@ -210,12 +211,8 @@ GenerationResult Generator::generate(const std::vector<TokenId>& prompt_ids, Cac
   CaptureRequest request;
   if (plan.prefill) request = plan.prefill->capture();
   // Check the context before the (possibly long) prefill.
-  const int max_context = engine_.config().max_context;
-  const int prompt = static_cast<int>(prompt_ids.size() + question_ids.size());
-  if (max_context > 0 && prompt > max_context)
-    throw CapacityError("the prompt has " + std::to_string(prompt) + " tokens but " +
-                        engine_.config().name + " has a context of " +
-                        std::to_string(max_context) + " tokens; shorten the prompt");
+  max_new_tokens_within_context(engine_.config(),
+                                static_cast<int>(prompt_ids.size() + question_ids.size()), options);
   return continue_generation(prefill(prompt_ids, request), plan, question_ids, options);
 }
 

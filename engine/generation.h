@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,7 +46,8 @@ struct GenerationResult {
   int64_t kv_bytes_full = 0;        // KV bytes the uncompressed prompt held
   int64_t kv_bytes = 0;             // KV bytes held after compression (before decoding)
   int64_t kv_bytes_end = 0;         // KV bytes held at the end
-  int64_t peak_rss_bytes = 0;
+  int64_t peak_rss_bytes = 0;     // host RSS on the CPU, device bytes on a GPU (peak)
+  int decode_batch = 1;             // sequences decoded together with this one
   // ART (kind E): KV blocks the decode attention walked / could have walked, summed over decode
   // steps, layers and KV groups (skipped fraction = 1 - visited / total); 0 without early exit.
   int64_t kv_blocks_visited = 0;
@@ -62,6 +64,39 @@ struct PrefillSnapshot {
   std::vector<float> last_logits;
   int length = 0;
   double prefill_ms = 0;
+};
+
+// The plan's budget in tokens for a prompt of `length` (0 without a budget). InputError when it
+// rounds to 0 tokens or passes the prompt.
+int budget_tokens_for(const CachePlan& plan, int length);
+
+// The kept indices the plan's prefill policy chooses at `budget`, from the view `view_of` builds
+// for the policy's own captures (cut from `captured`). Checked: one list per layer.
+KeptIndices select_kept(const CachePlan& plan, const PrefillCapture& captured,
+                        const std::function<PrefillView(const PrefillCapture&,
+                                                        const CaptureRequest&)>& view_of,
+                        const ModelConfig& config, int budget);
+
+// The options' max new tokens, cut where the context ends. InputError for < 1, CapacityError for
+// a prompt longer than the context.
+int max_new_tokens_within_context(const ModelConfig& config, int prompt_tokens,
+                                  const GenerationOptions& options);
+
+// When greedy generation stops and the text it returns (Generator and generate_cells share it).
+class StopRule {
+ public:
+  // `tokenizer` may be null: then only max_new_tokens and extra_stop_ids stop, and the text is "".
+  StopRule(const Tokenizer* tokenizer, const GenerationOptions& options)
+      : tokenizer_(tokenizer), options_(options) {}
+  bool is_stop_token(TokenId id) const;
+  // Whether the text of the tokens generated so far contains a stop string.
+  bool has_stop_string(const std::vector<TokenId>& output_ids) const;
+  // The decoded text, cut before the first stop string.
+  std::string final_text(const std::vector<TokenId>& output_ids) const;
+
+ private:
+  const Tokenizer* tokenizer_;
+  const GenerationOptions& options_;
 };
 
 class Generator {
@@ -87,7 +122,6 @@ class Generator {
  private:
   void compress(PrefillSnapshot& snapshot, CachePlan& plan, int spare_tokens,
                 GenerationResult& result) const;
-  bool is_stop_token(TokenId id, const GenerationOptions& options) const;
 
   InferenceEngine& engine_;
   const Tokenizer* tokenizer_;

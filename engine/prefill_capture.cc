@@ -1,5 +1,6 @@
 #include "engine/prefill_capture.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -33,6 +34,32 @@ PrefillView make_prefill_view(const ModelWeights& weights, const KvStore& store,
     }
   }
   return view;
+}
+
+PrefillCapture captures_for(const PrefillCapture& captured, const CaptureRequest& wanted,
+                            int n_query_heads, int head_dim) {
+  PrefillCapture view = captured;
+  const int w = std::min(wanted.window_queries, captured.length);
+  if (w < captured.window) {
+    for (auto& layer : view.query_window) {
+      std::vector<float> trimmed(static_cast<size_t>(n_query_heads) * w * head_dim);
+      for (int a = 0; a < n_query_heads; ++a)
+        std::copy_n(
+            &layer[(static_cast<size_t>(a) * captured.window + captured.window - w) * head_dim],
+            static_cast<size_t>(w) * head_dim, &trimmed[static_cast<size_t>(a) * w * head_dim]);
+      layer = std::move(trimmed);
+    }
+    view.window = w;
+  }
+  return view;
+}
+
+void check_captures(const PrefillCapture& captured, const CaptureRequest& wanted,
+                    const std::string& policy) {
+  const int w = std::min(wanted.window_queries, captured.length);
+  if (w > captured.window || (wanted.attention_column_sums && captured.column_sums.empty()))
+    throw std::logic_error("the prefill lacks captures that policy '" + policy +
+                           "' needs; prefill with the union of the cells' CaptureRequests");
 }
 
 }  // namespace kvb

@@ -3,6 +3,7 @@
 // the CPU engine fills it directly, the CUDA engine copies its captures into it.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "engine/cache_policy.h"
@@ -22,5 +23,15 @@ struct PrefillCapture {
 // store right after prefill). W_o is exposed when `request.output_projection`.
 PrefillView make_prefill_view(const ModelWeights& weights, const KvStore& store,
                               const PrefillCapture& capture, const CaptureRequest& request);
+
+// The captures cut down to what `wanted` asks for: a policy sees exactly its own window even when
+// the prefill captured the widest window of several policies.
+PrefillCapture captures_for(const PrefillCapture& captured, const CaptureRequest& wanted,
+                            int n_query_heads, int head_dim);
+
+// logic_error naming `policy` when `captured` lacks what `wanted` asks for (the prefill must
+// capture the union of its cells' requests).
+void check_captures(const PrefillCapture& captured, const CaptureRequest& wanted,
+                    const std::string& policy);
 
 }  // namespace kvb

@@ -1,0 +1,44 @@
+// A sample's cells generated together on any Engine (DESIGN.md, "the pipeline"): the prompt is
+// prefilled once, forked into one sequence per cell, each sequence compressed under its own plan,
+// the question appended (question-agnostic mode), and all of them decoded greedily as one batch,
+// each stopping at its own end of turn, stop string or max new tokens.
+//
+// Cells whose decode steps differ in kind (a decode selector, ART's walk) are decoded in batches
+// of their own (decode_group_of), since a device engine runs one decode-time method per batch. A
+// batch larger than the engine's memory is split, each part with a prefill of its own.
+//
+// Timings (DESIGN.md, vLLM's definitions), per cell: prefill_ms is the shared prefill (plus the
+// question chunk), compress_ms that cell's selection and compaction, TTFT = prefill + compress +
+// question, TPOT = (end - first token) / (tokens - 1) of the batched steps: at batch 1
+// (`batch_cells` false) the per-request latency, above it the step time of the whole batch.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/generation.h"
+
+namespace kvb {
+
+struct CellRequest {
+  CachePlan* plan = nullptr;  // must outlive the call
+  GenerationOptions options;
+};
+
+struct BatchOptions {
+  bool batch_cells = true;  // false: each cell prefilled and decoded on its own (batch 1)
+};
+
+// Per cell, in `cells` order.
+std::vector<GenerationResult> generate_cells(Engine& engine, const Tokenizer* tokenizer,
+                                             const std::vector<TokenId>& context,
+                                             const std::vector<TokenId>& question,
+                                             const std::vector<CellRequest>& cells,
+                                             const BatchOptions& options = {});
+
+// Cells of one decode group can share a batch: "" for plain attention over the (compressed)
+// cache, otherwise the decode-time method with its budget and parameters.
+std::string decode_group_of(const CachePlan& plan);
+
+}  // namespace kvb

@@ -1,0 +1,86 @@
+#include "engine/cpu/cpu_backend.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "engine/generation.h"
+
+namespace kvb {
+
+CpuBackend::CpuBackend(const ModelWeights& weights) : engine_(weights) {}
+
+int64_t CpuBackend::weight_bytes() const {
+  const ModelWeights& w = weights();
+  int64_t floats = static_cast<int64_t>(w.token_embedding.size() + w.output_norm.size() +
+                                        w.output.size());
+  for (const LayerWeights& l : w.layers)
+    for (const auto* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.wo,
+                          &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
+      floats += static_cast<int64_t>(t->size());
+  return floats * static_cast<int64_t>(sizeof(float));
+}
+
+void CpuBackend::reserve(int sequences, int) {
+  stores_.assign(sequences, KvStore());
+  plans_.assign(sequences, nullptr);
+}
+
+int CpuBackend::max_sequences(int capacity) const {
+  const ModelConfig& c = config();
+  const int64_t per_sequence =
+      int64_t{2} * c.n_layers * c.n_kv_heads * c.head_dim * sizeof(float) * std::max(capacity, 1);
+  const int64_t available = int64_t{sysconf(_SC_AVPHYS_PAGES)} * sysconf(_SC_PAGESIZE);
+  // Half of the free memory, so that the policies' scoring and the OS keep room.
+  return static_cast<int>(std::clamp<int64_t>(available / 2 / per_sequence, 1, 1 << 16));
+}
+
+std::vector<float> CpuBackend::prefill(int seq, std::span<const TokenId> ids,
+                                       const CaptureRequest& request, PrefillCapture& capture) {
+  KvStore& store = stores_.at(seq);
+  store = engine_.make_store();
+  return engine_.forward_chunk(ids, store, request, &capture, 0);
+}
+
+PrefillView CpuBackend::prefill_view(int seq, const PrefillCapture& capture,
+                                     const CaptureRequest& request, KvStore&) const {
+  return make_prefill_view(weights(), stores_.at(seq), capture, request);
+}
+
+void CpuBackend::compact(int seq, const KeptIndices& kept, int spare_tokens) {
+  KvStore& store = stores_.at(seq);
+  for (int l = 0; l < config().n_layers; ++l) store.compact(l, kept[l], spare_tokens);
+}
+
+std::vector<TokenId> CpuBackend::extend(std::span<const int> sequences,
+                                        std::span<const TokenId> ids, int first_position) {
+  std::vector<TokenId> next;
+  for (int seq : sequences)
+    next.push_back(argmax(
+        engine_.forward_chunk(ids, stores_.at(seq), CaptureRequest{}, nullptr, first_position)));
+  return next;
+}
+
+void CpuBackend::start_decode(int seq, CachePlan& plan, int prompt_tokens, int budget_tokens) {
+  plans_.at(seq) = &plan;
+  const KvStore& store = stores_.at(seq);
+  if (plan.decode_eviction) plan.decode_eviction->start(store, prompt_tokens, budget_tokens);
+  if (plan.selector) plan.selector->start(store, prompt_tokens, budget_tokens);
+}
+
+std::vector<TokenId> CpuBackend::decode(std::span<const DecodeInput> inputs) {
+  std::vector<TokenId> next;
+  next.reserve(inputs.size());
+  for (const DecodeInput& in : inputs) {
+    CachePlan* plan = plans_.at(in.sequence);
+    if (!plan) throw std::logic_error("CpuBackend::decode: start_decode was not called");
+    next.push_back(argmax(
+        engine_.decode_step(in.token, in.position, in.step, stores_.at(in.sequence), *plan)));
+  }
+  return next;
+}
+
+int64_t CpuBackend::peak_memory_bytes() const { return peak_rss_bytes(); }
+
+}  // namespace kvb

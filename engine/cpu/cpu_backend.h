@@ -1,0 +1,51 @@
+// The Engine interface (engine/engine.h) on the CPU: each sequence is a host KvStore driven by the
+// f32 reference forward pass (CpuEngine). Every plan runs here; sequences of a batch decode one
+// after another (the CPU engine is the accuracy reference, not a throughput engine).
+#pragma once
+
+#include <vector>
+
+#include "engine/cpu/forward.h"
+#include "engine/engine.h"
+
+namespace kvb {
+
+class CpuBackend final : public Engine {
+ public:
+  // `weights` must outlive the backend.
+  explicit CpuBackend(const ModelWeights& weights);
+
+  const ModelConfig& config() const override { return engine_.config(); }
+  std::string backend_name() const override { return "cpu"; }
+  const ModelWeights& weights() const override { return engine_.weights(); }
+  int64_t weight_bytes() const override;
+  void check_plan(const CachePlan&) const override {}
+
+  void reserve(int sequences, int capacity) override;
+  int max_sequences(int capacity) const override;
+  std::vector<float> prefill(int seq, std::span<const TokenId> ids, const CaptureRequest& request,
+                             PrefillCapture& capture) override;
+  PrefillView prefill_view(int seq, const PrefillCapture& capture, const CaptureRequest& request,
+                           KvStore& host_copy) const override;
+  KvStore host_store(int seq) const override { return stores_.at(seq); }
+  void fork(int from, int to) override { stores_.at(to) = stores_.at(from); }
+  void compact(int seq, const KeptIndices& kept, int spare_tokens) override;
+  std::vector<TokenId> extend(std::span<const int> sequences, std::span<const TokenId> ids,
+                              int first_position) override;
+  void start_decode(int seq, CachePlan& plan, int prompt_tokens, int budget_tokens) override;
+  std::vector<TokenId> decode(std::span<const DecodeInput> inputs) override;
+  void finish_decode(int seq) override { plans_.at(seq) = nullptr; }
+  int64_t kv_bytes(int seq) const override { return stores_.at(seq).kv_bytes(); }
+  int64_t peak_memory_bytes() const override;
+  void reset_peak_memory() override {}  // the process's peak RSS cannot be reset
+
+  // The sequence's store (tests compare it with the single-sequence Generator's).
+  const KvStore& store(int seq) const { return stores_.at(seq); }
+
+ private:
+  CpuEngine engine_;
+  std::vector<KvStore> stores_;
+  std::vector<CachePlan*> plans_;
+};
+
+}  // namespace kvb

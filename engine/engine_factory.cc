@@ -1,0 +1,36 @@
+#include "engine/engine_factory.h"
+
+#include "engine/cpu/cpu_backend.h"
+#include "engine/errors.h"
+#ifdef KVB_HAVE_CUDA
+#include "engine/cuda/cuda_backend.h"
+#endif
+
+namespace kvb {
+
+std::string resolve_device(const std::string& device) {
+  if (device != "cpu" && device != "cuda" && device != "auto")
+    throw InputError("device '" + device + "' is not one of cpu, cuda, auto");
+  if (device == "cpu") return "cpu";
+#ifdef KVB_HAVE_CUDA
+  const bool gpu = cuda_device_available();
+  if (device == "cuda" && !gpu)
+    throw InputError("device 'cuda': no CUDA device is visible to this process; use --device cpu");
+  return gpu ? "cuda" : "cpu";
+#else
+  if (device == "cuda")
+    throw InputError("device 'cuda': this kvbench was built without CUDA (configure with "
+                     "-DKVB_CUDA=ON on a machine with the CUDA toolkit); use --device cpu");
+  return "cpu";
+#endif
+}
+
+std::unique_ptr<Engine> make_engine(const std::string& device, const ModelWeights& weights) {
+  const std::string resolved = resolve_device(device);
+#ifdef KVB_HAVE_CUDA
+  if (resolved == "cuda") return std::make_unique<CudaBackend>(weights);
+#endif
+  return std::make_unique<CpuBackend>(weights);
+}
+
+}  // namespace kvb
