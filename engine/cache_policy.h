@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/cuda/sparse_decode_config.h"
 #include "engine/kv_store.h"
 #include "kernels/cpu/early_exit_attention.h"
 
@@ -131,6 +132,16 @@ class DecodeSelector {
   virtual void on_append(const KvStore& store, int layer) = 0;
   virtual void select(int layer, const float* query /*[Hq, d]*/, const KvStore& store,
                       Selection& out) = 0;
+
+  // The same selection in a device engine's decode step: the generic operations it is built from
+  // (codes and their scores, page bounds, top-k, gathered attention) with this selector's
+  // parameters, made from the prompt's cache `prompt` at `budget_tokens`. nullopt: the selector
+  // runs on the CPU engine only (runs_on_device() says so without a cache).
+  virtual bool runs_on_device() const { return false; }
+  virtual std::optional<SparseDecodeConfig> device_config(const KvStore& /*prompt*/,
+                                                          int /*budget_tokens*/) const {
+    return std::nullopt;
+  }
 };
 
 // Kind E (ART): the decode attention walks KV blocks (sink block first, then most recent

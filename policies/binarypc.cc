@@ -105,6 +105,35 @@ class BinaryPcSelector : public DescribedDecodeSelector {
 
   void on_append(const KvStore&, int) override {}  // decode tokens are never hashed
 
+  bool runs_on_device() const override { return true; }
+  // The device hashes with the same projection rows: the OPC file's, or fitted here on the
+  // prompt's keys with the seeds start() uses, so both engines select from the same codes.
+  std::optional<SparseDecodeConfig> device_config(const KvStore& prompt,
+                                                  int budget_tokens) const override {
+    SparseDecodeConfig config;
+    config.method = SparseDecodeConfig::Method::kBinaryPc;
+    config.token_budget = budget_tokens;
+    config.dense_layers = dense_layers_;
+    config.eas = eas_;
+    config.err_ratio = err_ratio_;
+    const int d = prompt.head_dim();
+    const size_t rows = static_cast<size_t>(kBinaryHashBits) * d;
+    config.projection.assign(rows * prompt.n_layers() * prompt.n_kv_heads(), 0.0f);
+    for (int layer = 0; layer < prompt.n_layers(); ++layer) {
+      if (is_dense_layer(dense_layers_, layer)) continue;
+      for (int h = 0; h < prompt.n_kv_heads(); ++h) {
+        float* out = &config.projection[(static_cast<size_t>(layer) * prompt.n_kv_heads() + h) * rows];
+        if (projection_) {
+          std::copy_n(projection_->head(layer, h), rows, out);
+        } else if (prompt.length(layer, h) > 0) {
+          fit_binary_projection(prompt.keys(layer, h), prompt.length(layer, h), d,
+                                head_fit(layer, h), out);
+        }
+      }
+    }
+    return config;
+  }
+
   void select(int layer, const float* query, const KvStore& store, Selection& out) override {
     const int n_query_heads = checked_query_heads(out, store, "binarypc");
     out.logit_bias.clear();
@@ -132,6 +161,13 @@ class BinaryPcSelector : public DescribedDecodeSelector {
   }
 
  private:
+  // Each (layer, KV head) fits with a seed of its own.
+  BinaryProjectionFit head_fit(int layer, int h) const {
+    BinaryProjectionFit fit = fit_;
+    fit.seed = fit_.seed * 1000003u + static_cast<uint64_t>(layer) * 131u + h;
+    return fit;
+  }
+
   HashedKvHead hash_head(const KvStore& store, int layer, int h) const {
     const int d = store.head_dim();
     HashedKvHead head;
@@ -142,9 +178,8 @@ class BinaryPcSelector : public DescribedDecodeSelector {
       const float* rows = projection_->head(layer, h);
       std::copy(rows, rows + head.projection.size(), head.projection.begin());
     } else if (head.prompt_length > 0) {
-      BinaryProjectionFit fit = fit_;
-      fit.seed = fit_.seed * 1000003u + static_cast<uint64_t>(layer) * 131u + h;
-      fit_binary_projection(keys, head.prompt_length, d, fit, head.projection.data());
+      fit_binary_projection(keys, head.prompt_length, d, head_fit(layer, h),
+                            head.projection.data());
     }
     head.codes.resize(head.prompt_length);
     kernels::binary_hash_keys(head.projection.data(), d, keys, head.prompt_length, head.codes.data());

@@ -71,6 +71,20 @@ class QuestSelector : public DescribedDecodeSelector {
     return described;
   }
 
+  bool runs_on_device() const override { return true; }
+  std::optional<SparseDecodeConfig> device_config(const KvStore&,
+                                                  int budget_tokens) const override {
+    SparseDecodeConfig config;
+    config.method = SparseDecodeConfig::Method::kQuest;
+    config.token_budget = budget_tokens;
+    config.dense_layers = dense_layers_;
+    config.page_size = page_size_;
+    config.min_pages = min_pages_;
+    config.shared_pages = gqa_ == GqaSelection::kShared;
+    config.keep_last_page = keep_last_page_;
+    return config;
+  }
+
   void start(const KvStore& store, int, int budget_tokens) override {
     token_budget_ = budget_tokens;
     const int d = store.head_dim();

@@ -173,6 +173,10 @@ struct CudaEngine::Impl {
     graph = nullptr;
   }
 
+  // The live rows of one (layer, sequence, KV head) of `cache`, [length, head_dim] f32.
+  std::vector<float> cached_rows(const std::vector<DeviceBuffer>& cache, int layer, int seq,
+                                 int head) const;
+
   const bf16* lm_head() const { return tied ? ptr<bf16>(embedding) : ptr<bf16>(output); }
 
   // The transformer block stack over `rows` rows already embedded in `residual`.
@@ -450,6 +454,14 @@ void CudaEngine::allocate_cache(int batch, int capacity) {
 }
 
 std::vector<float> CudaEngine::prefill(int seq, const std::vector<int32_t>& ids, int chunk_tokens) {
+  std::vector<std::vector<float>> unused;
+  return prefill_with_window(seq, ids, 0, unused, chunk_tokens);
+}
+
+std::vector<float> CudaEngine::prefill_with_window(int seq, const std::vector<int32_t>& ids,
+                                                   int window,
+                                                   std::vector<std::vector<float>>& window_queries,
+                                                   int chunk_tokens) {
   Impl& m = *impl_;
   const ModelConfig& c = m.config;
   if (seq < 0 || seq >= m.batch) throw InputError("prefill: sequence index out of range");
@@ -467,8 +479,16 @@ std::vector<float> CudaEngine::prefill(int seq, const std::vector<int32_t>& ids,
   }
   DeviceBuffer chunk_ids(chunk * 4, "ids"), chunk_positions(chunk * 4, "positions");
   DeviceBuffer last_logits(int64_t(c.vocab_size) * 4, "logits");
+  // The window's query rows (bf16, [window, Hq * d] per layer) come down as each chunk passes.
+  const int total = static_cast<int>(ids.size());
+  window = std::clamp(window, 0, total);
+  const int q_width = c.n_query_heads * c.head_dim;
+  std::vector<std::vector<bf16>> window_rows(window > 0 ? c.n_layers : 0,
+                                             std::vector<bf16>(size_t(window) * q_width));
   for (size_t begin = 0; begin < ids.size(); begin += chunk) {
     const int n = std::min<int>(chunk, ids.size() - begin);
+    const int window_from = std::max<int>(total - window, begin);  // first window row here
+    const int window_count = window > 0 ? std::max(0, int(begin) + n - window_from) : 0;
     const int offset = m.host_position[seq];
     std::vector<int32_t> pos(n);
     for (int i = 0; i < n; ++i) pos[i] = offset + i;
@@ -479,6 +499,12 @@ std::vector<float> CudaEngine::prefill(int seq, const std::vector<int32_t>& ids,
     cuda::embedding_gather(ptr<bf16>(m.embedding), chunk_ids.as<int32_t>(), n, c.d_model,
                            ptr<float>(m.residual), m.stream);
     m.run_layers(n, chunk_positions.as<int32_t>(), false, [&](int l, const cuda::RopeArgs&) {
+      if (window_count > 0)  // the rows are rotated already (bias_rope ran before this)
+        cuda::check(cudaMemcpy2DAsync(window_rows[l].data() + size_t(window_from - (total - window)) * q_width,
+                                      q_width * 2, ptr<bf16>(m.qkv) + int64_t(window_from - begin) * m.qkv_width(),
+                                      m.qkv_width() * 2, q_width * 2, window_count,
+                                      cudaMemcpyDeviceToHost, m.stream),
+                    "window queries download");
       const int64_t* offsets = ptr<int64_t>(m.kv_offset) + int64_t(l) * hkv + int64_t(seq) * c.n_kv_heads;
       int32_t* lengths = ptr<int32_t>(m.kv_length) + int64_t(l) * hkv + int64_t(seq) * c.n_kv_heads;
       cuda::append_kv(ptr<bf16>(m.qkv), n, n, c.n_query_heads, c.n_kv_heads, c.head_dim, offsets,
@@ -510,6 +536,76 @@ std::vector<float> CudaEngine::prefill(int seq, const std::vector<int32_t>& ids,
   cuda::check(cudaMemcpyAsync(out.data(), last_logits.data(), out.size() * 4, cudaMemcpyDeviceToHost,
                               m.stream), "logits download");
   cuda::check(cudaStreamSynchronize(m.stream), "prefill");
+  window_queries.assign(window_rows.size(), {});
+  for (size_t l = 0; l < window_rows.size(); ++l) {  // [window, Hq, d] -> [Hq, window, d]
+    std::vector<float>& q = window_queries[l];
+    q.resize(size_t(window) * q_width);
+    for (int t = 0; t < window; ++t)
+      for (int a = 0; a < c.n_query_heads; ++a)
+        for (int i = 0; i < c.head_dim; ++i)
+          q[(size_t(a) * window + t) * c.head_dim + i] =
+              __bfloat162float(window_rows[l][size_t(t) * q_width + a * c.head_dim + i]);
+  }
+  return out;
+}
+
+void CudaEngine::copy_sequence(int from, int to) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.config;
+  if (from < 0 || from >= m.batch || to < 0 || to >= m.batch)
+    throw InputError("copy_sequence: sequence index out of range");
+  if (from == to) return;
+  m.forget_stale_selection();
+  const int hkv = m.heads_total();
+  for (int l = 0; l < c.n_layers; ++l)
+    for (int h = 0; h < c.n_kv_heads; ++h) {
+      const int64_t src = int64_t(l) * hkv + int64_t(from) * c.n_kv_heads + h;
+      const int64_t dst = int64_t(l) * hkv + int64_t(to) * c.n_kv_heads + h;
+      const size_t bytes = size_t(m.host_length[src]) * c.head_dim * 2;
+      for (auto* cache : {&m.k_cache[l], &m.v_cache[l]})
+        cuda::check(cudaMemcpyAsync(cache->as<bf16>() + m.host_offset[dst] * c.head_dim,
+                                    cache->as<bf16>() + m.host_offset[src] * c.head_dim, bytes,
+                                    cudaMemcpyDeviceToDevice, m.stream),
+                    "copy_sequence");
+      m.host_length[dst] = m.host_length[src];
+    }
+  m.host_position[to] = m.host_position[from];
+  m.kv_length.upload(m.host_length.data(), m.host_length.size() * 4);
+  cuda::check(cudaStreamSynchronize(m.stream), "copy_sequence");
+}
+
+int CudaEngine::max_batch(int capacity) const {
+  const Impl& m = *impl_;
+  const ModelConfig& c = m.config;
+  size_t free_bytes = 0, total_bytes = 0;
+  cuda::check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  int64_t cache_now = 0;
+  for (const auto& buffer : m.k_cache) cache_now += 2 * int64_t(buffer.bytes());
+  cache_now += int64_t(m.decode_workspace.bytes());
+  const int64_t per_sequence =
+      int64_t(c.n_layers) * c.n_kv_heads * capacity * c.head_dim * 2 * 2 +
+      int64_t(std::max(cuda::decode_attention_workspace_floats(1, c.n_query_heads, c.head_dim, capacity),
+                       cuda::early_exit_decode_workspace_floats(1, c.n_query_heads, c.head_dim, capacity))) * 4 +
+      int64_t(c.vocab_size) * 4;
+  // Headroom: prefill activations and cuBLAS workspaces grow with the chunk, not the batch.
+  const int64_t headroom = (int64_t(1) << 30) + int64_t(total_bytes) / 20;
+  const int64_t usable = int64_t(free_bytes) + cache_now - headroom;
+  return static_cast<int>(std::max<int64_t>(0, usable / std::max<int64_t>(per_sequence, 1)));
+}
+
+int CudaEngine::next_position(int seq) const { return impl_->host_position.at(seq); }
+
+std::vector<float> CudaEngine::cached_sequence(int layer, int seq, bool values) const {
+  const Impl& m = *impl_;
+  const ModelConfig& c = m.config;
+  // The sequence's heads are consecutive regions of `capacity` rows: one download for all.
+  const int64_t first = m.host_offset[int64_t(layer) * m.heads_total() + int64_t(seq) * c.n_kv_heads];
+  const int64_t count = int64_t(c.n_kv_heads) * m.capacity * c.head_dim;
+  std::vector<bf16> bits(count);
+  cuda::check(cudaStreamSynchronize(m.stream), "sync");
+  (values ? m.v_cache : m.k_cache)[layer].download(bits.data(), count * 2, first * c.head_dim * 2);
+  std::vector<float> out(count);
+  for (int64_t i = 0; i < count; ++i) out[i] = __bfloat162float(bits[i]);
   return out;
 }
 
@@ -520,11 +616,14 @@ void CudaEngine::compact(int seq, const KeptIndices& kept) {
   if (static_cast<int>(kept.size()) != c.n_layers)
     throw InputError("compact: kept indices must cover every layer");
   m.forget_stale_selection();
-  // Gather kept rows into scratch, then write them back packed at the head's first rows.
-  std::vector<int64_t> src_rows, dst_rows, scratch_rows;
+  // Gather kept rows into scratch, then write them back packed at the head's first rows. The row
+  // lists of every layer go up in one buffer and the kernels queue without a wait between layers:
+  // a compaction costs one upload and one synchronisation, not two per layer.
+  std::vector<int64_t> rows;  // per layer: src rows, then dst rows
+  std::vector<int64_t> layer_start(c.n_layers + 1, 0), layer_count(c.n_layers, 0);
+  int64_t widest = 0;
   for (int l = 0; l < c.n_layers; ++l) {
-    src_rows.clear();
-    dst_rows.clear();
+    std::vector<int64_t> src_rows, dst_rows;
     for (int h = 0; h < c.n_kv_heads; ++h) {
       const int64_t slot = int64_t(l) * hkv + int64_t(seq) * c.n_kv_heads + h;
       const auto& idx = kept[l][h];
@@ -535,22 +634,36 @@ void CudaEngine::compact(int seq, const KeptIndices& kept) {
         src_rows.push_back(m.host_offset[slot] + idx[i]);
         dst_rows.push_back(m.host_offset[slot] + int64_t(i));
       }
-      m.host_length[slot] = static_cast<int32_t>(idx.size());
     }
-    const int64_t n = static_cast<int64_t>(src_rows.size());
-    if (n == 0) continue;
-    scratch_rows.resize(n);
-    for (int64_t i = 0; i < n; ++i) scratch_rows[i] = i;
-    DeviceBuffer d_src(n * 8, "compact"), d_dst(n * 8, "compact"), d_scratch_rows(n * 8, "compact");
-    d_src.upload(src_rows.data(), n * 8);
-    d_dst.upload(dst_rows.data(), n * 8);
-    d_scratch_rows.upload(scratch_rows.data(), n * 8);
-    DeviceBuffer scratch(n * c.head_dim * 2, "compact scratch");
-    for (auto* cache : {&m.k_cache[l], &m.v_cache[l]}) {
-      cuda::copy_rows(cache->as<bf16>(), scratch.as<bf16>(), d_src.as<int64_t>(),
-                      d_scratch_rows.as<int64_t>(), n, c.head_dim, m.stream);
-      cuda::copy_rows(scratch.as<bf16>(), cache->as<bf16>(), d_scratch_rows.as<int64_t>(),
-                      d_dst.as<int64_t>(), n, c.head_dim, m.stream);
+    layer_count[l] = static_cast<int64_t>(src_rows.size());
+    widest = std::max(widest, layer_count[l]);
+    layer_start[l] = static_cast<int64_t>(rows.size());
+    rows.insert(rows.end(), src_rows.begin(), src_rows.end());
+    rows.insert(rows.end(), dst_rows.begin(), dst_rows.end());
+  }
+  for (int l = 0; l < c.n_layers; ++l)
+    for (int h = 0; h < c.n_kv_heads; ++h)
+      m.host_length[int64_t(l) * hkv + int64_t(seq) * c.n_kv_heads + h] =
+          static_cast<int32_t>(kept[l][h].size());
+  if (widest > 0) {
+    std::vector<int64_t> scratch_rows(widest);
+    for (int64_t i = 0; i < widest; ++i) scratch_rows[i] = i;
+    rows.insert(rows.end(), scratch_rows.begin(), scratch_rows.end());
+    DeviceBuffer d_rows(rows.size() * 8, "compact rows");
+    d_rows.upload(rows.data(), rows.size() * 8);
+    const int64_t* scratch_index = d_rows.as<int64_t>() + (rows.size() - widest);
+    DeviceBuffer scratch(widest * c.head_dim * 2, "compact scratch");
+    for (int l = 0; l < c.n_layers; ++l) {
+      const int64_t n = layer_count[l];
+      if (n == 0) continue;
+      const int64_t* src = d_rows.as<int64_t>() + layer_start[l];
+      const int64_t* dst = src + n;
+      for (auto* cache : {&m.k_cache[l], &m.v_cache[l]}) {
+        cuda::copy_rows(cache->as<bf16>(), scratch.as<bf16>(), src, scratch_index, n, c.head_dim,
+                        m.stream);
+        cuda::copy_rows(scratch.as<bf16>(), cache->as<bf16>(), scratch_index, dst, n, c.head_dim,
+                        m.stream);
+      }
     }
     cuda::check(cudaStreamSynchronize(m.stream), "compact");
   }
@@ -699,12 +812,21 @@ std::vector<float> CudaEngine::sparse_query(int layer, int seq) const {
 }
 
 std::vector<float> CudaEngine::cached_keys(int layer, int seq, int head) const {
-  const Impl& m = *impl_;
+  return impl_->cached_rows(impl_->k_cache, layer, seq, head);
+}
+
+std::vector<float> CudaEngine::cached_values(int layer, int seq, int head) const {
+  return impl_->cached_rows(impl_->v_cache, layer, seq, head);
+}
+
+std::vector<float> CudaEngine::Impl::cached_rows(const std::vector<DeviceBuffer>& cache, int layer,
+                                                 int seq, int head) const {
+  const Impl& m = *this;
   const int64_t slot = int64_t(layer) * m.heads_total() + int64_t(seq) * m.config.n_kv_heads + head;
   const int64_t n = int64_t(m.host_length[slot]) * m.config.head_dim;
   std::vector<bf16> bits(n);
   cuda::check(cudaStreamSynchronize(m.stream), "sync");
-  m.k_cache[layer].download(bits.data(), n * 2, m.host_offset[slot] * m.config.head_dim * 2);
+  cache[layer].download(bits.data(), n * 2, m.host_offset[slot] * m.config.head_dim * 2);
   std::vector<float> out(n);
   for (int64_t i = 0; i < n; ++i) out[i] = __bfloat162float(bits[i]);
   return out;
@@ -725,6 +847,10 @@ int64_t CudaEngine::kv_allocated_bytes() const {
 int CudaEngine::length(int layer, int seq, int head) const {
   return impl_->host_length[int64_t(layer) * impl_->heads_total() + seq * impl_->config.n_kv_heads + head];
 }
+
+int64_t CudaEngine::device_bytes() const { return int64_t(cuda::device_bytes_in_use()); }
+int64_t CudaEngine::device_peak_bytes() const { return int64_t(cuda::device_bytes_peak()); }
+void CudaEngine::reset_peak_bytes() { cuda::reset_device_peak(); }
 
 void CudaEngine::synchronize() const { cuda::check(cudaStreamSynchronize(impl_->stream), "sync"); }
 

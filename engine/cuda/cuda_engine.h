@@ -43,6 +43,18 @@ class CudaEngine {
   static constexpr int kPrefillChunk = 16384;
   std::vector<float> prefill(int seq, const std::vector<int32_t>& ids,
                              int chunk_tokens = kPrefillChunk);
+  // The same prefill, also returning the post-RoPE queries of the last `window` prompt positions
+  // per layer as [Hq, window, head_dim] f32 (what query-aware prefill policies score with): only
+  // those rows leave the device.
+  std::vector<float> prefill_with_window(int seq, const std::vector<int32_t>& ids, int window,
+                                         std::vector<std::vector<float>>& window_queries,
+                                         int chunk_tokens = kPrefillChunk);
+  // Sequence `to` becomes a copy of sequence `from` (cache rows, lengths, next position).
+  void copy_sequence(int from, int to);
+  // How many sequences of `capacity` entries allocate_cache could hold in the device memory free
+  // now (the current cache counted as free), leaving headroom for workspaces.
+  int max_batch(int capacity) const;
+  int next_position(int seq) const;
 
   // Keeps kept[layer][head] (strictly increasing indices into the live entries) for sequence seq.
   void compact(int seq, const KeptIndices& kept);
@@ -83,10 +95,17 @@ class CudaEngine {
   std::vector<float> sparse_query(int layer, int seq) const;
   // The live keys of one (layer, sequence, KV head), [length, head_dim] (tests).
   std::vector<float> cached_keys(int layer, int seq, int head) const;
-
+  std::vector<float> cached_values(int layer, int seq, int head) const;
+  // Every KV head's rows of one (layer, sequence), live or not: [Hkv, capacity, head_dim]
+  // (one download; length() says how many rows of each head are live).
+  std::vector<float> cached_sequence(int layer, int seq, bool values) const;
   int64_t kv_bytes() const;         // live entries * 2 * head_dim * 2 bytes
   int64_t kv_allocated_bytes() const;
   int length(int layer, int seq, int head) const;
+  // Device bytes held through the engine's buffers: now, and the peak since reset_peak_bytes().
+  int64_t device_bytes() const;
+  int64_t device_peak_bytes() const;
+  void reset_peak_bytes();
   void synchronize() const;
 
  private:

@@ -1,0 +1,185 @@
+#include "engine/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "engine/errors.h"
+
+namespace kvb {
+
+CudaBackend::CudaBackend(const ModelWeights& weights)
+    : weights_(weights), engine_(CudaEngine::from_weights(weights)) {}
+
+void CudaBackend::check_plan(const CachePlan& plan) const {
+  auto refuse = [&](const std::string& why) {
+    throw InputError("policy '" + plan.label + "' cannot run on the CUDA engine: " + why +
+                     "; run it with \"device\": \"cpu\"");
+  };
+  if (plan.decode_eviction) refuse("its decode-time eviction runs on the CPU engine only");
+  if (plan.selector && !plan.selector->runs_on_device())
+    refuse("its decode selector '" + plan.selector->name() + "' has no device form");
+  if (plan.prefill && plan.prefill->capture().attention_column_sums)
+    refuse("the CUDA prefill does not capture attention column sums");
+  if (plan.early_exit) {
+    if (plan.early_exit->oracle_tolerance > 0) refuse("ART's oracle mode runs on the CPU only");
+    if (plan.early_exit->block_size != 64) refuse("ART on the GPU walks 64-entry blocks");
+    if (plan.early_exit->sink_tokens > 64) refuse("ART on the GPU takes at most 64 sink tokens");
+  }
+}
+
+void CudaBackend::reserve(int sequences, int capacity) {
+  engine_->allocate_cache(sequences, capacity);
+  started_.assign(sequences, Started{});
+  decode_configured_ = false;
+}
+
+int CudaBackend::max_sequences(int capacity) const { return engine_->max_batch(capacity); }
+
+std::vector<float> CudaBackend::prefill(int seq, std::span<const TokenId> ids,
+                                        const CaptureRequest& request, PrefillCapture& capture) {
+  if (request.attention_column_sums)
+    throw std::logic_error("CudaBackend::prefill: column sums are not captured on the GPU");
+  const std::vector<int32_t> tokens(ids.begin(), ids.end());
+  capture = PrefillCapture{};
+  capture.length = static_cast<int>(tokens.size());
+  capture.window = std::min(request.window_queries, capture.length);
+  return engine_->prefill_with_window(seq, tokens, capture.window, capture.query_window);
+}
+
+KvStore CudaBackend::host_store(int seq) const {
+  const ModelConfig& c = config();
+  KvStore store(c.n_layers, c.n_kv_heads, c.head_dim);
+  store.set_reported_bytes_per_element(2);
+  const int64_t head_rows = engine_->capacity();
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::vector<float> keys = engine_->cached_sequence(l, seq, /*values=*/false);
+    const std::vector<float> values = engine_->cached_sequence(l, seq, /*values=*/true);
+    const int length = engine_->length(l, seq, 0);
+    for (int h = 1; h < c.n_kv_heads; ++h)
+      if (engine_->length(l, seq, h) != length)
+        throw std::logic_error("CudaBackend::host_store: the heads of a compacted sequence differ "
+                               "in length; copy the prompt before compacting");
+    store.reserve(length);
+    std::vector<float> k(static_cast<size_t>(c.n_kv_heads) * c.head_dim), v(k.size());
+    for (int t = 0; t < length; ++t) {
+      for (int h = 0; h < c.n_kv_heads; ++h) {
+        const size_t row = (static_cast<size_t>(h) * head_rows + t) * c.head_dim;
+        std::copy_n(&keys[row], c.head_dim, &k[static_cast<size_t>(h) * c.head_dim]);
+        std::copy_n(&values[row], c.head_dim, &v[static_cast<size_t>(h) * c.head_dim]);
+      }
+      store.append(l, t, k.data(), v.data());
+    }
+  }
+  return store;
+}
+
+PrefillView CudaBackend::prefill_view(int seq, const PrefillCapture& capture,
+                                      const CaptureRequest& request, KvStore& host_copy) const {
+  if (host_copy.n_layers() == 0) host_copy = host_store(seq);
+  return make_prefill_view(weights_, host_copy, capture, request);
+}
+
+void CudaBackend::compact(int seq, const KeptIndices& kept, int) { engine_->compact(seq, kept); }
+
+std::vector<int32_t> CudaBackend::step_all(std::span<const DecodeInput> inputs, bool use_graph) {
+  const int batch = engine_->batch();
+  std::vector<int32_t> tokens(batch, 0), positions(batch);
+  for (int b = 0; b < batch; ++b) positions[b] = engine_->next_position(b);
+  for (const DecodeInput& in : inputs) {
+    tokens.at(in.sequence) = in.token;
+    positions.at(in.sequence) = in.position;
+  }
+  engine_->set_next_tokens(tokens, positions);
+  engine_->decode_step(use_graph);
+  return engine_->next_tokens();
+}
+
+std::vector<TokenId> CudaBackend::extend(std::span<const int> sequences,
+                                         std::span<const TokenId> ids, int first_position) {
+  // A question of a few dozen tokens after compaction: one batched step per token, each sequence
+  // attending to its own (ragged) cache, before any decode-time method is set.
+  engine_->stop_sparse_decode();
+  engine_->set_early_exit(std::nullopt);
+  decode_configured_ = false;
+  std::vector<int32_t> next;
+  std::vector<DecodeInput> inputs;
+  for (size_t t = 0; t < ids.size(); ++t) {
+    inputs.clear();
+    for (int seq : sequences)
+      inputs.push_back({seq, ids[t], first_position + static_cast<int>(t), 0});
+    next = step_all(inputs, /*use_graph=*/true);
+  }
+  std::vector<TokenId> out;
+  for (int seq : sequences) out.push_back(next.at(seq));
+  return out;
+}
+
+void CudaBackend::start_decode(int seq, CachePlan& plan, int, int budget_tokens) {
+  started_.at(seq) = {&plan, budget_tokens};
+  decode_configured_ = false;
+}
+
+void CudaBackend::configure_decode() {
+  const CachePlan* first = nullptr;
+  int first_seq = 0, budget = 0;
+  for (size_t s = 0; s < started_.size(); ++s) {
+    const CachePlan* plan = started_[s].plan;
+    if (!plan) continue;
+    if (!first) {
+      first = plan;
+      first_seq = static_cast<int>(s);
+      budget = started_[s].budget_tokens;
+      continue;
+    }
+    const bool same_selection = (plan->selector == nullptr) == (first->selector == nullptr) &&
+                                (!plan->selector || (plan->selector == first->selector &&
+                                                     started_[s].budget_tokens == budget));
+    if (!same_selection || plan->early_exit.has_value() != first->early_exit.has_value())
+      throw std::logic_error("CudaBackend: a batch decodes under one decode-time method; group "
+                             "the cells by decode_group_of()");
+  }
+  if (!first) throw std::logic_error("CudaBackend::decode: start_decode was not called");
+  engine_->stop_sparse_decode();
+  engine_->set_early_exit(first->early_exit);
+  engine_->reset_early_exit_counts();
+  if (first->selector) {
+    const std::optional<SparseDecodeConfig> device =
+        first->selector->device_config(host_store(first_seq), budget);
+    if (!device) throw std::logic_error("CudaBackend: selector without a device form");
+    engine_->start_sparse_decode(*device);
+  }
+  decode_configured_ = true;
+}
+
+void CudaBackend::prepare_decode() {
+  if (!decode_configured_) configure_decode();
+}
+
+std::vector<TokenId> CudaBackend::decode(std::span<const DecodeInput> inputs) {
+  if (!decode_configured_) configure_decode();
+  const std::vector<int32_t> next = step_all(inputs, /*use_graph=*/true);
+  std::vector<TokenId> out;
+  out.reserve(inputs.size());
+  for (const DecodeInput& in : inputs) out.push_back(next.at(in.sequence));
+  return out;
+}
+
+void CudaBackend::finish_decode(int seq) {
+  Started& started = started_.at(seq);
+  if (started.plan && started.plan->early_exit) {
+    const CudaEngine::EarlyExitCounts counts = engine_->early_exit_counts();
+    started.plan->early_exit_stats.blocks_visited = counts.visited;
+    started.plan->early_exit_stats.blocks_total = counts.total;
+  }
+  started.plan = nullptr;
+}
+
+int64_t CudaBackend::kv_bytes(int seq) const {
+  const ModelConfig& c = config();
+  int64_t entries = 0;
+  for (int l = 0; l < c.n_layers; ++l)
+    for (int h = 0; h < c.n_kv_heads; ++h) entries += engine_->length(l, seq, h);
+  return entries * 2 * c.head_dim * 2;
+}
+
+}  // namespace kvb

@@ -1,0 +1,74 @@
+// The Engine interface (engine/engine.h) on the GPU, over CudaEngine: sequences are slots of the
+// device KV cache, a decode step runs every slot of the batch at once (one CUDA graph), and
+// compaction gathers kept rows on the device.
+//
+// What a plan may use here (check_plan refuses the rest, naming the method):
+// - prefill policies: the prefill's window queries come down from the device (w rows per layer);
+//   the policy then scores on the host from a copy of the prompt's keys and values, made once per
+//   prefill and shared by every cell that replays it. Column sums (H2O) are not captured here.
+// - decode selectors that describe themselves as device operations
+//   (DecodeSelector::device_config: BinaryPC, Quest);
+// - ART (kind E) with the kernel's 64-entry blocks, no oracle mode;
+// - no decode-time eviction (H2O real-drop, TOVA, CAKE's decode switch).
+// Every sequence of a batch decodes under the same decode-time method (generate_cells groups
+// cells so); ART's walk counts are the batch's, shared by its cells.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "engine/cuda/cuda_engine.h"
+#include "engine/engine.h"
+
+namespace kvb {
+
+class CudaBackend final : public Engine {
+ public:
+  // `weights` (host f32, for the policies that read them) must outlive the backend.
+  explicit CudaBackend(const ModelWeights& weights);
+
+  const ModelConfig& config() const override { return engine_->config(); }
+  std::string backend_name() const override { return "cuda"; }
+  const ModelWeights& weights() const override { return weights_; }
+  int64_t weight_bytes() const override { return engine_->weight_bytes(); }
+  void check_plan(const CachePlan& plan) const override;
+
+  void reserve(int sequences, int capacity) override;
+  int max_sequences(int capacity) const override;
+  std::vector<float> prefill(int seq, std::span<const TokenId> ids, const CaptureRequest& request,
+                             PrefillCapture& capture) override;
+  PrefillView prefill_view(int seq, const PrefillCapture& capture, const CaptureRequest& request,
+                           KvStore& host_copy) const override;
+  KvStore host_store(int seq) const override;
+  void fork(int from, int to) override { engine_->copy_sequence(from, to); }
+  void compact(int seq, const KeptIndices& kept, int spare_tokens) override;
+  std::vector<TokenId> extend(std::span<const int> sequences, std::span<const TokenId> ids,
+                              int first_position) override;
+  void start_decode(int seq, CachePlan& plan, int prompt_tokens, int budget_tokens) override;
+  void prepare_decode() override;
+  std::vector<TokenId> decode(std::span<const DecodeInput> inputs) override;
+  void finish_decode(int seq) override;
+  int64_t kv_bytes(int seq) const override;
+  int64_t peak_memory_bytes() const override { return engine_->device_peak_bytes(); }
+  void reset_peak_memory() override { engine_->reset_peak_bytes(); }
+
+  CudaEngine& device() { return *engine_; }
+
+ private:
+  // One greedy step of the whole batch: `inputs` feed their sequences; every other sequence is
+  // fed a filler token (its result is never read). Returns the next token of every sequence.
+  std::vector<int32_t> step_all(std::span<const DecodeInput> inputs, bool use_graph);
+  // Sets the batch's decode-time method (selection, ART) from the started plans.
+  void configure_decode();
+
+  const ModelWeights& weights_;
+  std::unique_ptr<CudaEngine> engine_;
+  struct Started {
+    CachePlan* plan = nullptr;
+    int budget_tokens = 0;
+  };
+  std::vector<Started> started_;
+  bool decode_configured_ = false;
+};
+
+}  // namespace kvb
