@@ -1,6 +1,7 @@
 // kvbench generate --model PATH (--prompt STR | --prompt-file FILE) [--chat] [--system STR] [--max-new-tokens N]
-//                  [--policy P --budget B [--params JSON]] [--question STR] [--stop STR]... [--json]
-// Greedy generation on the CPU engine. With --question the prompt mode is question-agnostic: the
+//                  [--policy P --budget B [--params JSON]] [--question STR] [--stop STR]...
+//                  [--device cpu|cuda|auto] [--json]
+// Greedy generation on the chosen engine (auto: the GPU when present). With --question the prompt mode is question-agnostic: the
 // prompt (the context) is prefilled and compressed, then the question is appended; otherwise the
 // whole prompt is compressed (query-aware).
 #include <cstdio>
@@ -11,7 +12,8 @@
 #include <optional>
 
 #include "engine/chat_template.h"
-#include "engine/cpu/forward.h"
+#include "engine/batch_generation.h"
+#include "engine/engine_factory.h"
 #include "engine/errors.h"
 #include "engine/generation.h"
 #include "engine/gguf.h"
@@ -85,7 +87,7 @@ std::vector<TokenId> encode(const Tokenizer& tokenizer, const std::string& text,
 int generate(const std::vector<std::string>& argv) {
   Args args("generate", argv, {"json", "chat"});
   args.allow_only({"model", "prompt", "prompt-file", "chat", "system", "max-new-tokens", "policy", "budget",
-                   "params", "question", "stop", "json"});
+                   "params", "question", "stop", "device", "json"});
   GenerationOptions options;
   options.max_new_tokens = args.get_int("max-new-tokens", 64);
   if (options.max_new_tokens < 1) throw InputError("kvbench generate: --max-new-tokens must be >= 1");
@@ -114,9 +116,11 @@ int generate(const std::vector<std::string>& argv) {
   const std::vector<TokenId> context_ids = encode(*tokenizer, prompt.context, chat, true);
   const std::vector<TokenId> question_ids = encode(*tokenizer, prompt.question, chat, false);
 
-  CpuEngine engine(*model.weights);
-  Generator generator(engine, tokenizer.get());
-  const GenerationResult r = generator.generate(context_ids, plan, options, question_ids);
+  const std::unique_ptr<Engine> engine = make_engine(args.get_or("device", "auto"), *model.weights);
+  engine->check_plan(plan);
+  const GenerationResult r = generate_cells(*engine, tokenizer.get(), context_ids, question_ids,
+                                            {CellRequest{&plan, options}})
+                                 .front();
 
   const std::string mode = question_ids.empty() ? "query-aware" : "question-agnostic";
   if (args.flag("json")) {
@@ -130,7 +134,7 @@ int generate(const std::vector<std::string>& argv) {
         {"compress_ms", r.compress_ms}, {"decode_ms", r.decode_ms},
         {"kv_bytes_full", r.kv_bytes_full}, {"kv_bytes", r.kv_bytes},
         {"kv_bytes_end", r.kv_bytes_end}, {"peak_rss_bytes", r.peak_rss_bytes},
-        {"backend", engine.backend_name()}};
+        {"backend", engine->backend_name()}};
     std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }

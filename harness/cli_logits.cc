@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
-#include "engine/cpu/forward.h"
+#include "engine/engine_factory.h"
 #include "engine/errors.h"
 #include "engine/model.h"
 #include "harness/args.h"
@@ -39,7 +39,7 @@ std::string token_text(const Tokenizer* tokenizer, int id) {
 
 int logits(const std::vector<std::string>& argv) {
   Args args("logits", argv, {"json", "all"});
-  args.allow_only({"model", "ids", "top-k", "all", "json"});
+  args.allow_only({"model", "ids", "top-k", "all", "device", "json"});
   const std::vector<TokenId> ids = parse_ids(args.get("ids"));
   const int top_k = args.get_int("top-k", 10);
   if (top_k < 1) throw InputError("kvbench logits: --top-k must be >= 1");
@@ -47,9 +47,11 @@ int logits(const std::vector<std::string>& argv) {
   // The loader may leave a GGUF's tokenizer out; the token texts are only for display.
   std::shared_ptr<const Tokenizer> tokenizer = model.tokenizer;
   if (!tokenizer && args.get("model").rfind("preset:", 0) != 0) tokenizer = tokenizer_from_path(args.get("model"));
-  CpuEngine engine(*model.weights);
-  KvStore store = engine.make_store();
-  const std::vector<float> logits = engine.forward_chunk(ids, store, CaptureRequest{}, nullptr, 0);
+  // The CPU engine is the f32 reference by default; --device cuda gives the GPU's bf16 logits.
+  const std::unique_ptr<Engine> engine = make_engine(args.get_or("device", "cpu"), *model.weights);
+  engine->reserve(1, static_cast<int>(ids.size()));
+  PrefillCapture unused;
+  const std::vector<float> logits = engine->prefill(0, ids, CaptureRequest{}, unused);
 
   std::vector<int> order(logits.size());
   std::iota(order.begin(), order.end(), 0);

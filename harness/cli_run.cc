@@ -1,5 +1,6 @@
 // kvbench run --config FILE.json --db FILE.db [--resume] [--shard i/N] [--no-prefill-reuse]
-//             [--report DIR | --no-report] [--lock-timeout SECONDS] [--json]
+//             [--no-batch-cells] [--device cpu|cuda|auto] [--report DIR | --no-report]
+//             [--lock-timeout SECONDS] [--json]
 // Runs a sweep into a SQLite database, then prints the tables that have data and writes the HTML
 // report. Everything that can be checked is checked before the first row is written: the config,
 // the policy names and parameters, the model files, the database and the report folder.
@@ -55,9 +56,9 @@ std::filesystem::path default_report_dir(const std::string& db) {
 }  // namespace
 
 int run(const std::vector<std::string>& argv) {
-  Args args("run", argv, {"resume", "no-prefill-reuse", "no-report", "json"});
-  args.allow_only({"config", "db", "resume", "shard", "no-prefill-reuse", "report", "no-report",
-                   "lock-timeout", "json"});
+  Args args("run", argv, {"resume", "no-prefill-reuse", "no-batch-cells", "no-report", "json"});
+  args.allow_only({"config", "db", "resume", "shard", "no-prefill-reuse", "no-batch-cells",
+                   "device", "report", "no-report", "lock-timeout", "json"});
   const std::string config_path = args.get("config");
   const std::string db_path = args.get("db");
   const Shard shard = args.has("shard") ? Shard::parse(args.get("shard")) : Shard{};
@@ -105,7 +106,11 @@ int run(const std::vector<std::string>& argv) {
 
   // 3. Provenance, then the sweep.
   const bool tty = isatty(fileno(stderr));
-  EngineBackend backend(config, KVB_SOURCE_DIR, json ? nullptr : stderr);
+  EngineBackendOptions engine_options;
+  engine_options.device = args.get_or("device", config.device);
+  engine_options.batch_cells = !args.flag("no-batch-cells");
+  engine_options.latency_samples = config.latency_samples;
+  EngineBackend backend(config, KVB_SOURCE_DIR, json ? nullptr : stderr, engine_options);
   RunInfo info;
   info.config_name = config.name;
   info.config = config.source;
@@ -121,6 +126,7 @@ int run(const std::vector<std::string>& argv) {
     const LoadedModel& loaded = backend.model(m.path);
     info.models.push_back({{"name", m.name}, {"path", m.path}, {"sha256", loaded.sha256}});
   }
+  backend.check_device(plan.groups);  // every cell's plan runs on the device, before row 1
   RunOptions options;
   options.resume = args.flag("resume");
   options.prefill_reuse = !args.flag("no-prefill-reuse");
@@ -129,10 +135,13 @@ int run(const std::vector<std::string>& argv) {
   StopOnInterrupt interrupt_guard;
   options.stop = &g_stop_requested;
   if (!json)
-    std::fprintf(stderr, "[kvbench run] %s: %zu work units, %lld rows, shard %s, prefill reuse %s\n",
+    std::fprintf(stderr,
+                 "[kvbench run] %s: %zu work units, %lld rows, shard %s, device %s, prefill "
+                 "reuse %s, cells decoded %s\n",
                  config.name.c_str(), plan.units.size(),
                  static_cast<long long>(plan.total_rows()), shard.to_string().c_str(),
-                 options.prefill_reuse ? "on" : "off");
+                 backend.device().c_str(), options.prefill_reuse ? "on" : "off",
+                 engine_options.batch_cells ? "together" : "one at a time");
   const RunSummary summary = run_sweep(plan, backend, store, info, options);
 
   // 4. Tables and the report from everything the database holds.

@@ -307,7 +307,8 @@ SweepConfig parse_sweep_config(const nlohmann::json& json,
   const KeyError err(config_path.string());
   if (!json.is_object()) err.fail("(top level)", "the config must be a JSON object");
   allow_only_keys(json, {"name", "description", "models", "benchmarks", "policies", "budgets",
-                         "prompt_mode", "dense_layers", "max_new_tokens", "data_dir"},
+                         "prompt_mode", "dense_layers", "max_new_tokens", "data_dir", "device",
+                         "latency_samples"},
                   "", err);
   SweepConfig config;
   config.source = json;
@@ -359,6 +360,14 @@ SweepConfig parse_sweep_config(const nlohmann::json& json,
   if (json.contains("data_dir"))
     config.data_dir =
         resolve_config_path(get_string(json["data_dir"], "data_dir", err), config_path);
+  if (json.contains("latency_samples"))
+    config.latency_samples =
+        get_positive_int(json["latency_samples"], "latency_samples", err, /*allow_zero=*/true);
+  if (json.contains("device")) {
+    config.device = get_string(json["device"], "device", err);
+    if (config.device != "cpu" && config.device != "cuda" && config.device != "auto")
+      err.fail("device", "must be cpu, cuda or auto, got '" + config.device + "'");
+  }
   return config;
 }
 

@@ -17,6 +17,8 @@
 //     "dense_layers": [],                    // layers left uncompressed (policies that have them)
 //     "max_new_tokens": 32,                  // optional cap over each task's own limit
 //     "data_dir": "../shared/fixtures"       // optional; haystack essays and word lists
+//     "device": "auto",                      // cpu | cuda | auto (GPU when present); --device
+//     "latency_samples": 3                   // per group, samples timed with each cell alone
 //   }
 #pragma once
 
@@ -81,6 +83,10 @@ struct SweepConfig {
   std::vector<int> dense_layers;
   std::optional<int> max_new_tokens;
   std::string data_dir;  // empty: the datasets layer's default search
+  std::string device = "auto";  // cpu | cuda | auto (the GPU when one is present)
+  // The first N samples of each group run every cell alone at batch 1, so that their TTFT and
+  // TPOT are a request's latency; the rest decode a sample's cells together (accuracy rows).
+  int latency_samples = 3;
   nlohmann::json source;  // the config as written (stored with every run)
 };
 

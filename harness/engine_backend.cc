@@ -6,7 +6,8 @@
 #include "datasets/generation.h"
 #include "datasets/scoring.h"
 #include "engine/chat_template.h"
-#include "engine/cpu/forward.h"
+#include "engine/batch_generation.h"
+#include "engine/engine_factory.h"
 #include "engine/errors.h"
 #include "engine/gguf.h"
 #include "harness/benchmark_data.h"
@@ -17,19 +18,12 @@ namespace kvb {
 struct EngineBackend::ModelState {
   std::string path;
   LoadedModel loaded;
-  std::unique_ptr<CpuEngine> engine;
-  std::unique_ptr<Generator> generator;
+  std::unique_ptr<Engine> engine;
   const ChatTemplate* chat = nullptr;
   ChatFrame frame;  // the chat template around one user message
 };
 
 namespace {
-
-class EngineSnapshot : public SharedPrefill {
- public:
-  PrefillSnapshot snapshot;
-  std::vector<TokenId> question;
-};
 
 // The template's text around one user message, found by rendering a marker message.
 ChatFrame frame_of(const ChatTemplate& chat) {
@@ -65,8 +59,12 @@ CachePlan plan_for_cell(const Cell& cell) {
 }
 
 EngineBackend::EngineBackend(const SweepConfig& config, std::filesystem::path project_root,
-                             FILE* log)
-    : project_root_(std::move(project_root)), data_dir_(config.data_dir), log_(log) {}
+                             FILE* log, EngineBackendOptions options)
+    : project_root_(std::move(project_root)),
+      data_dir_(config.data_dir),
+      log_(log),
+      options_(std::move(options)),
+      device_(resolve_device(options_.device)) {}
 
 EngineBackend::~EngineBackend() = default;
 
@@ -85,7 +83,7 @@ void EngineBackend::check_cells(const std::vector<SampleGroup>& groups) {
 const LoadedModel& EngineBackend::model(const std::string& path) {
   auto it = models_.find(path);
   if (it == models_.end()) {
-    if (log_) std::fprintf(log_, "[kvbench run] loading %s\n", path.c_str());
+    if (log_) std::fprintf(log_, "[kvbench run] loading %s (%s)\n", path.c_str(), device_.c_str());
     auto state = std::make_unique<ModelState>();
     state->path = path;
     state->loaded = load_model(path);
@@ -93,9 +91,7 @@ const LoadedModel& EngineBackend::model(const std::string& path) {
       state->loaded.tokenizer = tokenizer_from_gguf(*GgufFile::open(path));
     if (!state->loaded.tokenizer)
       throw InputError("model " + path + " has no tokenizer this build can read");
-    state->engine = std::make_unique<CpuEngine>(*state->loaded.weights);
-    state->generator =
-        std::make_unique<Generator>(*state->engine, state->loaded.tokenizer.get());
+    state->engine = make_engine(device_, *state->loaded.weights);
     state->chat = &chat_template(chat_template_for_model(path, state->loaded));
     state->frame = frame_of(*state->chat);
     it = models_.emplace(path, std::move(state)).first;
@@ -158,37 +154,38 @@ GenerationOptions EngineBackend::options_for(const Sample& sample, const Cell& c
   return options;
 }
 
-std::unique_ptr<SharedPrefill> EngineBackend::prefill(const SampleGroup&, int sample_index,
-                                                      PromptMode mode,
-                                                      const std::vector<const Cell*>& cells) {
-  const Sample& sample = samples_.at(sample_index % samples_.size());
-  CaptureRequest request;
-  for (const Cell* cell : cells) {
-    const CachePlan plan = plan_for_cell(*cell);
-    if (plan.prefill) request.merge(plan.prefill->capture());
-  }
-  Prompt prompt = build_prompt(sample, mode);
-  auto shared = std::make_unique<EngineSnapshot>();
-  shared->snapshot = current_->generator->prefill(prompt.context, request);
-  shared->question = std::move(prompt.question);
-  return shared;
+const Sample& EngineBackend::sample_at(int sample_index) const {
+  return samples_.at(sample_index % samples_.size());
 }
 
-SampleResult EngineBackend::run_cell(const SampleGroup&, const Cell& cell, int sample_index,
-                                     const SharedPrefill* shared) {
-  const Sample& sample = samples_.at(sample_index % samples_.size());
-  CachePlan plan = plan_for_cell(cell);
-  const GenerationOptions options = options_for(sample, cell);
-  GenerationResult generated;
-  if (shared) {
-    const auto& from = static_cast<const EngineSnapshot&>(*shared);
-    generated = current_->generator->continue_generation(from.snapshot, plan, from.question,
-                                                         options);
-  } else {
-    const Prompt prompt = build_prompt(sample, cell.prompt_mode);
-    generated = current_->generator->generate(prompt.context, plan, options, prompt.question);
+std::vector<SampleResult> EngineBackend::run_cells(const SampleGroup&,
+                                                   const std::vector<const Cell*>& cells,
+                                                   int sample_index, PromptMode mode) {
+  const Sample& sample = sample_at(sample_index);
+  std::vector<CachePlan> plans;
+  plans.reserve(cells.size());
+  std::vector<CellRequest> requests;
+  for (const Cell* cell : cells) {
+    plans.push_back(plan_for_cell(*cell));
+    requests.push_back({&plans.back(), options_for(sample, *cell)});
   }
-  return to_result(sample, cell, generated);
+  const Prompt prompt = build_prompt(sample, mode);
+  const bool timed_alone = sample_index < options_.latency_samples;
+  const std::vector<GenerationResult> generated =
+      generate_cells(*current_->engine, current_->loaded.tokenizer.get(), prompt.context,
+                     prompt.question, requests, BatchOptions{options_.batch_cells && !timed_alone});
+  std::vector<SampleResult> results;
+  for (size_t i = 0; i < cells.size(); ++i)
+    results.push_back(to_result(sample, *cells[i], generated[i]));
+  return results;
+}
+
+void EngineBackend::check_device(const std::vector<SampleGroup>& groups) {
+  for (const auto& group : groups) {
+    model(group.model_path);
+    const Engine& engine = *models_.at(group.model_path)->engine;
+    for (const auto& cell : group.cells) engine.check_plan(plan_for_cell(cell));
+  }
 }
 
 SampleResult EngineBackend::to_result(const Sample& sample, const Cell& cell,
@@ -214,8 +211,7 @@ SampleResult EngineBackend::to_result(const Sample& sample, const Cell& cell,
   r.tokens_in = g.prompt_tokens;
   r.tokens_out = g.output_tokens;
   const ModelConfig& config = current_->engine->config();
-  const KvStore probe = current_->engine->make_store();
-  const int64_t entry_bytes = int64_t{2} * config.head_dim * probe.bytes_per_element();
+  const int64_t entry_bytes = int64_t{2} * config.head_dim * (device_ == "cuda" ? 2 : 4);
   r.kv_bytes = g.kv_bytes;
   r.kept_entries = entry_bytes > 0 ? g.kv_bytes / entry_bytes : 0;
   r.peak_bytes = g.peak_rss_bytes;
@@ -225,6 +221,7 @@ SampleResult EngineBackend::to_result(const Sample& sample, const Cell& cell,
              {"kv_bytes_full", g.kv_bytes_full},
              {"kv_bytes_end", g.kv_bytes_end},
              {"decode_ms", g.decode_ms},
+             {"decode_batch", g.decode_batch},
              {"backend", current_->engine->backend_name()}};
   if (sample.benchmark == "niah" && sample.extra.contains("substring_answer")) {
     std::string lower = r.prediction;

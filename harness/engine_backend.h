@@ -1,7 +1,9 @@
-// The real SweepBackend: loads each model once, generates or loads each group's samples with the
-// datasets layer (harness/benchmark_data.h: RULER, NIAH, LongBench v1, InfiniteBench), builds the
-// prompt for the cell's prompt mode (chat template unless the dataset skips it),
-// runs the engine under the policy's CachePlan and scores the answer with the benchmark's metric.
+// The real SweepBackend: loads each model once onto the sweep's device (engine/engine_factory.h),
+// generates or loads each group's samples with the datasets layer (harness/benchmark_data.h:
+// RULER, NIAH, LongBench v1, InfiniteBench), builds the prompt for the cell's prompt mode (chat
+// template unless the dataset skips it), runs a sample's cells together under their CachePlans
+// (engine/batch_generation.h: one prefill, one batched decode) and scores each answer with the
+// benchmark's metric.
 #pragma once
 
 #include <filesystem>
@@ -18,24 +20,35 @@
 
 namespace kvb {
 
+struct EngineBackendOptions {
+  std::string device = "auto";  // cpu | cuda | auto
+  bool batch_cells = true;      // false: each cell decoded on its own at batch 1
+  int latency_samples = 3;      // samples (per group) whose cells all run alone, for latency
+};
+
 class EngineBackend : public SweepBackend {
  public:
   // `project_root` locates default data (fixtures beside the checkout, models/wonderwords).
-  EngineBackend(const SweepConfig& config, std::filesystem::path project_root, FILE* log);
+  EngineBackend(const SweepConfig& config, std::filesystem::path project_root, FILE* log,
+                EngineBackendOptions options = {});
   ~EngineBackend() override;
 
   void begin_group(const SampleGroup& group) override;
   bool replays_prefill(const Cell& cell) const override;
-  std::unique_ptr<SharedPrefill> prefill(const SampleGroup& group, int sample_index,
-                                         PromptMode mode,
-                                         const std::vector<const Cell*>& cells) override;
-  SampleResult run_cell(const SampleGroup& group, const Cell& cell, int sample_index,
-                        const SharedPrefill* snapshot) override;
+  std::vector<SampleResult> run_cells(const SampleGroup& group,
+                                      const std::vector<const Cell*>& cells, int sample_index,
+                                      PromptMode mode) override;
 
-  // Loads (or returns the loaded) model at `path`: its SHA-256 is recorded with the run.
+  // Loads (or returns the loaded) model at `path` onto the device: its SHA-256 is recorded with
+  // the run.
   const LoadedModel& model(const std::string& path);
+  // "cpu" or "cuda": where the models run (resolved from the options at construction).
+  const std::string& device() const { return device_; }
   // Checks every cell's policy and parameters by building its plan (before any row is written).
   static void check_cells(const std::vector<SampleGroup>& groups);
+  // Checks that the device runs every cell's plan (InputError naming the policy otherwise);
+  // loads the groups' models.
+  void check_device(const std::vector<SampleGroup>& groups);
 
  private:
   struct ModelState;
@@ -45,12 +58,15 @@ class EngineBackend : public SweepBackend {
   };
   Prompt build_prompt(const Sample& sample, PromptMode mode) const;
   GenerationOptions options_for(const Sample& sample, const Cell& cell) const;
+  const Sample& sample_at(int sample_index) const;
   SampleResult to_result(const Sample& sample, const Cell& cell,
                          const GenerationResult& generated) const;
 
   std::filesystem::path project_root_;
   std::string data_dir_;
   FILE* log_;
+  EngineBackendOptions options_;
+  std::string device_;
   std::map<std::string, std::unique_ptr<ModelState>> models_;
   ModelState* current_ = nullptr;
   std::vector<Sample> samples_;  // of the current group

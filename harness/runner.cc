@@ -121,27 +121,22 @@ RunSummary run_sweep(const SweepPlan& plan, SweepBackend& backend, ResultStore& 
           (options.prefill_reuse && backend.replays_prefill(*cell) ? replayed : own)
               .push_back(cell);
         }
-        std::unique_ptr<SharedPrefill> snapshot;
-        if (!replayed.empty()) {
-          snapshot = backend.prefill(group, unit.sample_index, mode, replayed);
+        auto store_rows = [&](const std::vector<const Cell*>& cells, bool reused) {
+          std::vector<SampleResult> results =
+              backend.run_cells(group, cells, unit.sample_index, mode);
           ++summary.prefills;
-        }
-        auto run_one = [&](const Cell* cell, const SharedPrefill* from) {
-          SampleResult result = backend.run_cell(group, *cell, unit.sample_index, from);
-          result.prefill_reused = from != nullptr;
-          store.insert_result(store.ensure_cell(*cell), unit.sample_index, summary.run_id, result);
-          ++summary.rows_written;
-          progress.advance(row_label(group, *cell, unit.sample_index));
+          for (size_t i = 0; i < cells.size(); ++i) {
+            results.at(i).prefill_reused = reused;
+            store.insert_result(store.ensure_cell(*cells[i]), unit.sample_index, summary.run_id,
+                                results[i]);
+            ++summary.rows_written;
+            progress.advance(row_label(group, *cells[i], unit.sample_index));
+          }
         };
-        for (const Cell* cell : replayed) {
-          run_one(cell, snapshot.get());
-          if (stop_requested(options)) break;
-        }
-        snapshot.reset();
+        if (!replayed.empty()) store_rows(replayed, true);
         for (const Cell* cell : own) {
           if (stop_requested(options)) break;
-          run_one(cell, nullptr);
-          ++summary.prefills;  // a cell run on its own prefills for itself
+          store_rows({cell}, false);  // a cell run on its own prefills for itself
         }
         if (stop_requested(options)) break;
       }

@@ -1,6 +1,6 @@
-// The sweep runner: walks the work units of a plan, prefills each sample once per prompt mode and
-// replays every replayable cell from a copy of that snapshot (DESIGN.md), runs the other cells on
-// their own, and writes one row per (cell, sample) to the store, each in its own transaction.
+// The sweep runner: walks the work units of a plan, hands the backend each sample's replayable
+// cells of one prompt mode together (one prefill, DESIGN.md), runs the other cells on their own,
+// and writes one row per (cell, sample) to the store, each in its own transaction.
 //
 // The inference side is behind SweepBackend, so the runner's bookkeeping (resume, sharding,
 // interruption, progress) is tested with a fake backend in milliseconds, and the real engine is
@@ -18,13 +18,6 @@
 
 namespace kvb {
 
-// A full-attention prefill of one sample in one prompt mode, from which cells are replayed.
-// The backend owns what it holds; the runner only passes it back.
-class SharedPrefill {
- public:
-  virtual ~SharedPrefill() = default;
-};
-
 class SweepBackend {
  public:
   virtual ~SweepBackend() = default;
@@ -33,13 +26,12 @@ class SweepBackend {
   // True when the cell's policy starts from a full-attention prefill (every kind except methods
   // that evict during prefill, such as CAKE's cascading or chunked prefill).
   virtual bool replays_prefill(const Cell& cell) const = 0;
-  // Prefills the sample once, capturing what all `cells` need.
-  virtual std::unique_ptr<SharedPrefill> prefill(const SampleGroup& group, int sample_index,
-                                                   PromptMode mode,
-                                                   const std::vector<const Cell*>& cells) = 0;
-  // Runs one cell on one sample: from a copy of `snapshot` when given, from scratch otherwise.
-  virtual SampleResult run_cell(const SampleGroup& group, const Cell& cell, int sample_index,
-                                const SharedPrefill* snapshot) = 0;
+  // Runs `cells` (all of one prompt mode) on one sample from one full-attention prefill that each
+  // cell replays (a copy of it per cell, decoded together where the backend can). A single cell
+  // that does not replay prefills for itself. One result per cell, in `cells` order.
+  virtual std::vector<SampleResult> run_cells(const SampleGroup& group,
+                                              const std::vector<const Cell*>& cells,
+                                              int sample_index, PromptMode mode) = 0;
 };
 
 struct RunOptions {

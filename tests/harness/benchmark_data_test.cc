@@ -228,9 +228,8 @@ class ScoringBackend : public test::FakeBackend {
     FakeBackend::begin_group(group);
     samples_ = samples_for_group(group, GroupSampleInputs{});
   }
-  SampleResult run_cell(const SampleGroup& group, const Cell& cell, int sample_index,
-                        const SharedPrefill* snapshot) override {
-    SampleResult r = FakeBackend::run_cell(group, cell, sample_index, snapshot);
+  SampleResult run_cell(const SampleGroup& group, const Cell& cell, int sample_index) override {
+    SampleResult r = FakeBackend::run_cell(group, cell, sample_index);
     const Sample& s = samples_.at(sample_index);
     const bool right = cell.policy == "full" || sample_index == 0;
     // The answer, then a second line that only first-line post-processing removes (trec: a

@@ -12,12 +12,6 @@
 
 namespace kvb::test {
 
-class FakeSnapshot : public SharedPrefill {
- public:
-  explicit FakeSnapshot(std::string id) : id(std::move(id)) {}
-  std::string id;
-};
-
 class FakeBackend : public SweepBackend {
  public:
   int prefills = 0;
@@ -31,17 +25,16 @@ class FakeBackend : public SweepBackend {
   bool replays_prefill(const Cell& cell) const override {
     return cell.policy != own_prefill_policy;
   }
-  std::unique_ptr<SharedPrefill> prefill(const SampleGroup& group, int sample_index,
-                                           PromptMode mode,
-                                           const std::vector<const Cell*>&) override {
+  std::vector<SampleResult> run_cells(const SampleGroup& group,
+                                      const std::vector<const Cell*>& cells, int sample_index,
+                                      PromptMode) override {
     ++prefills;
-    return std::make_unique<FakeSnapshot>(group.task + "/" + std::to_string(sample_index) + "/" +
-                                          to_string(mode));
+    std::vector<SampleResult> results;
+    for (const Cell* cell : cells) results.push_back(run_cell(group, *cell, sample_index));
+    return results;
   }
-  SampleResult run_cell(const SampleGroup& group, const Cell& cell, int sample_index,
-                        const SharedPrefill* snapshot) override {
+  virtual SampleResult run_cell(const SampleGroup& group, const Cell& cell, int sample_index) {
     if (sleep_ms) std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
-    if (!snapshot) ++prefills;
     ++rows_run;
     const size_t h = std::hash<std::string>{}(cell.key() + "#" + std::to_string(sample_index));
     SampleResult r;
