@@ -12,6 +12,7 @@
 #include "kernels/cpu/attention_column_sums.h"
 #include "kernels/cuda/attention.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/kernels/softmax_row.h"
 
 namespace kvb {
 namespace {
@@ -38,56 +39,43 @@ struct Problem {
   std::vector<float> host_lse(int first, int count) const {
     const int d = shape.head_dim, group = shape.n_query_heads / shape.n_kv_heads;
     std::vector<float> lse(size_t(shape.n_query_heads) * count);
-    std::vector<double> logits;
+    std::vector<double> p;
     for (int a = 0; a < shape.n_query_heads; ++a)
-      for (int i = first; i < first + count; ++i) {
-        const float* qi = q.data() + i * q_stride + a * d;
-        const float* keys = k.data() + (a / group) * kv_stride;
-        logits.assign(shape.query_offset + i + 1, 0.0);
-        for (size_t j = 0; j < logits.size(); ++j) {
-          for (int c = 0; c < d; ++c) logits[j] += double(qi[c]) * keys[j * d + c];
-          logits[j] /= std::sqrt(double(d));
-        }
-        const double top = *std::max_element(logits.begin(), logits.end());
-        double z = 0;
-        for (const double x : logits) z += std::exp(x - top);
-        lse[size_t(a) * count + i - first] = float(top + std::log(z));
-      }
+      for (int i = first; i < first + count; ++i)
+        lse[size_t(a) * count + i - first] = float(
+            test::softmax_row(q.data() + i * q_stride + a * d, k.data() + (a / group) * kv_stride,
+                              shape.query_offset + i + 1, d, 1.0 / std::sqrt(double(d)), p));
     return lse;
   }
 
-  // The CPU twin over queries [first, first + count), as a chunk at query_offset + first.
-  void cpu_chunk(int first, int count, const std::vector<float>& lse,
-                 std::vector<float>& sums) const {
-    kernels::attention_column_sums({.q = q.data() + first * q_stride,
-                                    .q_row_stride = q_stride,
-                                    .k = k.data(),
-                                    .kv_head_stride = kv_stride,
-                                    .lse = lse.data(),
-                                    .column_sums = sums.data(),
-                                    .sums_head_stride = sums_stride,
-                                    .n_queries = count,
-                                    .query_offset = shape.query_offset + first,
-                                    .n_query_heads = shape.n_query_heads,
-                                    .n_kv_heads = shape.n_kv_heads,
-                                    .head_dim = shape.head_dim});
-  }
-
-  cuda::ColumnSumsArgs gpu_args(const cuda::DeviceBuffer& d_q, const cuda::DeviceBuffer& d_k,
-                                const float* d_lse, cuda::DeviceBuffer& d_sums, int first,
-                                int count) const {
-    return {.q = d_q.as<__nv_bfloat16>() + first * q_stride,
+  // Queries [first, first + count) as a chunk at query_offset + first, for either twin: q and k
+  // are the host floats or the device bf16 copies.
+  template <class Args, class T>
+  Args chunk(const T* q_data, const T* k_data, const float* lse, float* sums, int first,
+             int count) const {
+    return {.q = q_data + first * q_stride,
             .q_row_stride = q_stride,
-            .k = d_k.as<__nv_bfloat16>(),
+            .k = k_data,
             .kv_head_stride = kv_stride,
-            .lse = d_lse,
-            .column_sums = d_sums.as<float>(),
+            .lse = lse,
+            .column_sums = sums,
             .sums_head_stride = sums_stride,
             .n_queries = count,
             .query_offset = shape.query_offset + first,
             .n_query_heads = shape.n_query_heads,
             .n_kv_heads = shape.n_kv_heads,
             .head_dim = shape.head_dim};
+  }
+  void cpu_chunk(int first, int count, const std::vector<float>& lse,
+                 std::vector<float>& sums) const {
+    kernels::attention_column_sums(
+        chunk<kernels::ColumnSumsArgs>(q.data(), k.data(), lse.data(), sums.data(), first, count));
+  }
+  cuda::ColumnSumsArgs gpu_chunk(const cuda::DeviceBuffer& d_q, const cuda::DeviceBuffer& d_k,
+                                 const float* d_lse, cuda::DeviceBuffer& d_sums, int first,
+                                 int count) const {
+    return chunk<cuda::ColumnSumsArgs>(d_q.as<__nv_bfloat16>(), d_k.as<__nv_bfloat16>(), d_lse,
+                                       d_sums.as<float>(), first, count);
   }
 
   Shape shape;
@@ -123,7 +111,7 @@ TEST_P(ColumnSumsKernelTest, AddsTheCpuTwinsSums) {
   auto d_q = test::to_device_bf16(p.q), d_k = test::to_device_bf16(p.k);
   auto d_lse = test::to_device(lse);
   auto d_sums = test::to_device(std::vector<float>(expected.size(), 0.25f));
-  cuda::attention_column_sums(p.gpu_args(d_q, d_k, d_lse.as<float>(), d_sums, 0, n), nullptr);
+  cuda::attention_column_sums(p.gpu_chunk(d_q, d_k, d_lse.as<float>(), d_sums, 0, n), nullptr);
   std::vector<float> got(expected.size());
   d_sums.download(got.data(), got.size() * 4);
   expect_sums_match(got, expected, p);
@@ -155,23 +143,22 @@ TEST(ColumnSumsKernel, ChunkedPrefillWithFlashLseAccumulates) {
   cuda::DeviceBuffer d_out(size_t(300) * hq * d * 2), d_lse(size_t(hq) * 300 * 4);
   int first = 0;
   for (const int count : {128, 100, 72}) {
-    cuda::PrefillAttentionArgs forward;
-    forward.q = d_q.as<__nv_bfloat16>() + first * p.q_stride;
-    forward.q_row_stride = p.q_stride;
-    forward.k = d_k.as<__nv_bfloat16>();
-    forward.v = d_v.as<__nv_bfloat16>();
-    forward.kv_head_stride = p.kv_stride;
-    forward.out = d_out.as<__nv_bfloat16>();
-    forward.out_row_stride = int64_t(hq) * d;
-    forward.lse = d_lse.as<float>();
-    forward.n_queries = count;
-    forward.query_offset = first;
-    forward.n_query_heads = hq;
-    forward.n_kv_heads = hkv;
-    forward.head_dim = d;
-    forward.scale = 1.0f / std::sqrt(float(d));
+    const cuda::PrefillAttentionArgs forward{.q = d_q.as<__nv_bfloat16>() + first * p.q_stride,
+                                             .q_row_stride = p.q_stride,
+                                             .k = d_k.as<__nv_bfloat16>(),
+                                             .v = d_v.as<__nv_bfloat16>(),
+                                             .kv_head_stride = p.kv_stride,
+                                             .out = d_out.as<__nv_bfloat16>(),
+                                             .out_row_stride = int64_t(hq) * d,
+                                             .lse = d_lse.as<float>(),
+                                             .n_queries = count,
+                                             .query_offset = first,
+                                             .n_query_heads = hq,
+                                             .n_kv_heads = hkv,
+                                             .head_dim = d,
+                                             .scale = 1.0f / std::sqrt(float(d))};
     cuda::flash_attention_prefill(forward, nullptr);
-    cuda::attention_column_sums(p.gpu_args(d_q, d_k, d_lse.as<float>(), d_sums, first, count),
+    cuda::attention_column_sums(p.gpu_chunk(d_q, d_k, d_lse.as<float>(), d_sums, first, count),
                                 nullptr);
     first += count;
   }

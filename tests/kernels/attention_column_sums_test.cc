@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention.h"
+#include "tests/kernels/softmax_row.h"
 
 namespace kvb::kernels {
 namespace {
@@ -39,22 +40,14 @@ TEST_P(ColumnSumsVsSoftmaxRows, MatchesExplicitSoftmaxInDouble) {
   const auto k = random_vector(rng, size_t(hkv) * kv_stride, 1.0f);
   const double scale = 1.0 / std::sqrt(double(d));
 
-  std::vector<double> expected(size_t(hq) * sums_stride, 0.5);
+  std::vector<double> expected(size_t(hq) * sums_stride, 0.5), p;
   std::vector<float> lse(size_t(hq) * n);
   for (int a = 0; a < hq; ++a)
     for (int i = 0; i < n; ++i) {
-      const int seen = s.query_offset + i + 1;
-      std::vector<double> row(seen);
-      double top = -INFINITY, z = 0;
-      for (int j = 0; j < seen; ++j) {
-        double logit = 0;
-        for (int c = 0; c < d; ++c)
-          logit += double(q[i * q_stride + a * d + c]) * k[(a / group) * kv_stride + j * d + c];
-        top = std::max(top, row[j] = logit * scale);
-      }
-      for (auto& x : row) z += (x = std::exp(x - top));
-      for (int j = 0; j < seen; ++j) expected[a * sums_stride + j] += row[j] / z;
-      lse[a * n + i] = float(top + std::log(z));
+      lse[a * n + i] =
+          float(test::softmax_row(&q[i * q_stride + a * d], &k[(a / group) * kv_stride],
+                                  s.query_offset + i + 1, d, scale, p));
+      for (size_t j = 0; j < p.size(); ++j) expected[a * sums_stride + j] += p[j];
     }
 
   std::vector<float> sums(expected.size(), 0.5f);
