@@ -1,5 +1,6 @@
 // GPU kernel lab figures: prefill flash attention in TFLOP/s against the measured bf16 GEMM rate,
-// decode attention in GB/s against the measured read bandwidth (Llama-3.1-8B head shapes).
+// H2O's attention column sums in TFLOP/s (of q·k) and in time against that prefill's, decode
+// attention in GB/s against the measured read bandwidth (Llama-3.1-8B head shapes).
 // Run on the GPU machine: ./cuda_kernels_bench --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
 #include <cublas_v2.h>
@@ -7,6 +8,7 @@
 #include <cmath>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_column_sums.h"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/transformer_ops.h"
 
@@ -40,45 +42,80 @@ float time_ms(cudaEvent_t start, cudaEvent_t stop) {
   return ms;
 }
 
-void BM_FlashPrefill(benchmark::State& state) {
-  if (!cuda::device_available()) return state.SkipWithError("no CUDA device");
-  const int n = static_cast<int>(state.range(0));
-  const int hq = 32, hkv = 8, d = 128;
-  cuda::DeviceBuffer q(size_t(n) * hq * d * 2), k(size_t(n) * hkv * d * 2), v(size_t(n) * hkv * d * 2),
-      out(size_t(n) * hq * d * 2), lse(size_t(n) * hq * 4);
-  cuda::fill_random_bf16(q.as<bf16>(), size_t(n) * hq * d, 1, 1.f, nullptr);
-  cuda::fill_random_bf16(k.as<bf16>(), size_t(n) * hkv * d, 2, 1.f, nullptr);
-  cuda::fill_random_bf16(v.as<bf16>(), size_t(n) * hkv * d, 3, 1.f, nullptr);
-  cuda::PrefillAttentionArgs a;
-  a.q = q.as<bf16>();
-  a.q_row_stride = hq * d;
-  a.k = k.as<bf16>();
-  a.v = v.as<bf16>();
-  a.kv_head_stride = int64_t(n) * d;
-  a.out = out.as<bf16>();
-  a.out_row_stride = hq * d;
-  a.lse = lse.as<float>();
-  a.n_queries = n;
-  a.n_query_heads = hq;
-  a.n_kv_heads = hkv;
-  a.head_dim = d;
-  a.scale = 1.f / std::sqrt(float(d));
+struct PrefillInputs {
+  static constexpr int hq = 32, hkv = 8, d = 128;
+  explicit PrefillInputs(int n)
+      : q(size_t(n) * hq * d * 2),
+        k(size_t(n) * hkv * d * 2),
+        v(size_t(n) * hkv * d * 2),
+        out(size_t(n) * hq * d * 2),
+        lse(size_t(n) * hq * 4) {
+    cuda::fill_random_bf16(q.as<bf16>(), size_t(n) * hq * d, 1, 1.f, nullptr);
+    cuda::fill_random_bf16(k.as<bf16>(), size_t(n) * hkv * d, 2, 1.f, nullptr);
+    cuda::fill_random_bf16(v.as<bf16>(), size_t(n) * hkv * d, 3, 1.f, nullptr);
+    args = {.q = q.as<bf16>(), .q_row_stride = hq * d, .k = k.as<bf16>(), .v = v.as<bf16>(),
+            .kv_head_stride = int64_t(n) * d, .out = out.as<bf16>(), .out_row_stride = hq * d,
+            .lse = lse.as<float>(), .n_queries = n, .n_query_heads = hq, .n_kv_heads = hkv,
+            .head_dim = d, .scale = 1.f / std::sqrt(float(d))};
+  }
+  cuda::DeviceBuffer q, k, v, out, lse;
+  cuda::PrefillAttentionArgs args;
+};
+
+// Mean milliseconds of `reps` consecutive calls of `call`.
+template <class Call>
+float mean_ms(Call call, int reps) {
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
-  cuda::flash_attention_prefill(a, nullptr);
-  for (auto _ : state) {
-    cudaEventRecord(start);
-    cuda::flash_attention_prefill(a, nullptr);
-    cudaEventRecord(stop);
-    state.SetIterationTime(time_ms(start, stop) / 1e3);
-  }
+  cudaEventRecord(start);
+  for (int i = 0; i < reps; ++i) call();
+  cudaEventRecord(stop);
+  const float ms = time_ms(start, stop) / reps;
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms;
+}
+
+void BM_FlashPrefill(benchmark::State& state) {
+  if (!cuda::device_available()) return state.SkipWithError("no CUDA device");
+  const int n = static_cast<int>(state.range(0));
+  PrefillInputs in(n);
+  const auto prefill = [&] { cuda::flash_attention_prefill(in.args, nullptr); };
+  prefill();
+  for (auto _ : state) state.SetIterationTime(mean_ms(prefill, 1) / 1e3);
   // Causal: half of the n x n score matrix, two matmuls of 2 FLOP per multiply-add.
-  const double flops = 4.0 * hq * d * (double(n) * n / 2);
+  const double flops = 4.0 * in.hq * in.d * (double(n) * n / 2);
   state.counters["TFLOP/s"] = benchmark::Counter(flops / 1e12, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["gemm_ceiling_TFLOP/s"] = ceilings().gemm_tflops;
 }
 BENCHMARK(BM_FlashPrefill)->Arg(4096)->Arg(32768)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+// The column sums after a prefill of n tokens (one chunk), fed that prefill's LSE: TFLOP/s of its
+// q·k products (half the prefill's) and its time over the prefill's, measured in the same run.
+void BM_AttentionColumnSums(benchmark::State& state) {
+  if (!cuda::device_available()) return state.SkipWithError("no CUDA device");
+  const int n = static_cast<int>(state.range(0));
+  PrefillInputs in(n);
+  cuda::DeviceBuffer sums(size_t(n) * in.hq * 4);
+  cudaMemset(sums.data(), 0, sums.bytes());
+  cuda::ColumnSumsArgs a{.q = in.q.as<bf16>(), .q_row_stride = in.hq * in.d,
+                         .k = in.k.as<bf16>(), .kv_head_stride = int64_t(n) * in.d,
+                         .lse = in.lse.as<float>(), .column_sums = sums.as<float>(),
+                         .sums_head_stride = n, .n_queries = n, .n_query_heads = in.hq,
+                         .n_kv_heads = in.hkv, .head_dim = in.d};
+  const auto prefill = [&] { cuda::flash_attention_prefill(in.args, nullptr); };
+  const auto column_sums = [&] { cuda::attention_column_sums(a, nullptr); };
+  prefill();
+  const float prefill_ms = mean_ms(prefill, 5);
+  column_sums();
+  for (auto _ : state) state.SetIterationTime(mean_ms(column_sums, 1) / 1e3);
+  const double flops = 2.0 * in.hq * in.d * (double(n) * n / 2);
+  state.counters["TFLOP/s"] = benchmark::Counter(flops / 1e12, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["prefill_ms"] = prefill_ms;
+  state.counters["gemm_ceiling_TFLOP/s"] = ceilings().gemm_tflops;
+}
+BENCHMARK(BM_AttentionColumnSums)->Arg(4096)->Arg(32768)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 void BM_DecodeAttention(benchmark::State& state) {
   if (!cuda::device_available()) return state.SkipWithError("no CUDA device");
