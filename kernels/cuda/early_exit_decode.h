@@ -1,4 +1,4 @@
-// ART decode attention on the GPU (specs/methods.md §13). CPU twin and the meaning of every
+// ART decode attention on the GPU (docs/methods.md §13). CPU twin and the meaning of every
 // quantity: kernels/cpu/early_exit_attention.h. Test: tests/cuda/early_exit_decode_test.cc.
 // Benchmark: tests/benchmarks/cuda_art_bench.cc.
 //
