@@ -6,7 +6,7 @@
 // sampling, `shuffle` is Fisher-Yates from the end, `sample` switches between its pool and set
 // strategies at the same size threshold, `choices` (no weights) indexes with floor(random() * n).
 // NumPy's legacy `np.random.randint` (used by RULER's VT value) is not reproduced: `randint` here
-// draws from the same range, which is distribution-faithful (spec §0).
+// draws from the same range, which is distribution-faithful (docs/benchmarks.md §0).
 #pragma once
 
 #include <array>

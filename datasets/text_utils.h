@@ -1,5 +1,6 @@
 // Text helpers shared by the benchmark generators, with the Python behaviour they imitate named
-// (spec §0): `str.split()`, `re.sub(r'\s+', ' ', s)`, `str.strip()`, NLTK Punkt-style sentences.
+// (docs/benchmarks.md §0): `str.split()`, `re.sub(r'\s+', ' ', s)`, `str.strip()`, NLTK Punkt-style
+// sentences.
 #pragma once
 
 #include <filesystem>

@@ -1,7 +1,7 @@
 // The cache-policy interface the engine defines over its KvStore. Methods live in policies/ and
 // implement one of these; the engine calls them and never names a method.
 //
-// Kinds (specs/methods.md §0):
+// Kinds (docs/methods.md §0):
 //   A prefill eviction, query-aware     -> PrefillPolicy (uses window queries)
 //   B prefill eviction, query-agnostic  -> PrefillPolicy (keys / values / positions only)
 //   C decode-time eviction              -> DecodeEvictionPolicy

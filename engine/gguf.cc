@@ -1,4 +1,4 @@
-// GGUF reader. The container layout (specs/engine-notes.md §2.4) is parsed with a cursor that checks
+// GGUF reader. The container layout (docs/engine.md §1) is parsed with a cursor that checks
 // every read against the end of the image, and every count against the bytes that remain, so that a
 // truncated or hostile file fails with a FormatError naming the file and the field.
 #include "engine/gguf.h"

@@ -1,5 +1,5 @@
 // GGUF reader: memory-mapped, every offset and size bounds-checked. A truncated or hostile file is a
-// FormatError naming the file and the field, never a crash. Layout: specs/engine-notes.md §2.4.
+// FormatError naming the file and the field, never a crash. Layout: docs/engine.md §1.
 #pragma once
 
 #include <cstdint>

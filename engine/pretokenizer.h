@@ -2,7 +2,7 @@
 // applied one after another to every piece of the previous stage (llama.cpp's
 // unicode_regex_split). Text between two matches is kept as a piece of its own. The regexes are
 // compiled with PCRE2 in UTF + UCP mode so that \s, \p{L}, \p{N} follow Unicode properties.
-// Regex lists per family: specs/engine-notes.md §2.2.
+// Regex lists per family: docs/engine.md §2.
 #pragma once
 
 #include <memory>

@@ -1,7 +1,7 @@
 // kvbench calibrate --model M --data DIR --out proj.bin [--chunk-tokens N] [--max-tokens N]
 //                   [--iterations 4] [--seed S] [--json]
 //
-// BinaryPC's offline projection calibration (OPC, specs/methods.md §12): prefill chunks of the
+// BinaryPC's offline projection calibration (OPC, docs/methods.md §12): prefill chunks of the
 // calibration texts (every *.txt file of DIR, in name order, e.g. the Paul Graham essays of the
 // fixtures) with full attention, collect the post-RoPE keys of every (layer, KV head), and fit the
 // 64 projection rows per head with Algorithm 1 (4 iterations per bit, u recomputed as sign(R P[i])

@@ -40,7 +40,7 @@ struct Heatmap {
 std::string render(const Heatmap& map);
 
 // The NIAH colour map of KVCache-Factory's visualize.py: red #F0496E, yellow #EBB839 and green
-// #0CD79F, linear in between (specs/benchmarks.md 2.4).
+// #0CD79F, linear in between (docs/benchmarks.md §2.4).
 std::string heat_colour(double value01);
 std::string escape_xml(const std::string& text);
 

@@ -12,8 +12,8 @@
 //
 // Source: FFY0/AdaKV @efe4e2e `adaptive_snapkv/monkeypatch/snapkv_utils.py`
 // (AdaptiveSnapKVCluster.update_kv_gqa), `experiments/LongBench/pred.py`; kvpress `adakv_press.py`
-// (specs/methods.md §7). Defaults: α = 0.2 (pred.py --floor_alpha), normalize off, scorer SnapKV with
-// w = 32, k = 7, max pooling, mean over window rows, group mean before pooling.
+// (docs/methods.md §7). Defaults: α = 0.2 (pred.py --floor_alpha), normalize off, scorer SnapKV
+// with w = 32, k = 7, max pooling, mean over window rows, group mean before pooling.
 // Registered compositions: adadropkv (DropKV scores, its own defaults), criticaladakv (CriticalKV's
 // two-stage selection inside the AdaKV budgets, §7), andpro (see andpro.cc).
 #include <algorithm>

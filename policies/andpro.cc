@@ -1,6 +1,6 @@
 // AnDPro (Geng et al., NeurIPS 2025, "Anchor Direction Projection") — kind A.
 // **APPROXIMATION [UNVERIFIED]**: no public code; the score below is the best-effort reconstruction
-// of specs/methods.md §8, not the authors' method. Results must be labelled as such.
+// of docs/methods.md §8, not the authors' method. Results must be labelled as such.
 //
 //   anchor per window query t: o^(t) = Σ_j p_j^(t) v_j,  ô^(t) = o^(t)/‖o^(t)‖
 //   c_j = Σ_t p_j^(t) ⟨v_j, ô^(t)⟩   (the token's contribution along the pre-eviction output;
@@ -70,7 +70,7 @@ PolicyFactory andpro_factory() {
   PolicyFactory factory;
   factory.info = {"andpro", PolicyKind::kPrefillQueryAware,
                   "APPROXIMATION: anchor-direction value projection + AdaKV budgets",
-                  "none public; reconstruction of specs/methods.md §8 [UNVERIFIED]",
+                  "none public; reconstruction of docs/methods.md §8 [UNVERIFIED]",
                   andpro_defaults()};
   factory.make_scorer = [](const nlohmann::json& given) -> std::shared_ptr<const ScoredPolicy> {
     const PolicyParams params("andpro", given, andpro_defaults());

@@ -1,4 +1,4 @@
-// ART, Attention Run-time Termination (seed 003; specs/methods.md §13) — kind E.
+// ART, Attention Run-time Termination (seed 003; docs/methods.md §13) — kind E.
 //
 // Not a cache policy but a change of the decode attention walk: sink block first, then the most
 // recent KV block backwards, online softmax; stop once d_scale < tau and d_direction < phi held for
@@ -57,7 +57,7 @@ PolicyFactory art_factory() {
   PolicyFactory factory;
   factory.info = {"art", PolicyKind::kKernelWalk,
                   "attention run-time termination: stop the decode KV walk once the output is stable",
-                  "none public (seed 003); criteria reconstructed, specs/methods.md §13",
+                  "none public (seed 003); criteria reconstructed, docs/methods.md §13",
                   art_defaults()};
   factory.install = [](const nlohmann::json& params, CachePlan& plan) {
     plan.early_exit = make_art_params(params);

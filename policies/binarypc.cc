@@ -1,4 +1,4 @@
-// BinaryPC (seed 001; specs/methods.md §12) — kind D, binary principal-component hashing.
+// BinaryPC (seed 001; docs/methods.md §12) — kind D, binary principal-component hashing.
 //
 // Prefill (per non-dense layer and KV head): a projection P [64, d] — fitted online on the prompt's
 // keys (Algorithm 1, 4 iterations per bit) or loaded from `kvbench calibrate` (OPC) — and a 64-bit

@@ -1,4 +1,4 @@
-// BinaryPC projections (specs/methods.md §12, Algorithm 1 and OPC) and their file format.
+// BinaryPC projections (docs/methods.md §12, Algorithm 1 and OPC) and their file format.
 //
 // Algorithm 1 fits 64 rows P[i] (length d) to a set of keys K (n x d), greedily on the residual:
 //   R <- K; for each bit i: v ~ N(0, I_d); repeat `iterations` times: u = sign(R v), v = R^T u;

@@ -16,7 +16,7 @@
 // and keep the top B_ℓ plus the last w. Without prefill compression B_ℓ = S − w.
 //
 // Source: antgroup/cakekv @c4675ce `cake/model/modify_llama.py`, `cake/cake_cache.py`,
-// `cake/utils.py` (adjust_budgets, calculate_entropy) (specs/methods.md §6). Defaults
+// `cake/utils.py` (adjust_budgets, calculate_entropy) (docs/methods.md §6). Defaults
 // (`pred_cake.py`): w = 32, γ = 200, τ1 = τ2 = 1 (the fallback; model2tau.json gives per-model
 // values), k = 5, precision bf16. Budget S per (layer, KV head) on average, window included; uniform
 // across the heads of a layer. Non-cascading only (cascading re-evicts during prefill; not built).

@@ -7,7 +7,7 @@
 //   stage 2: fill up to C with the best of the rest by s' = (s + ε)·ν
 //
 // Source: kvpress @8bb29b9 `criticalkv_press.py` (contributed by the CriticalKV first author, PR
-// #46; specs/methods.md §7). Defaults: ρ = first_stage_ratio = 0.5, ε = 1e−4, base scorer SnapKV
+// #46; docs/methods.md §7). Defaults: ρ = first_stage_ratio = 0.5, ε = 1e−4, base scorer SnapKV
 // (its own defaults; "scorer" selects another). Needs W_o (CaptureRequest::output_projection).
 // Budget C per (layer, KV head), uniform, window included. CriticalAdaKV is in adakv.cc.
 #include <cblas.h>

@@ -11,7 +11,7 @@
 
 namespace kvb {
 
-// How a KV group's query heads share a selection (specs/methods.md §10, §14):
+// How a KV group's query heads share a selection (docs/methods.md §10, §14):
 //   kPerHead - each query head picks its own set (the union is loaded; exact reference semantics)
 //   kShared  - one set per KV head, scored over the whole group
 enum class GqaSelection { kPerHead, kShared };

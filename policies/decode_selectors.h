@@ -1,4 +1,4 @@
-// Direct constructors of the kind-D decode selectors and the kind-E ART modifier (specs/methods.md
+// Direct constructors of the kind-D decode selectors and the kind-E ART modifier (docs/methods.md
 // §10-14), for tests and `kvbench select`; the registry's factories (policies/methods.h) call them.
 // Each reads its JSON parameters (unknown keys and bad values are InputErrors). `describe()` gives
 // the resolved parameters, defaults included, so that a run records e.g. the GQA semantics used.

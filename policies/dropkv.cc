@@ -9,7 +9,7 @@
 //
 // Source: AozhongZhang/DropKV @67cdfeb — `patches/dropkv_transformers.patch` (path P, max_pool1d,
 // what run_eval.sh and the paper's results use) and `dropkv_cache.py` (path S, avg_pool1d);
-// Triton scorer `dropkv_triton.py` (specs/methods.md §9). Defaults: w = 8, kernel 11, pooling max
+// Triton scorer `dropkv_triton.py` (docs/methods.md §9). Defaults: w = 8, kernel 11, pooling max
 // (path P), precision "bf16" = match_pytorch_precision (Triton path: bf16 q·k with fp32
 // accumulation ×1/√d, fp32 LSE, a from the unrounded fp32 p rounded to bf16, p rounded to bf16 before
 // ω, ⟨a,v⟩ with bf16 inputs, squared distance clamped at 0); "fp32" = dropkv_scores_reference.

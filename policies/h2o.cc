@@ -12,8 +12,8 @@
 //   [0, T − recent) plus the last `recent`. Budget = hh + recent; recent = recent_ratio · budget
 //   (the scripts' heavy_ratio = recent_ratio gives 0.5). The prefill applies the same rule once.
 //
-// Source: FMInference/H2O; KVCache-Factory @5fb995d `pyramidkv/pyramidkv_utils.py` (methods.md §4).
-// Ties: lower position first (kept), i.e. the later of equal scores is evicted.
+// Source: FMInference/H2O; KVCache-Factory @5fb995d `pyramidkv/pyramidkv_utils.py` (docs/methods.md
+// §4). Ties: lower position first (kept), i.e. the later of equal scores is evicted.
 #include <algorithm>
 
 #include "policies/methods.h"

@@ -6,7 +6,7 @@
 // block [n_kept + iB, n_kept + (i+1)B) the candidates are kept ∪ block, μ is recomputed over them
 // and the top n_kept survive. This simulates chunked prefill after one full forward pass (later
 // chunks saw the uncompressed cache), as kvpress does.
-// Source: kvpress @8bb29b9 `keydiff_press.py`, `block_press.py` (specs/methods.md §5); official
+// Source: kvpress @8bb29b9 `keydiff_press.py`, `block_press.py` (docs/methods.md §5); official
 // repository not read. Defaults: block_size 128 (B ≥ L means one block). Budget: n_kept per
 // (layer, KV head), nothing protected. `score()` (used when wrapped by AdaKV) is the one-shot score
 // over all keys.

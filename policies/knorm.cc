@@ -2,7 +2,7 @@
 //
 //   s_j = −‖k_j‖₂   (keep the smallest key norms, per KV head; RoPE preserves the norm)
 //
-// Source: kvpress @8bb29b9 `knorm_press.py` (specs/methods.md §5). Defaults (kvpress): every layer
+// Source: kvpress @8bb29b9 `knorm_press.py` (docs/methods.md §5). Defaults (kvpress): every layer
 // compressed, nothing protected. KVCache-Factory's L2NormCluster instead skips layers 0–1
 // (`dense_layers: [0, 1]`). `window` > 0 protects the last tokens — a harness extension, not
 // official. Budget: per (layer, KV head), all kept tokens. Ties: lower position first.

@@ -1,4 +1,4 @@
-// MagicPIG (Chen et al. 2025; specs/methods.md §11) — kind D, LSH sampling with importance weights.
+// MagicPIG (Chen et al. 2025; docs/methods.md §11) — kind D, LSH sampling with importance weights.
 //
 // After prefill, per non-dense layer and KV head: sinks S = [0, 4), local W = the last 64 prompt
 // entries, middle M = the rest. Keys are centred on the middle mean mu (softmax-invariant: q.mu is

@@ -1,5 +1,5 @@
 // Policy parameters read from JSON. Every method declares its parameters as a JSON object of
-// defaults (the values of specs/methods.md); a user's JSON overrides them. A key the method does not
+// defaults (the values of docs/methods.md); a user's JSON overrides them. A key the method does not
 // declare, or a value of the wrong type, is an InputError naming the key and listing the known ones,
 // so that a typo never silently runs the default.
 //

@@ -7,7 +7,7 @@
 //   steps = ⌊(max − min)/(N − 1)⌋;  layer ℓ keeps (max − ℓ·steps) prefix tokens + w window tokens
 // Fallbacks: L < C → no compression; L < 2b → uniform SnapKV with b prefix tokens per layer.
 //
-// Source: Zefan-Cai/KVCache-Factory @5fb995d `pyramidkv/pyramidkv_utils.py` (specs/methods.md §2).
+// Source: Zefan-Cai/KVCache-Factory @5fb995d `pyramidkv/pyramidkv_utils.py` (docs/methods.md §2).
 // Defaults (KVCache-Factory run scripts): β = 20, w = 8, k = 7, max pooling, sum over rows.
 // GQA: group mean of the scores (KV-head mode). Budget: per (layer, KV head) on average, includes w.
 #include "policies/methods.h"

@@ -1,4 +1,4 @@
-// Quest (Tang et al. 2024; specs/methods.md §10) — kind D, the whole cache stays resident.
+// Quest (Tang et al. 2024; docs/methods.md §10) — kind D, the whole cache stays resident.
 //
 // Pages of P = 16 entries aligned from the first one; per page and KV head the elementwise
 // minimum m and maximum M of the keys. A query q bounds every key of a page from above:

@@ -1,4 +1,4 @@
-// Quest's page metadata (specs/methods.md §10): elementwise key minimum and maximum per page of
+// Quest's page metadata (docs/methods.md §10): elementwise key minimum and maximum per page of
 // `page_size` entries, and the upper bound U(page) = sum_i max(q_i m_i, q_i M_i) of q.k over a page.
 #pragma once
 

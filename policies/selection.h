@@ -12,7 +12,7 @@
 
 namespace kvb {
 
-// "bf16" emulates the casts of the bf16 reference implementations (specs/methods.md §0); "fp32"
+// "bf16" emulates the casts of the bf16 reference implementations (docs/methods.md §0); "fp32"
 // keeps every intermediate in fp32.
 enum class Precision { kFp32, kBf16 };
 enum class Pooling { kAvg, kMax };

@@ -5,7 +5,7 @@
 //   keep top (C − w) prefix tokens by ŝ_h, plus the w window tokens.
 //
 // Source: FasterDecoding/SnapKV @395b54d `snapkv/monkeypatch/snapkv_utils.py`; kvpress @8bb29b9
-// `snapkv_press.py` (specs/methods.md §1). Defaults (official `init_snapkv`): w = 32, k = 5, avg
+// `snapkv_press.py` (docs/methods.md §1). Defaults (official `init_snapkv`): w = 32, k = 5, avg
 // pooling, sum over window rows, bf16 casts of the reference (precision "bf16"). GQA: the official
 // code keeps per query head (no GQA saving); here the group mean is taken after pooling (kvpress),
 // or before with gqa_before_pooling (identical for avg pooling). Budget C per (layer, KV head)

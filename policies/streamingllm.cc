@@ -3,7 +3,7 @@
 //   keep positions [0, s) ∪ [L − r, L),   r = n_kept − s
 //
 // Source: mit-han-lab/streaming-llm (`streaming_llm/kv_cache.py`, StartRecentKVCache), and the
-// benchmark ports kvpress `streaming_llm_press.py` / KVCache-Factory (specs/methods.md §3).
+// benchmark ports kvpress `streaming_llm_press.py` / KVCache-Factory (docs/methods.md §3).
 // Defaults: sinks s = 4. Budget: per (layer, KV head), **includes** the sinks. Every layer and head
 // keeps the same set. Keys keep their original RoPE positions (the benchmark ports' behaviour; the
 // original's cache-slot re-rotation is not reproduced).

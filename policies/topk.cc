@@ -1,4 +1,4 @@
-// TOPK oracle (specs/methods.md §14) — kind D, an upper bound, not a deployable method.
+// TOPK oracle (docs/methods.md §14) — kind D, an upper bound, not a deployable method.
 //
 // At every decode step, per layer and per query head: compute the exact logits q.k_j against the
 // whole cache, keep the k = int(r * T) largest (T = current length, r the budget ratio; a token

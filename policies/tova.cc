@@ -7,7 +7,7 @@
 // official behaviour, default on), after every decode step. Nothing is forced (kvpress's prefill
 // port additionally forces the last token; not done here).
 // Source: schwartz-lab-NLP/TOVA `src/tova_cache.py` (`reduce`); kvpress `tova_press.py`
-// (specs/methods.md §4). Budget C per layer (every KV head), covering all tokens. Ties: lower
+// (docs/methods.md §4). Budget C per layer (every KV head), covering all tokens. Ties: lower
 // position kept.
 #include "policies/methods.h"
 #include "policies/scored_policy.h"

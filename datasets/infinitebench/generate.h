@@ -1,8 +1,9 @@
-// InfiniteBench synthetic task generators (OpenBMB/InfiniteBench data/construct_synthetic_dataset.py
-// and the released files' layout; spec §4.2): passkey, number_string, kv_retrieval, math_find.
-// They emit records in the released schema ({"id", "context", "input", "answer", "options"}), so
-// the loader's prompt code (datasets/infinitebench/loader.h) turns them into Samples exactly as it
-// does the downloaded files.
+// InfiniteBench synthetic task generators (OpenBMB/InfiniteBench
+// data/construct_synthetic_dataset.py and the released files' layout; docs/benchmarks.md §4.2):
+// passkey, number_string, kv_retrieval, math_find. They emit records in the released schema ({"id",
+// "context", "input", "answer", "options"}), so the loader's prompt code
+// (datasets/infinitebench/loader.h) turns them into Samples exactly as it does the downloaded
+// files.
 //
 // Sizes: the release is fixed near 128K tokens (passkey/number_string 5220 noise lines, kv 2500
 // pairs, math_find 60000 numbers). For --length L the haystack size is the largest for which the

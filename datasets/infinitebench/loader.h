@@ -1,6 +1,6 @@
 // Reads InfiniteBench's released data (HF xinrongzhang2022/InfiniteBench: "{task}.jsonl" with id,
 // context, input, answer, options) into Samples with the official prompt of a model family,
-// max new tokens and optional middle truncation (specs/benchmarks.md §4). The synthetic tasks can
+// max new tokens and optional middle truncation (docs/benchmarks.md §4). The synthetic tasks can
 // also be generated (datasets/infinitebench/generate.h); this loader reads any of the 12 files.
 #pragma once
 

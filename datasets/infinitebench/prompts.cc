@@ -10,7 +10,7 @@ namespace kvb {
 namespace {
 
 // src/prompt.py `yarn_mistral_templates`, byte for byte, except math_find whose placeholder is
-// {prefix} as create_prompt fills it (specs §4.3).
+// {prefix} as create_prompt fills it (docs/benchmarks.md §4.3).
 const std::map<std::string, std::string>& open_model_templates() {
   static const std::map<std::string, std::string> t = {
       {"passkey",

@@ -1,5 +1,5 @@
 // InfiniteBench prompts (OpenBMB/InfiniteBench src/prompt.py and eval_utils.py create_prompt;
-// specs/benchmarks.md §4.3-4.4): the open-model templates (`yarn_mistral_templates`, also used for
+// docs/benchmarks.md §4.3-4.4): the open-model templates (`yarn_mistral_templates`, also used for
 // Yi and ChatGLM3 and by most KV papers; no chat template) and the GPT-4 ones, the per-task max new
 // tokens and the truncation limits.
 #pragma once

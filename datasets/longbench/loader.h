@@ -1,6 +1,7 @@
 // Reads LongBench v1 data files (THUDM/LongBench data.zip: one JSONL per dataset, "{name}.jsonl",
 // LongBench-E as "{name}_e.jsonl") into Samples with the official prompt, max new tokens and
-// chat-template flag, optionally middle-truncated to the model's limit (pred.py, specs §3.3).
+// chat-template flag, optionally middle-truncated to the model's limit (pred.py, docs/benchmarks.md
+// §3.3).
 #pragma once
 
 #include <string>

@@ -1,7 +1,7 @@
 // LongBench v1 (THUDM/LongBench, LongBench/ at 2e00731): the 21 datasets with their prompt
 // templates (config/dataset2prompt.json), max new tokens (config/dataset2maxlen.json), metric,
 // category and the chat-template skip list (pred.py), and the scoring loop of eval.py
-// (specs/benchmarks.md §3).
+// (docs/benchmarks.md §3).
 #pragma once
 
 #include <map>

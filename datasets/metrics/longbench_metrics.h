@@ -1,4 +1,4 @@
-// LongBench v1's per-answer metrics (LongBench/metrics.py; specs/benchmarks.md §3.5). Each takes
+// LongBench v1's per-answer metrics (LongBench/metrics.py; docs/benchmarks.md §3.5). Each takes
 // the (post-processed) prediction and one ground truth; the dataset score is the max over answers.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Python `str` behaviour that the official scorers rely on (specs/benchmarks.md §0), over UTF-32
+// Python `str` behaviour that the official scorers rely on (docs/benchmarks.md §0), over UTF-32
 // strings so that indexing and lengths count code points as Python does.
 #pragma once
 

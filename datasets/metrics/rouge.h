@@ -2,10 +2,10 @@
 //  * LongBench (metrics.py rouge_score) uses the `rouge` package (pltrdy) 1.0.1:
 //    Rouge().get_scores([hyp], [ref], avg=True)["rouge-l"]["f"], and 0.0 when it raises.
 //    Sentences split on "."; words split on single spaces; case-sensitive; word *sets*
-//    (exclusive=True); summary-level union LCS; F = 2*((P*R)/(P+R+1e-8)) (specs/benchmarks.md §3.5).
+//    (exclusive=True); summary-level union LCS; F = 2*((P*R)/(P+R+1e-8)) (docs/benchmarks.md §3.5).
 //  * InfiniteBench En.Sum uses HF evaluate's "rouge" = Google rouge_score's rougeLsum without a
 //    stemmer: sentences split on "\n", tokens [a-z0-9]+ after lowercasing, union LCS with per-token
-//    budgets, best over references (specs/benchmarks.md §4.5).
+//    budgets, best over references (docs/benchmarks.md §4.5).
 #pragma once
 
 #include <vector>

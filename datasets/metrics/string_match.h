@@ -1,5 +1,5 @@
 // RULER's metrics (scripts/eval/synthetic/constants.py, evaluate.py) and the NIAH scores used by
-// KV-cache papers (specs/benchmarks.md §1.3, §2.3).
+// KV-cache papers (docs/benchmarks.md §1.3, §2.3).
 #pragma once
 
 #include <string>

@@ -1,6 +1,6 @@
 // Unicode character classes as CPython's `re` module sees them for str patterns (\w, \d). The
 // official scorers are Python, so `\b`, `\w` and `\d` must match non-ASCII letters and digits the
-// way Python does (specs/benchmarks.md §0). Tables are generated (gen_unicode_tables.py).
+// way Python does (docs/benchmarks.md §0). Tables are generated (gen_unicode_tables.py).
 #pragma once
 
 #include <span>

@@ -1,6 +1,6 @@
 // Needle in a Haystack, as the KV-cache papers run it (KVCache-Factory / PyramidKV
-// `run_needle_in_haystack.py`, adapted from gkamradt/LLMTest_NeedleInAHaystack; spec §2):
-// the Paul Graham essays (sorted by file name, concatenated in whole passes), trimmed to the
+// `run_needle_in_haystack.py`, adapted from gkamradt/LLMTest_NeedleInAHaystack; docs/benchmarks.md
+// §2): the Paul Graham essays (sorted by file name, concatenated in whole passes), trimmed to the
 // context length in model tokens, less the 200-token final_context_length_buffer; the needle's
 // token ids inserted at int(len * (depth / 100)) moved left to just after a "." token (a sentence
 // boundary), or appended at depth 100; the haystack then decoded. The prompt is KVCache-Factory's

@@ -1,6 +1,7 @@
-// RULER common words extraction (scripts/data/synthetic/common_words_extraction.py, HEAD; spec
-// §1.2): a numbered word list where 10 words repeat often; the one-shot demo repeats the whole
-// framed prompt (chat frame and answer prefix included) with its answer, then "\n".
+// RULER common words extraction (scripts/data/synthetic/common_words_extraction.py, HEAD;
+// docs/benchmarks.md §1.2): a numbered word list where 10 words repeat often; the one-shot demo
+// repeats the whole framed prompt (chat frame and answer prefix included) with its answer, then
+// "\n".
 //
 // Lists longer than the wonderwords vocabulary (8,166 words; only near 128K tokens): HEAD samples
 // them from json/english_words.json (a JSON object whose values, in file order, are the words;

@@ -1,6 +1,7 @@
-// RULER frequent words extraction (scripts/data/synthetic/freq_words_extraction.py, HEAD; spec
-// §1.2): random 6-letter "coded words" with Zipf counts (alpha 2); the answer is the three most
-// frequent real words. FWE has its own linear sizing instead of the common binary search.
+// RULER frequent words extraction (scripts/data/synthetic/freq_words_extraction.py, HEAD;
+// docs/benchmarks.md §1.2): random 6-letter "coded words" with Zipf counts (alpha 2); the answer is
+// the three most frequent real words. FWE has its own linear sizing instead of the common binary
+// search.
 #include <algorithm>
 #include <cmath>
 #include <limits>

@@ -1,5 +1,5 @@
-// RULER's needle-in-a-haystack family (scripts/data/synthetic/niah.py, HEAD; spec §1.2): task
-// arguments from scripts/synthetic.yaml.
+// RULER's needle-in-a-haystack family (scripts/data/synthetic/niah.py, HEAD; docs/benchmarks.md
+// §1.2): task arguments from scripts/synthetic.yaml.
 #include <algorithm>
 #include <map>
 
@@ -160,7 +160,7 @@ class NiahTask : public RulerTask {
   }
 
   // Essay: the first `units` words (cyclically), sentences, needles at sampled depths between
-  // sentences, pieces joined by single spaces with empty runs kept (spec §1.2).
+  // sentences, pieces joined by single spaces with empty runs kept (docs/benchmarks.md §1.2).
   std::string essay_context(int units, const std::vector<std::string>& needles,
                             PythonRandom& rng) const {
     std::string text;

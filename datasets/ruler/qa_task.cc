@@ -1,5 +1,5 @@
-// RULER QA (scripts/data/synthetic/qa.py, HEAD; spec §1.2): qa_1 from SQuAD v2 dev, qa_2 from
-// HotpotQA dev (distractor). The gold documents plus distractors, shuffled with a fresh
+// RULER QA (scripts/data/synthetic/qa.py, HEAD; docs/benchmarks.md §1.2): qa_1 from SQuAD v2 dev,
+// qa_2 from HotpotQA dev (distractor). The gold documents plus distractors, shuffled with a fresh
 // Random(seed), rendered "Document i:\n..." and joined with "\n\n"; sample i asks question i.
 #include <algorithm>
 #include <fstream>

@@ -1,8 +1,9 @@
 // RULER (NVIDIA/RULER) sample generation: the 13 tasks of scripts/synthetic.yaml, with HEAD's
-// length fitting (spec §1.1): the prompt is the model's chat frame around the task template, then
-// the answer prefix; its token count (model tokenizer, no BOS) plus tokens_to_generate must be
-// <= the requested length. The haystack size is found by HEAD's binary search over haystack units
-// on fresh random samples (FWE: its own linear search over the word count).
+// length fitting (docs/benchmarks.md §1.1): the prompt is the model's chat frame around the task
+// template, then the answer prefix; its token count (model tokenizer, no BOS) plus
+// tokens_to_generate must be <= the requested length. The haystack size is found by HEAD's binary
+// search over haystack units on fresh random samples (FWE: its own linear search over the word
+// count).
 //
 // Deliberate deviation, the per-sample fit: RULER then redraws each sample at that size and, while
 // the draw overflows, drops `incremental` units (500 essay words, 25 noise lines, 10 documents;
@@ -20,14 +21,14 @@
 // Randomness: one kvb::PythonRandom seeded with the request seed drives every draw (as RULER's
 // global `random.seed(seed)`), and RULER's fixed-seed shuffles use a fresh PythonRandom(seed), so
 // those permutations are CPython's. Other draws follow CPython's algorithms but not necessarily
-// its call order, so samples are distribution-faithful, not byte-identical (spec §0).
+// its call order, so samples are distribution-faithful, not byte-identical (docs/benchmarks.md §0).
 //
 // The chat frame is written into the sample text (use_chat_template = false), because RULER's
-// prompt is not always "frame around the user message": the single-needle rewrite also rewrites
-// the frame, and the CWE one-shot repeats the whole framed prompt before the real one. (RULER's
-// prepare.py formats the model template around the task template and appends the answer prefix,
-// and niah.py applies the rewrite to that whole string: spec §1.2. With SmolLM2's default system
-// prompt this turns "You are a helpful" into "You is a helpful"; that is RULER's behaviour.)
+// prompt is not always "frame around the user message": the single-needle rewrite also rewrites the
+// frame, and the CWE one-shot repeats the whole framed prompt before the real one. (RULER's
+// prepare.py formats the model template around the task template and appends the answer prefix, and
+// niah.py applies the rewrite to that whole string: docs/benchmarks.md §1.2. With SmolLM2's default
+// system prompt this turns "You are a helpful" into "You is a helpful"; that is RULER's behaviour.)
 #pragma once
 
 #include <filesystem>

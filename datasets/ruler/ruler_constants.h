@@ -3,7 +3,8 @@
 //   tokens_to_generate: same file; task arguments: scripts/synthetic.yaml;
 //   needle sentence, noise sentence and depth list: scripts/data/synthetic/niah.py;
 //   document format: scripts/data/synthetic/qa.py.
-// HEAD fixed the 2024 typo "assgined" in the VT answer prefix (spec §1.1); HEAD's text is used.
+// HEAD fixed the 2024 typo "assgined" in the VT answer prefix (docs/benchmarks.md §1.1); HEAD's
+// text is used.
 #pragma once
 
 namespace kvb::ruler {
@@ -61,7 +62,8 @@ inline constexpr int kNeedleDepths[40] = {0,  3,  5,  8,  10, 13, 15, 18, 21, 23
                                           36, 38, 41, 44, 46, 49, 51, 54, 56, 59, 62, 64, 67, 69,
                                           72, 74, 77, 79, 82, 85, 87, 90, 92, 95, 97, 100};
 
-// Where the question starts inside the user message (kvpress's split of RULER inputs, spec §1.1).
+// Where the question starts inside the user message (kvpress's split of RULER inputs,
+// docs/benchmarks.md §1.1).
 inline constexpr char kNiahQuestionPluralMarker[] = "What are all the special magic";
 inline constexpr char kNiahQuestionSingularMarker[] = "What is the special magic";
 inline constexpr char kVtQuestionMarker[] = "Question: Find all variables";

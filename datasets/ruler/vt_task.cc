@@ -1,5 +1,6 @@
-// RULER variable tracking (scripts/data/synthetic/variable_tracking.py, HEAD; spec §1.2): one chain
-// of 5 names over 4 hops hidden in the noise haystack, with the always-on one-shot demo.
+// RULER variable tracking (scripts/data/synthetic/variable_tracking.py, HEAD; docs/benchmarks.md
+// §1.2): one chain of 5 names over 4 hops hidden in the noise haystack, with the always-on one-shot
+// demo.
 #include <algorithm>
 
 #include "datasets/ruler/ruler_constants.h"

@@ -42,8 +42,8 @@ struct CudaBenchOptions {
   std::string prompt_text;
   int decode_steps = 64;
   // Tokens per prefill chunk (`--prefill-chunk`); activation memory is about 137 KB per token of a
-  // chunk at Llama-3.1-8B shapes. On the H200 at 32K tokens, 16K and 32K chunks gave the same TTFT
-  // (1,290-1,291 ms): the prefill runs at the power cap either way.
+  // chunk at Llama-3.1-8B shapes. 16K and 32K chunks gave the same TTFT at 32K tokens: the prefill
+  // runs at the power cap either way (results/gpu-kernel-tuning.md §9.1).
   int prefill_chunk = CudaEngine::kPrefillChunk;
   bool find_max_batch = false;       // largest batch that fits, and throughput there
   bool use_graphs = true;

@@ -54,8 +54,8 @@ fi
 
 # Word lists for RULER (NIAH keys, CWE vocabulary) come from the wonderwords package's assets,
 # unpacked beside the model. 3.0.1 carries the lists of the repository's "stable version 3.0.0"
-# commit (6,782 nouns, 912 adjectives, 1,042 verb lines), the same files as
-# ../shared/fixtures/wordlists; 2.2.0 had 4 more nouns and changes the NIAH key space (spec §1.2).
+# commit (6,782 nouns, 912 adjectives, 1,042 verb lines); 2.2.0 had 4 more nouns and changes the
+# NIAH key space (docs/benchmarks.md §1.2).
 words_dir="$model_dir/wonderwords"
 words_sha256="4dd66deb6a76ca9e0b0422d1d3e111f9b910d7c16922d42de733ee8def98f8d0"
 if [ ! -f "$words_dir/nounlist.txt" ] || [ "$(wc -l < "$words_dir/nounlist.txt")" -ne 6782 ]; then

@@ -1,4 +1,4 @@
-// BinaryPC hashing and scoring (specs/methods.md §12, Algorithms 2 and 3), CPU reference.
+// BinaryPC hashing and scoring (docs/methods.md §12, Algorithms 2 and 3), CPU reference.
 //
 // A projection P holds 64 rows of length d. A key k is hashed greedily against the rows:
 //   r <- k;  for i = 0..63:  h_i = sign(r . P[i]) with sign(0) = +1;  r <- r - s_i * P[i]

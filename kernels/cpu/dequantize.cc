@@ -1,4 +1,4 @@
-// Dequantisation written from the block layouts of specs/engine-notes.md §2.4. Every block decoder
+// Dequantisation written from the block layouts of docs/engine.md §1. Every block decoder
 // reads exactly one block and writes exactly block_elements floats.
 #include "kernels/cpu/dequantize.h"
 

@@ -1,4 +1,4 @@
-// DropKV raw token scores for one layer, before pooling (specs/methods.md §9.2): the contract the
+// DropKV raw token scores for one layer, before pooling (docs/methods.md §9.2): the contract the
 // fused CUDA scorer (kernels/cuda/dropkv_scores.cu) is checked against.
 //
 //   score_h[j] = (1/g) Σ_{a∈group(h)} Σ_{t<W} ω_{a,j}^(t) · max(0, ‖y_a^(t)‖² + ‖v_j‖² − 2⟨y_a^(t), v_j⟩)

@@ -1,4 +1,4 @@
-// ART decode attention (specs/methods.md §13), CPU reference: an online-softmax walk over KV blocks
+// ART decode attention (docs/methods.md §13), CPU reference: an online-softmax walk over KV blocks
 // that may stop before the end once the running output is stable.
 //
 // Walk order: the sink block (entries 0 .. sink_tokens-1) first, so that the dominant sink mass is

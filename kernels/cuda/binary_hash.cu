@@ -186,15 +186,15 @@ __global__ void pack_queries_kernel(BinaryPackQueriesArgs args) {
 //   score_a(j) = sum_i p^_{a,i} h_{j,i} = S_a - 2 sum_i p^_{a,i} b_{j,i},   S_a = sum_i p^_{a,i},
 // a product of 0/1 bytes with the quantised query (|p^| <= 127), exact in int32: the integers of
 // the CPU twin's popcount form. That form took 14 POPC per key and head, a quarter-rate
-// instruction on sm_90 (H200: 76 us for 8 slots of 512K keys, 7x the time to read the codes);
-// this one is bound by the integer ALU that builds the A fragments (36 us).
+// instruction on sm_90, and ran several times longer than reading the codes; this one is bound by
+// the integer ALU that builds the A fragments (measured: results/gpu-kernel-tuning.md §5.1).
 // An m16n8k32 takes 16 keys as rows and the group's query heads as columns; two cover 64 bits.
 // The order of k is free as long as A and B agree: byte i of lane t's a0 is code bit 8i + t (of
 // a2, bit 8i + t + 4), so every A register is one shift and one AND of a code word.
 // Each block walks batches of kScoreKeysPerBlock keys (the grid is one wave of resident blocks),
 // loading the next batch's codes while it scores the current one.
 // Tried and dropped: rows g / g + 8 as keys 2g / 2g + 1 with both biased scores packed in one
-// register (16x2 max, one 32-bit store per pair): more instructions, 41 against 36 us at 512K.
+// register (16x2 max, one 32-bit store per pair): more instructions, slower (§5.2 there).
 constexpr int kScoreWarps = 8;
 constexpr int kScoreTilesPerWarp = 8;  // 16-key row tiles per warp and batch
 constexpr int kScoreKeysPerBlock = kScoreWarps * kScoreTilesPerWarp * 16;

@@ -1,4 +1,4 @@
-// BinaryPC on the GPU (specs/methods.md §12). CPU twin: kernels/cpu/binary_hash.h (same bits,
+// BinaryPC on the GPU (docs/methods.md §12). CPU twin: kernels/cpu/binary_hash.h (same bits,
 // same integers); selection as policies/binarypc.cc. Test: tests/cuda/binarypc_kernels_test.cc.
 //
 // A "slot" is one (sequence, KV head) pair, slot = b * Hkv + h; each slot has its own projection

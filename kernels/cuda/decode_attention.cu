@@ -9,10 +9,8 @@
 // Index mode (decode selectors): block (chunk, query head, sequence) walks that head's index list;
 // D/8 threads share one key (16-byte loads), four keys in flight per thread group. When the group's
 // heads share one list (shared_group_lists), the dense kernel runs instead with its tiles gathered
-// through the list: each row read once for the group, ~1 tile per block, all in one wave. H200,
-// BinaryPC's 2K-entry lists at Llama-3.1-8B shapes: 28.7 -> 15.9 us per layer in
-// cuda_sparse_decode_bench (against the per-head walk at its automatic chunk); kvbench TPOT at
-// 128K 5.64 / 5.66 -> 5.59 / 5.60 ms against the per-head walk at the engine's 64-key chunks.
+// through the list: each row read once for the group, ~1 tile per block, all in one wave (faster
+// than the per-head walk: results/gpu-kernel-tuning.md §4.1).
 // Both write a partial (max, sum, acc[D]) per chunk that a second kernel merges across chunks.
 #include <cuda_bf16.h>
 
@@ -199,9 +197,8 @@ __global__ void __launch_bounds__(kThreads)
   // The first tile's loads leave before the wait when its rows are settled. Offsets change only
   // when the cache is allocated, and within a decode step kernels only append: the length read here
   // is the step's old one or (if the append has landed) one more, so rows below it minus one are
-  // final. Sending a 128-key split's second tile early as well was slower on the H200 (kvbench TPOT
-  // at 4K 4.355 / 4.368 ms against 4.326 / 4.330, A/B in one call): more copies in flight beside the
-  // predecessor's weight stream.
+  // final. Sending a 128-key split's second tile early as well measured slower (more copies in
+  // flight beside the predecessor's weight stream; results/gpu-kernel-tuning.md §4.2).
   const int64_t kv_row0 = args.kv_offset[b * args.n_kv_heads + kv_head];
   // Gathered (shared group lists): the lists are the predecessor's output, so nothing leaves early.
   const bool gather = args.indices != nullptr;
@@ -384,8 +381,8 @@ __global__ void decode_merge_kernel(DecodeAttentionArgs args, int n_chunks, int 
 }
 
 // Chunks give every SM `resident` blocks (dense: as many as fit at once, so never a second wave —
-// a few blocks more than the resident places double the time; at 128K keys on the H200, 400 blocks
-// on 396 places had given kvbench TPOT 10.13 ms instead of 9.28); index mode rounds up.
+// a few blocks more than the resident places double the time; results/gpu-kernel-tuning.md §4.3);
+// index mode rounds up.
 int choose_chunk(const DecodeAttentionArgs& args, int blocks_per_chunk_row, int sm_count,
                  int granule, bool within_one_wave, int resident) {
   if (args.chunk_size > 0) return args.chunk_size;
@@ -398,11 +395,9 @@ int choose_chunk(const DecodeAttentionArgs& args, int blocks_per_chunk_row, int 
 
 // The dense kernel's K/V ring. One wave of blocks (batch 1-30 at long contexts: the split count
 // fills the GPU once) takes 3 tiles (2 blocks per SM at head_dim 128); with 2, a block had one tile
-// in flight while it computed the other. H200, Llama-3.1-8B preset, kvbench TPOT with 2 / 3 / 4
-// stages: 4.61 / 4.58 / 4.61 ms at 4K, 5.50 / 5.39 / 6.03 ms at 32K, 8.35 / 8.24 / 10.84 ms at
-// 128K. Many waves of short heads (a compressed cache at a large batch) keep 2 (3 blocks per SM):
-// each block's start and merge then hide behind two other blocks' streaming (SnapKV 5% at batch
-// 584, 32K: 12,353 tokens/s with 3 stages).
+// in flight while it computed the other (3 measured best of 2 / 3 / 4). Many waves of short heads
+// (a compressed cache at a large batch) keep 2 (3 blocks per SM): each block's start and merge then
+// hide behind two other blocks' streaming. Figures: results/gpu-kernel-tuning.md §4.4.
 constexpr int kWaveStages = 3, kManyWavesStages = 2;
 constexpr int kIndexedBlocksPerSm = 3;
 

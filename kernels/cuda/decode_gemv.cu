@@ -27,15 +27,15 @@ void check_cublas(cublasStatus_t status, const char* what) {
 // Decode-time products (n <= 4 rows of x) are bandwidth-bound: one warp streams one weight row in
 // 16-byte chunks, four chunks in flight per lane, x read through L1 (the weights bypass it), the
 // first chunks before griddepcontrol.wait; cuBLAS's GEMM kernels leave a large part of the
-// bandwidth unused at this shape. (Measured on the H200 and dropped: a persistent one-wave variant
-// with the next loads always in flight was no faster (an early-load variant then used __ldg, which
-// nvcc sank below the wait); an RMSNorm in the last block of the o/down GEMVs was slower than its
-// own kernel, the blocks' atomic count serialising; normalising the f32 residual inside the qkv
-// and gate/up GEMVs, each warp reading its slice of the row, cost those GEMVs 4 µs each, more than
-// the norm kernel (the norms are folded instead: see FoldedNorm); twice the warps per row for the
-// down product (8 instead of 4) made it 2.6 µs faster alone but the step ~25 µs slower, and twice
-// the blocks for every product (kTargetBlocks 4096) slowed qkv and o; with the L2::256B fetch
-// hint on the weights, no gain.)
+// bandwidth unused at this shape. (Measured and dropped, results/gpu-kernel-tuning.md §1.1: a
+// persistent one-wave variant with the next loads always in flight was no faster (an early-load
+// variant then used __ldg, which nvcc sank below the wait); an RMSNorm in the last block of the
+// o/down GEMVs was slower than its own kernel, the blocks' atomic count serialising; normalising
+// the f32 residual inside the qkv and gate/up GEMVs, each warp reading its slice of the row, cost
+// those GEMVs more than the norm kernel (the norms are folded instead: see FoldedNorm); twice the
+// warps per row for the down product (8 instead of 4) made it faster alone but the whole step
+// slower, and twice the blocks for every product (kTargetBlocks 4096) slowed qkv and o; with the
+// L2::256B fetch hint on the weights, no gain.)
 
 // What a GEMV does with its dot products. kStore: y = x·wᵀ. kSwiGLU: the weight holds gate rows
 // then up rows (2·items rows); a warp streams gate row j and up row j together and writes
@@ -86,9 +86,8 @@ __device__ __forceinline__ float dot8(const int4& w, const float (&x)[8], float 
 }
 
 // Weights are read once per step: their loads take no L1 line, so x, which every warp of a block
-// reads, stays in L1 (H200, Llama-3.1-8B shapes, against __ldg in the same run: gate/up + SwiGLU
-// 58.9 -> 57.2 µs, kvbench TPOT at 4K 4.58 -> 4.46 ms). asm volatile keeps each load where it is
-// written: before the wait for the first round.
+// reads, stays in L1 (faster than __ldg: results/gpu-kernel-tuning.md §1.2). asm volatile keeps
+// each load where it is written: before the wait for the first round.
 __device__ __forceinline__ int4 load_streamed(const int4* address) {
   int4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
@@ -163,7 +162,7 @@ __device__ __forceinline__ void gemv_finish(const GemvParams<Out>& p, int warp, 
 // kFolded: x is a folded norm's bf16(v · gain); the norm's scale 1/sqrt(mean(v²) + eps) multiplies
 // the sums at the end (mean(v²) from the producer's norm_sum_sq, read right after the wait).
 // One row (B = 1) is held to 40 registers, 6 blocks per SM: the residual writer had taken 45 (5
-// blocks), and the down product ran 33.4 µs instead of 30.4 (H200, Llama-3.1-8B shapes).
+// blocks), and the down product measured slower (results/gpu-kernel-tuning.md §1.3).
 template <int N, typename Out, GemvEpilogue E, bool kFolded>
 __global__ void __launch_bounds__(256, N == 1 ? 6 : 1) gemv_kernel(GemvParams<Out> p) {
   constexpr int R = E == GemvEpilogue::kSwiGLU ? 2 : 1;  // weight rows per warp
@@ -195,12 +194,12 @@ __global__ void __launch_bounds__(256, N == 1 ? 6 : 1) gemv_kernel(GemvParams<Ou
   const bool writer = active && part == 0 && lane < N;
   // Values the epilogue needs wait in shared memory, not in registers held across the loop: at 40
   // registers those spilled, and a spill's store waits on its load (a round trip before the first
-  // weights' arithmetic; the o product ran 11.5 µs instead of 10.9).
+  // weights' arithmetic; measured slower, results/gpu-kernel-tuning.md §1.4).
   __shared__ float old_residual[8][N], next_gain[8][N];
   __shared__ double norm_sum_sq[kFoldedNormLines][N];
   // The first round of weights leaves before the wait (weights are constant): the blocks resident
-  // while the previous kernel drains stream from HBM instead of idling (H200, Llama-3.1-8B shapes:
-  // qkv 15.1 -> 14.1 µs, o 11.9 -> 10.8 µs, kvbench TPOT -50 µs at 4K, -60 µs at 32K).
+  // while the previous kernel drains stream from HBM instead of idling (measured:
+  // results/gpu-kernel-tuning.md §1.5).
   const int first_base = begin + lane;
   load(first_base);
   if constexpr (E == GemvEpilogue::kAddToResidual)
@@ -310,8 +309,8 @@ bool gemv_applies(int n, int in_features) {
 }
 
 // The SwiGLU GEMV (a gate and an up row per warp) streams best at 5 blocks per SM. The folded
-// variant's registers allow 6, which made it slower (H200, Llama-3.1-8B shapes: 63.0 µs against
-// 60.7 µs at 5, and 66.8 µs at 4), so dynamic shared memory that it does not use caps it at 5.
+// variant's registers allow 6, which measured slower (as did 4; results/gpu-kernel-tuning.md §1.6),
+// so dynamic shared memory that it does not use caps it at 5.
 size_t swiglu_shared_bytes() {
   constexpr int kSwigluBlocksPerSm = 5;
   static const size_t bytes = [] {

@@ -1,4 +1,4 @@
-// DropKV on the GPU (specs/methods.md §9.2; the fused Triton scorer's scheme). CPU twin:
+// DropKV on the GPU (docs/methods.md §9.2; the fused Triton scorer's scheme). CPU twin:
 // kernels/cpu/dropkv_scores.h. The window forward (outputs y and LSE) is flash_attention_prefill
 // over the last W queries, given a workspace so that it runs split-KV; this file scores every key
 // without materialising the W×L attention or the W×L×d differences: each block streams 64-key K/V

@@ -31,10 +31,9 @@ constexpr int kMaxRows = 8;  // query heads per walker (rows g < 8 of the mma ti
 // The K/V ring: 3 tiles in flight per split, as decode_attention.cu's one-wave dense kernel.
 constexpr int kStages = 3;
 constexpr float kLog2e = 1.4426950408889634f;
-// Automatic layout: the decider's blocks as a share of the other splits' chunk (walk_layout). H200,
-// cuda_art_bench, termination off, against the plain kernel: deciders of 8 / 32 blocks (50%) +3.2%
-// / +2.3% at 32K / 128K, of 4 / 16 blocks (25%) +1.8% / +1.8%. The window bounds where the walk can
-// stop (the synthetic profile stops after 4 blocks at both lengths).
+// Automatic layout: the decider's blocks as a share of the other splits' chunk (walk_layout). 25%
+// costs less than 50% with termination off (results/gpu-kernel-tuning.md §7.1). The window bounds
+// where the walk can stop (the synthetic profile stops after 4 blocks at both lengths).
 constexpr int kDeciderSharePercent = 25;
 
 __host__ __device__ inline int clamp_int(int x, int low, int high) {
@@ -305,8 +304,8 @@ __device__ __forceinline__ void walk_split(const EarlyExitDecodeArgs& ea, const 
   // Non-deciders poll the stop word with each tile's copy: an L2 copy (cp.async.cg, so no stale L1
   // line) of its 16-byte line into the tile's ring slot, read after the tile's barrier. A stop is
   // seen kStages - 1 tiles late, and the poll never waits on its own round trip (as a load by one
-  // thread it did once the tiles ran ahead of it: +18% kernel time at 128K with 3 stages; issued
-  // after the barrier, +30% at 32K with 2).
+  // thread it did once the tiles ran ahead of it, and so did one issued after the barrier; both
+  // measured far slower, results/gpu-kernel-tuning.md §7.2).
   const int poll_word = static_cast<int>((reinterpret_cast<uintptr_t>(stop_word) & 15) / 4);
 
   for (int i = 0;; ++i) {
@@ -495,8 +494,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   // Launched overlapped (launch.cuh): walk_split waits for the predecessor after the first tile's
   // copy.
   // All shared memory is dynamic, tiles first: static shared memory would come first and leave
-  // the tiles 80 bytes off a 128-byte boundary, which split every tile copy's L2 requests (4x the
-  // requests, 2x the sectors looked up: +25-30% kernel time, seen with ncu) and the swizzle.
+  // the tiles 80 bytes off a 128-byte boundary, which split every tile copy's L2 requests (seen
+  // with ncu; results/gpu-kernel-tuning.md §7.3) and the swizzle.
   extern __shared__ __align__(128) unsigned char smem_raw[];
   auto& scratch = *reinterpret_cast<DeciderScratch<D>*>(smem_raw + kTileBytes<D>);
   if (blockIdx.x == 0) {

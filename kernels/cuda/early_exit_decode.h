@@ -1,4 +1,4 @@
-// ART decode attention on the GPU (specs/methods.md §13). CPU twin and the meaning of every
+// ART decode attention on the GPU (docs/methods.md §13). CPU twin and the meaning of every
 // quantity: kernels/cpu/early_exit_attention.h. Test: tests/cuda/early_exit_decode_test.cc.
 // Benchmark: tests/benchmarks/cuda_art_bench.cc.
 //
@@ -53,14 +53,12 @@
 //   plain kernel's work plus one read of the stop word per tile (decider and others are separate
 //   instantiations of the walk, so the others keep the query in registers as the plain kernel).
 //   (A first version in which every warp computed all 64 logits and a quarter of P·V, so the test
-//   needed no merge, was 26-63% slower than decode_attention with termination off.)
-// Cost with termination off (cuda_art_bench, H200, a whole call, walk + merge, against
-//   decode_attention in the same run): at the same split count, +1.8% at 32K and +0.8% at 128K.
-//   Against the plain kernel's own layout +3.3 to +4.4% at 32K (n = 32,768 exactly gives it 32
-//   chunks of 16 tiles, while the walk's separate sink block needs a 33rd split, and 264 blocks on
-//   264 resident slots run ~1.2 µs slower than 256), +1.7 to +2.2% at 128K, +14 to +16% at 4K
-//   (window 1: no stop possible). In the engine both kernels run 33 splits at 32K (the cache has
-//   room for the steps to come).
+//   needed no merge, was much slower than decode_attention with termination off.)
+// Cost with termination off (cuda_art_bench, a whole call, walk + merge, against decode_attention
+//   in the same run): a few percent at 32K and 128K, more at 4K (window 1: no stop possible); part
+//   of it at 32K is layout (the walk's separate sink block needs one split more than the plain
+//   kernel's 32). In the engine both kernels run 33 splits at 32K (the cache has room for the
+//   steps to come). Figures: results/gpu-kernel-tuning.md §7.4-7.5.
 // Limits: head_dim 64 or 128, KV block 64 (the tile), GQA group <= 8, sink_tokens <= 64.
 #pragma once
 

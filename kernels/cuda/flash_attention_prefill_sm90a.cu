@@ -15,9 +15,8 @@
 // swizzle writes; rows past the last key or query arrive zero-filled (zero V rows keep 0 * garbage
 // out of the sums). TMA replaced a 128-thread cp.async producer: its copies wrote through the
 // generic proxy, so each consumer fenced (MEMBAR) before every product, and the 4,096 16-byte
-// copies per tile went through L1. H200, cuda_prefill_breakdown_bench 32768 16384, both in one
-// call: 16K queries after 16K keys 12.2-12.9 ms (511-539 TFLOP/s) with cp.async, 9.0-9.8 ms
-// (674-733) with TMA; the whole 32K prefill's attention 618-655 ms against 478-479 ms. S = Q K^T
+// copies per tile went through L1 (TMA measured much faster: results/gpu-kernel-tuning.md §8.1).
+// S = Q K^T
 // reads Q and K from shared memory (both K-major); P stays in registers, where the S accumulator
 // layout is already the A fragment layout, and O += P V reads V as an MN-major (transposed) B
 // operand. The online softmax runs in the log2 domain with the scale folded into one FMA. Blocks of
@@ -47,15 +46,14 @@ constexpr int kProducerThreads = 128;             // one warpgroup; one of its t
 constexpr uint32_t kKvHalfBytes = kKeys * 128;    // one 64-column half of a K or V tile
 constexpr uint32_t kKvTileBytes = 2 * kKvHalfBytes;
 
-// 3 consumer warpgroups measured faster on the H200 than 2 (with 3 K/V stages, or with
-// FlashAttention-3's turns and intra-warpgroup overlap, 488-525 TFLOP/s against 514-529 at 16K).
+// 3 consumer warpgroups measured faster than 2 (with 3 K/V stages, or with FlashAttention-3's turns
+// and intra-warpgroup overlap; results/gpu-kernel-tuning.md §8.2).
 constexpr int kGroups = 3;
 constexpr int kRows = 64 * kGroups;                  // query rows per block
 constexpr int kConsumerThreads = 128 * kGroups;
 constexpr int kThreads = kConsumerThreads + kProducerThreads;
 // What fits in 227 KB with a 192-row Q. Tried with TMA and dropped: 3 K stages + 2 V stages, K freed
-// after S = Q K^T (its own empty barrier): 16K queries after 16K keys 9.43 / 10.40 ms against 9.01 /
-// 9.43 ms, the 32K prefill's attention 499-503 ms against 478-480 (A/B in one call).
+// after S = Q K^T (its own empty barrier): measured slower (results/gpu-kernel-tuning.md §8.3).
 constexpr int kStages = 2;
 constexpr uint32_t kQHalfBytes = kRows * 128;
 constexpr int kSmemBytes = 2 * kQHalfBytes + 2 * kStages * kKvTileBytes + 1024;

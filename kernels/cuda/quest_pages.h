@@ -1,4 +1,4 @@
-// Quest on the GPU (specs/methods.md §10). CPU twin: policies/quest.{h,cc} (QuestPageBounds and
+// Quest on the GPU (docs/methods.md §10). CPU twin: policies/quest.{h,cc} (QuestPageBounds and
 // the selector). Test: tests/cuda/quest_kernels_test.cc.
 //
 // A "slot" is one (sequence, KV head) pair, slot = b * Hkv + h. Page p of a slot holds tokens

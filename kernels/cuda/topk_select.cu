@@ -292,9 +292,9 @@ __global__ void __launch_bounds__(kThreads) topk_list_kernel(TopkSelectArgs args
 
 // Split path: block (chunk, list). hists: [lists][kMaxLevels][kBins]; states: [lists][3], the
 // final radix state, which the count kernel's first block of each list stores so that the write
-// kernel reads it instead of replaying every level (H200, 8 lists: 20.7 -> 19.5 us at 128K keys,
-// 55 -> 49 us at 512K; a last-block-done narrowing in the histogram kernels instead was slower
-// at 128K, 23 us, its serial tail outweighing the replays it saved);
+// kernel reads it instead of replaying every level (faster; a last-block-done narrowing in the
+// histogram kernels instead was slower, its serial tail outweighing the replays it saved:
+// results/gpu-kernel-tuning.md §6.1);
 // counts: [lists][chunks][2].
 struct SplitWorkspace {
   int* hists;
@@ -373,9 +373,8 @@ __global__ void __launch_bounds__(kThreads)
 int chunks_for(int length) { return (length + kChunk - 1) / kChunk; }
 
 // Lists of up to this many kChunk-key chunks take the cluster path, longer ones (with a workspace)
-// the split path. H200, 8 lists of BinaryPC keys: 32K keys 18.6 us in one block per list, 16.8 in
-// clusters of 4; at 128K clusters of 8 took 29.2 us against the split path's 19.9, at 512K 51.8
-// against 50.2.
+// the split path: clusters beat one block per list at 32K keys and lose to the split path at
+// 128K and beyond (results/gpu-kernel-tuning.md §6.2).
 constexpr int kClusterChunks = 4;
 
 // The histograms (zeroed by every call), the final states, the per-chunk counts.
@@ -397,8 +396,8 @@ void launch_list(const TopkSelectArgs& args, KeyOf key, cudaStream_t stream) {
 
 // Blocks per list of the cluster path: one per kChunk keys, a power of two up to 8 (the portable
 // cluster size), and all the lists' blocks within half the SMs: a 1,024-thread block fills an SM,
-// and a cluster needs its SMs free in one GPC at once (H200, Quest's 32 lists of 32K pages in
-// clusters of 4: 41.7 us, against 26.1 in one block per list and 25.0 in clusters of 2).
+// and a cluster needs its SMs free in one GPC at once (Quest's 32 lists in clusters of 4 measured
+// far slower than in clusters of 2: results/gpu-kernel-tuning.md §6.3).
 int cluster_blocks_for(int length, int n_lists) {
   if (!cluster_launch_available()) return 1;
   static thread_local const int sm_count = device_info().sm_count;

@@ -157,8 +157,8 @@ bool rows_norm_applies(int n, int d_model, const void* residual, const void* del
 
 // Adds the bias to a qkv row and rotates its Q and K heads (one block per row). A rotation angle
 // depends on the position and the pair index only, so each thread takes one pair index for a group of
-// heads and computes its sine and cosine once for all of them (per element it was 40x the sincosf
-// work for Llama-3.1-8B's 32 + 8 rotated heads, the costliest part of a long prefill's RoPE).
+// heads and computes its sine and cosine once for all of them (per element, the sincosf work was
+// the costliest part of a long prefill's RoPE: results/gpu-kernel-tuning.md §3.1).
 __device__ void bias_rope_row(const RopeArgs& args, int row) {
   const int heads = args.n_query_heads + 2 * args.n_kv_heads;
   const int width = heads * args.head_dim;

@@ -108,19 +108,19 @@ void lm_head_argmax(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bf
 constexpr int kDecodeGemvMaxRows = 4;
 
 // The decode step's RMSNorms folded into the products around them, for the GEMV's n <= 4 rows
-// (norms_fold says whether every product of the step takes it; KVB_CUDA_FUSED_NORM=0 says no).
-// The product that adds into the residual stream (o, down: gemm_bf16_into_residual) also writes
+// (norms_fold says whether every product of the step takes it; KVB_CUDA_FUSED_NORM=0 says no). The
+// product that adds into the residual stream (o, down: gemm_bf16_into_residual) also writes
 // `scaled` = bf16(v · gain), with v the new residual and gain the next norm's weight, and adds Σv²
-// per row into `sum_sq`. The product after the norm (qkv, gate/up, LM head) streams `scaled` as
-// its input and multiplies its sums by 1/sqrt(mean(v²) + eps). The step then runs no norm kernel
-// (each was a launch boundary, ~2.8 µs on the H200); the rows are rounded to bf16 before the
-// norm's scale instead of after it. Two sum slots alternate: the product after a norm zeroes
+// per row into `sum_sq`. The product after the norm (qkv, gate/up, LM head) streams `scaled` as its
+// input and multiplies its sums by 1/sqrt(mean(v²) + eps). The step then runs no norm kernel (each
+// was a launch boundary: results/gpu-kernel-tuning.md §2.1); the rows are rounded to bf16 before
+// the norm's scale instead of after it. Two sum slots alternate: the product after a norm zeroes
 // `other_sum_sq`, which the next producer adds into. fold_rmsnorm starts the chain from a residual
 // that no product wrote (the embeddings).
 // A slot holds its rows' sums on kFoldedNormLines 128-byte lines (folded_norm_word); each
 // producer block adds into one line (its index modulo the count), so ~2,000 blocks do not queue on
-// one address, and the consumer adds the lines in a fixed order. (H200, Llama-3.1-8B: the o
-// product's adds on one line cost it ~1 µs of 11.6.)
+// one address, and the consumer adds the lines in a fixed order (one line measurably slowed the o
+// product: results/gpu-kernel-tuning.md §2.2).
 constexpr int kFoldedNormLines = 4;
 constexpr int kFoldedNormLineDoubles = 16;
 constexpr int kFoldedNormSlotDoubles = kFoldedNormLines * kFoldedNormLineDoubles;

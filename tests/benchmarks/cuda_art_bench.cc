@@ -202,13 +202,13 @@ void BM_ArtOverhead(benchmark::State& state) {
   state.counters["overhead_pct"] = (art_total / plain_total - 1.0) * 100.0;
   set_layout_counters(state, setup.art[0]);
 }
-// The automatic layout first (on the H200: chunks of 2 / 16 / 64 walk blocks, deciders of 1 / 4 /
-// 16); then the same against the plain kernel run over as many splits as the walk (33 at batch 1):
-// at n = 32K exactly, 32 chunks of 1,024 keys serve the plain kernel, while the walk's separate
-// sink block makes 513 walk blocks and one split more, and a kernel whose 264 blocks take every
-// resident slot is ~1.2 µs slower than one of 256 (the engine's caches, with room for the steps to
-// come, give the plain kernel 33 splits too). Then explicit layouts: the decider as large as the
-// other chunks (which needs one split more than fits at once), and a smaller decider.
+// The automatic layout first; then the same against the plain kernel run over as many splits as the
+// walk (33 at batch 1): at n = 32K exactly, 32 chunks of 1,024 keys serve the plain kernel, while
+// the walk's separate sink block makes 513 walk blocks and one split more, and a kernel whose
+// blocks take every resident slot is measurably slower (results/gpu-kernel-tuning.md §7.5; the
+// engine's caches, with room for the steps to come, give the plain kernel 33 splits too). Then
+// explicit layouts: the decider as large as the other chunks (which needs one split more than fits
+// at once), and a smaller decider.
 BENCHMARK(BM_ArtOverhead)
     ->Args({4096, 0, 0, 0})
     ->Args({32768, 0, 0, 0})

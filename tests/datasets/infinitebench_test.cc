@@ -1,6 +1,6 @@
 // InfiniteBench scorers (datasets/infinitebench/scorers.h) against the official compute_scores.py:
 // the published GPT-4 table reproduced from InfiniteBench's own result files, and hand cases for
-// each scorer quirk listed in specs/benchmarks.md §4.5 (expected values follow from the official
+// each scorer quirk listed in docs/benchmarks.md §4.5 (expected values follow from the official
 // code's rules, stated next to each case).
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // LongBench v1 loading, prompts and aggregation (datasets/longbench/*): the embedded table against
-// the official config files in ../shared/fixtures/longbench, prompt filling, middle truncation
+// the official config files (longbench/ in the fixtures), prompt filling, middle truncation
 // (pred.py: int(max/2) tokens per side, BOS counted, each half decoded with skip_special_tokens),
 // eval.py's post-processing and max over answers, LongBench-E buckets, both averages, bad data.
 #include <gtest/gtest.h>

@@ -50,7 +50,7 @@ struct MetricCase {
   double expected;
 };
 
-// Cases chosen to hit each quirk of specs/benchmarks.md §3.5: articles and punctuation, Unicode
+// Cases chosen to hit each quirk of docs/benchmarks.md §3.5: articles and punctuation, Unicode
 // lowercase and whitespace, \b over non-ASCII letters, jieba segmentation with HMM words, the
 // pltrdy rouge's "." splitting, case sensitivity, word sets, empty/dots-only inputs and kept
 // whitespace pieces, the classification remove-while-iterating skip, \d matching full-width

@@ -1,5 +1,5 @@
 // Dequantisation against two kinds of truth: blocks built by hand from the layouts in
-// specs/engine-notes.md §2.4 with values computed here element by element, and random blocks plus
+// docs/engine.md §1 with values computed here element by element, and random blocks plus
 // real model tensors decoded by the gguf PyPI package (tests/goldens/make_dequantize_goldens.py).
 #include "kernels/cpu/dequantize.h"
 

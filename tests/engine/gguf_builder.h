@@ -1,6 +1,6 @@
 // Builds GGUF images in memory for tests (and fuzz seeds): metadata of every value type, tensors of
-// any ggml type with raw block bytes. Written from the container layout in specs/engine-notes.md
-// §2.4, independently of engine/gguf.cc, so that the reader is tested against the format, not
+// any ggml type with raw block bytes. Written from the container layout in docs/engine.md §1,
+// independently of engine/gguf.cc, so that the reader is tested against the format, not
 // against itself.
 #pragma once
 

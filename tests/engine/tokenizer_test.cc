@@ -1,5 +1,5 @@
 // Tokenizers against independent truth:
-// - llama.cpp's tokenizer vectors (../shared/fixtures/tokenizers/ggml-vocab-*.gguf.inp/.out, ids
+// - llama.cpp's tokenizer vectors (tokenizers/ggml-vocab-*.gguf.inp/.out in the fixtures, ids
 //   from the HF tokenizers, no BOS), through tokenizer_from_path + encode(text, false, false),
 //   exactly what `kvbench tokenize --model X --text T --json` runs (the CLI itself is checked in
 //   tests/harness/cli_tokenize_test.cc);

@@ -334,7 +334,7 @@ TEST(PresetsTest, PaperModelShapes) {
   const ModelConfig llama = preset_config("llama-3.1-8b");
   EXPECT_EQ(llama.n_layers, 32);
   EXPECT_EQ(llama.head_dim, 128);
-  EXPECT_EQ(llama.kv_bytes_per_token(2), 131072);  // specs/engine-notes.md §5.1
+  EXPECT_EQ(llama.kv_bytes_per_token(2), 131072);  // docs/engine.md §3.1
   ASSERT_TRUE(llama.llama3_rope_scaling.has_value());
   EXPECT_EQ(llama.vocab_size, 128256);
   const ModelConfig qwen = preset_config("qwen2.5-7b");

@@ -1,4 +1,4 @@
-// ART (specs/methods.md §13): the early-exit walk, its parameters and the probe/oracle agreement.
+// ART (docs/methods.md §13): the early-exit walk, its parameters and the probe/oracle agreement.
 #include <gtest/gtest.h>
 
 #include <cmath>

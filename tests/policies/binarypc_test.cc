@@ -1,5 +1,5 @@
 // BinaryPC: bit-plane scoring, Algorithm 2 hashing, Algorithm 1 fitting, the projection file and
-// the selector (specs/methods.md §12).
+// the selector (docs/methods.md §12).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -2,7 +2,7 @@
 // ~2,000-token prompt at 10% budgets (issue 4's end-to-end check), with accuracy per method, the
 // fraction of KV blocks ART skipped and ART's probe/oracle agreement on the real model.
 //
-// Protocol: KVCache-Factory's run_needle_in_haystack.py as described in specs/benchmarks.md §2.2
+// Protocol: KVCache-Factory's run_needle_in_haystack.py as described in docs/benchmarks.md §2.2
 // (haystack = the Paul Graham essays in sorted order; needle inserted at int(len * depth/100)
 // tokens, moved left to the previous "." token; 200-token buffer; greedy decoding, 30 new tokens,
 // stop at a newline; see newline_after_text) and its visualize.py score (share of the 10 expected words in the response).
@@ -121,7 +121,7 @@ std::vector<TokenId> haystack_tokens(const Tokenizer& tokenizer, int needed, siz
   return tokens;
 }
 
-// The context with the needle at `depth` percent (specs/benchmarks.md §2.1 steps 1-5).
+// The context with the needle at `depth` percent (docs/benchmarks.md §2.1 steps 1-5).
 std::string context_with_needle(const Tokenizer& tokenizer, int context_length, int depth) {
   size_t files_used = 0;
   std::vector<TokenId> haystack =
@@ -200,8 +200,9 @@ std::vector<Method> ci_methods(const std::filesystem::path& projection) {
   };
 }
 
-// The ART sweep (issue 8): the seed's thresholds (tau 1e-5, phi 1e-3) at the spec's patience sweep
-// {1, 2, 4, 8}, each threshold a decade stricter, and the walk without termination (p = inf).
+// The ART sweep (issue 8): the seed's thresholds (tau 1e-5, phi 1e-3) at the patience sweep
+// {1, 2, 4, 8} of docs/methods.md §13, each threshold a decade stricter, and the walk without
+// termination (p = inf).
 std::vector<Method> art_sweep_methods() {
   return {
       {"full", "full", nlohmann::json::object(), 0},

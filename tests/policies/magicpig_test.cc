@@ -1,4 +1,4 @@
-// MagicPIG (specs/methods.md §11): exact set, candidates and importance weights.
+// MagicPIG (docs/methods.md §11): exact set, candidates and importance weights.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Quest (specs/methods.md §10): the page bound, the page budget and incremental metadata.
+// Quest (docs/methods.md §10): the page bound, the page budget and incremental metadata.
 #include <gtest/gtest.h>
 
 #include <algorithm>

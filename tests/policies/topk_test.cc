@@ -1,4 +1,4 @@
-// TOPK oracle (specs/methods.md §14): the selection is the exact top-k of the logits.
+// TOPK oracle (docs/methods.md §14): the selection is the exact top-k of the logits.
 #include <gtest/gtest.h>
 
 #include <algorithm>

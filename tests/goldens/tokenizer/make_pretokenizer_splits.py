@@ -6,7 +6,7 @@ vocabularies are not in the fixtures.
 
     /tmp/venv/bin/pip install tokenizers
     /tmp/venv/bin/python tests/goldens/tokenizer/make_pretokenizer_splits.py \
-        ../shared/fixtures/tokenizers/ggml-vocab-gpt-2.gguf.inp \
+        llama.cpp/models/ggml-vocab-gpt-2.gguf.inp \
         > tests/goldens/tokenizer/pretokenizer_splits.json
 """
 import json
