@@ -18,8 +18,6 @@ void CudaBackend::check_plan(const CachePlan& plan) const {
   if (plan.decode_eviction) refuse("its decode-time eviction runs on the CPU engine only");
   if (plan.selector && !plan.selector->runs_on_device())
     refuse("its decode selector '" + plan.selector->name() + "' has no device form");
-  if (plan.prefill && plan.prefill->capture().attention_column_sums)
-    refuse("the CUDA prefill does not capture attention column sums");
   if (plan.early_exit) {
     if (plan.early_exit->oracle_tolerance > 0) refuse("ART's oracle mode runs on the CPU only");
     if (plan.early_exit->block_size != 64) refuse("ART on the GPU walks 64-entry blocks");
@@ -37,13 +35,13 @@ int CudaBackend::max_sequences(int capacity) const { return engine_->max_batch(c
 
 std::vector<float> CudaBackend::prefill(int seq, std::span<const TokenId> ids,
                                         const CaptureRequest& request, PrefillCapture& capture) {
-  if (request.attention_column_sums)
-    throw std::logic_error("CudaBackend::prefill: column sums are not captured on the GPU");
   const std::vector<int32_t> tokens(ids.begin(), ids.end());
   capture = PrefillCapture{};
   capture.length = static_cast<int>(tokens.size());
   capture.window = std::min(request.window_queries, capture.length);
-  return engine_->prefill_with_window(seq, tokens, capture.window, capture.query_window);
+  return engine_->prefill_with_window(
+      seq, tokens, capture.window, capture.query_window,
+      request.attention_column_sums ? &capture.column_sums : nullptr);
 }
 
 KvStore CudaBackend::host_store(int seq) const {

@@ -3,9 +3,11 @@
 // compaction gathers kept rows on the device.
 //
 // What a plan may use here (check_plan refuses the rest, naming the method):
-// - prefill policies: the prefill's window queries come down from the device (w rows per layer);
-//   the policy then scores on the host from a copy of the prompt's keys and values, made once per
-//   prefill and shared by every cell that replays it. Column sums (H2O) are not captured here.
+// - prefill policies: the prefill's window queries (w rows per layer) and H2O's attention column
+//   sums (computed on the device from the rows' log-sum-exp) come down from the device; the policy
+//   then scores on the host from a copy of the prompt's keys and values, made once per prefill and
+//   shared by every cell that replays it (the step still to take: scores on the device, so that
+//   only O(L) scores per head cross).
 // - decode selectors that describe themselves as device operations
 //   (DecodeSelector::device_config: BinaryPC, Quest);
 // - ART (kind E) with the kernel's 64-entry blocks, no oracle mode;

@@ -12,6 +12,7 @@
 #include "engine/errors.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_column_sums.h"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/early_exit_decode.h"
 #include "kernels/cuda/transformer_ops.h"
@@ -455,12 +456,13 @@ void CudaEngine::allocate_cache(int batch, int capacity) {
 
 std::vector<float> CudaEngine::prefill(int seq, const std::vector<int32_t>& ids, int chunk_tokens) {
   std::vector<std::vector<float>> unused;
-  return prefill_with_window(seq, ids, 0, unused, chunk_tokens);
+  return prefill_with_window(seq, ids, 0, unused, nullptr, chunk_tokens);
 }
 
 std::vector<float> CudaEngine::prefill_with_window(int seq, const std::vector<int32_t>& ids,
                                                    int window,
                                                    std::vector<std::vector<float>>& window_queries,
+                                                   std::vector<std::vector<float>>* column_sums,
                                                    int chunk_tokens) {
   Impl& m = *impl_;
   const ModelConfig& c = m.config;
@@ -485,6 +487,19 @@ std::vector<float> CudaEngine::prefill_with_window(int seq, const std::vector<in
   const int q_width = c.n_query_heads * c.head_dim;
   std::vector<std::vector<bf16>> window_rows(window > 0 ? c.n_layers : 0,
                                              std::vector<bf16>(size_t(window) * q_width));
+  // H2O's column sums: per layer [Hq, total] on the device, accumulated chunk by chunk from the
+  // rows' log-sum-exp; only these O(L) sums come down.
+  std::vector<DeviceBuffer> sums;
+  DeviceBuffer row_lse;
+  if (column_sums) {
+    if (start_length != 0)
+      throw InputError("prefill: column sums are captured for a prefill on an empty sequence only");
+    for (int l = 0; l < c.n_layers; ++l) {
+      sums.emplace_back(int64_t(c.n_query_heads) * total * 4, "column sums");
+      cuda::check(cudaMemsetAsync(sums.back().data(), 0, sums.back().bytes(), m.stream), "memset");
+    }
+    row_lse = DeviceBuffer(int64_t(c.n_query_heads) * chunk * 4, "row lse");
+  }
   for (size_t begin = 0; begin < ids.size(); begin += chunk) {
     const int n = std::min<int>(chunk, ids.size() - begin);
     const int window_from = std::max<int>(total - window, begin);  // first window row here
@@ -525,7 +540,25 @@ std::vector<float> CudaEngine::prefill_with_window(int seq, const std::vector<in
       a.n_kv_heads = c.n_kv_heads;
       a.head_dim = c.head_dim;
       a.scale = 1.f / std::sqrt(float(c.head_dim));
+      if (column_sums) a.lse = row_lse.as<float>();
       cuda::flash_attention_prefill(a, m.stream);
+      if (column_sums) {
+        cuda::ColumnSumsArgs cs;
+        cs.q = a.q;
+        cs.q_row_stride = a.q_row_stride;
+        cs.k = a.k;
+        cs.kv_head_stride = a.kv_head_stride;
+        cs.lse = row_lse.as<float>();
+        cs.column_sums = sums[l].as<float>();
+        cs.sums_head_stride = total;
+        cs.n_queries = n;
+        cs.query_offset = offset;
+        cs.n_query_heads = c.n_query_heads;
+        cs.n_kv_heads = c.n_kv_heads;
+        cs.head_dim = c.head_dim;
+        cs.scale = a.scale;
+        cuda::attention_column_sums(cs, m.stream);
+      }
     });
     for (int l = 0; l < c.n_layers; ++l)
       for (int h = 0; h < c.n_kv_heads; ++h) m.host_length[int64_t(l) * hkv + seq * c.n_kv_heads + h] += n;
@@ -536,6 +569,13 @@ std::vector<float> CudaEngine::prefill_with_window(int seq, const std::vector<in
   cuda::check(cudaMemcpyAsync(out.data(), last_logits.data(), out.size() * 4, cudaMemcpyDeviceToHost,
                               m.stream), "logits download");
   cuda::check(cudaStreamSynchronize(m.stream), "prefill");
+  if (column_sums) {
+    column_sums->assign(c.n_layers, {});
+    for (int l = 0; l < c.n_layers; ++l) {
+      (*column_sums)[l].resize(size_t(c.n_query_heads) * total);
+      sums[l].download((*column_sums)[l].data(), (*column_sums)[l].size() * 4);
+    }
+  }
   window_queries.assign(window_rows.size(), {});
   for (size_t l = 0; l < window_rows.size(); ++l) {  // [window, Hq, d] -> [Hq, window, d]
     std::vector<float>& q = window_queries[l];

@@ -44,10 +44,12 @@ class CudaEngine {
   std::vector<float> prefill(int seq, const std::vector<int32_t>& ids,
                              int chunk_tokens = kPrefillChunk);
   // The same prefill, also returning the post-RoPE queries of the last `window` prompt positions
-  // per layer as [Hq, window, head_dim] f32 (what query-aware prefill policies score with): only
-  // those rows leave the device.
+  // per layer as [Hq, window, head_dim] f32 (what query-aware prefill policies score with) and,
+  // with `column_sums`, per layer [Hq, L] the attention each prompt entry received from all
+  // prompt queries (H2O; kernels/cuda/attention_column_sums.h): only these leave the device.
   std::vector<float> prefill_with_window(int seq, const std::vector<int32_t>& ids, int window,
                                          std::vector<std::vector<float>>& window_queries,
+                                         std::vector<std::vector<float>>* column_sums = nullptr,
                                          int chunk_tokens = kPrefillChunk);
   // Sequence `to` becomes a copy of sequence `from` (cache rows, lengths, next position).
   void copy_sequence(int from, int to);

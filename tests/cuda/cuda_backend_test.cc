@@ -94,7 +94,7 @@ TEST(CudaBackend, PrefillPolicyKeptSetsMatchCpuOnARealPrompt) {
   CpuBackend cpu(*m.model.weights);
   CudaBackend gpu(*m.model.weights);
   for (const std::string policy :
-       {"snapkv", "pyramidkv", "adakv", "dropkv", "knorm", "streamingllm", "criticalkv"}) {
+       {"snapkv", "pyramidkv", "adakv", "dropkv", "knorm", "h2o", "streamingllm", "criticalkv"}) {
     SCOPED_TRACE(policy);
     CachePlan plan = make_cache_plan(policy, nlohmann::json::object(), Budget::parse("20%"));
     const KeptIndices on_cpu = kept_on(cpu, m.prompt, plan);
@@ -217,7 +217,7 @@ TEST(CudaBackend, RefusesPlansItCannotRunNamingTheMethod) {
   const ModelConfig config = test::small_random_model("refuse", 2, 64, 16, 96, 100);
   const std::shared_ptr<ModelWeights> weights = random_weights(config, 3);
   CudaBackend gpu(*weights);
-  for (const char* policy : {"h2o", "h2o_decode", "tova", "topk", "magicpig"}) {
+  for (const char* policy : {"h2o_decode", "tova", "topk", "magicpig"}) {
     const CachePlan plan = make_cache_plan(policy, nlohmann::json::object(), Budget::parse("50%"));
     try {
       gpu.check_plan(plan);
