@@ -95,33 +95,13 @@ void scale_min_k4(int j, const uint8_t* s, uint8_t* scale, uint8_t* min) {
 
 // Q4_K: half d; half dmin; uint8 scales[12]; uint8 qs[128]. Each 64-element chunk uses 32 bytes of
 // qs: low nibbles for its first 32 outputs (sub-block 2c), high nibbles for the next 32 (2c + 1).
-void block_q4_k(const uint8_t* b, float* y) {
+// Q5_K: half d; half dmin; uint8 scales[12]; uint8 qh[32]; uint8 qs[128]: the same plus a fifth bit
+// per element, bit 2c of qh[l] for chunk c's low-nibble outputs and bit 2c + 1 for its high ones.
+// `qh` is null for Q4_K.
+void k_quant_4_or_5_bits(const uint8_t* b, const uint8_t* qh, const uint8_t* q, float* y) {
   const float d = fp16_to_f32(load_u16(b));
   const float dmin = fp16_to_f32(load_u16(b + 2));
   const uint8_t* scales = b + 4;
-  const uint8_t* q = b + 16;
-  for (int chunk = 0; chunk < kQK_K / 64; ++chunk) {
-    uint8_t sc, m;
-    scale_min_k4(2 * chunk, scales, &sc, &m);
-    const float d1 = d * sc, m1 = dmin * m;
-    scale_min_k4(2 * chunk + 1, scales, &sc, &m);
-    const float d2 = d * sc, m2 = dmin * m;
-    for (int l = 0; l < 32; ++l) y[l] = d1 * static_cast<float>(q[l] & 0xF) - m1;
-    for (int l = 0; l < 32; ++l) y[32 + l] = d2 * static_cast<float>(q[l] >> 4) - m2;
-    q += 32;
-    y += 64;
-  }
-}
-
-// Q5_K: half d; half dmin; uint8 scales[12]; uint8 qh[32]; uint8 qs[128]. Q4_K's layout plus a
-// fifth bit per element: chunk c's low-nibble outputs take bit 2c of qh[l], its high-nibble outputs
-// bit 2c+1.
-void block_q5_k(const uint8_t* b, float* y) {
-  const float d = fp16_to_f32(load_u16(b));
-  const float dmin = fp16_to_f32(load_u16(b + 2));
-  const uint8_t* scales = b + 4;
-  const uint8_t* qh = b + 16;
-  const uint8_t* q = b + 48;
   for (int chunk = 0; chunk < kQK_K / 64; ++chunk) {
     uint8_t sc, m;
     scale_min_k4(2 * chunk, scales, &sc, &m);
@@ -129,8 +109,8 @@ void block_q5_k(const uint8_t* b, float* y) {
     scale_min_k4(2 * chunk + 1, scales, &sc, &m);
     const float d2 = d * sc, m2 = dmin * m;
     for (int l = 0; l < 32; ++l) {
-      const int high1 = ((qh[l] >> (2 * chunk)) & 1) << 4, high2 = ((qh[l] >> (2 * chunk + 1)) & 1)
-                                                                   << 4;
+      const int high1 = qh ? ((qh[l] >> (2 * chunk)) & 1) << 4 : 0;
+      const int high2 = qh ? ((qh[l] >> (2 * chunk + 1)) & 1) << 4 : 0;
       y[l] = d1 * static_cast<float>((q[l] & 0xF) | high1) - m1;
       y[32 + l] = d2 * static_cast<float>((q[l] >> 4) | high2) - m2;
     }
@@ -138,6 +118,9 @@ void block_q5_k(const uint8_t* b, float* y) {
     y += 64;
   }
 }
+
+void block_q4_k(const uint8_t* b, float* y) { k_quant_4_or_5_bits(b, nullptr, b + 16, y); }
+void block_q5_k(const uint8_t* b, float* y) { k_quant_4_or_5_bits(b, b + 16, b + 48, y); }
 
 // Q6_K: uint8 ql[128]; uint8 qh[64]; int8 scales[16]; half d (last). Two halves of 128 outputs.
 void block_q6_k(const uint8_t* b, float* y) {

@@ -119,50 +119,34 @@ TEST(DequantizeTest, HandBuiltQ5_0AndQ5_1) {
   }
 }
 
-// Q4_K's 6-bit scales and mins packed in 12 bytes (used for sub-blocks 4-7's upper two bits too).
-void put_k4_scales(uint8_t* s, const int (&sc)[8], const int (&mn)[8]) {
-  for (int j = 0; j < 4; ++j) {
-    s[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
-    s[j + 4] = static_cast<uint8_t>(mn[j] | ((mn[j + 4] >> 4) << 6));
-    s[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
-  }
-}
-
-TEST(DequantizeTest, HandBuiltQ4_K) {
-  // Sub-block scales and mins chosen to use the upper 2 of the 6 bits for sub-blocks 4-7.
+// Q4_K, and Q5_K: the same with qh[32] before qs, element e of chunk c taking bit 2c (low nibble)
+// or 2c + 1 (high nibble) of qh[e % 32] as its fifth bit. Sub-block scales and mins chosen to use
+// the upper 2 of the 6 bits for sub-blocks 4-7.
+TEST(DequantizeTest, HandBuiltQ4_KAndQ5_K) {
   const int sc[8] = {1, 5, 17, 63, 20, 33, 2, 48};
   const int mn[8] = {0, 3, 16, 40, 63, 1, 18, 7};
-  std::vector<uint8_t> b(144, 0);
-  put_half(b, 0, 0x3C00);  // d = 1
-  put_half(b, 2, 0x3800);  // dmin = 0.5
-  put_k4_scales(&b[4], sc, mn);
-  for (int i = 0; i < 128; ++i) b[16 + i] = static_cast<uint8_t>(i * 37 + 11);
-  const auto y = decode(kQ4_K, b, 256);
-  for (int e = 0; e < 256; ++e) {
-    const int chunk = e / 64, within = e % 64, sub = 2 * chunk + within / 32;
-    const uint8_t byte = b[16 + 32 * chunk + within % 32];
-    const int q = within < 32 ? (byte & 0xF) : (byte >> 4);
-    ASSERT_EQ(y[e], 1.0f * sc[sub] * q - 0.5f * mn[sub]) << "element " << e;
-  }
-}
-
-TEST(DequantizeTest, HandBuiltQ5_K) {
-  // Q4_K's layout with qh[32] before qs: element e of chunk c takes bit 2c (low nibble) or 2c + 1.
-  const int sc[8] = {3, 9, 62, 17, 40, 5, 33, 21};
-  const int mn[8] = {1, 0, 30, 63, 2, 47, 16, 8};
-  std::vector<uint8_t> b(176, 0);
-  put_half(b, 0, 0x3400);  // d = 0.25
-  put_half(b, 2, 0x3C00);  // dmin = 1
-  put_k4_scales(&b[4], sc, mn);
-  for (int i = 0; i < 32; ++i) b[16 + i] = static_cast<uint8_t>(i * 71 + 5);    // qh
-  for (int i = 0; i < 128; ++i) b[48 + i] = static_cast<uint8_t>(i * 37 + 11);  // qs
-  const auto y = decode(kQ5_K, b, 256);
-  for (int e = 0; e < 256; ++e) {
-    const int chunk = e / 64, within = e % 64, sub = 2 * chunk + within / 32, l = within % 32;
-    const uint8_t byte = b[48 + 32 * chunk + l];
-    const int low = within < 32 ? (byte & 0xF) : (byte >> 4);
-    const int high = (b[16 + l] >> sub) & 1;
-    ASSERT_EQ(y[e], 0.25f * sc[sub] * (low | (high << 4)) - 1.0f * mn[sub]) << "element " << e;
+  for (const bool five_bits : {false, true}) {
+    SCOPED_TRACE(five_bits ? "q5_K" : "q4_K");
+    const int qs_at = five_bits ? 48 : 16;
+    std::vector<uint8_t> b(five_bits ? 176 : 144, 0);
+    put_half(b, 0, 0x3C00);  // d = 1
+    put_half(b, 2, 0x3800);  // dmin = 0.5
+    uint8_t* s = &b[4];
+    for (int j = 0; j < 4; ++j) {
+      s[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
+      s[j + 4] = static_cast<uint8_t>(mn[j] | ((mn[j + 4] >> 4) << 6));
+      s[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
+    }
+    for (int i = 0; five_bits && i < 32; ++i) b[16 + i] = static_cast<uint8_t>(i * 71 + 5);  // qh
+    for (int i = 0; i < 128; ++i) b[qs_at + i] = static_cast<uint8_t>(i * 37 + 11);
+    const auto y = decode(five_bits ? kQ5_K : kQ4_K, b, 256);
+    for (int e = 0; e < 256; ++e) {
+      const int chunk = e / 64, within = e % 64, sub = 2 * chunk + within / 32, l = within % 32;
+      const uint8_t byte = b[qs_at + 32 * chunk + l];
+      const int low = within < 32 ? (byte & 0xF) : (byte >> 4);
+      const int high = five_bits ? (b[16 + l] >> sub) & 1 : 0;
+      ASSERT_EQ(y[e], 1.0f * sc[sub] * (low | (high << 4)) - 0.5f * mn[sub]) << "element " << e;
+    }
   }
 }
 
