@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -43,6 +44,19 @@ inline std::string run_command(const std::string& command) {
   if (status != 0) ADD_FAILURE() << "command failed (" << status << "): " << command;
   return output;
 }
+
+// A fixture whose test suite loads the model at Path() once; null when the file is absent (the
+// tests check for it and skip first).
+template <std::filesystem::path (*Path)()>
+class SharedModelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (std::filesystem::exists(Path()))
+      model_ = std::make_unique<LoadedModel>(load_model(Path().string()));
+  }
+  static void TearDownTestSuite() { model_.reset(); }
+  static inline std::unique_ptr<LoadedModel> model_;
+};
 
 inline std::vector<float> cpu_engine_logits(const LoadedModel& model,
                                             const std::vector<TokenId>& ids) {

@@ -11,19 +11,7 @@
 namespace kvb {
 namespace {
 
-class SmolLm2Reference : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    if (std::filesystem::exists(test::default_model_path()))
-      model_ = new LoadedModel(load_model(test::default_model_path().string()));
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    model_ = nullptr;
-  }
-  static LoadedModel* model_;
-};
-LoadedModel* SmolLm2Reference::model_ = nullptr;
+using SmolLm2Reference = test::SharedModelTest<test::default_model_path>;
 
 TEST_F(SmolLm2Reference, GoldenPromptsMatchNumpyReference) {
   KVB_REQUIRE_FILE(test::default_model_path());

@@ -7,40 +7,24 @@
 // float64 NumPy forward pass (tests/goldens/qwen2.5-coder-0.5b_reference_logits.json, made by
 // tests/goldens/make_reference_logits.py, one prompt of 2,984 tokens).
 #include <nlohmann/json.hpp>
+#include <tuple>
 
-#include "engine/chat_template.h"
 #include "tests/engine/dequantize_goldens.h"
 #include "tests/engine/reference_logits.h"
 
 namespace kvb {
 namespace {
 
-class Qwen2CoderModel : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    if (std::filesystem::exists(test::long_model_path()))
-      model_ = new LoadedModel(load_model(test::long_model_path().string()));
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    model_ = nullptr;
-  }
-  static LoadedModel* model_;
-};
-LoadedModel* Qwen2CoderModel::model_ = nullptr;
+using Qwen2CoderModel = test::SharedModelTest<test::long_model_path>;
 
 TEST_F(Qwen2CoderModel, ConfigTokenizerAndTemplate) {
   KVB_REQUIRE_LONG_MODEL();
   const ModelConfig& c = model_->weights->config;
   EXPECT_EQ(c.architecture, Architecture::kQwen2);
-  EXPECT_EQ(c.n_layers, 24);
-  EXPECT_EQ(c.d_model, 896);
-  EXPECT_EQ(c.n_query_heads, 14);
-  EXPECT_EQ(c.n_kv_heads, 2);
-  EXPECT_EQ(c.head_dim, 64);
-  EXPECT_EQ(c.ffn_dim, 4864);
-  EXPECT_EQ(c.vocab_size, 151936);
-  EXPECT_EQ(c.max_context, 32768);
+  // layers, d_model, query / KV heads, head_dim, ffn, vocabulary, context
+  EXPECT_EQ(std::tie(c.n_layers, c.d_model, c.n_query_heads, c.n_kv_heads, c.head_dim, c.ffn_dim,
+                     c.vocab_size, c.max_context),
+            std::make_tuple(24, 896, 14, 2, 64, 4864, 151936, 32768));
   EXPECT_FLOAT_EQ(c.rope_theta, 1e6f);
   EXPECT_FALSE(c.rope_interleaved_pairs);
   EXPECT_TRUE(c.qkv_bias);
@@ -71,6 +55,23 @@ TEST_F(Qwen2CoderModel, LivePythonReferenceMatchesKvbenchLogits) {
   // "<|im_start|>user\nHi 12345<|im_end|>\n": special tokens, digits, a newline.
   test::expect_live_reference_matches_kvbench(test::long_model_path(),
                                               "151644,872,198,13048,220,16,17,18,19,20,151645,198");
+}
+
+// Greedy chat generation through the CLI: the ChatML prompt with Qwen's default system turn, and
+// the stop at <|im_end|>.
+TEST_F(Qwen2CoderModel, ChatGenerationAnswersAndStops) {
+  KVB_REQUIRE_LONG_MODEL();
+  KVB_REQUIRE_FILE(test::kvbench_binary());
+  const auto result = nlohmann::json::parse(test::run_command(
+      test::kvbench_binary().string() + " generate --model " + test::long_model_path().string() +
+      " --chat --prompt 'What is the capital of France? Answer in one sentence.' --max-new-tokens "
+      "40 --json"));
+  const std::string text = result["text"];
+  EXPECT_NE(text.find("Paris"), std::string::npos) << text;
+  EXPECT_EQ(result["stop_reason"], "eos") << text;
+  std::printf("[ generate  ] %d prompt tokens -> \"%s\" (prefill %.0f ms, TPOT %.1f ms)\n",
+              result["prompt_tokens"].get<int>(), text.c_str(), result["prefill_ms"].get<double>(),
+              result["tpot_ms"].get<double>());
 }
 
 }  // namespace
