@@ -1,5 +1,5 @@
-// GGUF reader: memory-mapped, every offset and size bounds-checked. A truncated or hostile file is a
-// FormatError naming the file and the field, never a crash. Layout: docs/engine.md §1.
+// GGUF reader: memory-mapped, every offset and size bounds-checked. A truncated or hostile file is
+// a FormatError naming the file and the field, never a crash. Layout: docs/engine.md §1.
 #pragma once
 
 #include <cstdint>
@@ -14,9 +14,12 @@
 
 namespace kvb {
 
+// clang-format off
 enum class GgmlType : uint32_t {
-  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8, kQ4_K = 12, kQ6_K = 14, kBF16 = 30,
+  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kQ4_K = 12, kQ5_K = 13,
+  kQ6_K = 14, kBF16 = 30,
 };
+// clang-format on
 const char* ggml_type_name(uint32_t type);
 
 struct GgufTensorInfo {

@@ -1,6 +1,6 @@
-// GGUF -> ModelWeights. Tensor names follow llama.cpp (src/llama-arch.cpp): token_embd, blk.N.attn_q,
-// attn_k, attn_v, attn_output, attn_norm, ffn_gate, ffn_up, ffn_down, ffn_norm, output_norm, output
-// (absent = tied to token_embd), rope_freqs (Llama-3.x frequency factors).
+// GGUF -> ModelWeights. Tensor names follow llama.cpp (src/llama-arch.cpp): token_embd,
+// blk.N.attn_q, attn_k, attn_v, attn_output, attn_norm, ffn_gate, ffn_up, ffn_down, ffn_norm,
+// output_norm, output (absent = tied to token_embd), rope_freqs (Llama-3.x frequency factors).
 #include "engine/weights_loader.h"
 
 #include <algorithm>
@@ -50,9 +50,11 @@ std::vector<float> llama3_factors(const Llama3RopeScaling& s, float theta, int h
 }
 
 // GGUF stores Llama-3.x scaling only as the factor tensor; recover the parameters by matching the
-// published settings (Llama-3.1: factor 8; Llama-3.2: factor 32; both low 1, high 4, original 8192).
-Llama3RopeScaling llama3_scaling_from_factors(const GgufFile& gguf, const std::vector<float>& factors,
-                                              float theta, int head_dim) {
+// published settings (Llama-3.1: factor 8; Llama-3.2: factor 32; both low 1, high 4, original
+// 8192).
+Llama3RopeScaling llama3_scaling_from_factors(const GgufFile& gguf,
+                                              const std::vector<float>& factors, float theta,
+                                              int head_dim) {
   for (float factor : {8.0f, 16.0f, 32.0f, 4.0f, 2.0f}) {
     Llama3RopeScaling s;
     s.factor = factor;
@@ -63,8 +65,10 @@ Llama3RopeScaling llama3_scaling_from_factors(const GgufFile& gguf, const std::v
       same = std::fabs(expected[i] - factors[i]) <= 1e-3f * expected[i];
     if (same) return s;
   }
-  throw FormatError(gguf.label() + ": tensor 'rope_freqs.weight' does not match a Llama-3 'llama3' RoPE "
-                    "scaling (factor 2/4/8/16/32, low 1, high 4, original 8192); this model's RoPE is unsupported");
+  throw FormatError(gguf.label() +
+                    ": tensor 'rope_freqs.weight' does not match a Llama-3 'llama3' RoPE "
+                    "scaling (factor 2/4/8/16/32, low 1, high 4, original 8192); this model's RoPE "
+                    "is unsupported");
 }
 
 void check_shape(const GgufFile& gguf, const GgufTensorInfo& info, std::vector<int64_t> expected) {
@@ -84,7 +88,8 @@ class GgufWeightReader {
   explicit GgufWeightReader(const GgufFile& gguf) : gguf_(gguf) {}
 
   // The tensor decoded to f32, after checking its ggml shape; empty when optional and absent.
-  std::vector<float> read(const std::string& name, std::vector<int64_t> shape, bool optional = false) {
+  std::vector<float> read(const std::string& name, std::vector<int64_t> shape,
+                          bool optional = false) {
     const GgufTensorInfo* info = gguf_.tensor(name);
     if (info == nullptr) {
       if (optional) return {};
@@ -96,7 +101,8 @@ class GgufWeightReader {
   }
 
   std::string dtypes() const {
-    return describe_dtype_counts(std::vector<std::pair<std::string, int>>(counts_.begin(), counts_.end()));
+    return describe_dtype_counts(
+        std::vector<std::pair<std::string, int>>(counts_.begin(), counts_.end()));
   }
 
  private:
@@ -108,9 +114,11 @@ class GgufWeightReader {
 
 std::string describe_dtype_counts(const std::vector<std::pair<std::string, int>>& counts) {
   auto sorted = counts;
-  std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
   std::string out;
-  for (const auto& [name, count] : sorted) out += (out.empty() ? "" : ", ") + name + " x " + std::to_string(count);
+  for (const auto& [name, count] : sorted)
+    out += (out.empty() ? "" : ", ") + name + " x " + std::to_string(count);
   return out;
 }
 
@@ -134,39 +142,51 @@ ModelConfig model_config_from_gguf(const GgufFile& gguf) {
   c.d_model = positive_int(gguf, p + "embedding_length", kMaxDim);
   c.ffn_dim = positive_int(gguf, p + "feed_forward_length", kMaxDim);
   c.n_query_heads = positive_int(gguf, p + "attention.head_count", 4096);
-  c.n_kv_heads = gguf.has(p + "attention.head_count_kv") ? positive_int(gguf, p + "attention.head_count_kv", 4096)
-                                                         : c.n_query_heads;
+  c.n_kv_heads = gguf.has(p + "attention.head_count_kv")
+                     ? positive_int(gguf, p + "attention.head_count_kv", 4096)
+                     : c.n_query_heads;
   if (c.n_query_heads % c.n_kv_heads != 0)
     throw FormatError(gguf.label() + ": attention.head_count " + std::to_string(c.n_query_heads) +
                       " is not a multiple of head_count_kv " + std::to_string(c.n_kv_heads));
-  c.head_dim = gguf.has(p + "attention.key_length") ? positive_int(gguf, p + "attention.key_length", 4096)
-                                                    : c.d_model / c.n_query_heads;
-  if (c.head_dim % 2 != 0 || (!gguf.has(p + "attention.key_length") && c.d_model % c.n_query_heads != 0))
-    throw FormatError(gguf.label() + ": head dimension " + std::to_string(c.head_dim) + " is not usable with RoPE");
+  c.head_dim = gguf.has(p + "attention.key_length")
+                   ? positive_int(gguf, p + "attention.key_length", 4096)
+                   : c.d_model / c.n_query_heads;
+  if (c.head_dim % 2 != 0 ||
+      (!gguf.has(p + "attention.key_length") && c.d_model % c.n_query_heads != 0))
+    throw FormatError(gguf.label() + ": head dimension " + std::to_string(c.head_dim) +
+                      " is not usable with RoPE");
   c.max_context = positive_int(gguf, p + "context_length", int64_t{1} << 24);
   c.rms_norm_eps = static_cast<float>(gguf.get_float(p + "attention.layer_norm_rms_epsilon", 1e-5));
   c.rope_theta = static_cast<float>(gguf.get_float(p + "rope.freq_base", 10000.0));
   if (gguf.has(p + "vocab_size")) {
     c.vocab_size = positive_int(gguf, p + "vocab_size", int64_t{1} << 24);
-  } else if (const GgufTensorInfo* embd = gguf.tensor("token_embd.weight"); embd && embd->shape.size() == 2) {
+  } else if (const GgufTensorInfo* embd = gguf.tensor("token_embd.weight");
+             embd && embd->shape.size() == 2) {
     c.vocab_size = static_cast<int>(embd->shape[1]);
   } else {
     c.vocab_size = static_cast<int>(gguf.get_string_array("tokenizer.ggml.tokens").size());
   }
   c.tied_embeddings = gguf.tensor("output.weight") == nullptr;
-  c.qkv_bias = c.architecture == Architecture::kQwen2 || gguf.tensor("blk.0.attn_q.bias") != nullptr;
+  c.qkv_bias =
+      c.architecture == Architecture::kQwen2 || gguf.tensor("blk.0.attn_q.bias") != nullptr;
   if (const GgufTensorInfo* freqs = gguf.tensor("rope_freqs.weight")) {
     check_shape(gguf, *freqs, {c.head_dim / 2});
-    c.llama3_rope_scaling = llama3_scaling_from_factors(gguf, dequantize_tensor(gguf, *freqs), c.rope_theta, c.head_dim);
+    c.llama3_rope_scaling = llama3_scaling_from_factors(gguf, dequantize_tensor(gguf, *freqs),
+                                                        c.rope_theta, c.head_dim);
   }
   return c;
 }
 
 std::vector<float> dequantize_tensor(const GgufFile& gguf, const GgufTensorInfo& info) {
-  if (!dequantize_supported(info.type))
-    throw FormatError(gguf.label() + ": tensor '" + info.name + "' has type " + ggml_type_name(info.type) +
-                      " (" + std::to_string(info.type) +
-                      "), which this engine cannot decode (supported: f32, f16, bf16, q4_0, q4_1, q8_0, q4_K, q6_K)");
+  if (!dequantize_supported(info.type)) {
+    std::string supported;
+    for (uint32_t type = 0; type < 64; ++type)
+      if (dequantize_supported(type))
+        supported += (supported.empty() ? "" : ", ") + std::string(ggml_type_name(type));
+    throw FormatError(gguf.label() + ": tensor '" + info.name + "' has type " +
+                      ggml_type_name(info.type) + " (" + std::to_string(info.type) +
+                      "), which this engine cannot decode (supported: " + supported + ")");
+  }
   const auto bytes = gguf.tensor_bytes(info);
   std::vector<float> out(static_cast<size_t>(info.elements()));
   dequantize(info.type, bytes.data(), out.data(), info.elements());
@@ -197,7 +217,8 @@ std::shared_ptr<ModelWeights> load_weights_from_gguf(const GgufFile& gguf) {
   // Llama-architecture GGUFs (and Mistral, converted by the same class) carry the RoPE row
   // permutation; Qwen2 GGUFs are not permuted (llama.cpp runs them with NeoX-style RoPE).
   const bool permuted = c.architecture != Architecture::kQwen2;
-  w->config.rope_interleaved_pairs = false;  // after un-permuting, every loaded model uses (i, i + hd/2)
+  w->config.rope_interleaved_pairs =
+      false;  // after un-permuting, every loaded model uses (i, i + hd/2)
 
   GgufWeightReader reader(gguf);
   w->token_embedding = reader.read("token_embd.weight", {d, c.vocab_size});
@@ -235,9 +256,11 @@ namespace {
 // HF tensors are already [out, in] row-major with Q/K rows in rotate_half order: no reordering.
 class HfWeightReader {
  public:
-  HfWeightReader(const SafetensorsModel& model, std::string label) : model_(model), label_(std::move(label)) {}
+  HfWeightReader(const SafetensorsModel& model, std::string label)
+      : model_(model), label_(std::move(label)) {}
 
-  std::vector<float> read(const std::string& name, std::vector<int64_t> shape, bool optional = false) {
+  std::vector<float> read(const std::string& name, std::vector<int64_t> shape,
+                          bool optional = false) {
     if (optional && !model_.has(name)) return {};
     std::vector<int64_t> actual;
     std::vector<float> data = model_.read_f32(name, &actual);
@@ -245,7 +268,8 @@ class HfWeightReader {
       std::string want, got;
       for (int64_t d : shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
       for (int64_t d : actual) got += (got.empty() ? "" : ", ") + std::to_string(d);
-      throw FormatError(label_ + ": tensor '" + name + "' has shape [" + got + "] but config.json implies [" + want + "]");
+      throw FormatError(label_ + ": tensor '" + name + "' has shape [" + got +
+                        "] but config.json implies [" + want + "]");
     }
     ++counts_[model_.file_of(name)->find(name)->dtype];
     return data;

@@ -12,7 +12,7 @@
 namespace kvb {
 namespace {
 
-constexpr int kQK = 32;    // elements of a Q4_0 / Q4_1 / Q8_0 block
+constexpr int kQK = 32;     // elements of a Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 block
 constexpr int kQK_K = 256;  // elements of a K-quant super-block
 
 uint16_t load_u16(const uint8_t* p) {
@@ -42,6 +42,39 @@ void block_q4_1(const uint8_t* b, float* y) {
   }
 }
 
+uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// The 5-bit quants of a Q5_0 / Q5_1 block: qs as in Q4_0 (low nibbles elements 0-15, high nibbles
+// 16-31) and bit j of the little-endian uint32 qh the fifth bit of element j.
+void five_bit_quants(const uint8_t* qh_bytes, const uint8_t* qs, int* q) {
+  const uint32_t qh = load_u32(qh_bytes);
+  for (int j = 0; j < kQK / 2; ++j) {
+    q[j] = (qs[j] & 0xF) | static_cast<int>(((qh >> j) & 1) << 4);
+    q[j + kQK / 2] = (qs[j] >> 4) | static_cast<int>(((qh >> (j + kQK / 2)) & 1) << 4);
+  }
+}
+
+// Q5_0: half d; uint8 qh[4]; uint8 qs[16]. y = (q - 16) * d.
+void block_q5_0(const uint8_t* b, float* y) {
+  const float d = fp16_to_f32(load_u16(b));
+  int q[kQK];
+  five_bit_quants(b + 2, b + 6, q);
+  for (int j = 0; j < kQK; ++j) y[j] = static_cast<float>(q[j] - 16) * d;
+}
+
+// Q5_1: half d; half m; uint8 qh[4]; uint8 qs[16]. y = q*d + m.
+void block_q5_1(const uint8_t* b, float* y) {
+  const float d = fp16_to_f32(load_u16(b));
+  const float m = fp16_to_f32(load_u16(b + 2));
+  int q[kQK];
+  five_bit_quants(b + 4, b + 8, q);
+  for (int j = 0; j < kQK; ++j) y[j] = static_cast<float>(q[j]) * d + m;
+}
+
 // Q8_0: half d; int8 qs[32].
 void block_q8_0(const uint8_t* b, float* y) {
   const float d = fp16_to_f32(load_u16(b));
@@ -62,23 +95,32 @@ void scale_min_k4(int j, const uint8_t* s, uint8_t* scale, uint8_t* min) {
 
 // Q4_K: half d; half dmin; uint8 scales[12]; uint8 qs[128]. Each 64-element chunk uses 32 bytes of
 // qs: low nibbles for its first 32 outputs (sub-block 2c), high nibbles for the next 32 (2c + 1).
-void block_q4_k(const uint8_t* b, float* y) {
+// Q5_K: half d; half dmin; uint8 scales[12]; uint8 qh[32]; uint8 qs[128]: the same plus a fifth bit
+// per element, bit 2c of qh[l] for chunk c's low-nibble outputs and bit 2c + 1 for its high ones.
+// `qh` is null for Q4_K.
+void k_quant_4_or_5_bits(const uint8_t* b, const uint8_t* qh, const uint8_t* q, float* y) {
   const float d = fp16_to_f32(load_u16(b));
   const float dmin = fp16_to_f32(load_u16(b + 2));
   const uint8_t* scales = b + 4;
-  const uint8_t* q = b + 16;
   for (int chunk = 0; chunk < kQK_K / 64; ++chunk) {
     uint8_t sc, m;
     scale_min_k4(2 * chunk, scales, &sc, &m);
     const float d1 = d * sc, m1 = dmin * m;
     scale_min_k4(2 * chunk + 1, scales, &sc, &m);
     const float d2 = d * sc, m2 = dmin * m;
-    for (int l = 0; l < 32; ++l) y[l] = d1 * static_cast<float>(q[l] & 0xF) - m1;
-    for (int l = 0; l < 32; ++l) y[32 + l] = d2 * static_cast<float>(q[l] >> 4) - m2;
+    for (int l = 0; l < 32; ++l) {
+      const int high1 = qh ? ((qh[l] >> (2 * chunk)) & 1) << 4 : 0;
+      const int high2 = qh ? ((qh[l] >> (2 * chunk + 1)) & 1) << 4 : 0;
+      y[l] = d1 * static_cast<float>((q[l] & 0xF) | high1) - m1;
+      y[32 + l] = d2 * static_cast<float>((q[l] >> 4) | high2) - m2;
+    }
     q += 32;
     y += 64;
   }
 }
+
+void block_q4_k(const uint8_t* b, float* y) { k_quant_4_or_5_bits(b, nullptr, b + 16, y); }
+void block_q5_k(const uint8_t* b, float* y) { k_quant_4_or_5_bits(b, b + 16, b + 48, y); }
 
 // Q6_K: uint8 ql[128]; uint8 qh[64]; int8 scales[16]; half d (last). Two halves of 128 outputs.
 void block_q6_k(const uint8_t* b, float* y) {
@@ -117,18 +159,34 @@ struct Codec {
 
 const Codec* codec(uint32_t type) {
   static const Codec kF32{1, 4, block_f32}, kF16{1, 2, block_f16}, kBF16{1, 2, block_bf16},
-      kQ4_0{32, 18, block_q4_0}, kQ4_1{32, 20, block_q4_1}, kQ8_0{32, 34, block_q8_0},
-      kQ4_K{256, 144, block_q4_k}, kQ6_K{256, 210, block_q6_k};
+      kQ4_0{32, 18, block_q4_0}, kQ4_1{32, 20, block_q4_1}, kQ5_0{32, 22, block_q5_0},
+      kQ5_1{32, 24, block_q5_1}, kQ8_0{32, 34, block_q8_0}, kQ4_K{256, 144, block_q4_k},
+      kQ5_K{256, 176, block_q5_k}, kQ6_K{256, 210, block_q6_k};
   switch (type) {
-    case 0: return &kF32;
-    case 1: return &kF16;
-    case 2: return &kQ4_0;
-    case 3: return &kQ4_1;
-    case 8: return &kQ8_0;
-    case 12: return &kQ4_K;
-    case 14: return &kQ6_K;
-    case 30: return &kBF16;
-    default: return nullptr;
+    case 0:
+      return &kF32;
+    case 1:
+      return &kF16;
+    case 2:
+      return &kQ4_0;
+    case 3:
+      return &kQ4_1;
+    case 6:
+      return &kQ5_0;
+    case 7:
+      return &kQ5_1;
+    case 8:
+      return &kQ8_0;
+    case 12:
+      return &kQ4_K;
+    case 13:
+      return &kQ5_K;
+    case 14:
+      return &kQ6_K;
+    case 30:
+      return &kBF16;
+    default:
+      return nullptr;
   }
 }
 
@@ -146,10 +204,13 @@ bool dequantize_supported(uint32_t ggml_type) { return codec(ggml_type) != nullp
 
 void dequantize(uint32_t ggml_type, const uint8_t* src, float* dst, int64_t n) {
   const Codec* c = codec(ggml_type);
-  if (c == nullptr) throw std::invalid_argument("dequantize: unsupported ggml type " + std::to_string(ggml_type));
+  if (c == nullptr)
+    throw std::invalid_argument("dequantize: unsupported ggml type " + std::to_string(ggml_type));
   if (n < 0 || n % c->block_elements != 0)
-    throw std::invalid_argument("dequantize: " + std::to_string(n) + " elements is not a whole number of blocks");
-  // An empty tensor may come with null buffers; memcpy with a null pointer is undefined even for 0 bytes.
+    throw std::invalid_argument("dequantize: " + std::to_string(n) +
+                                " elements is not a whole number of blocks");
+  // An empty tensor may come with null buffers; memcpy with a null pointer is undefined even for 0
+  // bytes.
   if (n == 0) return;
   const int64_t n_blocks = n / c->block_elements;
   if (c->block_elements == 1 && ggml_type == 0) {
@@ -158,10 +219,11 @@ void dequantize(uint32_t ggml_type, const uint8_t* src, float* dst, int64_t n) {
   }
   // ~64K elements per task keeps the task overhead negligible and small tensors single-threaded.
   const int64_t grain = std::max<int64_t>(1, 65536 / c->block_elements);
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_blocks, grain), [&](const tbb::blocked_range<int64_t>& r) {
-    for (int64_t i = r.begin(); i < r.end(); ++i)
-      c->decode(src + i * c->block_bytes, dst + i * c->block_elements);
-  });
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_blocks, grain),
+                    [&](const tbb::blocked_range<int64_t>& r) {
+                      for (int64_t i = r.begin(); i < r.end(); ++i)
+                        c->decode(src + i * c->block_bytes, dst + i * c->block_elements);
+                    });
 }
 
 float fp16_to_f32(uint16_t h) {
@@ -192,9 +254,9 @@ uint16_t f32_to_fp16(float f) {
   const uint32_t x = std::bit_cast<uint32_t>(f);
   const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
   const uint32_t abs = x & 0x7FFFFFFF;
-  if (abs > 0x7F800000) return sign | 0x7E00;       // NaN
-  if (abs >= 0x477FF000) return sign | 0x7C00;      // overflow (rounds to >= 65520) -> inf
-  if (abs < 0x33000001) return sign;                // below half the smallest subnormal -> 0
+  if (abs > 0x7F800000) return sign | 0x7E00;   // NaN
+  if (abs >= 0x477FF000) return sign | 0x7C00;  // overflow (rounds to >= 65520) -> inf
+  if (abs < 0x33000001) return sign;            // below half the smallest subnormal -> 0
   const int exponent = static_cast<int>(abs >> 23);
   uint32_t mantissa = (abs & 0x7FFFFF) | 0x800000;
   int shift;  // right shift that turns the 24-bit mantissa into the fp16 field
@@ -210,7 +272,8 @@ uint16_t f32_to_fp16(float f) {
   uint32_t result = base + (mantissa >> shift);
   const uint32_t remainder = mantissa & ((1u << shift) - 1);
   const uint32_t halfway = 1u << (shift - 1);
-  if (remainder > halfway || (remainder == halfway && (result & 1))) ++result;  // carries into exponent
+  if (remainder > halfway || (remainder == halfway && (result & 1)))
+    ++result;  // carries into exponent
   return sign | static_cast<uint16_t>(result);
 }
 

@@ -1,12 +1,14 @@
 // Whole-model logits on the GPU (bf16) against the CPU engine (f32): a small random model with the
-// kernels' head dims and QKV bias, and SmolLM2 itself; prefill, chunked prefill and decode steps.
+// kernels' head dims and QKV bias, one with Qwen2.5-Coder-0.5B's shapes, and SmolLM2 itself;
+// prefill, chunked prefill and decode steps.
+#include "engine/cuda/cuda_engine.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "engine/cpu/forward.h"
-#include "engine/cuda/cuda_engine.h"
 #include "engine/errors.h"
 #include "engine/model.h"
 #include "engine/presets.h"
@@ -21,8 +23,8 @@ int argmax(const std::vector<float>& x) {
 }
 
 // bf16 weights and activations against f32: differences of a few percent of the logit scale.
-void expect_close_logits(const std::vector<float>& gpu, const std::vector<float>& cpu, double tolerance,
-                         const std::string& where) {
+void expect_close_logits(const std::vector<float>& gpu, const std::vector<float>& cpu,
+                         double tolerance, const std::string& where) {
   ASSERT_EQ(gpu.size(), cpu.size());
   double scale = 0, worst = 0;
   for (size_t i = 0; i < cpu.size(); ++i) {
@@ -57,8 +59,8 @@ void compare_engines(const ModelWeights& weights, const std::vector<int32_t>& pr
     expect_close_logits(got, expected, tolerance, "decode step " + std::to_string(step));
   }
   EXPECT_EQ(gpu->length(0, 0, 0), position);
-  EXPECT_EQ(gpu->kv_bytes(), int64_t(position) * weights.config.n_layers * weights.config.n_kv_heads * 2 *
-                                 weights.config.head_dim * 2);
+  EXPECT_EQ(gpu->kv_bytes(), int64_t(position) * weights.config.n_layers *
+                                 weights.config.n_kv_heads * 2 * weights.config.head_dim * 2);
 }
 
 TEST(CudaEngine, RandomModelMatchesCpu) {
@@ -67,6 +69,25 @@ TEST(CudaEngine, RandomModelMatchesCpu) {
   config.qkv_bias = true;
   auto weights = random_weights(config, 42);
   compare_engines(*weights, test::strided_token_ids(150, 37, 11, 1000), {5, 17, 999, 0},
+                  /*chunk=*/64, 0.05);
+}
+
+// Qwen2.5-Coder-0.5B's geometry (the 32K model of harness/scripts/get-model.sh): 14 query heads on
+// 2 KV heads (group 7), d_model 896, head_dim 64, ffn 4864, RoPE theta 1e6, an untied output, and
+// Q/K/V biases of the real model's order of magnitude (random_weights' are tiny).
+TEST(CudaEngine, RandomModelWithQwen2CoderShapesMatchesCpu) {
+  KVB_REQUIRE_GPU();
+  ModelConfig config = test::small_random_model("random-qwen2-coder", 2, 896, 64, 4864, 1000);
+  config.architecture = Architecture::kQwen2;
+  config.n_query_heads = 14;
+  config.rope_theta = 1e6f;
+  config.qkv_bias = true;
+  auto weights = random_weights(config, 20);
+  uint32_t seed = 100;
+  for (LayerWeights& layer : weights->layers)
+    for (std::vector<float>* bias : {&layer.bq, &layer.bk, &layer.bv})
+      *bias = test::random_bf16_values(bias->size(), seed++, 2.0f);
+  compare_engines(*weights, test::strided_token_ids(200, 41, 3, 1000), {7, 123, 999},
                   /*chunk=*/64, 0.05);
 }
 
@@ -96,7 +117,8 @@ TEST(CudaEngine, SmolLm2MatchesCpu) {
   KVB_REQUIRE_GPU();
   KVB_REQUIRE_FILE(test::default_model_path());
   LoadedModel model = load_model(test::default_model_path().string());
-  auto prompt = model.tokenizer->encode("The capital of France is Paris. The capital of Italy is", true);
+  auto prompt =
+      model.tokenizer->encode("The capital of France is Paris. The capital of Italy is", true);
   compare_engines(*model.weights, prompt, {model.tokenizer->encode(" Rome")[0], 13}, 4096, 0.05);
 }
 

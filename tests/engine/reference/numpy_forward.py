@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Independent reference forward pass for Llama-family GGUF models (float64 NumPy).
+"""Independent reference forward pass for Llama-family and Qwen2 GGUF models (float64 NumPy).
 
 Reads the GGUF with the `gguf` package's reader and dequantiser (not kvbench's), runs a plain
 full-sequence forward pass and prints the last position's logits as JSON:
     {"top": [[id, logit], ...], "logits": [...all vocab...] (with --all)}
-RoPE follows llama.cpp's convention for Llama GGUFs: the converter permuted the Q/K rows so that
-adjacent pairs (2i, 2i+1) rotate together. Usage:
+RoPE follows llama.cpp's conventions: for Llama/Mistral GGUFs the converter permuted the Q/K rows so
+that adjacent pairs (2i, 2i+1) rotate together ("norm" RoPE); Qwen2 GGUFs keep the HF row order and
+rotate (i, i + d/2) ("neox" RoPE). Qwen2 adds a bias to Q, K and V. The output matrix is
+output.weight, or token_embd.weight when the file has none (tied). Usage:
     numpy_forward.py --model M.gguf --ids 1,2,3 [--top-k 20] [--all] [--out FILE]
 The venv with `gguf` and `numpy` is made by harness/scripts/setup.sh (tests/.venv).
 """
@@ -26,9 +28,10 @@ def field(reader, key, default=None):
 def load(path):
     reader = GGUFReader(path)
     arch = field(reader, "general.architecture")
-    if arch not in ("llama", "mistral"):
-        sys.exit(f"numpy_forward.py: architecture {arch!r} is not supported (llama, mistral)")
+    if arch not in ("llama", "mistral", "qwen2"):
+        sys.exit(f"numpy_forward.py: architecture {arch!r} is not supported (llama, mistral, qwen2)")
     cfg = {
+        "neox_rope": arch == "qwen2",
         "layers": int(field(reader, f"{arch}.block_count")),
         "heads": int(field(reader, f"{arch}.attention.head_count")),
         "kv_heads": int(field(reader, f"{arch}.attention.head_count_kv")),
@@ -60,6 +63,23 @@ def rope_interleaved(x, positions, theta):
     return out
 
 
+def rope_neox(x, positions, theta):
+    # x: [T, heads, d]; rotates (x[i], x[i + d/2]) by position * theta^(-2i/d).
+    d = x.shape[-1]
+    inv_freq = theta ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    angles = positions[:, None] * inv_freq[None, :]
+    cos, sin = np.cos(angles)[:, None, :], np.sin(angles)[:, None, :]
+    first, second = x[..., : d // 2], x[..., d // 2:]
+    return np.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
+
+
+def linear(h, w, name):
+    # h @ W^T, plus the bias `name`.bias when the file has one (Qwen2's Q/K/V).
+    y = h @ w[name + ".weight"].T
+    bias = w.get(name + ".bias")
+    return y if bias is None else y + bias
+
+
 def forward(cfg, w, ids):
     T = len(ids)
     x = w["token_embd.weight"][ids]
@@ -69,12 +89,13 @@ def forward(cfg, w, ids):
     for l in range(cfg["layers"]):
         p = f"blk.{l}."
         h = rms_norm(x, w[p + "attn_norm.weight"], cfg["eps"])
-        q = (h @ w[p + "attn_q.weight"].T).reshape(T, H, -1)
-        k = (h @ w[p + "attn_k.weight"].T).reshape(T, Hkv, -1)
-        v = (h @ w[p + "attn_v.weight"].T).reshape(T, Hkv, -1)
+        q = linear(h, w, p + "attn_q").reshape(T, H, -1)
+        k = linear(h, w, p + "attn_k").reshape(T, Hkv, -1)
+        v = linear(h, w, p + "attn_v").reshape(T, Hkv, -1)
         d = q.shape[-1]
-        q = rope_interleaved(q, positions, cfg["theta"])
-        k = rope_interleaved(k, positions, cfg["theta"])
+        rope = rope_neox if cfg["neox_rope"] else rope_interleaved
+        q = rope(q, positions, cfg["theta"])
+        k = rope(k, positions, cfg["theta"])
         out = np.empty((T, H, d))
         for a in range(H):
             kv = a // (H // Hkv)

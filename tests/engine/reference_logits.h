@@ -1,0 +1,135 @@
+// Comparing CpuEngine's last-position logits with the independent NumPy reference
+// (tests/engine/reference/numpy_forward.py: float64, the gguf package's reader and dequantiser).
+// Criterion (issue 2): the same top-1 token, and every compared logit within 1e-3 of the largest
+// reference logit's magnitude. Shared by reference_logits_test.cc (SmolLM2) and tests/long_model/.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/cpu/forward.h"
+#include "engine/model.h"
+#include "tests/test_paths.h"
+
+namespace kvb::test {
+
+inline double max_magnitude(const std::vector<double>& values) {
+  double m = 0;
+  for (double v : values) m = std::max(m, std::abs(v));
+  return m;
+}
+
+inline int argmax(const std::vector<float>& v) {
+  return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+inline std::string run_command(const std::string& command) {
+  std::string output;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return output;
+  char buffer[65536];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
+  const int status = pclose(pipe);
+  if (status != 0) ADD_FAILURE() << "command failed (" << status << "): " << command;
+  return output;
+}
+
+// A fixture whose test suite loads the model at Path() once; null when the file is absent (the
+// tests check for it and skip first).
+template <std::filesystem::path (*Path)()>
+class SharedModelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (std::filesystem::exists(Path()))
+      model_ = std::make_unique<LoadedModel>(load_model(Path().string()));
+  }
+  static void TearDownTestSuite() { model_.reset(); }
+  static inline std::unique_ptr<LoadedModel> model_;
+};
+
+inline std::vector<float> cpu_engine_logits(const LoadedModel& model,
+                                            const std::vector<TokenId>& ids) {
+  CpuEngine engine(*model.weights);
+  KvStore store = engine.make_store();
+  return engine.forward_chunk(ids, store, CaptureRequest{}, nullptr, 0);
+}
+
+// Every prompt of a golden file made by tests/goldens/make_reference_logits.py: its top-20 and
+// every stride-th reference logit against the engine's. Prints one line per prompt.
+inline void expect_golden_prompts_match(const LoadedModel& model,
+                                        const std::filesystem::path& golden_path,
+                                        size_t min_prompts) {
+  std::ifstream file(golden_path);
+  const nlohmann::json golden = nlohmann::json::parse(file);
+  const int stride = golden["stride"];
+  ASSERT_GE(golden["prompts"].size(), min_prompts);
+  for (const auto& prompt : golden["prompts"]) {
+    SCOPED_TRACE(prompt["text"].get<std::string>().substr(0, 80));
+    const std::vector<TokenId> ids = prompt["ids"];
+    const std::vector<float> ours = cpu_engine_logits(model, ids);
+    std::vector<std::pair<int, double>> reference;
+    for (const auto& entry : prompt["top"]) reference.emplace_back(entry[0], entry[1]);
+    const std::vector<double> strided = prompt["strided"];
+    for (size_t i = 0; i < strided.size(); ++i)
+      reference.emplace_back(static_cast<int>(i) * stride, strided[i]);
+    std::vector<double> magnitudes;
+    for (const auto& [id, value] : reference) magnitudes.push_back(value);
+    const double largest = max_magnitude(magnitudes), tolerance = 1e-3 * largest;
+    const int top1 = prompt["top"][0][0];
+    EXPECT_EQ(argmax(ours), top1);
+    double worst = 0;
+    for (const auto& [id, value] : reference) {
+      EXPECT_NEAR(ours[id], value, tolerance) << "token " << id;
+      worst = std::max(worst, std::abs(ours[id] - value));
+    }
+    std::printf(
+        "[ reference ] %zu tokens: top-1 %d %s, max |diff| %.2e = %.2e of the largest logit "
+        "(tolerance %.2e)\n",
+        ids.size(), argmax(ours), argmax(ours) == top1 ? "equal" : "DIFFERENT", worst,
+        worst / largest, tolerance);
+  }
+}
+
+// `ids` through numpy_forward.py now (skips without tests/.venv) and through `kvbench logits`; all
+// logits compared.
+inline void expect_live_reference_matches_kvbench(const std::filesystem::path& model,
+                                                  const std::string& ids) {
+  const std::filesystem::path python = source_dir() / "tests/.venv/bin/python";
+  if (!std::filesystem::exists(python))
+    GTEST_SKIP() << "missing " << python
+                 << " (harness/scripts/setup.sh creates it with gguf+numpy)";
+  KVB_REQUIRE_FILE(kvbench_binary());
+  const std::filesystem::path script = source_dir() / "tests/engine/reference/numpy_forward.py";
+  const nlohmann::json reference =
+      nlohmann::json::parse(run_command(python.string() + " " + script.string() + " --model " +
+                                        model.string() + " --ids " + ids + " --all"));
+  const nlohmann::json ours = nlohmann::json::parse(
+      run_command(kvbench_binary().string() + " logits --model " + model.string() + " --ids " +
+                  ids + " --top-k 1 --all --json"));
+  const std::vector<double> expected = reference["logits"];
+  const std::vector<float> actual = ours["logits"];
+  ASSERT_EQ(actual.size(), expected.size());
+  const double largest = max_magnitude(expected), tolerance = 1e-3 * largest;
+  double worst = 0;
+  for (size_t i = 0; i < expected.size(); ++i)
+    worst = std::max(worst, std::abs(actual[i] - expected[i]));
+  EXPECT_LE(worst, tolerance);
+  EXPECT_EQ(ours["top"][0]["id"].get<int>(), reference["top"][0][0].get<int>());
+  std::printf(
+      "[ reference ] live: max |diff| over %zu logits %.2e = %.2e of the largest logit (tolerance "
+      "%.2e)\n",
+      expected.size(), worst, worst / largest, tolerance);
+}
+
+}  // namespace kvb::test
