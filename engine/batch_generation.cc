@@ -220,8 +220,8 @@ std::vector<GenerationResult> generate_cells(Engine& engine, const Tokenizer* to
         options.batch_cells ? decode_group_of(*cells[i].plan) : "cell" + std::to_string(i);
     groups[key].push_back(&states[i]);
   }
-  const int capacity = static_cast<int>(context.size()) + longest_new +
-                       static_cast<int>(question.size());
+  const int capacity =
+      static_cast<int>(context.size()) + longest_new + static_cast<int>(question.size());
   for (auto& [key, members] : groups) {
     int fits = std::max(1, engine.max_sequences(capacity));
     for (size_t begin = 0; begin < members.size();) {

@@ -19,8 +19,9 @@ std::string resolve_device(const std::string& device) {
   return gpu ? "cuda" : "cpu";
 #else
   if (device == "cuda")
-    throw InputError("device 'cuda': this kvbench was built without CUDA (configure with "
-                     "-DKVB_CUDA=ON on a machine with the CUDA toolkit); use --device cpu");
+    throw InputError(
+        "device 'cuda': this kvbench was built without CUDA (configure with "
+        "-DKVB_CUDA=ON on a machine with the CUDA toolkit); use --device cpu");
   return "cpu";
 #endif
 }

@@ -33,14 +33,14 @@ using kernels::QuantizedQuery;
 namespace {
 
 nlohmann::json binarypc_defaults() {
-  return {{"bits", 64},       {"eas", true},     {"err_ratio", 0.1},        {"dense_layers", {0, 1}},
+  return {{"bits", 64},       {"eas", true},     {"err_ratio", 0.1}, {"dense_layers", {0, 1}},
           {"projection", ""}, {"iterations", 4}, {"seed", 0}};
 }
 
 struct HashedKvHead {
   int prompt_length = 0;
-  std::vector<float> projection;     // [64, d]
-  std::vector<uint64_t> codes;       // [prompt_length]
+  std::vector<float> projection;       // [64, d]
+  std::vector<uint64_t> codes;         // [prompt_length]
   std::vector<int32_t> protected_ids;  // S_err
 };
 
@@ -48,7 +48,8 @@ class BinaryPcSelector : public DescribedDecodeSelector {
  public:
   BinaryPcSelector(const nlohmann::json& params, const Budget& budget,
                    std::shared_ptr<const BinaryProjectionSet> projection)
-      : params_("binarypc", params, binarypc_defaults()), budget_(budget),
+      : params_("binarypc", params, binarypc_defaults()),
+        budget_(budget),
         projection_(std::move(projection)) {
     const int bits = params_.integer("bits");
     if (bits != kBinaryHashBits)
@@ -63,7 +64,8 @@ class BinaryPcSelector : public DescribedDecodeSelector {
     fit_.seed = static_cast<uint64_t>(integer_at_least(params_, "seed", 0));
     projection_path_ = params_.text("projection");
     if (!projection_ && !projection_path_.empty())
-      projection_ = std::make_shared<BinaryProjectionSet>(BinaryProjectionSet::load(projection_path_));
+      projection_ =
+          std::make_shared<BinaryProjectionSet>(BinaryProjectionSet::load(projection_path_));
   }
 
   std::string name() const override { return "binarypc"; }
@@ -81,11 +83,11 @@ class BinaryPcSelector : public DescribedDecodeSelector {
                         projection_->n_kv_heads != store.n_kv_heads() ||
                         projection_->head_dim != store.head_dim()))
       throw InputError("binarypc: the projection is for " + std::to_string(projection_->n_layers) +
-                       " layers x " + std::to_string(projection_->n_kv_heads) + " KV heads x d=" +
-                       std::to_string(projection_->head_dim) +
+                       " layers x " + std::to_string(projection_->n_kv_heads) +
+                       " KV heads x d=" + std::to_string(projection_->head_dim) +
                        " but the model has " + std::to_string(store.n_layers()) + " x " +
-                       std::to_string(store.n_kv_heads()) + " x " + std::to_string(store.head_dim()) +
-                       " (calibrate it with this model)");
+                       std::to_string(store.n_kv_heads()) + " x " +
+                       std::to_string(store.head_dim()) + " (calibrate it with this model)");
     budget_tokens_ = budget_tokens;
     heads_.assign(store.n_layers(), std::vector<HashedKvHead>(store.n_kv_heads()));
     std::vector<std::pair<int, int>> hashed;  // (layer, KV head)
@@ -110,10 +112,8 @@ class BinaryPcSelector : public DescribedDecodeSelector {
   // prompt's keys with the seeds start() uses, so both engines select from the same codes.
   std::optional<SparseDecodeConfig> device_config(const KvStore& prompt,
                                                   int budget_tokens) const override {
-    SparseDecodeConfig config;
-    config.method = SparseDecodeConfig::Method::kBinaryPc;
-    config.token_budget = budget_tokens;
-    config.dense_layers = dense_layers_;
+    SparseDecodeConfig config =
+        device_selection(SparseDecodeConfig::Method::kBinaryPc, budget_tokens, dense_layers_);
     config.eas = eas_;
     config.err_ratio = err_ratio_;
     const int d = prompt.head_dim();
@@ -122,7 +122,8 @@ class BinaryPcSelector : public DescribedDecodeSelector {
     for (int layer = 0; layer < prompt.n_layers(); ++layer) {
       if (is_dense_layer(dense_layers_, layer)) continue;
       for (int h = 0; h < prompt.n_kv_heads(); ++h) {
-        float* out = &config.projection[(static_cast<size_t>(layer) * prompt.n_kv_heads() + h) * rows];
+        float* out =
+            &config.projection[(static_cast<size_t>(layer) * prompt.n_kv_heads() + h) * rows];
         if (projection_) {
           std::copy_n(projection_->head(layer, h), rows, out);
         } else if (prompt.length(layer, h) > 0) {
@@ -145,12 +146,13 @@ class BinaryPcSelector : public DescribedDecodeSelector {
     std::vector<QuantizedQuery> quantized(group);
     for (int h = 0; h < store.n_kv_heads(); ++h) {
       const HashedKvHead& head = heads_[layer][h];
-      kernels::binary_project_queries(head.projection.data(), d, query + static_cast<int64_t>(h) * group * d,
-                             group, projected.data());
+      kernels::binary_project_queries(head.projection.data(), d,
+                                      query + static_cast<int64_t>(h) * group * d, group,
+                                      projected.data());
       kernels::quantize_query_group(projected.data(), group, quantized.data());
       std::vector<int> scores(head.prompt_length);
-      kernels::binary_hash_group_scores(quantized.data(), group, head.codes.data(), head.prompt_length,
-                               scores.data());
+      kernels::binary_hash_group_scores(quantized.data(), group, head.codes.data(),
+                                        head.prompt_length, scores.data());
       std::vector<float> ranking(scores.begin(), scores.end());
       for (int32_t j : head.protected_ids) ranking[j] = std::numeric_limits<float>::infinity();
       const int k = std::min(budget_tokens_, head.prompt_length);
@@ -182,14 +184,15 @@ class BinaryPcSelector : public DescribedDecodeSelector {
                             head.projection.data());
     }
     head.codes.resize(head.prompt_length);
-    kernels::binary_hash_keys(head.projection.data(), d, keys, head.prompt_length, head.codes.data());
+    kernels::binary_hash_keys(head.projection.data(), d, keys, head.prompt_length,
+                              head.codes.data());
     if (!eas_ || head.prompt_length == 0) return head;
     const int k = std::min(budget_tokens_, head.prompt_length);
     const int err_k = std::min(std::max(static_cast<int>(err_ratio_ * k), 1), head.prompt_length);
     std::vector<float> errors(head.prompt_length);
     for (int j = 0; j < head.prompt_length; ++j)
-      errors[j] = kernels::binary_hash_reconstruction_error(head.projection.data(), d,
-                                                   keys + static_cast<int64_t>(j) * d, head.codes[j]);
+      errors[j] = kernels::binary_hash_reconstruction_error(
+          head.projection.data(), d, keys + static_cast<int64_t>(j) * d, head.codes[j]);
     head.protected_ids = top_k_indices(errors.data(), head.prompt_length, err_k);
     return head;
   }

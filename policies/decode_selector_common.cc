@@ -36,8 +36,8 @@ std::vector<int> read_layers(const PolicyParams& params, const std::string& name
   std::vector<int> layers = params.integers(name);
   for (int layer : layers)
     if (layer < 0)
-      throw InputError("parameter '" + name + "' of policy '" + params.policy() +
-                       "' lists layer " + std::to_string(layer) + "; layer indices are >= 0");
+      throw InputError("parameter '" + name + "' of policy '" + params.policy() + "' lists layer " +
+                       std::to_string(layer) + "; layer indices are >= 0");
   return layers;
 }
 
@@ -62,14 +62,22 @@ std::vector<int32_t> top_k_indices(const float* scores, int n, int k) {
 int checked_query_heads(const Selection& out, const KvStore& store, const std::string& method) {
   const int n_query_heads = static_cast<int>(out.indices.size());
   if (n_query_heads == 0 || n_query_heads % store.n_kv_heads() != 0)
-    throw std::logic_error(method + ": Selection.indices must be sized to the query-head count (a "
-                           "multiple of the " + std::to_string(store.n_kv_heads()) +
-                           " KV heads) before select()");
+    throw std::logic_error(method +
+                           ": Selection.indices must be sized to the query-head count (a "
+                           "multiple of the " +
+                           std::to_string(store.n_kv_heads()) + " KV heads) before select()");
   return n_query_heads;
 }
 
-Budget plan_budget(const CachePlan& plan) {
-  return plan.budget.value_or(Budget{});
+Budget plan_budget(const CachePlan& plan) { return plan.budget.value_or(Budget{}); }
+
+SparseDecodeConfig device_selection(SparseDecodeConfig::Method method, int budget_tokens,
+                                    const std::vector<int>& dense_layers) {
+  SparseDecodeConfig config;
+  config.method = method;
+  config.token_budget = budget_tokens;
+  config.dense_layers = dense_layers;
+  return config;
 }
 
 }  // namespace kvb

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/cache_policy.h"
+#include "engine/cuda/sparse_decode_config.h"
 #include "policies/params.h"
 
 namespace kvb {
@@ -25,6 +26,10 @@ int integer_at_least(const PolicyParams& params, const std::string& name, int mi
 double number_at_least(const PolicyParams& params, const std::string& name, double minimum);
 // A list of layer indices >= 0.
 std::vector<int> read_layers(const PolicyParams& params, const std::string& name);
+
+// The device form every decode selector starts from: its method, budget and dense layers.
+SparseDecodeConfig device_selection(SparseDecodeConfig::Method method, int budget_tokens,
+                                    const std::vector<int>& dense_layers);
 
 // Tokens a selector may attend to at a step with `current_length` cached entries: fractions apply
 // to the current length, token counts are fixed; at least 1, at most the current length.

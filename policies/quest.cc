@@ -10,13 +10,14 @@
 // the union is loaded) or "shared" (max of U over the group); keep_last_page false (accuracy
 // reference) or true (the kernel version: the last page always counts inside the page budget).
 // Source: mit-han-lab/Quest evaluation/quest_attention.py, quest/utils/controller.py.
+#include "policies/quest.h"
+
 #include <algorithm>
 #include <limits>
 
 #include "policies/decode_selector_common.h"
 #include "policies/decode_selectors.h"
 #include "policies/methods.h"
-#include "policies/quest.h"
 #include "policies/selection.h"
 
 namespace kvb {
@@ -49,8 +50,11 @@ std::vector<float> QuestPageBounds::upper_bounds(const float* q) const {
 namespace {
 
 nlohmann::json quest_defaults() {
-  return {{"page_size", 16},        {"min_pages", 3},         {"dense_layers", {0, 1}},
-          {"gqa", "per_head"},      {"keep_last_page", false}};
+  return {{"page_size", 16},
+          {"min_pages", 3},
+          {"dense_layers", {0, 1}},
+          {"gqa", "per_head"},
+          {"keep_last_page", false}};
 }
 
 class QuestSelector : public DescribedDecodeSelector {
@@ -74,10 +78,8 @@ class QuestSelector : public DescribedDecodeSelector {
   bool runs_on_device() const override { return true; }
   std::optional<SparseDecodeConfig> device_config(const KvStore&,
                                                   int budget_tokens) const override {
-    SparseDecodeConfig config;
-    config.method = SparseDecodeConfig::Method::kQuest;
-    config.token_budget = budget_tokens;
-    config.dense_layers = dense_layers_;
+    SparseDecodeConfig config =
+        device_selection(SparseDecodeConfig::Method::kQuest, budget_tokens, dense_layers_);
     config.page_size = page_size_;
     config.min_pages = min_pages_;
     config.shared_pages = gqa_ == GqaSelection::kShared;
@@ -97,7 +99,8 @@ class QuestSelector : public DescribedDecodeSelector {
         bounds.page_size = page_size_;
         bounds.head_dim = d;
         const float* keys = store.keys(layer, h);
-        for (int j = 0; j < store.length(layer, h); ++j) bounds.add(keys + static_cast<int64_t>(j) * d, j);
+        for (int j = 0; j < store.length(layer, h); ++j)
+          bounds.add(keys + static_cast<int64_t>(j) * d, j);
       }
     }
   }
@@ -142,10 +145,12 @@ class QuestSelector : public DescribedDecodeSelector {
  private:
   std::vector<int32_t> pick_pages(std::vector<float> scores, int page_budget, int length) const {
     const int n_pages = static_cast<int>(scores.size());
-    if (keep_last_page_ && n_pages > 0) scores[n_pages - 1] = std::numeric_limits<float>::infinity();
+    if (keep_last_page_ && n_pages > 0)
+      scores[n_pages - 1] = std::numeric_limits<float>::infinity();
     std::vector<int32_t> tokens;
     for (int32_t page : top_k_indices(scores.data(), n_pages, page_budget))
-      for (int j = page * page_size_; j < std::min(length, (page + 1) * page_size_); ++j) tokens.push_back(j);
+      for (int j = page * page_size_; j < std::min(length, (page + 1) * page_size_); ++j)
+        tokens.push_back(j);
     return tokens;
   }
 

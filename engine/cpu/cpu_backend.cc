@@ -13,8 +13,8 @@ CpuBackend::CpuBackend(const ModelWeights& weights) : engine_(weights) {}
 
 int64_t CpuBackend::weight_bytes() const {
   const ModelWeights& w = weights();
-  int64_t floats = static_cast<int64_t>(w.token_embedding.size() + w.output_norm.size() +
-                                        w.output.size());
+  int64_t floats =
+      static_cast<int64_t>(w.token_embedding.size() + w.output_norm.size() + w.output.size());
   for (const LayerWeights& l : w.layers)
     for (const auto* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.wo,
                           &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})

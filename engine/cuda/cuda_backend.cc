@@ -55,8 +55,9 @@ KvStore CudaBackend::host_store(int seq) const {
     const int length = engine_->length(l, seq, 0);
     for (int h = 1; h < c.n_kv_heads; ++h)
       if (engine_->length(l, seq, h) != length)
-        throw std::logic_error("CudaBackend::host_store: the heads of a compacted sequence differ "
-                               "in length; copy the prompt before compacting");
+        throw std::logic_error(
+            "CudaBackend::host_store: the heads of a compacted sequence differ "
+            "in length; copy the prompt before compacting");
     store.reserve(length);
     std::vector<float> k(static_cast<size_t>(c.n_kv_heads) * c.head_dim), v(k.size());
     for (int t = 0; t < length; ++t) {
@@ -133,8 +134,9 @@ void CudaBackend::configure_decode() {
                                 (!plan->selector || (plan->selector == first->selector &&
                                                      started_[s].budget_tokens == budget));
     if (!same_selection || plan->early_exit.has_value() != first->early_exit.has_value())
-      throw std::logic_error("CudaBackend: a batch decodes under one decode-time method; group "
-                             "the cells by decode_group_of()");
+      throw std::logic_error(
+          "CudaBackend: a batch decodes under one decode-time method; group "
+          "the cells by decode_group_of()");
   }
   if (!first) throw std::logic_error("CudaBackend::decode: start_decode was not called");
   engine_->stop_sparse_decode();

@@ -19,9 +19,9 @@
 
 #include "engine/batch_generation.h"
 #include "engine/chat_template.h"
-#include "engine/gguf.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/errors.h"
+#include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/presets.h"
 #include "policies/registry.h"
@@ -33,10 +33,10 @@ namespace {
 
 // ~1,500 tokens of varied English with facts to retrieve, deterministic.
 std::string long_prompt() {
-  const char* subjects[] = {"The archive", "A river pilot", "The night baker", "Our neighbour",
-                            "The old clockmaker", "A travelling violinist"};
+  const char* subjects[] = {"The archive",   "A river pilot",      "The night baker",
+                            "Our neighbour", "The old clockmaker", "A travelling violinist"};
   const char* verbs[] = {"remembered", "described", "counted", "painted", "repaired", "sold"};
-  const char* objects[] = {"seven lanterns", "the blue ledger", "a map of the harbour",
+  const char* objects[] = {"seven lanterns",   "the blue ledger",    "a map of the harbour",
                            "three brass keys", "the winter orchard", "a box of letters"};
   std::string text = "Read the notes below and answer the question at the end.\n\n";
   for (int i = 0; i < 150; ++i)
@@ -149,15 +149,15 @@ TEST(CudaBackend, CellsTogetherEqualCellsAloneAndTrackTheCpu) {
   KVB_REQUIRE_FILE(test::default_model_path());
   const RealModel m = real_model();
   const std::vector<std::pair<std::string, std::string>> cells = {
-      {"full", ""},          {"snapkv", "20%"},      {"snapkv", "50%"},   {"streamingllm", "20%"},
-      {"dropkv", "20%"},     {"adakv", "20%"},       {"knorm", "50%"},    {"pyramidkv", "20%"},
-      {"binarypc", "20%"},   {"quest", "20%"},       {"snapkv+art", "20%"}, {"full+art", ""}};
+      {"full", ""},        {"snapkv", "20%"}, {"snapkv", "50%"},     {"streamingllm", "20%"},
+      {"dropkv", "20%"},   {"adakv", "20%"},  {"knorm", "50%"},      {"pyramidkv", "20%"},
+      {"binarypc", "20%"}, {"quest", "20%"},  {"snapkv+art", "20%"}, {"full+art", ""}};
   auto run = [&](Engine& engine, bool together) {
     std::vector<CachePlan> plans;
     for (const auto& [policy, budget] : cells)
-      plans.push_back(make_cache_plan(policy, nlohmann::json::object(),
-                                      budget.empty() ? std::nullopt
-                                                     : std::optional(Budget::parse(budget))));
+      plans.push_back(
+          make_cache_plan(policy, nlohmann::json::object(),
+                          budget.empty() ? std::nullopt : std::optional(Budget::parse(budget))));
     std::vector<CellRequest> requests;
     GenerationOptions options;
     options.max_new_tokens = 12;

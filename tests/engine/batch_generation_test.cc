@@ -17,14 +17,6 @@
 namespace kvb {
 namespace {
 
-std::vector<TokenId> random_ids(int n, int vocab, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> pick(0, vocab - 1);
-  std::vector<TokenId> ids(n);
-  for (auto& id : ids) id = pick(rng);
-  return ids;
-}
-
 struct CellSpec {
   std::string policy;
   std::string budget;
@@ -50,8 +42,8 @@ GenerationOptions options_of(const CellSpec& spec) {
 }
 
 const std::vector<CellSpec> kCells = {
-    {"full", "", 7},           {"snapkv", "50%", 5},      {"streamingllm", "40%", 9},
-    {"snapkv", "25%", 6},      {"binarypc", "16", 6},     {"snapkv+art", "50%", 4},
+    {"full", "", 7},           {"snapkv", "50%", 5},  {"streamingllm", "40%", 9},
+    {"snapkv", "25%", 6},      {"binarypc", "16", 6}, {"snapkv+art", "50%", 4},
     {"knorm", "30%", 8, {13}},
 };
 
@@ -59,9 +51,9 @@ void expect_cells_match_alone(bool with_question, bool batch_cells) {
   test::TinyShape shape;
   shape.n_layers = 3;
   const ModelWeights w = test::tiny_model(shape, 5);
-  const auto context = random_ids(48, w.config.vocab_size, 8);
-  const auto question = with_question ? random_ids(5, w.config.vocab_size, 9)
-                                      : std::vector<TokenId>{};
+  const auto context = test::random_token_ids(48, w.config.vocab_size, 8);
+  const auto question =
+      with_question ? test::random_token_ids(5, w.config.vocab_size, 9) : std::vector<TokenId>{};
 
   std::vector<CachePlan> plans;
   for (const auto& spec : kCells) plans.push_back(plan_of(spec));
@@ -107,7 +99,8 @@ TEST(BatchGeneration, OneCellAtATimeMatchesEachCellAlone) {
 TEST(BatchGeneration, DecodeGroupsSeparateSelectorsAndArt) {
   const CachePlan full = make_cache_plan("full", nlohmann::json::object(), std::nullopt);
   const CachePlan snap = make_cache_plan("snapkv", nlohmann::json::object(), Budget::parse("50%"));
-  const CachePlan art1 = make_cache_plan("snapkv+art", nlohmann::json::object(), Budget::parse("50%"));
+  const CachePlan art1 =
+      make_cache_plan("snapkv+art", nlohmann::json::object(), Budget::parse("50%"));
   const CachePlan art2 = make_cache_plan("full+art", nlohmann::json::object(), std::nullopt);
   const CachePlan quest = make_cache_plan("quest", nlohmann::json::object(), Budget::parse("64"));
   EXPECT_EQ(decode_group_of(full), "");
@@ -127,8 +120,8 @@ TEST(BatchGeneration, ContextLimitIsCheckedBeforeThePrefill) {
   CachePlan full;
   GenerationOptions options;
   options.max_new_tokens = 4;
-  EXPECT_THROW(generate_cells(backend, nullptr, random_ids(41, w.config.vocab_size, 1), {},
-                              {CellRequest{&full, options}}),
+  EXPECT_THROW(generate_cells(backend, nullptr, test::random_token_ids(41, w.config.vocab_size, 1),
+                              {}, {CellRequest{&full, options}}),
                CapacityError);
 }
 

@@ -18,6 +18,15 @@ inline std::vector<float> random_vector(std::mt19937& rng, size_t n, float scale
   return v;
 }
 
+// n token ids drawn uniformly from [0, vocab) with `seed`.
+inline std::vector<int32_t> random_token_ids(int n, int vocab, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> pick(0, vocab - 1);
+  std::vector<int32_t> ids(n);
+  for (auto& id : ids) id = pick(rng);
+  return ids;
+}
+
 struct TinyShape {
   int n_layers = 2, d_model = 32, n_query_heads = 4, n_kv_heads = 2, head_dim = 8, ffn_dim = 48;
   int vocab = 61, max_context = 256;
