@@ -64,9 +64,8 @@ CachePlan plan_for_cell(const Cell& cell) {
   return plan;
 }
 
-EngineBackend::EngineBackend(const SweepConfig& config, std::filesystem::path project_root,
-                             FILE* log)
-    : project_root_(std::move(project_root)), data_dir_(config.data_dir), log_(log) {}
+EngineBackend::EngineBackend(const SweepConfig&, DataSearch data, FILE* log)
+    : data_(std::move(data)), log_(log) {}
 
 EngineBackend::~EngineBackend() = default;
 
@@ -114,8 +113,7 @@ void EngineBackend::begin_group(const SampleGroup& group) {
   GroupSampleInputs inputs;
   inputs.tokenizer = current_->loaded.tokenizer.get();
   inputs.frame = current_->frame;
-  inputs.project_root = project_root_;
-  inputs.data_dir = data_dir_;
+  inputs.data = data_;
   inputs.model_context = current_->engine->config().max_context;
   samples_ = samples_for_group(group, inputs);
 }

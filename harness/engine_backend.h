@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "datasets/data_paths.h"
 #include "datasets/sample.h"
 #include "engine/generation.h"
 #include "engine/model.h"
@@ -20,8 +21,8 @@ namespace kvb {
 
 class EngineBackend : public SweepBackend {
  public:
-  // `project_root` locates default data (fixtures beside the checkout, models/wonderwords).
-  EngineBackend(const SweepConfig& config, std::filesystem::path project_root, FILE* log);
+  // `data` finds the essays and word lists (the config's data_dir first: datasets/data_paths.h).
+  EngineBackend(const SweepConfig& config, DataSearch data, FILE* log);
   ~EngineBackend() override;
 
   void begin_group(const SampleGroup& group) override;
@@ -48,8 +49,7 @@ class EngineBackend : public SweepBackend {
   SampleResult to_result(const Sample& sample, const Cell& cell,
                          const GenerationResult& generated) const;
 
-  std::filesystem::path project_root_;
-  std::string data_dir_;
+  DataSearch data_;
   FILE* log_;
   std::map<std::string, std::unique_ptr<ModelState>> models_;
   ModelState* current_ = nullptr;
