@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <set>
 
 #include "datasets/infinitebench/generate.h"
 #include "datasets/infinitebench/loader.h"
@@ -55,8 +56,7 @@ std::vector<Sample> infinitebench_samples(const SampleGroup& group,
   options.family = infinitebench_family(spec.family);
   if (!loads_from_files(spec, group.task)) {
     // The generators emit records in the released schema; the loader's prompt code does the rest.
-    GenerationRequest request{group.task, group.length, group.sample_count, spec.seed,
-                              inputs.data_dir};
+    GenerationRequest request{group.task, group.length, group.sample_count, spec.seed, {}};
     const auto records = generate_infinitebench_records(request, need_tokenizer(inputs, group));
     std::vector<Sample> samples;
     for (size_t i = 0; i < records.size(); ++i) {
@@ -141,18 +141,57 @@ int longbench_prompt_limit(const SampleGroup& group, const GroupSampleInputs& in
   return limit;
 }
 
+void check_group_data(const std::vector<SampleGroup>& groups, const DataSearch& data) {
+  const RulerDataPaths paths = ruler_data_paths(data);
+  std::set<std::pair<std::string, std::string>> checked;  // (benchmark key, task)
+  for (const SampleGroup& group : groups) {
+    const BenchmarkSpec& spec = group.benchmark;
+    const std::string key = spec.key.empty() ? spec.benchmark : spec.key;
+    if (!checked.insert({key, group.task}).second) continue;
+    try {
+      if (spec.benchmark == "ruler")
+        check_ruler_task_data(group.task, paths);
+      else if (spec.benchmark == "niah")
+        essay_files(paths.essays_dir, "NIAH haystack", paths.searched);
+      else if (loads_from_files(spec, group.task))
+        benchmark_data_file(spec, group.task);
+    } catch (const InputError& e) {
+      const std::string message = e.what();
+      if (message.rfind("key '", 0) == 0) throw;  // names its key already
+      throw InputError("key '" + key + "' (" + spec.benchmark + " " + group.task +
+                       ") and the sweep-wide key 'data_dir': " + message);
+    }
+  }
+}
+
+nlohmann::json data_provenance(const std::vector<SampleGroup>& groups, const DataSearch& data) {
+  const RulerDataPaths paths = ruler_data_paths(data);
+  nlohmann::json out = nlohmann::json::object();
+  const auto record = [&](const char* what, const std::filesystem::path& folder) {
+    if (!folder.empty()) out[what] = folder.string() + " (" + data_source_label(folder) + ")";
+  };
+  for (const SampleGroup& group : groups) {
+    const std::string& benchmark = group.benchmark.benchmark;
+    if (benchmark == "niah" || benchmark == "ruler") record("haystack", paths.essays_dir);
+    if (benchmark == "ruler") record("wordlists", paths.wordlists_dir);
+    if (loads_from_files(group.benchmark, group.task))
+      record(benchmark.c_str(), group.benchmark.data_dir);
+  }
+  return out;
+}
+
 std::vector<Sample> samples_for_group(const SampleGroup& group, const GroupSampleInputs& inputs) {
   const BenchmarkSpec& spec = group.benchmark;
   std::vector<Sample> samples;
   if (spec.benchmark == "ruler") {
-    GenerationRequest request{group.task, group.length, spec.samples, spec.seed, inputs.data_dir};
+    GenerationRequest request{group.task, group.length, spec.samples, spec.seed, {}};
     samples = generate_ruler(request, need_tokenizer(inputs, group), inputs.frame,
-                             ruler_data_paths(inputs.project_root, inputs.data_dir));
+                             ruler_data_paths(inputs.data));
   } else if (spec.benchmark == "niah") {
     NiahRequest request;
     request.context_lengths = {group.length};
     request.depths = spec.depths;
-    request.essays_dir = ruler_data_paths(inputs.project_root, inputs.data_dir).essays_dir;
+    request.essays_dir = ruler_data_paths(inputs.data).essays_dir;
     request.chat_template = spec.chat_template;
     samples = generate_niah(request, need_tokenizer(inputs, group));
   } else if (spec.benchmark == "longbench") {

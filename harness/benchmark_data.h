@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "datasets/data_paths.h"
 #include "datasets/generation.h"
 #include "datasets/sample.h"
 #include "engine/tokenizer.h"
@@ -33,10 +34,18 @@ struct GroupSampleInputs {
   // loaded prompts. Null only for loaded benchmarks, whose prompts are then left whole (tests).
   const Tokenizer* tokenizer = nullptr;
   ChatFrame frame;                       // the model's chat template around one user message
-  std::filesystem::path project_root;    // default essays and word lists
-  std::filesystem::path data_dir;        // the sweep-wide data_dir ("" = defaults)
+  DataSearch data;                       // essays, word lists, QA files (config data_dir first)
   int model_context = 0;                 // tokens; 0 = unknown (no LongBench default truncation)
 };
+
+// Checks, before anything runs, that every data file each group reads is there: the essays and
+// word lists a RULER task or NIAH needs (found through `data`) and each loaded benchmark's JSONL
+// file. InputError naming the config key (benchmarks[i], data_dir) and the fix.
+void check_group_data(const std::vector<SampleGroup>& groups, const DataSearch& data);
+
+// Where the data of a run came from, for the run record: {"haystack": "FOLDER (SOURCE)", ...}
+// for the folders `groups` read.
+nlohmann::json data_provenance(const std::vector<SampleGroup>& groups, const DataSearch& data);
 
 // The samples of a group, in a deterministic order; at least group.sample_count of them for the
 // loaded benchmarks (the first records of the file).

@@ -70,15 +70,6 @@ ChatFrame chat_frame(const std::string& template_name) {
   return ChatFrame{rendered.substr(0, at), rendered.substr(at + std::string(kMarker).size())};
 }
 
-fs::path project_root() {
-  const fs::path source = KVB_SOURCE_DIR;
-  return fs::exists(source) ? source : fs::current_path();
-}
-
-fs::path essays_dir(const fs::path& data_dir) {
-  return ruler_data_paths(project_root(), data_dir).essays_dir;
-}
-
 std::vector<int> parse_lengths(const std::string& text) {
   std::vector<int> lengths;
   std::stringstream stream(text);
@@ -131,11 +122,14 @@ int gen_data(const std::vector<std::string>& argv) {
   if (benchmark == "ruler") {
     const ChatFrame frame = template_mode == "chat" ? chat_frame(model.chat_template) : ChatFrame{};
     GenerationRequest request{task, args.get_int("length"), num, static_cast<uint64_t>(seed), data_dir};
-    samples = generate_ruler(request, *model.tokenizer, frame,
-                             ruler_data_paths(project_root(), data_dir), progress);
+    const RulerDataPaths paths = ruler_data_paths(DataSearch(data_dir));
+    check_ruler_task_data(task, paths);
+    samples = generate_ruler(request, *model.tokenizer, frame, paths, progress);
   } else if (benchmark == "niah") {
     if (task != "niah") throw InputError("NIAH has one task, 'niah'; got '" + task + "'");
-    NiahRequest request{parse_lengths(args.get("length")), niah_depths(num), essays_dir(data_dir)};
+    const RulerDataPaths paths = ruler_data_paths(DataSearch(data_dir));
+    essay_files(paths.essays_dir, "NIAH haystack", paths.searched);
+    NiahRequest request{parse_lengths(args.get("length")), niah_depths(num), paths.essays_dir};
     samples = generate_niah(request, *model.tokenizer, progress);
   } else {
     GenerationRequest request{task, args.get_int("length"), num, static_cast<uint64_t>(seed), data_dir};

@@ -14,6 +14,7 @@
 
 #include "engine/errors.h"
 #include "harness/args.h"
+#include "harness/benchmark_data.h"
 #include "harness/cli.h"
 #include "harness/config.h"
 #include "harness/engine_backend.h"
@@ -73,6 +74,8 @@ int run(const std::vector<std::string>& argv) {
   check_policy_names(config, known);
   const SweepPlan plan = plan_sweep(config, shard);
   EngineBackend::check_cells(plan.groups);
+  const DataSearch data(config.data_dir);
+  check_group_data(plan.groups, data);
   for (size_t i = 0; i < config.models.size(); ++i) {
     const std::string& path = config.models[i].path;
     if (path.rfind("preset:", 0) != 0 && !std::filesystem::exists(path))
@@ -110,7 +113,7 @@ int run(const std::vector<std::string>& argv) {
   engine_options.device = args.get_or("device", config.device);
   engine_options.batch_cells = !args.flag("no-batch-cells");
   engine_options.latency_samples = config.latency_samples;
-  EngineBackend backend(config, KVB_SOURCE_DIR, json ? nullptr : stderr, engine_options);
+  EngineBackend backend(config, data, json ? nullptr : stderr, engine_options);
   RunInfo info;
   info.config_name = config.name;
   info.config = config.source;
@@ -120,6 +123,7 @@ int run(const std::vector<std::string>& argv) {
   info.cpu = cpu_description();
   info.gpu = gpu_description();
   info.library_versions = library_versions();
+  info.library_versions["data"] = data_provenance(plan.groups, data);
   info.command_line = "kvbench run";
   for (const auto& a : argv) info.command_line += " " + a;
   for (const auto& m : config.models) {

@@ -357,9 +357,15 @@ SweepConfig parse_sweep_config(const nlohmann::json& json,
   }
   if (json.contains("max_new_tokens"))
     config.max_new_tokens = get_positive_int(json["max_new_tokens"], "max_new_tokens", err);
-  if (json.contains("data_dir"))
+  if (json.contains("data_dir")) {
     config.data_dir =
         resolve_config_path(get_string(json["data_dir"], "data_dir", err), config_path);
+    std::error_code ec;
+    if (!std::filesystem::is_directory(config.data_dir, ec))
+      err.fail("data_dir", "folder '" + config.data_dir +
+                               "' does not exist (leave the key out to "
+                               "use data/, which harness/scripts/setup.sh fills)");
+  }
   if (json.contains("latency_samples"))
     config.latency_samples =
         get_positive_int(json["latency_samples"], "latency_samples", err, /*allow_zero=*/true);

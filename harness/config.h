@@ -16,7 +16,8 @@
 //     "prompt_mode": "query-aware",          // query-aware | question-agnostic | both
 //     "dense_layers": [],                    // layers left uncompressed (policies that have them)
 //     "max_new_tokens": 32,                  // optional cap over each task's own limit
-//     "data_dir": "data",                    // optional; haystack essays and word lists
+//     "data_dir": "my-data",                 // optional; searched first for essays, word lists
+//                                            // (then data/, filled by setup.sh)
 //     "device": "auto",                      // cpu | cuda | auto (GPU when present); --device
 //     "latency_samples": 3                   // per group, samples timed with each cell alone
 //   }

@@ -58,10 +58,9 @@ CachePlan plan_for_cell(const Cell& cell) {
   return plan;
 }
 
-EngineBackend::EngineBackend(const SweepConfig& config, std::filesystem::path project_root,
-                             FILE* log, EngineBackendOptions options)
-    : project_root_(std::move(project_root)),
-      data_dir_(config.data_dir),
+EngineBackend::EngineBackend(const SweepConfig&, DataSearch data, FILE* log,
+                             EngineBackendOptions options)
+    : data_(std::move(data)),
       log_(log),
       options_(std::move(options)),
       device_(resolve_device(options_.device)) {}
@@ -110,8 +109,7 @@ void EngineBackend::begin_group(const SampleGroup& group) {
   GroupSampleInputs inputs;
   inputs.tokenizer = current_->loaded.tokenizer.get();
   inputs.frame = current_->frame;
-  inputs.project_root = project_root_;
-  inputs.data_dir = data_dir_;
+  inputs.data = data_;
   inputs.model_context = current_->engine->config().max_context;
   samples_ = samples_for_group(group, inputs);
 }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "datasets/data_paths.h"
 #include "datasets/sample.h"
 #include "engine/generation.h"
 #include "engine/model.h"
@@ -28,8 +29,8 @@ struct EngineBackendOptions {
 
 class EngineBackend : public SweepBackend {
  public:
-  // `project_root` locates default data (fixtures beside the checkout, models/wonderwords).
-  EngineBackend(const SweepConfig& config, std::filesystem::path project_root, FILE* log,
+  // `data` finds the essays and word lists (the config's data_dir first: datasets/data_paths.h).
+  EngineBackend(const SweepConfig& config, DataSearch data, FILE* log,
                 EngineBackendOptions options = {});
   ~EngineBackend() override;
 
@@ -62,8 +63,7 @@ class EngineBackend : public SweepBackend {
   SampleResult to_result(const Sample& sample, const Cell& cell,
                          const GenerationResult& generated) const;
 
-  std::filesystem::path project_root_;
-  std::string data_dir_;
+  DataSearch data_;
   FILE* log_;
   EngineBackendOptions options_;
   std::string device_;

@@ -1,5 +1,6 @@
 #include "harness/stats.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace kvb {
@@ -18,18 +19,39 @@ double student_t95(int df) {
   return 1.960;
 }
 
-MeanCi mean_ci(const std::vector<double>& values) {
+MeanCi mean_ci(const std::vector<double>& values, double range_low, double range_high) {
   MeanCi out;
   out.n = static_cast<int>(values.size());
   if (values.empty()) return out;
   double sum = 0;
-  for (const double v : values) sum += v;
+  bool binary = true;
+  for (const double v : values) {
+    sum += v;
+    binary = binary && (v == range_low || v == range_high);
+  }
   out.mean = sum / out.n;
-  if (out.n < 2) return out;
+  out.low = out.high = out.mean;
+  if (out.n < kMinIntervalSamples) return out;
+  out.has_interval = true;
+  const double n = out.n;
+  const double width = range_high - range_low;
+  if (binary && width > 0) {
+    // Wilson score interval of the share p of values at range_high (z = 1.96).
+    constexpr double z = 1.959964;
+    const double p = (out.mean - range_low) / width;
+    const double denominator = 1 + z * z / n;
+    const double centre = (p + z * z / (2 * n)) / denominator;
+    const double half = z / denominator * std::sqrt(p * (1 - p) / n + z * z / (4 * n * n));
+    out.wilson = true;
+    out.low = range_low + width * std::max(0.0, centre - half);
+    out.high = range_low + width * std::min(1.0, centre + half);
+    return out;
+  }
   double squares = 0;
   for (const double v : values) squares += (v - out.mean) * (v - out.mean);
-  const double sd = std::sqrt(squares / (out.n - 1));
-  out.half_width = student_t95(out.n - 1) * sd / std::sqrt(static_cast<double>(out.n));
+  const double half = student_t95(out.n - 1) * std::sqrt(squares / (n - 1)) / std::sqrt(n);
+  out.low = std::max(range_low, out.mean - half);
+  out.high = std::min(range_high, out.mean + half);
   return out;
 }
 

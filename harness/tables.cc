@@ -41,13 +41,16 @@ std::string fixed(double value, int digits) {
   return out.str();
 }
 
-// Scores are stored as fractions; tables show points (x100).
+// Scores are stored as fractions; tables show points (x100). Below kShowCiBelow samples the cell
+// adds the 95% interval, "75.0 (30.1–95.4)" (harness/stats.h: Wilson for 0/1 scores, Student t
+// clipped to [0, 100] otherwise), or "(n=2)" where there are too few samples for one.
 std::string accuracy_cell(const std::vector<double>& scores) {
   if (scores.empty()) return "-";
-  MeanCi s = mean_ci(scores);
+  const MeanCi s = mean_ci(scores);
   std::string text = fixed(100 * s.mean, 1);
-  if (s.n >= 2 && s.n < kShowCiBelow) text += " ±" + fixed(100 * s.half_width, 1);
-  return text;
+  if (s.n >= kShowCiBelow || s.n == 1) return text;
+  if (!s.has_interval) return text + " (n=" + std::to_string(s.n) + ")";
+  return text + " (" + fixed(100 * s.low, 1) + "–" + fixed(100 * s.high, 1) + ")";
 }
 
 double mean_of(const std::vector<double>& values) {
@@ -358,8 +361,8 @@ std::string escape_latex(const std::string& text) {
       default: out += c;
     }
   }
-  // "±" is UTF-8 in the cells; LaTeX gets the math symbol.
-  for (size_t pos; (pos = out.find("±")) != std::string::npos;) out.replace(pos, 2, "$\\pm$");
+  // The interval's en dash is UTF-8 in the cells; LaTeX gets its own.
+  for (size_t pos; (pos = out.find("–")) != std::string::npos;) out.replace(pos, 3, "--");
   return out;
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <set>
 
+#include "datasets/data_paths.h"
 #include "datasets/text_utils.h"
 #include "engine/errors.h"
 
@@ -24,17 +25,8 @@ std::vector<double> niah_depths(int count) {
 namespace {
 
 std::string read_essays(const fs::path& folder) {
-  std::vector<fs::path> files;
-  if (fs::is_directory(folder))
-    for (const auto& entry : fs::directory_iterator(folder))
-      if (entry.path().extension() == ".txt") files.push_back(entry.path());
-  if (files.empty())
-    throw InputError("NIAH haystack: no .txt files in " + folder.string() +
-                     " (expected the Paul Graham essays, e.g. ../shared/fixtures/haystack/"
-                     "pg_essays; pass --data-dir DIR with DIR/pg_essays/*.txt)");
-  std::sort(files.begin(), files.end());
   std::string corpus;
-  for (const fs::path& file : files) corpus += read_text_file(file);
+  for (const fs::path& file : essay_files(folder, "NIAH haystack")) corpus += read_text_file(file);
   return corpus;
 }
 

@@ -44,17 +44,9 @@ NiahArgs niah_args(const std::string& name) {
 // The essay corpus as niah.py reads it: the files' text concatenated (sorted by name, no
 // separator), whitespace runs collapsed to one space, then split(" ") (empty pieces kept).
 std::vector<std::string> load_essay_words(const fs::path& folder) {
-  std::vector<fs::path> files;
-  if (fs::is_directory(folder))
-    for (const auto& entry : fs::directory_iterator(folder))
-      if (entry.path().extension() == ".txt") files.push_back(entry.path());
-  if (files.empty())
-    throw InputError("RULER essay haystack: no .txt files in " + folder.string() +
-                     " (expected the Paul Graham essays, e.g. ../shared/fixtures/haystack/"
-                     "pg_essays; pass --data-dir DIR with DIR/pg_essays/*.txt)");
-  std::sort(files.begin(), files.end());
   std::string text;
-  for (const fs::path& file : files) text += read_text_file(file);
+  for (const fs::path& file : essay_files(folder, "RULER essay haystack"))
+    text += read_text_file(file);
   const std::string collapsed = collapse_whitespace(text);
   std::vector<std::string> words;
   size_t start = 0;
@@ -215,6 +207,14 @@ class NiahTask : public RulerTask {
 };
 
 }  // namespace
+
+void check_niah_task_data(const std::string& name, const RulerDataPaths& data) {
+  const NiahArgs args = niah_args(name);
+  if (args.haystack == Haystack::kEssay)
+    essay_files(data.essays_dir, "RULER " + name + " (essay haystack)", data.searched);
+  if (args.type_k == "words" || args.type_v == "words")
+    for (const char* list : {"adjectivelist.txt", "nounlist.txt"}) check_word_list(data, list);
+}
 
 std::unique_ptr<RulerTask> make_niah_task(const std::string& name, const TaskContext& context) {
   return std::make_unique<NiahTask>(name, context);

@@ -121,25 +121,28 @@ fs::path find_qa_file(const fs::path& folder, const std::vector<std::string>& na
                       const std::string& what) {
   for (const std::string& name : names)
     if (fs::exists(folder / name)) return folder / name;
-  throw InputError("RULER " + what + ": expected " + (folder / names.front()).string() +
-                   " (or " + join(std::vector<std::string>(names.begin() + 1, names.end()), ", ") +
-                   " there); download it and pass --data-dir DIR with the file in DIR or DIR/qa");
+  throw InputError("RULER " + what + ": expected " + (folder / names.front()).string() + " (or " +
+                   join(std::vector<std::string>(names.begin() + 1, names.end()), ", ") +
+                   " there); download it and set the sweep config's \"data_dir\" (gen-data: "
+                   "--data-dir) to DIR with the file in DIR or DIR/qa");
+}
+
+// The official QA file of qa_1 (SQuAD v2 dev) or qa_2 (HotpotQA dev distractor).
+fs::path qa_file(const std::string& name, const fs::path& folder) {
+  if (name == "qa_1")
+    return find_qa_file(folder, {"squad.json", "dev-v2.0.json"}, "qa_1 (SQuAD v2 dev)");
+  if (name == "qa_2")
+    return find_qa_file(folder, {"hotpotqa.json", "hotpot_dev_distractor_v1.json"},
+                        "qa_2 (HotpotQA dev distractor)");
+  throw InputError("unknown RULER task '" + name + "'");
 }
 
 class QaTask : public RulerTask {
  public:
   QaTask(const std::string& name, const TaskContext& context)
       : frame_(*context.frame), rng_seed_(context.seed) {
-    if (name == "qa_1") {
-      corpus_ = read_squad(find_qa_file(context.data->qa_dir, {"squad.json", "dev-v2.0.json"},
-                                        "qa_1 (SQuAD v2 dev)"));
-    } else if (name == "qa_2") {
-      corpus_ = read_hotpotqa(find_qa_file(context.data->qa_dir,
-                                           {"hotpotqa.json", "hotpot_dev_distractor_v1.json"},
-                                           "qa_2 (HotpotQA dev distractor)"));
-    } else {
-      throw InputError("unknown RULER task '" + name + "'");
-    }
+    const fs::path file = qa_file(name, context.data->qa_dir);
+    corpus_ = name == "qa_1" ? read_squad(file) : read_hotpotqa(file);
     if (corpus_.questions.empty())
       throw InputError("RULER " + name + ": the QA file has no answerable questions");
   }
@@ -193,6 +196,10 @@ class QaTask : public RulerTask {
 };
 
 }  // namespace
+
+void check_qa_task_data(const std::string& name, const RulerDataPaths& data) {
+  qa_file(name, data.qa_dir);
+}
 
 std::unique_ptr<RulerTask> make_qa_task(const std::string& name, const TaskContext& context) {
   return std::make_unique<QaTask>(name, context);

@@ -13,31 +13,27 @@
 namespace kvb {
 namespace fs = std::filesystem;
 
-namespace {
-
-fs::path first_existing(const std::vector<fs::path>& candidates) {
-  for (const fs::path& candidate : candidates)
-    if (fs::exists(candidate)) return candidate;
-  return candidates.front();
+RulerDataPaths ruler_data_paths(const DataSearch& search) {
+  RulerDataPaths paths;
+  paths.essays_dir = search.find({"haystack/pg_essays", "pg_essays", "PaulGrahamEssays"});
+  paths.wordlists_dir = search.find({"wordlists", "wonderwords"});
+  paths.qa_dir = search.find({"qa"});
+  // The user's own folder may hold squad.json / hotpotqa.json directly.
+  if (paths.qa_dir.empty() && !search.roots().empty()) paths.qa_dir = search.roots().front();
+  paths.searched = search.describe();
+  return paths;
 }
 
-}  // namespace
-
-RulerDataPaths ruler_data_paths(const fs::path& project_root, const fs::path& data_dir) {
-  RulerDataPaths paths;
-  if (!data_dir.empty()) {
-    paths.essays_dir = first_existing(
-        {data_dir / "pg_essays", data_dir / "haystack" / "pg_essays", data_dir / "PaulGrahamEssays"});
-    paths.wordlists_dir = first_existing({data_dir / "wordlists", data_dir / "wonderwords",
-                                          project_root / "models" / "wonderwords"});
-    paths.qa_dir = first_existing({data_dir / "qa", data_dir});
-    return paths;
+void check_ruler_task_data(const std::string& task, const RulerDataPaths& paths) {
+  ruler_tokens_to_generate(task);  // unknown task -> InputError
+  if (task.rfind("niah", 0) == 0) {
+    ruler::check_niah_task_data(task, paths);
+  } else if (task == "cwe") {
+    for (const char* list : {"nounlist.txt", "adjectivelist.txt", "verblist.txt"})
+      ruler::check_word_list(paths, list);
+  } else if (task == "qa_1" || task == "qa_2") {
+    ruler::check_qa_task_data(task, paths);
   }
-  const fs::path fixtures = project_root.parent_path() / "shared" / "fixtures";
-  paths.essays_dir = fixtures / "haystack" / "pg_essays";
-  paths.wordlists_dir = first_existing({project_root / "models" / "wonderwords", fixtures / "wordlists"});
-  paths.qa_dir = first_existing({project_root / "data" / "qa", fixtures / "qa"});
-  return paths;
 }
 
 const std::vector<std::string>& ruler_task_names() {
@@ -207,14 +203,19 @@ Draft split_prompt(const std::string& formatted, const std::string& formatted_an
   return draft;
 }
 
+void check_word_list(const RulerDataPaths& data, const std::string& list) {
+  if (data.wordlists_dir.empty() || !fs::exists(data.wordlists_dir / list))
+    throw InputError("RULER word list " + list + " not found (looked for wordlists/" + list +
+                     " in " +
+                     (data.searched.empty() ? data.wordlists_dir.string() : data.searched) + "); " +
+                     kSetupDataFix + " (wordlists/" + list +
+                     ", from the wonderwords "
+                     "package)");
+}
+
 std::vector<std::string> load_wonderwords(const RulerDataPaths& data, const std::string& list) {
-  const fs::path path = data.wordlists_dir / list;
-  if (!fs::exists(path))
-    throw InputError("RULER word list " + path.string() +
-                     " not found: run harness/scripts/setup.sh (it unpacks the wonderwords "
-                     "package's lists into models/wonderwords/), or pass --data-dir DIR with "
-                     "DIR/wordlists/" + list);
-  return read_word_list(path);
+  check_word_list(data, list);
+  return read_word_list(data.wordlists_dir / list);
 }
 
 }  // namespace ruler

@@ -35,22 +35,28 @@
 #include <string>
 #include <vector>
 
+#include "datasets/data_paths.h"
 #include "datasets/generation.h"
 #include "datasets/sample.h"
 
 namespace kvb {
 
 struct RulerDataPaths {
-  std::filesystem::path essays_dir;     // Paul Graham essays, *.txt (fixtures/haystack/pg_essays)
+  std::filesystem::path essays_dir;     // Paul Graham essays, *.txt (data/haystack/pg_essays)
   std::filesystem::path wordlists_dir;  // wonderwords nounlist/adjectivelist/verblist.txt
   std::filesystem::path qa_dir;         // squad.json (SQuAD v2 dev), hotpotqa.json (distractor dev)
+  std::string searched;                 // the data folders looked in (for messages)
 };
 
-// Default folders for a project checkout at `project_root`, or under `data_dir` when given:
-// essays from DATA/pg_essays or DATA/haystack/pg_essays, word lists from DATA/wordlists or
-// DATA/wonderwords, QA files from DATA/ or DATA/qa.
-RulerDataPaths ruler_data_paths(const std::filesystem::path& project_root,
-                                const std::filesystem::path& data_dir);
+// The folders found by `search` (datasets/data_paths.h), each the first root that has it: essays
+// in ROOT/haystack/pg_essays, ROOT/pg_essays or ROOT/PaulGrahamEssays; word lists in
+// ROOT/wordlists or ROOT/wonderwords; QA files in ROOT/qa (or in the user's folder itself). A
+// folder not found is left empty; check_ruler_task_data() says what is missing.
+RulerDataPaths ruler_data_paths(const DataSearch& search);
+
+// Throws InputError naming each data file `task` reads that `paths` does not hold, and the fix,
+// without generating anything (the sweep's check before its first row).
+void check_ruler_task_data(const std::string& task, const RulerDataPaths& paths);
 
 const std::vector<std::string>& ruler_task_names();
 int ruler_tokens_to_generate(const std::string& task);

@@ -92,5 +92,10 @@ std::unique_ptr<RulerTask> make_qa_task(const std::string& name, const TaskConte
 // Word lists (wonderwords' reader: lines with trailing whitespace removed), with an InputError
 // naming the folder and setup.sh when absent.
 std::vector<std::string> load_wonderwords(const RulerDataPaths& data, const std::string& list);
+void check_word_list(const RulerDataPaths& data, const std::string& list);
+
+// What check_ruler_task_data() asks of the task families that read data files.
+void check_niah_task_data(const std::string& name, const RulerDataPaths& data);
+void check_qa_task_data(const std::string& name, const RulerDataPaths& data);
 
 }  // namespace kvb::ruler

@@ -40,7 +40,10 @@ Setup& setup() {
     Setup out;
     std::string model = KVB_SOURCE_DIR "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
     if (const char* env = std::getenv("KVB_MODEL")) model = env;
-    const fs::path fixtures = fs::path(KVB_SOURCE_DIR).parent_path() / "shared" / "fixtures";
+    // data/ as harness/scripts/setup.sh fills it, else ../shared/fixtures beside the checkout.
+    fs::path fixtures = fs::path(KVB_SOURCE_DIR) / "data";
+    if (!fs::exists(fixtures / "haystack"))
+      fixtures = fs::path(KVB_SOURCE_DIR).parent_path() / "shared" / "fixtures";
     if (!fs::exists(model)) model = (fixtures / "tokenizers" / "ggml-vocab-gpt-2.gguf").string();
     out.tokenizer = kvb::tokenizer_from_path(model);
     const std::string pre = out.tokenizer->kind().substr(out.tokenizer->kind().find(':') + 1);

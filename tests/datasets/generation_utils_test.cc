@@ -62,12 +62,12 @@ TEST(TextUtils, SentencesSplitAtEndsNotAbbreviations) {
 }
 
 TEST(TokenCounter, PiecewiseCountEqualsWholeCount) {
-  KVB_REQUIRE_FILE(test::fixtures_dir() / "haystack" / "pg_essays" / "addiction.txt");
+  KVB_REQUIRE_FILE(test::fixture("haystack/pg_essays/addiction.txt"));
   test::FakeTokenizer tokenizer;
   TokenCounter counter(tokenizer);
-  const std::string text =
-      "<|im_start|>user\n" + read_text_file(test::fixtures_dir() / "haystack" / "pg_essays" / "addiction.txt") +
-      " 1. alpha 2. beta, 12345 <|im_end|>";
+  const std::string text = "<|im_start|>user\n" +
+                           read_text_file(test::fixture("haystack/pg_essays/addiction.txt")) +
+                           " 1. alpha 2. beta, 12345 <|im_end|>";
   EXPECT_EQ(counter.fast(text), counter.exact(text));
   EXPECT_EQ(counter.fast(text), counter.fast(text));  // memoised second pass
 }

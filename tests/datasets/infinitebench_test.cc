@@ -1,5 +1,6 @@
 // InfiniteBench scorers (datasets/infinitebench/scorers.h) against the official compute_scores.py:
-// the published GPT-4 table reproduced from InfiniteBench's own result files, and hand cases for
+// hand-scored files and, where found, the published GPT-4 table from InfiniteBench's own result
+// files (tests/test_paths.h: infinitebench_goldens), and hand cases for
 // each scorer quirk listed in docs/benchmarks.md §4.5 (expected values follow from the official
 // code's rules, stated next to each case).
 #include <gtest/gtest.h>
@@ -29,17 +30,13 @@ double score_file(const std::string& task, const std::filesystem::path& path) {
   return n ? 100.0 * sum / static_cast<double>(n) : -1;
 }
 
-// The InfiniteBench README's GPT-4 row (also in the fixtures README).
-TEST(InfiniteBenchGolden, Gpt4ResultFilesReproduceThePublishedTable) {
-  const std::pair<const char*, double> published[] = {
-      {"passkey", 100.00},         {"number_string", 100.00},      {"kv_retrieval", 89.00},
-      {"longbook_qa_eng", 22.44},  {"longbook_choice_eng", 67.25}, {"longdialogue_qa_eng", 8.50},
-      {"longbook_qa_chn", 25.96},  {"math_find", 60.00},           {"code_run", 23.25},
-      {"code_debug", 37.06}};
-  for (const auto& [task, expected] : published) {
-    const auto path = test::fixtures_dir() / "infinitebench" / "golden" / (std::string("gpt4_preds_") + task + ".jsonl");
-    KVB_REQUIRE_FILE(path);
-    EXPECT_NEAR(python_round2(score_file(task, path)), expected, 0.005) << task;
+// Files with known scores (tests/test_paths.h): the hand-scored ones, and GPT-4's published result
+// files reproducing the InfiniteBench README's table where a data folder holds them.
+TEST(InfiniteBenchGolden, FilesReproduceTheirKnownScores) {
+  for (const auto& golden : test::infinitebench_goldens()) {
+    ASSERT_TRUE(std::filesystem::exists(golden.file)) << golden.file;
+    EXPECT_NEAR(python_round2(score_file(golden.task, golden.file)), golden.score, 0.005)
+        << golden.file;
   }
 }
 

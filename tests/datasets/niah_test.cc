@@ -67,9 +67,9 @@ TEST(Niah, DepthGridIsNumpyRoundedLinspace) {
 }
 
 TEST(Niah, NeedleAtRequestedDepthWithinOneSentence) {
-  KVB_REQUIRE_FILE(test::fixtures_dir() / "haystack" / "pg_essays");
+  KVB_REQUIRE_FILE(test::fixture("haystack/pg_essays"));
   test::FakeTokenizer tokenizer;
-  NiahRequest request{{1000, 4000}, niah_depths(10), test::fixtures_dir() / "haystack" / "pg_essays"};
+  NiahRequest request{{1000, 4000}, niah_depths(10), test::fixture("haystack/pg_essays")};
   const std::vector<Sample> samples = generate_niah(request, tokenizer);
   check_needle_placement(samples, tokenizer, 20);
   EXPECT_EQ(samples[13].extra.at("length_index"), 1);
@@ -85,18 +85,18 @@ TEST(Niah, NeedleAtRequestedDepthWithinOneSentence) {
 
 TEST(Niah, NeedleAtRequestedDepthWithSmolLm2Tokenizer) {
   KVB_REQUIRE_FILE(test::default_model_path());
-  KVB_REQUIRE_FILE(test::fixtures_dir() / "haystack" / "pg_essays");
+  KVB_REQUIRE_FILE(test::fixture("haystack/pg_essays"));
   const auto tokenizer = tokenizer_from_gguf(*GgufFile::open(test::default_model_path()));
-  NiahRequest request{{2000, 8000}, niah_depths(5), test::fixtures_dir() / "haystack" / "pg_essays"};
+  NiahRequest request{{2000, 8000}, niah_depths(5), test::fixture("haystack/pg_essays")};
   check_needle_placement(generate_niah(request, *tokenizer), *tokenizer, 10);
 }
 
 // "template": "chat" keeps the book and the question but leaves the framing to the model's chat
 // template (the raw prompt's literal "<|im_start|> " head would open a second turn inside it).
 TEST(Niah, ChatTemplateFormDropsTheRawTurnMarker) {
-  KVB_REQUIRE_FILE(test::fixtures_dir() / "haystack" / "pg_essays");
+  KVB_REQUIRE_FILE(test::fixture("haystack/pg_essays"));
   test::FakeTokenizer tokenizer;
-  NiahRequest raw{{1000}, {50}, test::fixtures_dir() / "haystack" / "pg_essays"};
+  NiahRequest raw{{1000}, {50}, test::fixture("haystack/pg_essays")};
   NiahRequest chat = raw;
   chat.chat_template = true;
   const Sample raw_sample = generate_niah(raw, tokenizer).at(0);

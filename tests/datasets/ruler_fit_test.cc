@@ -97,7 +97,7 @@ EssayQa write_essay_qa() {
   qa.folder = fs::temp_directory_path() / ("kvb_ruler_fit_qa_" + std::to_string(getpid()));
   fs::create_directories(qa.folder);
   std::vector<fs::path> files;
-  for (const auto& entry : fs::directory_iterator(test::fixtures_dir() / "haystack" / "pg_essays"))
+  for (const auto& entry : fs::directory_iterator(test::fixture("haystack/pg_essays")))
     files.push_back(entry.path());
   std::sort(files.begin(), files.end());
   std::vector<std::string> words;
@@ -311,12 +311,12 @@ class RulerSmolLm2Fit : public ::testing::TestWithParam<std::tuple<std::string, 
 TEST_P(RulerSmolLm2Fit, FitsUsesNinetyPercentHoldsAnswersFollowsTemplate) {
   const auto& [task, length] = GetParam();
   KVB_REQUIRE_FILE(test::default_model_path());
-  KVB_REQUIRE_FILE(test::fixtures_dir() / "haystack" / "pg_essays");
-  KVB_REQUIRE_FILE(test::fixtures_dir() / "wordlists" / "nounlist.txt");
+  KVB_REQUIRE_FILE(test::fixture("haystack/pg_essays"));
+  KVB_REQUIRE_FILE(test::fixture("wordlists/nounlist.txt"));
   static const EssayQa qa = write_essay_qa();
   static const RemoveAtExit cleanup{qa.folder};
-  const RulerDataPaths paths{test::fixtures_dir() / "haystack" / "pg_essays",
-                             test::fixtures_dir() / "wordlists", qa.folder};
+  const RulerDataPaths paths{test::fixture("haystack/pg_essays"), test::fixture("wordlists"),
+                             qa.folder};
   const SmolLm2& model = smollm2();
   ASSERT_TRUE(starts_with(model.frame.prefix, "<|im_start|>system\n")) << model.frame.prefix;
   ASSERT_TRUE(ends_with(model.frame.suffix, "<|im_start|>assistant\n")) << model.frame.suffix;

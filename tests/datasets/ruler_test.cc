@@ -38,8 +38,8 @@ bool ends_with(const std::string& text, const std::string& tail) {
 
 RulerDataPaths fixture_paths() {
   RulerDataPaths paths;
-  paths.essays_dir = test::fixtures_dir() / "haystack" / "pg_essays";
-  paths.wordlists_dir = test::fixtures_dir() / "wordlists";
+  paths.essays_dir = test::fixture("haystack/pg_essays");
+  paths.wordlists_dir = test::fixture("wordlists");
   paths.qa_dir = fs::temp_directory_path() / "kvb_ruler_test_qa";
   return paths;
 }
@@ -108,8 +108,8 @@ class RulerFakeTokenizerTest : public ::testing::TestWithParam<std::tuple<std::s
 
 TEST_P(RulerFakeTokenizerTest, FitsBudgetContainsAnswersFollowsTemplate) {
   const auto& [task, length] = GetParam();
-  KVB_REQUIRE_FILE(test::fixtures_dir() / "haystack" / "pg_essays");
-  KVB_REQUIRE_FILE(test::fixtures_dir() / "wordlists" / "nounlist.txt");
+  KVB_REQUIRE_FILE(test::fixture("haystack/pg_essays"));
+  KVB_REQUIRE_FILE(test::fixture("wordlists/nounlist.txt"));
   RulerDataPaths paths = fixture_paths();
   write_synthetic_qa(paths.qa_dir);
   test::FakeTokenizer tokenizer;
@@ -133,8 +133,8 @@ INSTANTIATE_TEST_SUITE_P(
 class RulerTemplateTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    KVB_REQUIRE_FILE(test::fixtures_dir() / "haystack" / "pg_essays");
-    KVB_REQUIRE_FILE(test::fixtures_dir() / "wordlists" / "nounlist.txt");
+    KVB_REQUIRE_FILE(test::fixture("haystack/pg_essays"));
+    KVB_REQUIRE_FILE(test::fixture("wordlists/nounlist.txt"));
     paths_ = fixture_paths();
     write_synthetic_qa(paths_.qa_dir);
   }

@@ -1,8 +1,9 @@
-// `kvbench score` end to end (harness/cli_score.cc): the published InfiniteBench GPT-4 table from
-// the official result files, the JSON contract ({"score"}, "per_sample" with --per-sample),
-// LongBench records and LongBench-E buckets, RULER/NIAH records, and bad input: a malformed line
-// (error names file and line), a missing file, an unknown dataset or benchmark, a record missing a
-// field. Every record counts (num_samples equals the number of non-blank lines).
+// `kvbench score` end to end (harness/cli_score.cc): InfiniteBench files with known scores
+// (hand-scored; GPT-4's published table where its files are found), the JSON contract ({"score"},
+// "per_sample" with --per-sample), LongBench records and LongBench-E buckets, RULER/NIAH records,
+// and bad input: a malformed line (error names file and line), a missing file, an unknown dataset
+// or benchmark, a record missing a field. Every record counts (num_samples equals the number of
+// non-blank lines).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -56,25 +57,19 @@ class ScoreCliTest : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
-TEST_F(ScoreCliTest, InfiniteBenchGpt4FilesGiveThePublishedTable) {
-  // OpenBMB/InfiniteBench README, GPT-4 row.
-  const std::pair<const char*, double> published[] = {
-      {"passkey", 100.00},         {"number_string", 100.00},      {"kv_retrieval", 89.00},
-      {"longbook_qa_eng", 22.44},  {"longbook_choice_eng", 67.25}, {"longdialogue_qa_eng", 8.50},
-      {"longbook_qa_chn", 25.96},  {"math_find", 60.00},           {"code_run", 23.25},
-      {"code_debug", 37.06}};
-  for (const auto& [task, expected] : published) {
-    const auto path = test::fixtures_dir() / "infinitebench" / "golden" / (std::string("gpt4_preds_") + task + ".jsonl");
-    KVB_REQUIRE_FILE(path);
-    const auto r = score("--benchmark infinitebench --dataset " + std::string(task) + " --predictions " + path.string() + " --json");
+TEST_F(ScoreCliTest, InfiniteBenchFilesGiveTheirKnownScores) {
+  // Hand-scored files, and GPT-4's published files where found (tests/test_paths.h).
+  for (const auto& golden : test::infinitebench_goldens()) {
+    const auto r = score("--benchmark infinitebench --dataset " + golden.task + " --predictions " +
+                         golden.file.string() + " --json");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const json out = json::parse(r.out);
-    EXPECT_NEAR(out["score"].get<double>(), expected, 0.005) << task;
+    EXPECT_NEAR(out["score"].get<double>(), golden.score, 0.005) << golden.file;
     // No record dropped: every non-blank line is scored.
-    std::ifstream in(path);
+    std::ifstream in(golden.file);
     size_t lines = 0;
     for (std::string line; std::getline(in, line);) lines += line.find_first_not_of(" \t\r") != std::string::npos;
-    EXPECT_EQ(out["num_samples"].get<size_t>(), lines) << task;
+    EXPECT_EQ(out["num_samples"].get<size_t>(), lines) << golden.file;
   }
 }
 

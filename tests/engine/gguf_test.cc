@@ -88,7 +88,7 @@ TEST(GgufTest, ReadsVocabOnlyFixtures) {
       {"ggml-vocab-starcoder.gguf", "starcoder2", "gpt2", 19, 49152},
   };
   for (const auto& f : fixtures) {
-    const auto path = test::fixtures_dir() / "tokenizers" / f.file;
+    const auto path = test::fixture("tokenizers") / f.file;
     KVB_REQUIRE_FILE(path);
     SCOPED_TRACE(f.file);
     const auto gguf = GgufFile::open(path);

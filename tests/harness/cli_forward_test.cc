@@ -131,7 +131,7 @@ TEST(CliGenerate, SmolLm2AnswersParis) {
 TEST(CliGenerate, SmolLm2FindsAFactInTheMiddleOfALongPrompt) {
   KVB_REQUIRE_FILE(test::default_model_path());
   KVB_REQUIRE_FILE(test::kvbench_binary());
-  const auto essay = test::fixtures_dir() / "haystack/pg_essays/addiction.txt";
+  const auto essay = test::fixture("haystack/pg_essays/addiction.txt");
   KVB_REQUIRE_FILE(essay);
   std::ifstream in(essay);
   std::vector<std::string> words;

@@ -70,7 +70,7 @@ class CliTokenize : public ::testing::TestWithParam<const char*> {};
 TEST_P(CliTokenize, JsonReproducesEveryFixtureVector) {
   KVB_REQUIRE_FILE(test::kvbench_binary());
   const fs::path gguf =
-      test::fixtures_dir() / "tokenizers" / ("ggml-vocab-" + std::string(GetParam()) + ".gguf");
+      test::fixture("tokenizers") / ("ggml-vocab-" + std::string(GetParam()) + ".gguf");
   KVB_REQUIRE_FILE(gguf);
   const std::string inp = read_file(gguf.string() + ".inp");
   std::istringstream out_lines(read_file(gguf.string() + ".out"));

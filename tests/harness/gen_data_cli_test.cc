@@ -44,7 +44,7 @@ class GenDataCli : public ::testing::Test {
   void SetUp() override {
     KVB_REQUIRE_FILE(test::kvbench_binary());
     KVB_REQUIRE_FILE(test::default_model_path());
-    KVB_REQUIRE_FILE(test::fixtures_dir() / "haystack" / "pg_essays");
+    KVB_REQUIRE_FILE(test::fixture("haystack/pg_essays"));
     out_ = fs::temp_directory_path() / ("kvb_gen_data_" + std::to_string(::getpid()) + ".jsonl");
   }
   void TearDown() override { fs::remove(out_); }
@@ -52,9 +52,11 @@ class GenDataCli : public ::testing::Test {
 };
 
 TEST_F(GenDataCli, RulerWritesFittedSamplesWithTheChatFrame) {
-  const CliRun run = gen_data("--benchmark ruler --task niah_single_1 --length 4096 --num 2 --seed 3 "
-                           "--json --data-dir " + test::fixtures_dir().string() + " --out " +
-                           out_.string());
+  const CliRun run = gen_data(
+      "--benchmark ruler --task niah_single_1 --length 4096 --num 2 --seed 3 "
+      "--json --data-dir " +
+      test::fixture("haystack/pg_essays").parent_path().parent_path().string() + " --out " +
+      out_.string());
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("\"samples\":2"), std::string::npos) << run.output;
   const std::vector<Sample> samples = read_samples(out_);

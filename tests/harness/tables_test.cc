@@ -28,12 +28,29 @@ StoredRow row(const std::string& benchmark, const std::string& task, int length,
   return r;
 }
 
-TEST(Stats, MeanAndStudentInterval) {
-  // Hand check: values 1,2,3,4 -> mean 2.5, sd 1.29099, t(3) 3.182 -> 3.182*1.29099/2 = 2.054
-  const MeanCi s = mean_ci({1, 2, 3, 4});
+TEST(Stats, StudentWilsonAndClippedIntervals) {
+  // Student t, range [0, 10]: 1,2,3,4 -> mean 2.5, sd 1.29099, t(3) 3.182 -> 2.5 -+ 2.054.
+  const MeanCi s = mean_ci({1, 2, 3, 4}, 0, 10);
   EXPECT_DOUBLE_EQ(s.mean, 2.5);
-  EXPECT_NEAR(s.half_width, 2.0540, 1e-3);
-  EXPECT_EQ(mean_ci({7}).half_width, 0);
+  EXPECT_TRUE(s.has_interval);
+  EXPECT_FALSE(s.wilson);
+  EXPECT_NEAR(s.low, 0.4460, 1e-3);
+  EXPECT_NEAR(s.high, 4.5540, 1e-3);
+  // The same interval in [0, 4] is clipped at 4.
+  EXPECT_DOUBLE_EQ(mean_ci({1, 2, 3, 4}, 0, 4).high, 4.0);
+  // 0/1 scores: Wilson's interval (standard tables: 2 of 4 -> 0.150-0.850; 0 of 3 -> 0-0.5615).
+  const MeanCi half = mean_ci({1, 0, 1, 0});
+  EXPECT_TRUE(half.wilson);
+  EXPECT_NEAR(half.low, 0.1500, 1e-3);
+  EXPECT_NEAR(half.high, 0.8500, 1e-3);
+  const MeanCi none = mean_ci({0, 0, 0});
+  EXPECT_NEAR(none.low, 0.0, 1e-9);
+  EXPECT_NEAR(none.high, 0.5615, 1e-3);
+  // Below 3 samples: the mean and no interval.
+  const MeanCi two = mean_ci({1, 0});
+  EXPECT_FALSE(two.has_interval);
+  EXPECT_DOUBLE_EQ(two.low, 0.5);
+  EXPECT_DOUBLE_EQ(two.high, 0.5);
   EXPECT_DOUBLE_EQ(student_t95(1000), 1.96);
 }
 
@@ -53,8 +70,9 @@ TEST(Tables, RulerPerTaskWithAverageAndInterval) {
   // Official order puts niah_single_1 before vt.
   EXPECT_EQ(t.columns, (std::vector<std::string>{"Policy", "Budget", "niah_single_1", "vt", "Avg"}));
   ASSERT_EQ(t.rows.size(), 2u);
-  // snapkv: niah 100 (n=1, no interval), vt mean 50 with t(1)=12.706 * 0.7071/1.4142 = 6.353 -> 635.3
-  EXPECT_EQ(t.rows[0], (std::vector<std::string>{"snapkv", "25%", "100.0", "50.0 ±635.3", "75.0"}));
+  // snapkv: niah 100 (n=1), vt mean 50 of 2 samples: n shown, no interval (t(1) would give
+  // +-635 points, wider than the score range).
+  EXPECT_EQ(t.rows[0], (std::vector<std::string>{"snapkv", "25%", "100.0", "50.0 (n=2)", "75.0"}));
   EXPECT_EQ(t.rows[1], (std::vector<std::string>{"full", "full", "100.0", "100.0", "100.0"}));
   EXPECT_EQ(tables[1].rows[0].back(), "50.0");
 }
@@ -107,15 +125,18 @@ TEST(Tables, NiahGridLatencyAndMemory) {
 }
 
 TEST(Tables, FormatsAndErrors) {
+  // 1, 0.5, 0: mean 50, t(2) 4.303 * 0.5 / sqrt(3) = 124 points, clipped to the score range.
   std::vector<StoredRow> rows = {row("ruler", "vt", 1024, "snapkv", "25%", 1.0),
-                                 row("ruler", "vt", 1024, "snapkv", "25%", 0.5)};
+                                 row("ruler", "vt", 1024, "snapkv", "25%", 0.5),
+                                 row("ruler", "vt", 1024, "snapkv", "25%", 0.0)};
   const auto tables = build_tables(rows, "ruler");
   const std::string md = render_tables(tables, "md");
-  EXPECT_NE(md.find("| snapkv | 25% | 75.0 ±"), std::string::npos) << md;
+  EXPECT_NE(md.find("| snapkv | 25% | 50.0 (0.0–100.0) |"), std::string::npos) << md;
   const std::string csv = render_tables(tables, "csv");
-  EXPECT_NE(csv.find("Policy,Budget,vt,Avg\nsnapkv,25%,75.0 ±"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("Policy,Budget,vt,Avg\nsnapkv,25%,50.0 (0.0–100.0)"), std::string::npos)
+      << csv;
   const std::string latex = render_tables(tables, "latex");
-  EXPECT_NE(latex.find("snapkv & 25\\% & 75.0 $\\pm$"), std::string::npos) << latex;
+  EXPECT_NE(latex.find("snapkv & 25\\% & 50.0 (0.0--100.0)"), std::string::npos) << latex;
   EXPECT_NE(latex.find("\\begin{tabular}{llrr}"), std::string::npos);
   EXPECT_THROW(build_tables(rows, "rulers"), InputError);
   EXPECT_THROW(render_tables(tables, "html"), InputError);

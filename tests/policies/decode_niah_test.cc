@@ -96,8 +96,7 @@ int env_int(const char* name, int fallback, int minimum) {
 
 std::vector<std::filesystem::path> essay_files() {
   std::vector<std::filesystem::path> files;
-  for (const auto& entry :
-       std::filesystem::directory_iterator(test::fixtures_dir() / "haystack" / "pg_essays"))
+  for (const auto& entry : std::filesystem::directory_iterator(test::fixture("haystack/pg_essays")))
     if (entry.path().extension() == ".txt") files.push_back(entry.path());
   std::sort(files.begin(), files.end());
   return files;
@@ -253,7 +252,7 @@ void print_oracle_row(const std::string& label, const kernels::EarlyExitOracleSu
 
 TEST(DecodeNiah, MethodsAnswerAtTenPercentBudgets) {
   KVB_REQUIRE_FILE(test::default_model_path());
-  KVB_REQUIRE_FILE(test::fixtures_dir() / "haystack" / "pg_essays");
+  KVB_REQUIRE_FILE(test::fixture("haystack/pg_essays"));
   const LoadedModel model = load_model(test::default_model_path().string());
   const std::shared_ptr<const Tokenizer> tokenizer =
       model.tokenizer ? model.tokenizer

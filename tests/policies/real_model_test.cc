@@ -23,10 +23,10 @@ const char* kFact = " The secret passcode for the vault is 7481. ";
 const char* kQuestion = "What is the secret passcode for the vault? Answer with the number only.";
 
 std::string essay_text() {
-  std::ifstream file(test::fixtures_dir() / "haystack" / "pg_essays" / "addiction.txt");
+  std::ifstream file(test::fixture("haystack/pg_essays/addiction.txt"));
   std::stringstream text;
   text << file.rdbuf();
-  std::ifstream more(test::fixtures_dir() / "haystack" / "pg_essays" / "apple.txt");
+  std::ifstream more(test::fixture("haystack/pg_essays/apple.txt"));
   text << "\n" << more.rdbuf();
   return text.str();
 }
@@ -92,7 +92,7 @@ CaptureRequest capture_for_all_policies() {
 
 TEST(RealModel, DropKvAndAdaDropKvAtHalfBudgetStillAnswer) {
   KVB_REQUIRE_FILE(test::default_model_path());
-  KVB_REQUIRE_FILE(test::fixtures_dir() / "haystack" / "pg_essays" / "addiction.txt");
+  KVB_REQUIRE_FILE(test::fixture("haystack/pg_essays/addiction.txt"));
   RealModel& m = real_model();
   KVB_REQUIRE_TOKENIZER(m);
   const auto ids = needle_prompt(*m.tokenizer, 400);
