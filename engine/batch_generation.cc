@@ -70,9 +70,39 @@ void finish_cell(Engine& engine, const Tokenizer* tokenizer, int seq, CellState&
   cell.done = true;
 }
 
-// Prefill, fork, compress, question and decode for cells that fit in memory together.
+// Greedy steps for the cells `members` of `batch` (their sequence numbers), all in one decode call
+// per step, until each has stopped.
+void decode_until_done(Engine& engine, const Tokenizer* tokenizer,
+                       const std::vector<CellState*>& batch, const std::vector<int>& members) {
+  std::vector<DecodeInput> inputs;
+  for (;;) {
+    inputs.clear();
+    for (int i : members) {
+      CellState& cell = *batch[i];
+      if (cell.done) continue;
+      if (!accept_token(cell, StopRule(tokenizer, cell.request->options))) {
+        finish_cell(engine, tokenizer, i, cell);
+        continue;
+      }
+      inputs.push_back({i, cell.token, cell.position, cell.step});
+    }
+    if (inputs.empty()) return;
+    const std::vector<TokenId> next = engine.decode(inputs);
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      CellState& cell = *batch[inputs[k].sequence];
+      cell.token = next[k];
+      ++cell.position;
+      ++cell.step;
+      ++cell.result.output_tokens;
+    }
+  }
+}
+
+// Prefill, fork, compress, question and decode for cells that fit in memory together; with
+// `decode_together` one batched step for all, otherwise the cells' decodes one after another.
 void run_batch(Engine& engine, const Tokenizer* tokenizer, const std::vector<TokenId>& context,
-               const std::vector<TokenId>& question, std::vector<CellState*>& batch) {
+               const std::vector<TokenId>& question, std::vector<CellState*>& batch,
+               bool decode_together) {
   const ModelConfig& config = engine.config();
   const int length = static_cast<int>(context.size());
   const int n = static_cast<int>(batch.size());
@@ -148,7 +178,7 @@ void run_batch(Engine& engine, const Tokenizer* tokenizer, const std::vector<Tok
     r.prefill_ms = prefill_ms + question_ms;
     r.compress_ms += prepare_ms;
     r.ttft_ms = prefill_ms + r.compress_ms + question_ms;
-    r.decode_batch = n;
+    r.decode_batch = decode_together ? n : 1;
     r.stop_reason = "max_new_tokens";
     r.output_tokens = 1;
     cell.first_token = first_token;
@@ -156,26 +186,14 @@ void run_batch(Engine& engine, const Tokenizer* tokenizer, const std::vector<Tok
     cell.position = prompt_tokens;
   }
 
-  std::vector<DecodeInput> inputs;
-  for (;;) {
-    inputs.clear();
+  if (decode_together) {
+    std::vector<int> all(n);
+    std::iota(all.begin(), all.end(), 0);
+    decode_until_done(engine, tokenizer, batch, all);
+  } else {
     for (int i = 0; i < n; ++i) {
-      CellState& cell = *batch[i];
-      if (cell.done) continue;
-      if (!accept_token(cell, StopRule(tokenizer, cell.request->options))) {
-        finish_cell(engine, tokenizer, i, cell);
-        continue;
-      }
-      inputs.push_back({i, cell.token, cell.position, cell.step});
-    }
-    if (inputs.empty()) break;
-    const std::vector<TokenId> next = engine.decode(inputs);
-    for (size_t k = 0; k < inputs.size(); ++k) {
-      CellState& cell = *batch[inputs[k].sequence];
-      cell.token = next[k];
-      ++cell.position;
-      ++cell.step;
-      ++cell.result.output_tokens;
+      batch[i]->first_token = Clock::now();  // its decode starts when the previous cell's ends
+      decode_until_done(engine, tokenizer, batch, {i});
     }
   }
   const int64_t peak = engine.peak_memory_bytes();
@@ -216,8 +234,12 @@ std::vector<GenerationResult> generate_cells(Engine& engine, const Tokenizer* to
         max_new_tokens_within_context(engine.config(), prompt_tokens, cells[i].options);
     longest_new = std::max(longest_new, states[i].max_new_tokens);
     engine.check_plan(*cells[i].plan);
+    // Cells decoded one at a time still share a prefill where the engine's decode step costs
+    // only the sequences it is given (the CPU); a device step runs every sequence it holds, so
+    // there each cell gets a batch, and a prefill, of its own.
+    const bool own_batch = !options.batch_cells && engine.steps_every_sequence();
     const std::string key =
-        options.batch_cells ? decode_group_of(*cells[i].plan) : "cell" + std::to_string(i);
+        own_batch ? "cell" + std::to_string(i) : decode_group_of(*cells[i].plan);
     groups[key].push_back(&states[i]);
   }
   const int capacity =
@@ -228,7 +250,7 @@ std::vector<GenerationResult> generate_cells(Engine& engine, const Tokenizer* to
       const size_t count = std::min(members.size() - begin, static_cast<size_t>(fits));
       std::vector<CellState*> batch(members.begin() + begin, members.begin() + begin + count);
       try {
-        run_batch(engine, tokenizer, context, question, batch);
+        run_batch(engine, tokenizer, context, question, batch, options.batch_cells);
       } catch (const CapacityError&) {
         if (count == 1) throw;
         fits = static_cast<int>(count / 2);  // the estimate was optimistic: split further

@@ -27,7 +27,9 @@ struct CellRequest {
 };
 
 struct BatchOptions {
-  bool batch_cells = true;  // false: each cell prefilled and decoded on its own (batch 1)
+  // false: each cell decoded on its own at batch 1 (after a shared prefill on the CPU; with a
+  // prefill of its own on a device, whose step runs every sequence it holds).
+  bool batch_cells = true;
 };
 
 // Per cell, in `cells` order.

@@ -104,6 +104,9 @@ class Engine {
   // After start_decode of every sequence of the batch: builds what the batch's decode steps need
   // (a device engine's selection metadata), so that its cost counts before the first token.
   virtual void prepare_decode() {}
+  // Whether one decode step computes every reserved sequence whatever it is given (a device's
+  // batched step), rather than only the inputs' (the CPU).
+  virtual bool steps_every_sequence() const = 0;
   // One greedy step for each input's sequence; returns each one's next token, in input order.
   virtual std::vector<TokenId> decode(std::span<const DecodeInput> inputs) = 0;
   // After the last decode step of `seq`: fills what the plan collects (ART's walk counts).

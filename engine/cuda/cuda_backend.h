@@ -48,6 +48,7 @@ class CudaBackend final : public Engine {
                               int first_position) override;
   void start_decode(int seq, CachePlan& plan, int prompt_tokens, int budget_tokens) override;
   void prepare_decode() override;
+  bool steps_every_sequence() const override { return true; }
   std::vector<TokenId> decode(std::span<const DecodeInput> inputs) override;
   void finish_decode(int seq) override;
   int64_t kv_bytes(int seq) const override;

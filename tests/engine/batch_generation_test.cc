@@ -81,6 +81,7 @@ void expect_cells_match_alone(bool with_question, bool batch_cells) {
     EXPECT_EQ(results[i].kv_bytes_end, expected.kv_bytes_end);
     EXPECT_EQ(results[i].kv_blocks_visited, expected.kv_blocks_visited);
     EXPECT_GT(results[i].ttft_ms, 0);
+    if (!batch_cells) EXPECT_EQ(results[i].decode_batch, 1);
   }
 }
 
