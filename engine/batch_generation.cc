@@ -60,7 +60,7 @@ void finish_cell(Engine& engine, const Tokenizer* tokenizer, int seq, CellState&
   GenerationResult& r = cell.result;
   CachePlan& plan = *cell.request->plan;
   engine.finish_decode(seq);
-  r.decode_ms = std::chrono::duration<double, std::milli>(Clock::now() - cell.first_token).count();
+  r.decode_ms = milliseconds_since(cell.first_token);
   r.tpot_ms = r.output_tokens > 1 ? r.decode_ms / (r.output_tokens - 1) : 0.0;
   r.text = StopRule(tokenizer, cell.request->options).final_text(r.output_ids);
   r.kv_bytes_end = engine.kv_bytes(seq);

@@ -174,9 +174,9 @@ struct CudaEngine::Impl {
     graph = nullptr;
   }
 
-  // The live rows of one (layer, sequence, KV head) of `cache`, [length, head_dim] f32.
-  std::vector<float> cached_rows(const std::vector<DeviceBuffer>& cache, int layer, int seq,
-                                 int head) const;
+  // `rows` cache rows of `buffer` from `first_row` on, as f32 [rows, head_dim].
+  std::vector<float> download_rows(const DeviceBuffer& buffer, int64_t first_row,
+                                   int64_t rows) const;
 
   const bf16* lm_head() const { return tied ? ptr<bf16>(embedding) : ptr<bf16>(output); }
 
@@ -640,13 +640,8 @@ std::vector<float> CudaEngine::cached_sequence(int layer, int seq, bool values) 
   const ModelConfig& c = m.config;
   // The sequence's heads are consecutive regions of `capacity` rows: one download for all.
   const int64_t first = m.host_offset[int64_t(layer) * m.heads_total() + int64_t(seq) * c.n_kv_heads];
-  const int64_t count = int64_t(c.n_kv_heads) * m.capacity * c.head_dim;
-  std::vector<bf16> bits(count);
-  cuda::check(cudaStreamSynchronize(m.stream), "sync");
-  (values ? m.v_cache : m.k_cache)[layer].download(bits.data(), count * 2, first * c.head_dim * 2);
-  std::vector<float> out(count);
-  for (int64_t i = 0; i < count; ++i) out[i] = __bfloat162float(bits[i]);
-  return out;
+  return m.download_rows((values ? m.v_cache : m.k_cache)[layer], first,
+                         int64_t(c.n_kv_heads) * m.capacity);
 }
 
 void CudaEngine::compact(int seq, const KeptIndices& kept) {
@@ -852,21 +847,17 @@ std::vector<float> CudaEngine::sparse_query(int layer, int seq) const {
 }
 
 std::vector<float> CudaEngine::cached_keys(int layer, int seq, int head) const {
-  return impl_->cached_rows(impl_->k_cache, layer, seq, head);
-}
-
-std::vector<float> CudaEngine::cached_values(int layer, int seq, int head) const {
-  return impl_->cached_rows(impl_->v_cache, layer, seq, head);
-}
-
-std::vector<float> CudaEngine::Impl::cached_rows(const std::vector<DeviceBuffer>& cache, int layer,
-                                                 int seq, int head) const {
-  const Impl& m = *this;
+  const Impl& m = *impl_;
   const int64_t slot = int64_t(layer) * m.heads_total() + int64_t(seq) * m.config.n_kv_heads + head;
-  const int64_t n = int64_t(m.host_length[slot]) * m.config.head_dim;
+  return m.download_rows(m.k_cache[layer], m.host_offset[slot], m.host_length[slot]);
+}
+
+std::vector<float> CudaEngine::Impl::download_rows(const DeviceBuffer& buffer, int64_t first_row,
+                                                   int64_t rows) const {
+  const int64_t n = rows * config.head_dim;
   std::vector<bf16> bits(n);
-  cuda::check(cudaStreamSynchronize(m.stream), "sync");
-  cache[layer].download(bits.data(), n * 2, m.host_offset[slot] * m.config.head_dim * 2);
+  cuda::check(cudaStreamSynchronize(stream), "sync");
+  buffer.download(bits.data(), n * 2, first_row * config.head_dim * 2);
   std::vector<float> out(n);
   for (int64_t i = 0; i < n; ++i) out[i] = __bfloat162float(bits[i]);
   return out;

@@ -97,7 +97,6 @@ class CudaEngine {
   std::vector<float> sparse_query(int layer, int seq) const;
   // The live keys of one (layer, sequence, KV head), [length, head_dim] (tests).
   std::vector<float> cached_keys(int layer, int seq, int head) const;
-  std::vector<float> cached_values(int layer, int seq, int head) const;
   // Every KV head's rows of one (layer, sequence), live or not: [Hkv, capacity, head_dim]
   // (one download; length() says how many rows of each head are live).
   std::vector<float> cached_sequence(int layer, int seq, bool values) const;
