@@ -101,6 +101,10 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 void DeviceBuffer::upload(const void* host, size_t bytes, size_t offset) {
   check(cudaMemcpy(static_cast<char*>(data_) + offset, host, bytes, cudaMemcpyHostToDevice),
         "cudaMemcpy H2D");
+  // From pageable memory cudaMemcpy may return before its DMA has landed, and the engines' streams
+  // are non-blocking (no implicit order with the default stream): without this wait a kernel
+  // queued next could read the buffer's old contents (stale tokens, lengths or row lists).
+  check(cudaDeviceSynchronize(), "cudaMemcpy H2D completion");
 }
 
 void DeviceBuffer::download(void* host, size_t bytes, size_t offset) const {

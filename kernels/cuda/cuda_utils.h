@@ -61,7 +61,9 @@ class DeviceBuffer {
   T* as() const { return static_cast<T*>(data_); }
   size_t bytes() const { return bytes_; }
 
+  // Synchronous: returns once the bytes are on the device, ordered before any later launch.
   void upload(const void* host, size_t bytes, size_t offset = 0);
+  // Synchronous; callers first wait for the stream that wrote the buffer.
   void download(void* host, size_t bytes, size_t offset = 0) const;
 
  private:
