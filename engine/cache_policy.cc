@@ -52,10 +52,37 @@ std::string Budget::to_string() const {
   return out.str();
 }
 
+namespace {
+
+template <typename T>
+void merge_sorted_unique(std::vector<T>& into, const std::vector<T>& more) {
+  into.insert(into.end(), more.begin(), more.end());
+  std::sort(into.begin(), into.end());
+  into.erase(std::unique(into.begin(), into.end()), into.end());
+}
+
+}  // namespace
+
 void CaptureRequest::merge(const CaptureRequest& other) {
   window_queries = std::max(window_queries, other.window_queries);
   attention_column_sums |= other.attention_column_sums;
   output_projection |= other.output_projection;
+  merge_sorted_unique(window_attention_sums, other.window_attention_sums);
+  merge_sorted_unique(output_perturbations, other.output_perturbations);
+  key_norms |= other.key_norms;
+  host_keys_values |= other.host_keys_values;
+}
+
+const float* LayerPrefillView::window_sums_for(int requested_window) const {
+  for (const WindowSums& entry : window_attention_sums)
+    if (entry.window == requested_window) return entry.sums;
+  return nullptr;
+}
+
+const float* LayerPrefillView::perturbation_for(const PerturbationRequest& request) const {
+  for (const Perturbation& entry : output_perturbations)
+    if (entry.request == request) return entry.scores;
+  return nullptr;
 }
 
 }  // namespace kvb

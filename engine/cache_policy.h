@@ -10,6 +10,7 @@
 // A CachePlan bundles what one run uses; "snapkv+art" is a PrefillPolicy plus EarlyExitParams.
 #pragma once
 
+#include <compare>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -43,12 +44,32 @@ struct Budget {
   std::string to_string() const;  // "512" or "5%"
 };
 
+// The output-perturbation scores of a window (engine/prefill_capture.h) with the rounding of p.
+struct PerturbationRequest {
+  int window = 0;
+  bool round_p_to_bf16 = true;
+  bool operator==(const PerturbationRequest&) const = default;
+  auto operator<=>(const PerturbationRequest&) const = default;
+};
+
 // What the prefill observers must capture for the active policies. Observers capture nothing that
 // no policy asked for.
+//
+// The statistics below are what a device backend computes beside the prefill so that only O(L)
+// numbers per head leave the device; a backend that holds the cache in host memory (the CPU) may
+// leave them out, and the policy then computes the same from the keys and values it reads there.
+// A policy whose scoring needs more than its statistics sets `host_keys_values`: a device backend
+// then copies the prompt's keys and values to the host for it.
 struct CaptureRequest {
   int window_queries = 0;               // last w post-RoPE queries of every query head
   bool attention_column_sums = false;   // Σ over all prompt queries of p(query -> key) (H2O)
   bool output_projection = false;       // expose W_o (CriticalKV)
+  // Windows w for which Σ_{t<w} p(window query t -> key j) is wanted, per query head.
+  std::vector<int> window_attention_sums;
+  // Windows for Σ_t ω(p)·‖y_t − v_j‖² (kernels/cpu/dropkv_scores.h), per KV head.
+  std::vector<PerturbationRequest> output_perturbations;
+  bool key_norms = false;         // ‖k_j‖₂ per KV head
+  bool host_keys_values = false;  // the policy reads the prompt's keys and values themselves
   void merge(const CaptureRequest& other);
 };
 
@@ -66,8 +87,26 @@ struct LayerPrefillView {
   std::vector<const float*> values;      // per KV head [L, d]
   const float* column_sums = nullptr;    // [Hq, L] or nullptr
   const float* output_projection = nullptr;  // [d_model, Hq*d] row-major (out x in) or nullptr
+  // Device statistics (CaptureRequest), each present only where the backend computed it.
+  struct WindowSums {
+    int window = 0;                // as requested; the sums cover min(window, L) queries
+    const float* sums = nullptr;   // [Hq, L]
+  };
+  std::vector<WindowSums> window_attention_sums;
+  struct Perturbation {
+    PerturbationRequest request;
+    const float* scores = nullptr;  // [Hkv, L], the group mean, before pooling
+  };
+  std::vector<Perturbation> output_perturbations;
+  const float* key_norms = nullptr;  // [Hkv, L]
 
   int group_size() const { return n_query_heads / n_kv_heads; }
+  // Whether the view holds the prompt's keys and values (always on the CPU; on a device only for
+  // a request with host_keys_values).
+  bool has_keys_values() const { return !keys.empty(); }
+  // The statistic for this request, or nullptr when the backend did not compute it.
+  const float* window_sums_for(int requested_window) const;
+  const float* perturbation_for(const PerturbationRequest& request) const;
   const float* query(int q_head, int t) const {
     return query_window + (static_cast<int64_t>(q_head) * window + t) * head_dim;
   }

@@ -71,9 +71,9 @@ KeptIndices select_kept(const CachePlan& plan, const PrefillCapture& captured,
                         const ModelConfig& config, int budget) {
   const CaptureRequest wanted = plan.prefill->capture();
   check_captures(captured, wanted, plan.prefill->name());
-  const PrefillCapture captures =
-      captures_for(captured, wanted, config.n_query_heads, config.head_dim);
-  KeptIndices kept = plan.prefill->select(view_of(captures, wanted), budget);
+  // The captures of every cell's policy together: each reads its own window's rows (the last w of
+  // the widest) and statistics, so nothing is copied per cell.
+  KeptIndices kept = plan.prefill->select(view_of(captured, wanted), budget);
   if (static_cast<int>(kept.size()) != config.n_layers)
     throw std::logic_error("policy '" + plan.prefill->name() + "' returned kept indices for " +
                            std::to_string(kept.size()) + " layers, expected " +
@@ -105,7 +105,7 @@ void Generator::compress(PrefillSnapshot& snapshot, CachePlan& plan, int spare_t
   const KeptIndices kept = select_kept(
       plan, snapshot.capture,
       [&](const PrefillCapture& captures, const CaptureRequest& wanted) {
-        return make_prefill_view(engine_.weights(), snapshot.store, captures, wanted);
+        return make_prefill_view(engine_.weights(), &snapshot.store, captures, wanted);
       },
       c, result.budget_tokens);
   for (int l = 0; l < c.n_layers; ++l) snapshot.store.compact(l, kept[l], spare_tokens);

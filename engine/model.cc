@@ -96,12 +96,18 @@ std::vector<std::filesystem::path> hf_hashed_files(const std::filesystem::path& 
 
 }  // namespace
 
-LoadedModel load_model(const std::string& path_or_preset) {
+LoadedModel load_model(const std::string& path_or_preset, const LoadOptions& options) {
   LoadedModel model;
   if (is_preset(path_or_preset)) {
     const std::string name = path_or_preset.substr(kPresetPrefix.size());
     const ModelConfig config = preset_config(name);
-    auto weights = random_weights(config, kPresetSeed);
+    std::shared_ptr<ModelWeights> weights;
+    if (options.preset_weights_on_host) {
+      weights = random_weights(config, kPresetSeed);
+    } else {
+      weights = std::make_shared<ModelWeights>();
+      weights->config = config;
+    }
     weights->source = path_or_preset;
     model.tokenizer = std::make_shared<ByteTokenizer>(config.vocab_size);
     model.chat_template = "plain";

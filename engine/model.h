@@ -20,9 +20,22 @@ struct LoadedModel {
   std::string sha256;         // of the model file(s); of "preset:NAME seed=S" for a preset
 };
 
+// What load_model builds on the host.
+struct LoadOptions {
+  // false: a preset's random weights are not generated on the host (ModelWeights holds its config
+  // and no layers); a device engine generates its own (CudaEngine::from_preset), so an 8B preset
+  // costs no 32 GB f32 copy. Files always load.
+  bool preset_weights_on_host = true;
+};
+
 // Loads weights (dequantised to f32) and tokenizer. The GGUF mapping is released before returning.
 // Errors: InputError (missing path, unknown preset or architecture), FormatError (malformed file).
-LoadedModel load_model(const std::string& path_or_preset);
+LoadedModel load_model(const std::string& path_or_preset, const LoadOptions& options = {});
+
+// Whether `weights` are a preset's that only a device engine generates (LoadOptions).
+inline bool weights_live_on_device_only(const ModelWeights& weights) {
+  return weights.config.dummy_weights && weights.layers.empty();
+}
 
 // What `kvbench info` shows, read from metadata only (no dequantisation; the tokenizer is built to
 // report its kind, and a tokenizer that cannot be built is reported, not thrown).

@@ -4,9 +4,11 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/errors.h"
+
 namespace kvb {
 
-PrefillView make_prefill_view(const ModelWeights& weights, const KvStore& store,
+PrefillView make_prefill_view(const ModelWeights& weights, const KvStore* store,
                               const PrefillCapture& capture, const CaptureRequest& request) {
   const ModelConfig& c = weights.config;
   PrefillView view;
@@ -22,34 +24,28 @@ PrefillView make_prefill_view(const ModelWeights& weights, const KvStore& store,
     layer.window = capture.window;
     if (capture.window > 0) layer.query_window = capture.query_window[l].data();
     if (!capture.column_sums.empty()) layer.column_sums = capture.column_sums[l].data();
-    if (request.output_projection) layer.output_projection = weights.layers[l].wo.data();
+    if (request.output_projection) {
+      if (weights.layers.empty())
+        throw InputError("a policy reads the output projection W_o on the host, and model '" +
+                         weights.source + "' has its weights on the device only; run it with "
+                         "\"device\": \"cpu\" or choose a policy without W_o");
+      layer.output_projection = weights.layers[l].wo.data();
+    }
+    for (const auto& sums : capture.window_attention_sums)
+      layer.window_attention_sums.push_back({sums.window, sums.per_layer[l].data()});
+    for (const auto& scores : capture.output_perturbations)
+      layer.output_perturbations.push_back({scores.request, scores.per_layer[l].data()});
+    if (!capture.key_norms.empty()) layer.key_norms = capture.key_norms[l].data();
+    if (!store) continue;
     for (int h = 0; h < c.n_kv_heads; ++h) {
-      if (store.length(l, h) != capture.length)
+      if (store->length(l, h) != capture.length)
         throw std::logic_error("make_prefill_view: layer " + std::to_string(l) + " head " +
-                               std::to_string(h) + " holds " + std::to_string(store.length(l, h)) +
+                               std::to_string(h) + " holds " + std::to_string(store->length(l, h)) +
                                " entries, expected the whole prompt of " +
                                std::to_string(capture.length));
-      layer.keys.push_back(store.keys(l, h));
-      layer.values.push_back(store.values(l, h));
+      layer.keys.push_back(store->keys(l, h));
+      layer.values.push_back(store->values(l, h));
     }
-  }
-  return view;
-}
-
-PrefillCapture captures_for(const PrefillCapture& captured, const CaptureRequest& wanted,
-                            int n_query_heads, int head_dim) {
-  PrefillCapture view = captured;
-  const int w = std::min(wanted.window_queries, captured.length);
-  if (w < captured.window) {
-    for (auto& layer : view.query_window) {
-      std::vector<float> trimmed(static_cast<size_t>(n_query_heads) * w * head_dim);
-      for (int a = 0; a < n_query_heads; ++a)
-        std::copy_n(
-            &layer[(static_cast<size_t>(a) * captured.window + captured.window - w) * head_dim],
-            static_cast<size_t>(w) * head_dim, &trimmed[static_cast<size_t>(a) * w * head_dim]);
-      layer = std::move(trimmed);
-    }
-    view.window = w;
   }
   return view;
 }

@@ -14,20 +14,29 @@ namespace kvb {
 
 struct PrefillCapture {
   int length = 0;  // prompt tokens L the captures describe
-  int window = 0;  // w window queries captured per query head (<= L)
+  int window = 0;  // w window queries captured per query head (<= L): the widest any policy asked
+                   // for; a policy with a smaller window reads the last rows
   std::vector<std::vector<float>> query_window;  // per layer [Hq, w, d], post-RoPE
   std::vector<std::vector<float>> column_sums;   // per layer [Hq, L]; empty when not requested
+  // The device statistics of CaptureRequest (a CPU backend leaves them empty).
+  struct WindowSums {
+    int window = 0;                             // as requested
+    std::vector<std::vector<float>> per_layer;  // [Hq, L]
+  };
+  std::vector<WindowSums> window_attention_sums;
+  struct Perturbation {
+    PerturbationRequest request;
+    std::vector<std::vector<float>> per_layer;  // [Hkv, L]
+  };
+  std::vector<Perturbation> output_perturbations;
+  std::vector<std::vector<float>> key_norms;  // per layer [Hkv, L]; empty when not computed
 };
 
-// Builds the view of every layer. The store must hold the whole prompt in every head (it is the
-// store right after prefill). W_o is exposed when `request.output_projection`.
-PrefillView make_prefill_view(const ModelWeights& weights, const KvStore& store,
+// Builds the view of every layer. `store` (nullptr: a device backend's view without the prompt's
+// keys and values) must hold the whole prompt in every head (it is the store right after
+// prefill). W_o is exposed when `request.output_projection`.
+PrefillView make_prefill_view(const ModelWeights& weights, const KvStore* store,
                               const PrefillCapture& capture, const CaptureRequest& request);
-
-// The captures cut down to what `wanted` asks for: a policy sees exactly its own window even when
-// the prefill captured the widest window of several policies.
-PrefillCapture captures_for(const PrefillCapture& captured, const CaptureRequest& wanted,
-                            int n_query_heads, int head_dim);
 
 // logic_error naming `policy` when `captured` lacks what `wanted` asks for (the prefill must
 // capture the union of its cells' requests).

@@ -85,7 +85,8 @@ const LoadedModel& EngineBackend::model(const std::string& path) {
     if (log_) std::fprintf(log_, "[kvbench run] loading %s (%s)\n", path.c_str(), device_.c_str());
     auto state = std::make_unique<ModelState>();
     state->path = path;
-    state->loaded = load_model(path);
+    // A preset on the GPU generates its random weights there: no host copy of an 8B model.
+    state->loaded = load_model(path, {.preset_weights_on_host = device_ != "cuda"});
     if (!state->loaded.tokenizer && path.size() > 5 && path.substr(path.size() - 5) == ".gguf")
       state->loaded.tokenizer = tokenizer_from_gguf(*GgufFile::open(path));
     if (!state->loaded.tokenizer)

@@ -113,6 +113,7 @@ class AdaKvPolicy : public ScoredPolicy {
     ScoredSettings settings = scorer.settings();
     settings.name = std::move(name);
     settings.capture.output_projection |= options.critical;
+    settings.capture.host_keys_values |= options.critical;  // ‖v W_o‖ reads the values
     return settings;
   }
 

@@ -96,6 +96,7 @@ class CriticalKvPolicy : public ScoredPolicy {
     ScoredSettings settings = base.settings();
     settings.name = "criticalkv";
     settings.capture.output_projection = true;
+    settings.capture.host_keys_values = true;  // ‖v W_o‖ reads the values
     return settings;
   }
   std::shared_ptr<const ScoredPolicy> base_;

@@ -113,6 +113,15 @@ class DropKvPolicy : public ScoredPolicy {
     const int window = effective_window(layer, settings().window);
     const int group = layer.group_size();
     std::vector<std::vector<float>> scores(layer.n_kv_heads);
+    // Scores a device backend computed with the same formula (kernels/cuda/dropkv_scores.h).
+    if (const float* raw = layer.perturbation_for(perturbation_request(settings().window))) {
+      for (int h = 0; h < layer.n_kv_heads; ++h)
+        scores[h] = pool1d({raw + static_cast<int64_t>(h) * layer.length,
+                            static_cast<size_t>(layer.length)},
+                           kernel_, pooling_, Precision::kFp32);
+      return scores;
+    }
+    require_keys_values(layer, "dropkv", "its perturbation scores");
     for (int h = 0; h < layer.n_kv_heads; ++h) {
       std::vector<double> sum(layer.length, 0.0);
       const HeadTensors head = head_tensors(layer, h, precision_);
@@ -124,6 +133,10 @@ class DropKvPolicy : public ScoredPolicy {
       scores[h] = pool1d(mean, kernel_, pooling_, Precision::kFp32);
     }
     return scores;
+  }
+
+  PerturbationRequest perturbation_request(int window) const {
+    return {window, precision_ == Precision::kBf16};
   }
 
  private:
@@ -145,9 +158,13 @@ nlohmann::json dropkv_defaults() {
 
 std::shared_ptr<const ScoredPolicy> build_dropkv(const PolicyParams& params) {
   ScoredSettings settings = read_scored_settings(params, PolicyKind::kPrefillQueryAware);
-  return std::make_shared<DropKvPolicy>(
-      settings, params.integer("kernel"), parse_pooling(params.choice("pooling", {"avg", "max"})),
-      parse_precision(params.choice("precision", {"bf16", "fp32"})));
+  const Precision precision = parse_precision(params.choice("precision", {"bf16", "fp32"}));
+  // The window queries for the CPU's own scoring, the fused scores in place of the keys on a device.
+  settings.capture.host_keys_values = false;
+  settings.capture.output_perturbations = {{settings.window, precision == Precision::kBf16}};
+  return std::make_shared<DropKvPolicy>(settings, params.integer("kernel"),
+                                        parse_pooling(params.choice("pooling", {"avg", "max"})),
+                                        precision);
 }
 
 PolicyFactory dropkv_factory() {

@@ -138,8 +138,8 @@ PolicyFactory h2o_factory() {
        {{"window", 8}, {"dense_layers", nlohmann::json::array()}}},
       [](const PolicyParams& params) {
         ScoredSettings settings = read_scored_settings(params, PolicyKind::kPrefillQueryAware);
-        settings.capture.window_queries = 0;
-        settings.capture.attention_column_sums = true;
+        settings.capture = CaptureRequest{};
+        settings.capture.attention_column_sums = true;  // its only input
         return std::make_shared<H2oPrefillPolicy>(settings);
       });
 }

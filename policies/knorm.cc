@@ -6,10 +6,10 @@
 // compressed, nothing protected. KVCache-Factory's L2NormCluster instead skips layers 0–1
 // (`dense_layers: [0, 1]`). `window` > 0 protects the last tokens — a harness extension, not
 // official. Budget: per (layer, KV head), all kept tokens. Ties: lower position first.
-#include <cmath>
-
+#include "kernels/cpu/row_norms.h"
 #include "policies/methods.h"
 #include "policies/scored_policy.h"
+#include "policies/selection.h"
 
 namespace kvb {
 namespace {
@@ -18,15 +18,20 @@ class KnormPolicy : public ScoredPolicy {
  public:
   using ScoredPolicy::ScoredPolicy;
   std::vector<std::vector<float>> score(const LayerPrefillView& layer) const override {
-    std::vector<std::vector<float>> scores(layer.n_kv_heads, std::vector<float>(layer.length));
-    for (int h = 0; h < layer.n_kv_heads; ++h) {
-      for (int j = 0; j < layer.length; ++j) {
-        const float* k = layer.keys[h] + static_cast<int64_t>(j) * layer.head_dim;
-        float squared = 0.0f;
-        for (int i = 0; i < layer.head_dim; ++i) squared += k[i] * k[i];
-        scores[h][j] = -std::sqrt(squared);
-      }
+    const int length = layer.length;
+    std::vector<float> computed;
+    const float* norms = layer.key_norms;  // computed by a device backend
+    if (!norms) {
+      require_keys_values(layer, "knorm", "the key norms");
+      computed.resize(static_cast<size_t>(layer.n_kv_heads) * length);
+      for (int h = 0; h < layer.n_kv_heads; ++h)
+        kernels::row_norms({layer.keys[h], 0, 1, length, layer.head_dim,
+                            computed.data() + static_cast<int64_t>(h) * length});
+      norms = computed.data();
     }
+    std::vector<std::vector<float>> scores(layer.n_kv_heads, std::vector<float>(length));
+    for (int h = 0; h < layer.n_kv_heads; ++h)
+      for (int j = 0; j < length; ++j) scores[h][j] = -norms[static_cast<int64_t>(h) * length + j];
     return scores;
   }
 };
@@ -39,8 +44,10 @@ PolicyFactory knorm_factory() {
        "kvpress@8bb29b9 knorm_press.py; KVCache-Factory L2NormCluster",
        {{"window", 0}, {"dense_layers", nlohmann::json::array()}}},
       [](const PolicyParams& params) {
-        return std::make_shared<KnormPolicy>(
-            read_scored_settings(params, PolicyKind::kPrefillQueryAgnostic));
+        ScoredSettings settings = read_scored_settings(params, PolicyKind::kPrefillQueryAgnostic);
+        settings.capture = CaptureRequest{};
+        settings.capture.key_norms = true;  // its only input
+        return std::make_shared<KnormPolicy>(settings);
       });
 }
 

@@ -41,6 +41,11 @@ struct WindowScoreOptions;
 // SnapKV's parameters with their defaults, shared by the SnapKV family (PyramidKV, AdaKV).
 nlohmann::json snapkv_defaults();
 WindowScoreOptions read_window_score_options(const PolicyParams& params);
+// The shared settings of a method scored by window_attention_scores (its capture: the window
+// sums, not the prompt's keys).
+struct ScoredSettings;
+ScoredSettings window_scored_settings(const PolicyParams& params,
+                                      const WindowScoreOptions& options);
 nlohmann::json dropkv_defaults();
 
 // CAKE's budget adjustment: prefix tokens per layer from the layer preferences P_ℓ.

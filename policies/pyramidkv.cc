@@ -62,9 +62,9 @@ PolicyFactory pyramidkv_factory() {
       [](const PolicyParams& params) {
         const int beta = params.integer("beta");
         if (beta < 1) throw InputError("parameter 'beta' of pyramidkv must be >= 1");
-        return std::make_shared<PyramidKvPolicy>(
-            read_scored_settings(params, PolicyKind::kPrefillQueryAware),
-            read_window_score_options(params), beta);
+        const WindowScoreOptions options = read_window_score_options(params);
+        return std::make_shared<PyramidKvPolicy>(window_scored_settings(params, options), options,
+                                                 beta);
       });
 }
 

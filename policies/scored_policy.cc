@@ -1,5 +1,7 @@
 #include "policies/scored_policy.h"
 
+#include <tbb/parallel_for.h>
+
 #include <algorithm>
 
 #include "engine/errors.h"
@@ -20,6 +22,8 @@ ScoredSettings read_scored_settings(const PolicyParams& params, PolicyKind kind)
   if (settings.window < 0 || settings.sinks < 0)
     throw InputError("policy '" + settings.name + "': window and sinks must be >= 0");
   if (kind == PolicyKind::kPrefillQueryAware) settings.capture.window_queries = settings.window;
+  // A method reads the prompt's keys and values unless it says its statistics suffice.
+  settings.capture.host_keys_values = true;
   return settings;
 }
 
@@ -44,13 +48,22 @@ KeptIndices ScoredPolicy::select(const PrefillView& view, int budget_tokens) con
   if (!settings_.budget_includes_window)
     for (auto& b : budgets) b += settings_.window + settings_.sinks;
   KeptIndices kept(view.layers.size());
-  for (size_t l = 0; l < view.layers.size(); ++l) {
+  auto select_one = [&](size_t l) {
     const LayerPrefillView& layer = view.layers[l];
     if (is_dense_layer(settings_.dense_layers, layer.layer) || budgets[l] >= layer.length) {
       kept[l].assign(layer.n_kv_heads, keep_all(layer.length));
     } else {
       kept[l] = select_layer(layer, budgets[l]);
     }
+  };
+  // Layers are independent. From a device's statistics a layer's selection is plain host
+  // arithmetic (pooling, reductions, top-k over L per head): run them in parallel. Scoring from
+  // the keys calls BLAS, which threads each call itself: keep those layers in order.
+  const bool statistics_only = !view.layers.empty() && !view.layers[0].has_keys_values();
+  if (statistics_only) {
+    tbb::parallel_for(size_t{0}, view.layers.size(), select_one);
+  } else {
+    for (size_t l = 0; l < view.layers.size(); ++l) select_one(l);
   }
   return kept;
 }

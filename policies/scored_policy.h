@@ -32,8 +32,9 @@ struct ScoredSettings {
 };
 
 // Reads the shared parameters a method declares ("window", "sinks", "dense_layers",
-// "budget_includes_window"); a window
-// declared by a query-aware method also becomes its capture request.
+// "budget_includes_window"); a window declared by a query-aware method also becomes its capture
+// request, which asks for the prompt's keys and values (a method whose score needs only device
+// statistics replaces that by the statistics it reads).
 ScoredSettings read_scored_settings(const PolicyParams& params, PolicyKind kind);
 
 class ScoredPolicy : public PrefillPolicy {

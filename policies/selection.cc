@@ -8,6 +8,8 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <stdexcept>
+#include <string>
 
 #include "engine/errors.h"
 
@@ -201,6 +203,13 @@ void evict_except(KvStore& store, int layer, int head, const std::vector<int32_t
   }
 }
 
+void require_keys_values(const LayerPrefillView& layer, const std::string& policy,
+                         const std::string& statistic) {
+  if (!layer.has_keys_values())
+    throw std::logic_error(policy + ": the prefill view holds neither " + statistic +
+                           " nor the prompt's keys and values; its CaptureRequest must ask for one");
+}
+
 bool is_dense_layer(const std::vector<int>& dense_layers, int layer) {
   return std::find(dense_layers.begin(), dense_layers.end(), layer) != dense_layers.end();
 }
@@ -215,7 +224,19 @@ std::vector<std::vector<float>> window_attention_scores(const LayerPrefillView& 
   const int length = layer.length;
   const int prefix = length - w;
   std::vector<std::vector<float>> per_query_head(layer.n_query_heads);
+  const float* device_sums = layer.window_sums_for(options.window);
+  if (!device_sums)
+    require_keys_values(layer, "window attention scores",
+                        "the window sums of w = " + std::to_string(options.window));
   for (int a = 0; a < layer.n_query_heads; ++a) {
+    if (device_sums) {  // Σ_t p(t -> j) over the window rows, row a of [Hq, L]
+      const float* sums = device_sums + static_cast<int64_t>(a) * length;
+      const float divisor = options.mean_over_rows ? static_cast<float>(std::max(w, 1)) : 1.0f;
+      per_query_head[a].resize(prefix);
+      for (int j = 0; j < prefix; ++j)
+        per_query_head[a][j] = maybe_bf16(sums[j] / divisor, options.precision);
+      continue;
+    }
     const auto probs = window_attention(layer, a, w, options.precision);
     per_query_head[a] =
         reduce_rows(probs, w, length, prefix, options.mean_over_rows, options.precision);
@@ -236,6 +257,13 @@ std::vector<std::vector<float>> window_attention_scores(const LayerPrefillView& 
     scores.resize(length, 0.0f);
   }
   return per_kv_head;
+}
+
+CaptureRequest window_attention_capture(const WindowScoreOptions& options) {
+  CaptureRequest request;
+  request.window_queries = options.window;
+  request.window_attention_sums = {options.window};
+  return request;
 }
 
 }  // namespace kvb

@@ -72,6 +72,11 @@ void check_budget(const std::string& policy, int budget_tokens, int prompt_lengt
 // (sorted indices into the head's current sequence).
 void evict_except(KvStore& store, int layer, int head, const std::vector<int32_t>& kept);
 
+// logic_error naming `policy` and the statistic it missed when the view lacks the prompt's keys
+// and values (a device view for a request without host_keys_values).
+void require_keys_values(const LayerPrefillView& layer, const std::string& policy,
+                         const std::string& statistic);
+
 // True when `layer` is listed in `dense_layers` (left uncompressed).
 bool is_dense_layer(const std::vector<int>& dense_layers, int layer);
 
@@ -92,7 +97,12 @@ struct WindowScoreOptions {
   GroupReduce group_reduce = GroupReduce::kMean;
   bool reduce_group_before_pooling = false;  // kvpress: after; AdaKV/DropKV: before
 };
+// Reads the view's window attention sums for options.window when the backend computed them
+// (a device), else recomputes the window attention from the keys.
 std::vector<std::vector<float>> window_attention_scores(const LayerPrefillView& layer,
                                                         const WindowScoreOptions& options);
+// What window_attention_scores needs of the prefill: the window queries, and the window sums in
+// place of the prompt's keys.
+CaptureRequest window_attention_capture(const WindowScoreOptions& options);
 
 }  // namespace kvb

@@ -51,15 +51,21 @@ WindowScoreOptions read_window_score_options(const PolicyParams& params) {
   return options;
 }
 
+ScoredSettings window_scored_settings(const PolicyParams& params,
+                                      const WindowScoreOptions& options) {
+  ScoredSettings settings = read_scored_settings(params, PolicyKind::kPrefillQueryAware);
+  settings.capture = window_attention_capture(options);
+  return settings;
+}
+
 PolicyFactory snapkv_factory() {
   return scored_factory(
       {"snapkv", PolicyKind::kPrefillQueryAware, "window-query attention, pooled, top-k + window",
        "FasterDecoding/SnapKV@395b54d snapkv_utils.py; kvpress@8bb29b9 snapkv_press.py",
        snapkv_defaults()},
       [](const PolicyParams& params) {
-        return std::make_shared<SnapKvPolicy>(
-            read_scored_settings(params, PolicyKind::kPrefillQueryAware),
-            read_window_score_options(params));
+        const WindowScoreOptions options = read_window_score_options(params);
+        return std::make_shared<SnapKvPolicy>(window_scored_settings(params, options), options);
       });
 }
 

@@ -32,8 +32,9 @@ PolicyFactory streamingllm_factory() {
        "mit-han-lab/streaming-llm kv_cache.py; kvpress streaming_llm_press.py",
        {{"sinks", 4}, {"dense_layers", nlohmann::json::array()}}},
       [](const PolicyParams& params) {
-        return std::make_shared<StreamingLlmPolicy>(
-            read_scored_settings(params, PolicyKind::kPrefillQueryAgnostic));
+        ScoredSettings settings = read_scored_settings(params, PolicyKind::kPrefillQueryAgnostic);
+        settings.capture = CaptureRequest{};  // positions only
+        return std::make_shared<StreamingLlmPolicy>(settings);
       });
 }
 

@@ -45,7 +45,7 @@ std::vector<float> CpuBackend::prefill(int seq, std::span<const TokenId> ids,
 
 PrefillView CpuBackend::prefill_view(int seq, const PrefillCapture& capture,
                                      const CaptureRequest& request, KvStore&) const {
-  return make_prefill_view(weights(), stores_.at(seq), capture, request);
+  return make_prefill_view(weights(), &stores_.at(seq), capture, request);
 }
 
 void CpuBackend::compact(int seq, const KeptIndices& kept, int spare_tokens) {

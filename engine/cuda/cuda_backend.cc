@@ -4,11 +4,15 @@
 #include <stdexcept>
 
 #include "engine/errors.h"
+#include "engine/model.h"
 
 namespace kvb {
 
 CudaBackend::CudaBackend(const ModelWeights& weights)
-    : weights_(weights), engine_(CudaEngine::from_weights(weights)) {}
+    : weights_(weights),
+      engine_(weights_live_on_device_only(weights)
+                  ? CudaEngine::from_preset(weights.config, kPresetSeed)
+                  : CudaEngine::from_weights(weights)) {}
 
 void CudaBackend::check_plan(const CachePlan& plan) const {
   auto refuse = [&](const std::string& why) {
@@ -16,6 +20,9 @@ void CudaBackend::check_plan(const CachePlan& plan) const {
                      "; run it with \"device\": \"cpu\"");
   };
   if (plan.decode_eviction) refuse("its decode-time eviction runs on the CPU engine only");
+  if (plan.prefill && plan.prefill->capture().output_projection &&
+      weights_live_on_device_only(weights_))
+    refuse("it reads W_o on the host, and this preset's weights live on the device only");
   if (plan.selector && !plan.selector->runs_on_device())
     refuse("its decode selector '" + plan.selector->name() + "' has no device form");
   if (plan.early_exit) {
@@ -36,12 +43,7 @@ int CudaBackend::max_sequences(int capacity) const { return engine_->max_batch(c
 std::vector<float> CudaBackend::prefill(int seq, std::span<const TokenId> ids,
                                         const CaptureRequest& request, PrefillCapture& capture) {
   const std::vector<int32_t> tokens(ids.begin(), ids.end());
-  capture = PrefillCapture{};
-  capture.length = static_cast<int>(tokens.size());
-  capture.window = std::min(request.window_queries, capture.length);
-  return engine_->prefill_with_window(
-      seq, tokens, capture.window, capture.query_window,
-      request.attention_column_sums ? &capture.column_sums : nullptr);
+  return engine_->prefill_with_captures(seq, tokens, request, capture);
 }
 
 KvStore CudaBackend::host_store(int seq) const {
@@ -74,8 +76,9 @@ KvStore CudaBackend::host_store(int seq) const {
 
 PrefillView CudaBackend::prefill_view(int seq, const PrefillCapture& capture,
                                       const CaptureRequest& request, KvStore& host_copy) const {
+  if (!request.host_keys_values) return make_prefill_view(weights_, nullptr, capture, request);
   if (host_copy.n_layers() == 0) host_copy = host_store(seq);
-  return make_prefill_view(weights_, host_copy, capture, request);
+  return make_prefill_view(weights_, &host_copy, capture, request);
 }
 
 void CudaBackend::compact(int seq, const KeptIndices& kept, int) { engine_->compact(seq, kept); }

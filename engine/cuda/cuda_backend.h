@@ -3,11 +3,13 @@
 // compaction gathers kept rows on the device.
 //
 // What a plan may use here (check_plan refuses the rest, naming the method):
-// - prefill policies: the prefill's window queries (w rows per layer) and H2O's attention column
-//   sums (computed on the device from the rows' log-sum-exp) come down from the device; the policy
-//   then scores on the host from a copy of the prompt's keys and values, made once per prefill and
-//   shared by every cell that replays it (the step still to take: scores on the device, so that
-//   only O(L) scores per head cross).
+// - prefill policies: the statistics they ask for (CaptureRequest: attention column sums, window
+//   attention sums, output perturbations, key norms) are computed on the device beside the
+//   prefill (engine/cuda/prefill_statistics.h) and only these O(L) numbers per head come down;
+//   the policy's own selection code (pooling, GQA reduction, budgets, top-k) runs on the host.
+//   A policy that reads the prompt's keys and values (host_keys_values: KeyDiff, CriticalKV's
+//   ‖v W_o‖, CAKE, AnDPro, TOVA) gets a host copy of them, made once per prefill and shared by
+//   every cell that replays it.
 // - decode selectors that describe themselves as device operations
 //   (DecodeSelector::device_config: BinaryPC, Quest);
 // - ART (kind E) with the kernel's 64-entry blocks, no oracle mode;
@@ -26,7 +28,9 @@ namespace kvb {
 
 class CudaBackend final : public Engine {
  public:
-  // `weights` (host f32, for the policies that read them) must outlive the backend.
+  // `weights` (host f32, for the policies that read them) must outlive the backend. A preset's
+  // weights without layers (LoadOptions::preset_weights_on_host = false) are generated on the
+  // device instead.
   explicit CudaBackend(const ModelWeights& weights);
 
   const ModelConfig& config() const override { return engine_->config(); }

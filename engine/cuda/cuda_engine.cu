@@ -9,10 +9,10 @@
 #include <string>
 
 #include "engine/cuda/cuda_sparse_decode.h"
+#include "engine/cuda/prefill_statistics.h"
 #include "engine/errors.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/attention.h"
-#include "kernels/cuda/attention_column_sums.h"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/early_exit_decode.h"
 #include "kernels/cuda/transformer_ops.h"
@@ -455,15 +455,13 @@ void CudaEngine::allocate_cache(int batch, int capacity) {
 }
 
 std::vector<float> CudaEngine::prefill(int seq, const std::vector<int32_t>& ids, int chunk_tokens) {
-  std::vector<std::vector<float>> unused;
-  return prefill_with_window(seq, ids, 0, unused, nullptr, chunk_tokens);
+  PrefillCapture unused;
+  return prefill_with_captures(seq, ids, CaptureRequest{}, unused, chunk_tokens);
 }
 
-std::vector<float> CudaEngine::prefill_with_window(int seq, const std::vector<int32_t>& ids,
-                                                   int window,
-                                                   std::vector<std::vector<float>>& window_queries,
-                                                   std::vector<std::vector<float>>* column_sums,
-                                                   int chunk_tokens) {
+std::vector<float> CudaEngine::prefill_with_captures(int seq, const std::vector<int32_t>& ids,
+                                                     const CaptureRequest& request,
+                                                     PrefillCapture& capture, int chunk_tokens) {
   Impl& m = *impl_;
   const ModelConfig& c = m.config;
   if (seq < 0 || seq >= m.batch) throw InputError("prefill: sequence index out of range");
@@ -473,7 +471,8 @@ std::vector<float> CudaEngine::prefill_with_window(int seq, const std::vector<in
   if (start_length + int64_t(ids.size()) > m.capacity)
     throw CapacityError("prefill of " + std::to_string(ids.size()) + " tokens exceeds the cache " +
                         "capacity " + std::to_string(m.capacity));
-  const int chunk = std::min<int>(chunk_tokens, ids.size());
+  const int total = static_cast<int>(ids.size());
+  const int chunk = prefill_chunk_size(total, chunk_tokens);
   try {
     m.ensure_activations(chunk);
   } catch (const cuda::OutOfMemory& e) {
@@ -481,29 +480,9 @@ std::vector<float> CudaEngine::prefill_with_window(int seq, const std::vector<in
   }
   DeviceBuffer chunk_ids(chunk * 4, "ids"), chunk_positions(chunk * 4, "positions");
   DeviceBuffer last_logits(int64_t(c.vocab_size) * 4, "logits");
-  // The window's query rows (bf16, [window, Hq * d] per layer) come down as each chunk passes.
-  const int total = static_cast<int>(ids.size());
-  window = std::clamp(window, 0, total);
-  const int q_width = c.n_query_heads * c.head_dim;
-  std::vector<std::vector<bf16>> window_rows(window > 0 ? c.n_layers : 0,
-                                             std::vector<bf16>(size_t(window) * q_width));
-  // H2O's column sums: per layer [Hq, total] on the device, accumulated chunk by chunk from the
-  // rows' log-sum-exp; only these O(L) sums come down.
-  std::vector<DeviceBuffer> sums;
-  DeviceBuffer row_lse;
-  if (column_sums) {
-    if (start_length != 0)
-      throw InputError("prefill: column sums are captured for a prefill on an empty sequence only");
-    for (int l = 0; l < c.n_layers; ++l) {
-      sums.emplace_back(int64_t(c.n_query_heads) * total * 4, "column sums");
-      cuda::check(cudaMemsetAsync(sums.back().data(), 0, sums.back().bytes(), m.stream), "memset");
-    }
-    row_lse = DeviceBuffer(int64_t(c.n_query_heads) * chunk * 4, "row lse");
-  }
-  for (size_t begin = 0; begin < ids.size(); begin += chunk) {
-    const int n = std::min<int>(chunk, ids.size() - begin);
-    const int window_from = std::max<int>(total - window, begin);  // first window row here
-    const int window_count = window > 0 ? std::max(0, int(begin) + n - window_from) : 0;
+  PrefillStatistics statistics(c, request, total, chunk, start_length, m.stream);
+  for (int begin = 0; begin < total; begin += chunk) {
+    const int n = std::min(chunk, total - begin);
     const int offset = m.host_position[seq];
     std::vector<int32_t> pos(n);
     for (int i = 0; i < n; ++i) pos[i] = offset + i;
@@ -513,20 +492,15 @@ std::vector<float> CudaEngine::prefill_with_window(int seq, const std::vector<in
                                 m.stream), "positions upload");
     cuda::embedding_gather(ptr<bf16>(m.embedding), chunk_ids.as<int32_t>(), n, c.d_model,
                            ptr<float>(m.residual), m.stream);
+    float* lse = statistics.lse_for_chunk(begin, n);
     m.run_layers(n, chunk_positions.as<int32_t>(), false, [&](int l, const cuda::RopeArgs&) {
-      if (window_count > 0)  // the rows are rotated already (bias_rope ran before this)
-        cuda::check(cudaMemcpy2DAsync(window_rows[l].data() + size_t(window_from - (total - window)) * q_width,
-                                      q_width * 2, ptr<bf16>(m.qkv) + int64_t(window_from - begin) * m.qkv_width(),
-                                      m.qkv_width() * 2, q_width * 2, window_count,
-                                      cudaMemcpyDeviceToHost, m.stream),
-                    "window queries download");
       const int64_t* offsets = ptr<int64_t>(m.kv_offset) + int64_t(l) * hkv + int64_t(seq) * c.n_kv_heads;
       int32_t* lengths = ptr<int32_t>(m.kv_length) + int64_t(l) * hkv + int64_t(seq) * c.n_kv_heads;
       cuda::append_kv(ptr<bf16>(m.qkv), n, n, c.n_query_heads, c.n_kv_heads, c.head_dim, offsets,
                       lengths, ptr<bf16>(m.k_cache[l]), ptr<bf16>(m.v_cache[l]), m.stream);
       cuda::advance_lengths(lengths, c.n_kv_heads, nullptr, 0, n, m.stream);
       cuda::PrefillAttentionArgs a;
-      a.q = ptr<bf16>(m.qkv);
+      a.q = ptr<bf16>(m.qkv);  // rotated already (bias_rope ran before this)
       a.q_row_stride = m.qkv_width();
       const int64_t first_row = m.host_offset[int64_t(l) * hkv + int64_t(seq) * c.n_kv_heads];
       a.k = ptr<bf16>(m.k_cache[l]) + first_row * c.head_dim;
@@ -540,52 +514,22 @@ std::vector<float> CudaEngine::prefill_with_window(int seq, const std::vector<in
       a.n_kv_heads = c.n_kv_heads;
       a.head_dim = c.head_dim;
       a.scale = 1.f / std::sqrt(float(c.head_dim));
-      if (column_sums) a.lse = row_lse.as<float>();
+      a.lse = lse;
       cuda::flash_attention_prefill(a, m.stream);
-      if (column_sums) {
-        cuda::ColumnSumsArgs cs;
-        cs.q = a.q;
-        cs.q_row_stride = a.q_row_stride;
-        cs.k = a.k;
-        cs.kv_head_stride = a.kv_head_stride;
-        cs.lse = row_lse.as<float>();
-        cs.column_sums = sums[l].as<float>();
-        cs.sums_head_stride = total;
-        cs.n_queries = n;
-        cs.query_offset = offset;
-        cs.n_query_heads = c.n_query_heads;
-        cs.n_kv_heads = c.n_kv_heads;
-        cs.head_dim = c.head_dim;
-        cs.scale = a.scale;
-        cuda::attention_column_sums(cs, m.stream);
-      }
+      statistics.after_attention({l, begin, n, a.q, a.q_row_stride, a.out, lse, a.k, a.v,
+                                  a.kv_head_stride});
     });
     for (int l = 0; l < c.n_layers; ++l)
       for (int h = 0; h < c.n_kv_heads; ++h) m.host_length[int64_t(l) * hkv + seq * c.n_kv_heads + h] += n;
     m.host_position[seq] += n;
-    if (begin + n == ids.size()) m.logits_for_rows(n - 1, 1, last_logits.as<float>());
+    if (begin + n == total) m.logits_for_rows(n - 1, 1, last_logits.as<float>());
   }
   std::vector<float> out(c.vocab_size);
   cuda::check(cudaMemcpyAsync(out.data(), last_logits.data(), out.size() * 4, cudaMemcpyDeviceToHost,
                               m.stream), "logits download");
   cuda::check(cudaStreamSynchronize(m.stream), "prefill");
-  if (column_sums) {
-    column_sums->assign(c.n_layers, {});
-    for (int l = 0; l < c.n_layers; ++l) {
-      (*column_sums)[l].resize(size_t(c.n_query_heads) * total);
-      sums[l].download((*column_sums)[l].data(), (*column_sums)[l].size() * 4);
-    }
-  }
-  window_queries.assign(window_rows.size(), {});
-  for (size_t l = 0; l < window_rows.size(); ++l) {  // [window, Hq, d] -> [Hq, window, d]
-    std::vector<float>& q = window_queries[l];
-    q.resize(size_t(window) * q_width);
-    for (int t = 0; t < window; ++t)
-      for (int a = 0; a < c.n_query_heads; ++a)
-        for (int i = 0; i < c.head_dim; ++i)
-          q[(size_t(a) * window + t) * c.head_dim + i] =
-              __bfloat162float(window_rows[l][size_t(t) * q_width + a * c.head_dim + i]);
-  }
+  capture = PrefillCapture{};
+  statistics.download(capture);
   return out;
 }
 

@@ -16,6 +16,7 @@
 #include "engine/cache_policy.h"
 #include "engine/cuda/sparse_decode_config.h"
 #include "engine/model_config.h"
+#include "engine/prefill_capture.h"
 #include "engine/weights.h"
 
 namespace kvb {
@@ -43,14 +44,13 @@ class CudaEngine {
   static constexpr int kPrefillChunk = 16384;
   std::vector<float> prefill(int seq, const std::vector<int32_t>& ids,
                              int chunk_tokens = kPrefillChunk);
-  // The same prefill, also returning the post-RoPE queries of the last `window` prompt positions
-  // per layer as [Hq, window, head_dim] f32 (what query-aware prefill policies score with) and,
-  // with `column_sums`, per layer [Hq, L] the attention each prompt entry received from all
-  // prompt queries (H2O; kernels/cuda/attention_column_sums.h): only these leave the device.
-  std::vector<float> prefill_with_window(int seq, const std::vector<int32_t>& ids, int window,
-                                         std::vector<std::vector<float>>& window_queries,
-                                         std::vector<std::vector<float>>* column_sums = nullptr,
-                                         int chunk_tokens = kPrefillChunk);
+  // The same prefill, also recording what `request` asks for (engine/cuda/prefill_statistics.h):
+  // the post-RoPE queries of the last window positions and the statistics computed on the device
+  // (attention column sums, window attention sums, output perturbations, key norms); only these
+  // leave the device.
+  std::vector<float> prefill_with_captures(int seq, const std::vector<int32_t>& ids,
+                                           const CaptureRequest& request, PrefillCapture& capture,
+                                           int chunk_tokens = kPrefillChunk);
   // Sequence `to` becomes a copy of sequence `from` (cache rows, lengths, next position).
   void copy_sequence(int from, int to);
   // How many sequences of `capacity` entries allocate_cache could hold in the device memory free

@@ -65,7 +65,7 @@ void compress(benchmark::State& state, const std::string& policy, int tokens) {
   int64_t runs = 0;
   for (auto _ : state) {
     const auto start = std::chrono::steady_clock::now();
-    const kvb::PrefillView view = kvb::make_prefill_view(*s.model.weights, s.snapshot.store,
+    const kvb::PrefillView view = kvb::make_prefill_view(*s.model.weights, &s.snapshot.store,
                                                          s.snapshot.capture, s.snapshot.request);
     benchmark::DoNotOptimize(plan.prefill->select(view, budget));
     total_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

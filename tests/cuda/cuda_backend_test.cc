@@ -2,9 +2,9 @@
 // Engine interface:
 // - on a real prompt (SmolLM2-135M, ~1,500 tokens) the kept sets of the prefill policies agree with
 //   the CPU's (Jaccard per (layer, KV head)). The GPU's keys, values and queries are bf16 and the
-//   CPU's f32, so tokens near a head's cut-off trade places: measured on the H200 (2026-12-02) the
-//   mean is 0.98-1.00 and the worst head 0.86-0.97 (DropKV lowest); the bounds below sit under
-//   those figures. Issue 17 asks for >= 0.98 per head, which needs f32 scoring inputs on the GPU;
+//   CPU's f32, so tokens near a head's cut-off trade places (results/gpu-sweeps.md has the
+//   measured figures; the bounds below sit under them); the GPU scores from the statistics its
+//   prefill computed, and only CriticalKV gets a host copy of the prompt's keys and values;
 // - the window queries the GPU prefill hands down are the CPU's (bf16 tolerance);
 // - a sample's cells decoded together on the GPU give the ids each gives decoded alone (batch 1),
 //   and the GPU's greedy answers are the CPU's for most cells;
@@ -57,17 +57,21 @@ double jaccard(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   return joined == 0 ? 1.0 : common.size() / joined;
 }
 
-KeptIndices kept_on(Engine& engine, const std::vector<TokenId>& ids, CachePlan& plan) {
+// With `copied_keys`: whether the backend copied the prompt's keys and values to the host.
+KeptIndices kept_on(Engine& engine, const std::vector<TokenId>& ids, CachePlan& plan,
+                    bool* copied_keys = nullptr) {
   engine.reserve(1, static_cast<int>(ids.size()) + 8);
   PrefillCapture captured;
   engine.prefill(0, ids, plan.prefill->capture(), captured);
   KvStore host_copy;
-  return select_kept(
+  KeptIndices kept = select_kept(
       plan, captured,
       [&](const PrefillCapture& captures, const CaptureRequest& wanted) {
         return engine.prefill_view(0, captures, wanted, host_copy);
       },
       engine.config(), budget_tokens_for(plan, static_cast<int>(ids.size())));
+  if (copied_keys) *copied_keys = host_copy.n_layers() > 0;
+  return kept;
 }
 
 struct RealModel {
@@ -98,7 +102,11 @@ TEST(CudaBackend, PrefillPolicyKeptSetsMatchCpuOnARealPrompt) {
     SCOPED_TRACE(policy);
     CachePlan plan = make_cache_plan(policy, nlohmann::json::object(), Budget::parse("20%"));
     const KeptIndices on_cpu = kept_on(cpu, m.prompt, plan);
-    const KeptIndices on_gpu = kept_on(gpu, m.prompt, plan);
+    bool copied_keys = true;
+    const KeptIndices on_gpu = kept_on(gpu, m.prompt, plan, &copied_keys);
+    // Only CriticalKV (‖v W_o‖) reads the prompt's keys and values on the host; the others score
+    // from the statistics the device computed.
+    EXPECT_EQ(copied_keys, policy == "criticalkv");
     ASSERT_EQ(on_cpu.size(), on_gpu.size());
     double worst = 1.0, sum = 0;
     int heads = 0;

@@ -99,7 +99,7 @@ TEST(Forward, CapturesWindowQueriesAndColumnSums) {
       EXPECT_NEAR(sums[19], s[19] / z, 1e-5);
     }
   }
-  const PrefillView view = make_prefill_view(w, store, capture, request);
+  const PrefillView view = make_prefill_view(w, &store, capture, request);
   ASSERT_EQ(view.layers.size(), 2u);
   EXPECT_EQ(view.prompt_length(), 20);
   EXPECT_EQ(view.layers[1].keys[1], store.keys(1, 1));

@@ -1,0 +1,163 @@
+// The statistics a GPU prefill computes for the prefill policies (engine/cuda/prefill_statistics.h)
+// against double-precision truth computed on the host from the same bf16 keys, values and window
+// queries the device holds: window attention sums, output perturbations, key norms and attention
+// column sums, over a prefill of several chunks; and the row-norm kernel against its CPU twin.
+#include "engine/cuda/prefill_statistics.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/cuda/cuda_engine.h"
+#include "engine/presets.h"
+#include "kernels/cpu/row_norms.h"
+#include "kernels/cuda/row_norms.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace kvb {
+namespace {
+
+TEST(PrefillChunkSize, EqualChunksSoThatTheLastHoldsTheWindow) {
+  EXPECT_EQ(prefill_chunk_size(700, 16384), 700);
+  EXPECT_EQ(prefill_chunk_size(16385, 16384), 8193);  // not 16384 + a 1-token chunk
+  EXPECT_EQ(prefill_chunk_size(700, 256), 234);       // 234 + 234 + 232
+  EXPECT_EQ(prefill_chunk_size(0, 256), 1);
+}
+
+// max |a - b| <= tolerance * max |b| over the whole array.
+void expect_close(const std::vector<float>& got, const std::vector<double>& want, double tolerance,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 0, worst = 0;
+  for (double x : want) scale = std::max(scale, std::abs(x));
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+  EXPECT_LE(worst, tolerance * scale) << what << ": max error " << worst << " of scale " << scale;
+}
+
+struct HostLayer {
+  int L, d, hq, hkv;
+  std::vector<float> keys, values;  // [Hkv, capacity, d]
+  int64_t capacity;
+  const float* key(int h, int j) const { return &keys[(h * capacity + j) * d]; }
+  const float* value(int h, int j) const { return &values[(h * capacity + j) * d]; }
+};
+
+struct Truth {
+  std::vector<double> window_sums, perturbations, key_norms, column_sums;
+};
+
+// The window statistics (from the last `window` of the `captured` window queries, [Hq, captured,
+// d]) and the key norms of one layer, in double. Column sums have their own kernel test
+// (tests/cuda/attention_column_sums_test.cc).
+Truth truth_for(const HostLayer& m, const std::vector<float>& query_window, int captured,
+                int window) {
+  Truth t;
+  t.window_sums.assign(size_t(m.hq) * m.L, 0.0);
+  t.perturbations.assign(size_t(m.hkv) * m.L, 0.0);
+  const int group = m.hq / m.hkv;
+  for (int a = 0; a < m.hq; ++a) {
+    const int h = a / group;
+    for (int r = 0; r < window; ++r) {
+      const float* q = &query_window[(size_t(a) * captured + captured - window + r) * m.d];
+      const int visible = m.L - window + r + 1;
+      std::vector<double> p(visible);
+      double top = -1e300;
+      for (int j = 0; j < visible; ++j) {
+        double dot = 0;
+        for (int i = 0; i < m.d; ++i) dot += double(q[i]) * m.key(h, j)[i];
+        p[j] = dot / std::sqrt(double(m.d));
+        top = std::max(top, p[j]);
+      }
+      double total = 0;
+      for (double& x : p) total += (x = std::exp(x - top));
+      std::vector<double> y(m.d, 0.0);
+      for (int j = 0; j < visible; ++j) {
+        p[j] /= total;
+        t.window_sums[size_t(a) * m.L + j] += p[j];
+        for (int i = 0; i < m.d; ++i) y[i] += p[j] * m.value(h, j)[i];
+      }
+      for (int j = 0; j < visible; ++j) {
+        const double omega = std::pow(p[j] / (1 - p[j] + 1e-6), 2);
+        double distance = 0;
+        for (int i = 0; i < m.d; ++i) distance += std::pow(y[i] - m.value(h, j)[i], 2);
+        t.perturbations[size_t(h) * m.L + j] += omega * distance / group;
+      }
+    }
+  }
+  for (int h = 0; h < m.hkv; ++h)
+    for (int j = 0; j < m.L; ++j) {
+      double squared = 0;
+      for (int i = 0; i < m.d; ++i) squared += double(m.key(h, j)[i]) * m.key(h, j)[i];
+      t.key_norms.push_back(std::sqrt(squared));
+    }
+  return t;
+}
+
+void check_statistics_on(int head_dim) {
+  ModelConfig config = test::small_random_model("random-statistics", 2, 256, head_dim, 512, 1000);
+  config.qkv_bias = true;
+  auto weights = random_weights(config, 5);
+  auto gpu = CudaEngine::from_weights(*weights);
+  const int L = 700;
+  gpu->allocate_cache(1, L + 4);
+  CaptureRequest request;
+  request.window_queries = 32;
+  request.window_attention_sums = {8, 32};
+  request.output_perturbations = {{8, false}};
+  request.key_norms = true;
+  PrefillCapture capture;
+  gpu->prefill_with_captures(0, test::strided_token_ids(L, 37, 11, 1000), request, capture,
+                             /*chunk_tokens=*/256);
+  ASSERT_EQ(capture.window, 32);
+  ASSERT_EQ(capture.window_attention_sums.size(), 2u);
+  ASSERT_EQ(capture.output_perturbations.size(), 1u);
+  for (int l = 0; l < config.n_layers; ++l) {
+    SCOPED_TRACE("layer " + std::to_string(l));
+    HostLayer m{L,
+                head_dim,
+                config.n_query_heads,
+                config.n_kv_heads,
+                gpu->cached_sequence(l, 0, false),
+                gpu->cached_sequence(l, 0, true),
+                gpu->capacity()};
+    for (int i = 0; i < 2; ++i) {
+      const int window = capture.window_attention_sums[i].window;
+      const Truth truth = truth_for(m, capture.query_window[l], capture.window, window);
+      expect_close(capture.window_attention_sums[i].per_layer[l], truth.window_sums, 1e-3,
+                   "window sums w = " + std::to_string(window));
+      if (window == 8) {
+        expect_close(capture.output_perturbations[0].per_layer[l], truth.perturbations, 1e-2,
+                     "perturbations");
+        expect_close(capture.key_norms[l], truth.key_norms, 1e-5, "key norms");
+      }
+    }
+  }
+}
+
+TEST(PrefillStatistics, MatchDoublePrecisionTruthOverSeveralChunks) {
+  KVB_REQUIRE_GPU();
+  check_statistics_on(64);
+  check_statistics_on(128);
+}
+
+TEST(RowNorms, MatchTheCpuTwin) {
+  KVB_REQUIRE_GPU();
+  for (const int dim : {64, 128, 40}) {
+    SCOPED_TRACE(dim);
+    const int heads = 3, length = 1000, stride = 1100 * dim;
+    const std::vector<float> rows = test::random_bf16_values(size_t(heads) * stride, 9, 2.0f);
+    std::vector<float> want(size_t(heads) * length);
+    kernels::row_norms({rows.data(), stride, heads, length, dim, want.data()});
+    const cuda::DeviceBuffer device_rows = test::to_device_bf16(rows);
+    cuda::DeviceBuffer norms(want.size() * 4, "norms");
+    cuda::row_norms(
+        {device_rows.as<__nv_bfloat16>(), stride, heads, length, dim, norms.as<float>()}, nullptr);
+    std::vector<float> got(want.size());
+    norms.download(got.data(), got.size() * 4);
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5f * want[i]) << i;
+  }
+}
+
+}  // namespace
+}  // namespace kvb
