@@ -1,5 +1,5 @@
 // kvbench calibrate --model M --data DIR --out proj.bin [--chunk-tokens N] [--max-tokens N]
-//                   [--iterations 4] [--seed S] [--json]
+//                   [--iterations 4] [--seed S] [--device cpu|cuda|auto] [--json]
 //
 // BinaryPC's offline projection calibration (OPC, docs/methods.md §12): prefill chunks of the
 // calibration texts (every *.txt file of DIR, in name order, e.g. the Paul Graham essays of the
@@ -8,7 +8,8 @@
 // before the residual update, division by the total token count). The file format is documented
 // in policies/binarypc_projection.h; use it with --policy binarypc --params '{"projection": FILE}'.
 // The official calibration mixes PG19, ProofPile and CodeParrot (180 samples); any text folder
-// works here, and the JSON output records what was used.
+// works here, and the JSON output records what was used. --device picks the engine that prefills
+// (default cpu, the f32 reference; on a GPU the keys are the bf16 ones its sweeps decode with).
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
@@ -19,7 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "engine/cpu/forward.h"
+#include "engine/engine_factory.h"
 #include "engine/errors.h"
 #include "engine/model.h"
 #include "harness/args.h"
@@ -52,7 +53,8 @@ std::string read_text(const std::filesystem::path& path) {
 
 int calibrate(const std::vector<std::string>& argv) {
   const Args args("calibrate", argv, {"json"});
-  args.allow_only({"model", "data", "out", "chunk-tokens", "max-tokens", "iterations", "seed", "json"});
+  args.allow_only({"model", "data", "out", "chunk-tokens", "max-tokens", "iterations", "seed",
+                   "device", "json"});
   const auto start = std::chrono::steady_clock::now();
   const LoadedModel model = load_model(args.get("model"));
   // load_model may not attach the file's tokenizer yet; read it from the file then.
@@ -73,7 +75,7 @@ int calibrate(const std::vector<std::string>& argv) {
   // keys[layer * Hkv + head] = concatenated post-RoPE keys [tokens, d].
   const int n_heads = config.n_layers * config.n_kv_heads, d = config.head_dim;
   std::vector<std::vector<float>> keys(n_heads);
-  CpuEngine engine(*model.weights);
+  const std::unique_ptr<Engine> engine = make_engine(args.get_or("device", "cpu"), *model.weights);
   int64_t tokens = 0;
   std::vector<std::string> used;
   for (const auto& file : text_files(args.get("data"))) {
@@ -82,9 +84,11 @@ int calibrate(const std::vector<std::string>& argv) {
     used.push_back(file.filename().string());
     for (size_t begin = 0; begin < ids.size() && tokens < max_tokens; begin += chunk_tokens) {
       const size_t end = std::min({ids.size(), begin + chunk_tokens, begin + static_cast<size_t>(max_tokens - tokens)});
-      KvStore store = engine.make_store();
-      engine.forward_chunk(std::span<const TokenId>(ids.data() + begin, end - begin), store,
-                           CaptureRequest{}, nullptr, 0);
+      engine->reserve(1, chunk_tokens);
+      PrefillCapture unused;
+      engine->prefill(0, std::span<const TokenId>(ids.data() + begin, end - begin),
+                      CaptureRequest{}, unused);
+      const KvStore store = engine->host_store(0);
       for (int l = 0; l < config.n_layers; ++l)
         for (int h = 0; h < config.n_kv_heads; ++h) {
           const float* k = store.keys(l, h);
