@@ -68,9 +68,10 @@ void allow_only_keys(const nlohmann::json& object, const std::set<std::string>& 
   }
 }
 
-std::vector<std::string> parse_budgets(const nlohmann::json& value, const std::string& path,
-                                       const KeyError& err) {
-  std::vector<std::string> budgets;
+std::vector<std::optional<Budget>> parse_budgets(const nlohmann::json& value,
+                                                 const std::string& path, const KeyError& err) {
+  std::vector<std::optional<Budget>> budgets;
+  std::set<std::string> seen;  // canonical texts: "0.25" and "25%" are the same budget
   const auto& list = get_array(value, path, err);
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string at = path + "[" + std::to_string(i) + "]";
@@ -82,14 +83,15 @@ std::vector<std::string> parse_budgets(const nlohmann::json& value, const std::s
     } else {
       err.fail(at, "must be a budget such as 512, \"25%\" or 0.25, got " + list[i].dump());
     }
+    Budget budget;
     try {
-      const std::string canonical = Budget::parse(text).to_string();
-      if (std::find(budgets.begin(), budgets.end(), canonical) != budgets.end())
-        err.fail(at, "repeats budget " + canonical);
-      budgets.push_back(canonical);
+      budget = Budget::parse(text);
     } catch (const InputError& e) {
       err.fail(at, e.what());
     }
+    if (!seen.insert(budget.to_string()).second)
+      err.fail(at, "repeats budget " + budget.to_string());
+    budgets.push_back(budget);
   }
   return budgets;
 }
@@ -240,7 +242,7 @@ BenchmarkSpec parse_benchmark(const nlohmann::json& value, const std::string& pa
 }
 
 PolicySpec parse_policy(const nlohmann::json& value, const std::string& path, const KeyError& err,
-                        const std::vector<std::string>& sweep_budgets) {
+                        const std::vector<std::optional<Budget>>& sweep_budgets) {
   PolicySpec policy;
   if (value.is_string()) {
     policy.name = get_string(value, path, err);
@@ -262,7 +264,7 @@ PolicySpec parse_policy(const nlohmann::json& value, const std::string& path, co
   if (policy_is_budgetless(policy.name)) {
     if (!policy.budgets.empty())
       err.fail(path + ".budgets", "'" + policy.name + "' keeps the whole cache and takes no budget");
-    policy.budgets = {""};
+    policy.budgets = {std::nullopt};
   } else if (policy.budgets.empty()) {
     if (sweep_budgets.empty())
       err.fail("budgets", "is required: policy '" + policy.name + "' at " + path +
@@ -325,7 +327,7 @@ SweepConfig parse_sweep_config(const nlohmann::json& json,
     config.benchmarks.push_back(parse_benchmark(
         benchmarks[i], "benchmarks[" + std::to_string(i) + "]", err, config_path));
 
-  std::vector<std::string> budgets;
+  std::vector<std::optional<Budget>> budgets;
   if (json.contains("budgets")) budgets = parse_budgets(json["budgets"], "budgets", err);
   const auto& policies = get_array(require(json, "policies", "", err), "policies", err);
   std::set<std::string> seen;

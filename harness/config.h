@@ -30,6 +30,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/cache_policy.h"
+
 namespace kvb {
 
 enum class PromptMode { kQueryAware, kQuestionAgnostic };
@@ -72,7 +74,8 @@ struct BenchmarkSpec {
 struct PolicySpec {
   std::string name;               // registry name, e.g. "snapkv", "snapkv+art"
   nlohmann::json params = nlohmann::json::object();
-  std::vector<std::string> budgets;  // canonical budget strings; {""} for budget-less policies
+  // Parsed once here; {std::nullopt} for budget-less policies.
+  std::vector<std::optional<Budget>> budgets;
 };
 
 struct SweepConfig {

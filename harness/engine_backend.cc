@@ -45,19 +45,6 @@ std::string chat_template_for_model(const std::string& path, const LoadedModel& 
 
 }  // namespace
 
-CachePlan plan_for_cell(const Cell& cell) {
-  nlohmann::json params = cell.params;
-  if (!cell.dense_layers.empty() && cell.policy.find('+') == std::string::npos) {
-    const auto& info = find_policy(cell.policy).info;
-    if (info.default_params.contains("dense_layers") && !params.contains("dense_layers"))
-      params["dense_layers"] = cell.dense_layers;
-  }
-  std::optional<Budget> budget;
-  if (!cell.budget.empty()) budget = Budget::parse(cell.budget);
-  CachePlan plan = make_cache_plan(cell.policy, params, budget);
-  return plan;
-}
-
 EngineBackend::EngineBackend(const SweepConfig&, DataSearch data, FILE* log,
                              EngineBackendOptions options)
     : data_(std::move(data)),
@@ -70,11 +57,13 @@ EngineBackend::~EngineBackend() = default;
 void EngineBackend::check_cells(const std::vector<SampleGroup>& groups) {
   for (const auto& group : groups)
     for (const auto& cell : group.cells) {
+      const std::string key = cell.key();
+      if (checked_plans_.count(key)) continue;
       try {
-        plan_for_cell(cell);
+        checked_plans_.emplace(key, make_cache_plan(cell.plan_spec()));
       } catch (const InputError& e) {
         throw InputError("policy '" + cell.policy + "' with params " + cell.params.dump() +
-                         " and budget '" + cell.budget + "': " + e.what());
+                         " and budget '" + cell.budget_text() + "': " + e.what());
       }
     }
 }
@@ -115,8 +104,12 @@ void EngineBackend::begin_group(const SampleGroup& group) {
 }
 
 bool EngineBackend::replays_prefill(const Cell& cell) const {
-  const CachePlan plan = plan_for_cell(cell);
-  return !plan.prefill || plan.prefill->replays_full_prefill();
+  const auto replays = [](const CachePlan& plan) {
+    return !plan.prefill || plan.prefill->replays_full_prefill();
+  };
+  const auto checked = checked_plans_.find(cell.key());
+  if (checked != checked_plans_.end()) return replays(checked->second);
+  return replays(make_cache_plan(cell.plan_spec()));  // a cell check_cells() did not see
 }
 
 EngineBackend::Prompt EngineBackend::build_prompt(const Sample& sample, PromptMode mode) const {
@@ -164,7 +157,7 @@ std::vector<SampleResult> EngineBackend::run_cells(const SampleGroup&,
   plans.reserve(cells.size());
   std::vector<CellRequest> requests;
   for (const Cell* cell : cells) {
-    plans.push_back(plan_for_cell(*cell));
+    plans.push_back(make_cache_plan(cell->plan_spec()));
     requests.push_back({&plans.back(), options_for(sample, *cell)});
   }
   const Prompt prompt = build_prompt(sample, mode);
@@ -182,7 +175,7 @@ void EngineBackend::check_device(const std::vector<SampleGroup>& groups) {
   for (const auto& group : groups) {
     model(group.model_path);
     const Engine& engine = *models_.at(group.model_path)->engine;
-    for (const auto& cell : group.cells) engine.check_plan(plan_for_cell(cell));
+    for (const auto& cell : group.cells) engine.check_plan(checked_plans_.at(cell.key()));
   }
 }
 

@@ -45,10 +45,12 @@ class EngineBackend : public SweepBackend {
   const LoadedModel& model(const std::string& path);
   // "cpu" or "cuda": where the models run (resolved from the options at construction).
   const std::string& device() const { return device_; }
-  // Checks every cell's policy and parameters by building its plan (before any row is written).
-  static void check_cells(const std::vector<SampleGroup>& groups);
+  // Builds every cell's plan once, before any row is written: an InputError names the policy,
+  // params and budget the registry refuses. The plans are kept for check_device() and
+  // replays_prefill(); each run builds its own (a plan holds its run's selector state).
+  void check_cells(const std::vector<SampleGroup>& groups);
   // Checks that the device runs every cell's plan (InputError naming the policy otherwise);
-  // loads the groups' models.
+  // loads the groups' models. After check_cells().
   void check_device(const std::vector<SampleGroup>& groups);
 
  private:
@@ -70,10 +72,7 @@ class EngineBackend : public SweepBackend {
   std::map<std::string, std::unique_ptr<ModelState>> models_;
   ModelState* current_ = nullptr;
   std::vector<Sample> samples_;  // of the current group
+  std::map<std::string, CachePlan> checked_plans_;  // by cell key, built by check_cells()
 };
-
-// Plans a cell: the registry's CachePlan with the sweep's dense layers filled in where the method
-// has that parameter and the config did not set it.
-CachePlan plan_for_cell(const Cell& cell);
 
 }  // namespace kvb

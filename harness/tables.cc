@@ -97,7 +97,7 @@ std::vector<TextTable> per_task_tables(const std::vector<StoredRow>& rows,
     if (row.cell.benchmark != benchmark) continue;
     const GroupKey g{row.cell.model, mode_text(row.cell.prompt_mode),
                      per_length ? row.cell.length : 0};
-    const PolicyRow p{row.cell.policy_label(), row.cell.budget};
+    const PolicyRow p{row.cell.policy_label(), row.cell.budget_text()};
     groups.add(g);
     policy_rows[g].add(p);
     tasks[g].insert(row.cell.task);
@@ -144,7 +144,7 @@ std::vector<TextTable> longbench_tables(const std::vector<StoredRow>& rows) {
   for (const auto& row : rows) {
     if (row.cell.benchmark != "longbench") continue;
     const GroupKey g{row.cell.model, mode_text(row.cell.prompt_mode), row.cell.length};
-    const PolicyRow p{row.cell.policy_label(), row.cell.budget};
+    const PolicyRow p{row.cell.policy_label(), row.cell.budget_text()};
     groups.add(g);
     policy_rows[g].add(p);
     datasets[g].insert(row.cell.task);
@@ -208,7 +208,7 @@ std::vector<TextTable> niah_tables(const std::vector<StoredRow>& rows) {
   for (const auto& row : rows) {
     if (row.cell.benchmark != "niah") continue;
     const GroupKey g{row.cell.model, mode_text(row.cell.prompt_mode),
-                     PolicyRow{row.cell.policy_label(), row.cell.budget}};
+                     PolicyRow{row.cell.policy_label(), row.cell.budget_text()}};
     groups.add(g);
     depths[g].insert(row.result.depth);
     lengths[g].insert(row.cell.length);
@@ -266,8 +266,8 @@ std::vector<TextTable> latency_or_memory_tables(const std::vector<StoredRow>& ro
   // (model, policy name, budget, length, mode) -> means, for finding a row's base.
   std::map<std::tuple<std::string, std::string, std::string, int, std::string>, Timing*> by_name;
   for (const auto& row : rows) {
-    const RowKey k{row.cell.policy, row.cell.policy_label(), row.cell.budget, row.cell.length,
-                   mode_text(row.cell.prompt_mode)};
+    const RowKey k{row.cell.policy, row.cell.policy_label(), row.cell.budget_text(),
+                   row.cell.length, mode_text(row.cell.prompt_mode)};
     models.add(row.cell.model);
     model_rows[row.cell.model].add(k);
     Timing& t = timing[{row.cell.model, k}];

@@ -125,4 +125,8 @@ CachePlan make_cache_plan(const std::string& spec, const nlohmann::json& params,
   return plan;
 }
 
+CachePlan make_cache_plan(const PlanSpec& spec) {
+  return make_cache_plan(spec.policy, spec.params, spec.budget);
+}
+
 }  // namespace kvb

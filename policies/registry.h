@@ -44,10 +44,19 @@ const PolicyFactory& find_policy(const std::string& name);
 // A score-based prefill method by name (for wrappers); InputError if `name` is not one.
 std::shared_ptr<const ScoredPolicy> make_scorer(const std::string& name, const nlohmann::json& params);
 
+// What one cache plan is built from. `policy` is a name or a '+'-composition; `budget` is absent
+// for budget-less policies ("full", "full+art").
+struct PlanSpec {
+  std::string policy;
+  nlohmann::json params = nlohmann::json::object();
+  std::optional<Budget> budget;
+};
+
 // `spec` is a policy name or a '+'-composition ("snapkv+art", "full+art"). With one component the
 // parameters are that method's; with several they are keyed by component
 // ({"snapkv": {...}, "art": {...}}). A method that evicts or selects needs a budget.
 CachePlan make_cache_plan(const std::string& spec, const nlohmann::json& params,
                           std::optional<Budget> budget);
+CachePlan make_cache_plan(const PlanSpec& spec);
 
 }  // namespace kvb
