@@ -60,7 +60,7 @@ void EngineBackend::check_cells(const std::vector<SampleGroup>& groups) {
       const std::string key = cell.key();
       if (checked_plans_.count(key)) continue;
       try {
-        checked_plans_.emplace(key, make_cache_plan(cell.plan_spec()));
+        checked_plans_.emplace(key, make_cache_plan(cell.plan_spec(), &plan_files_));
       } catch (const InputError& e) {
         throw InputError("policy '" + cell.policy + "' with params " + cell.params.dump() +
                          " and budget '" + cell.budget_text() + "': " + e.what());
@@ -157,7 +157,7 @@ std::vector<SampleResult> EngineBackend::run_cells(const SampleGroup&,
   plans.reserve(cells.size());
   std::vector<CellRequest> requests;
   for (const Cell* cell : cells) {
-    plans.push_back(make_cache_plan(cell->plan_spec()));
+    plans.push_back(make_cache_plan(cell->plan_spec(), &plan_files_));
     requests.push_back({&plans.back(), options_for(sample, *cell)});
   }
   const Prompt prompt = build_prompt(sample, mode);

@@ -18,6 +18,7 @@
 #include "engine/model.h"
 #include "harness/config.h"
 #include "harness/runner.h"
+#include "policies/registry.h"
 
 namespace kvb {
 
@@ -73,6 +74,7 @@ class EngineBackend : public SweepBackend {
   ModelState* current_ = nullptr;
   std::vector<Sample> samples_;  // of the current group
   std::map<std::string, CachePlan> checked_plans_;  // by cell key, built by check_cells()
+  PlanFiles plan_files_;  // files the plans read (BinaryPC projections), once per sweep
 };
 
 }  // namespace kvb
