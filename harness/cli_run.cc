@@ -165,7 +165,10 @@ int run(const std::vector<std::string>& argv) {
                      .dump(2)
               << "\n";
   } else {
-    for (const auto& layout : {"ruler", "niah", "longbench", "infinitebench", "latency"}) {
+    std::vector<std::string> layouts;
+    for (const auto& benchmark : list_benchmarks()) layouts.push_back(benchmark.name);
+    layouts.push_back("latency");
+    for (const auto& layout : layouts) {
       const auto tables = build_tables(rows, layout);
       if (!tables.empty()) std::cout << render_tables(tables, "md") << "\n";
     }

@@ -4,9 +4,9 @@
 #include <sstream>
 
 #include "datasets/generation.h"
-#include "datasets/scoring.h"
-#include "engine/chat_template.h"
+#include "datasets/registry.h"
 #include "engine/batch_generation.h"
+#include "engine/chat_template.h"
 #include "engine/engine_factory.h"
 #include "engine/errors.h"
 #include "engine/gguf.h"
@@ -140,8 +140,7 @@ GenerationOptions EngineBackend::options_for(const Sample& sample, const Cell& c
                                : sample.max_new_tokens;
   if (sample.use_chat_template || sample.extra.value("chat_template_in_text", false))
     options.stop_strings = current_->chat->stop_strings;
-  // NIAH's newline stop (KVCache-Factory) is applied to the text in to_result instead: small
-  // models often open with a newline, which as a stop token would end the answer before it began.
+  // A benchmark's own end of answer (NIAH's first line) is cut from the text by score_answer().
   return options;
 }
 
@@ -184,16 +183,10 @@ SampleResult EngineBackend::to_result(const Sample& sample, const Cell& cell,
   SampleResult r;
   r.sample_id = sample.id;
   r.depth = sample.depth;
-  r.prediction = g.text;
-  if (sample.extra.value("stop_at_newline", false)) {
-    // The first non-blank line: what a newline stop yields once the answer has started.
-    const size_t begin = r.prediction.find_first_not_of(" \t\r\n");
-    r.prediction = begin == std::string::npos ? "" : r.prediction.substr(begin);
-    const size_t end = r.prediction.find('\n');
-    if (end != std::string::npos) r.prediction.resize(end);
-  }
+  const ScoredAnswer scored = score_answer(g.text, sample);
+  r.prediction = scored.answer;
   r.references = sample.references;
-  r.score = score_sample(sample.benchmark, sample.task, r.prediction, sample);
+  r.score = scored.score;
   r.ttft_ms = g.ttft_ms;
   r.tpot_ms = g.tpot_ms;
   r.prefill_ms = g.prefill_ms;
@@ -214,14 +207,7 @@ SampleResult EngineBackend::to_result(const Sample& sample, const Cell& cell,
              {"decode_ms", g.decode_ms},
              {"decode_batch", g.decode_batch},
              {"backend", current_->engine->backend_name()}};
-  if (sample.benchmark == "niah" && sample.extra.contains("substring_answer")) {
-    std::string lower = r.prediction;
-    std::string answer = sample.extra["substring_answer"].get<std::string>();
-    for (auto* s : {&lower, &answer})
-      std::transform(s->begin(), s->end(), s->begin(),
-                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    r.extra["substring_match"] = lower.find(answer) != std::string::npos;
-  }
+  r.extra.update(scored.extra);  // the benchmark's metrics beside the score
   (void)cell;
   return r;
 }

@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "datasets/registry.h"
 #include "engine/cache_policy.h"
 #include "engine/errors.h"
 #include "harness/svg.h"
@@ -46,13 +47,19 @@ std::string slug(std::string text) {
 
 std::string series_name(const Cell& cell) { return cell.policy_label(); }
 
+// Whether a row belongs to a benchmark whose table is a depth x length grid (NIAH).
+bool has_depth_grid(const Cell& cell) {
+  const Benchmark* benchmark = lookup_benchmark(cell.benchmark);
+  return benchmark && benchmark->layout == TableLayout::kDepthGrid;
+}
+
 // NIAH heatmaps: one per (model, prompt mode, policy, budget).
 std::vector<std::string> niah_heatmaps(const std::vector<StoredRow>& rows) {
   using Key = std::tuple<std::string, std::string, std::string, std::string>;
   std::vector<Key> order;
   std::map<Key, std::map<std::pair<double, int>, std::vector<double>>> cells;
   for (const auto& row : rows) {
-    if (row.cell.benchmark != "niah") continue;
+    if (!has_depth_grid(row.cell)) continue;
     const Key key{row.cell.model, to_string(row.cell.prompt_mode), row.cell.policy_label(),
                   row.cell.budget_text()};
     if (!cells.count(key)) order.push_back(key);
