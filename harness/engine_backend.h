@@ -1,9 +1,8 @@
 // The real SweepBackend: loads each model once onto the sweep's device (engine/engine_factory.h),
-// generates or loads each group's samples with the datasets layer (harness/benchmark_data.h:
-// RULER, NIAH, LongBench v1, InfiniteBench), builds the prompt for the cell's prompt mode (chat
-// template unless the dataset skips it), runs a sample's cells together under their CachePlans
-// (engine/batch_generation.h: one prefill, one batched decode) and scores each answer with the
-// benchmark's metric.
+// generates or loads each group's samples through the benchmark registry (datasets/registry.h),
+// builds the prompt for the cell's prompt mode (chat template unless the dataset skips it), runs a
+// sample's cells together under their CachePlans (engine/batch_generation.h: one prefill, one
+// batched decode) and has the registry cut and score each answer.
 #pragma once
 
 #include <filesystem>
