@@ -1,12 +1,5 @@
-// The metric registry the harness calls after generation: one function that scores a prediction
-// for any (benchmark, task) with that benchmark's official rule, in [0, 1].
-//   longbench:     first-line post-processing where eval.py does it, max over answers of the
-//                  dataset's metric (all_classes from the sample)
-//   infinitebench: compute_scores.py's scorer for the task, against sample.extra["label"] when
-//                  present (the raw label keeps its JSON type), else the references
-//   ruler:         postprocess, then string_match_part for qa_1/qa_2, string_match_all otherwise
-//   niah:          KVCache-Factory's word recall against the first reference (or the standard
-//                  needle answer); the substring match is niah_substring_match
+// Scores a prediction for any (benchmark, task) with that benchmark's official rule, in [0, 1]:
+// the metric of the benchmark registry (datasets/registry.h; each benchmark's file says which).
 #pragma once
 
 #include <string>
@@ -16,11 +9,13 @@
 
 namespace kvb {
 
-// Throws InputError for an unknown benchmark or task.
+// Throws InputError for an unknown benchmark or task. `prediction` is the answer as scored (NIAH's
+// first line already cut: score_answer in datasets/registry.h does both).
 double score_sample(const std::string& benchmark, const std::string& task, const std::string& prediction,
                     const Sample& sample);
 
-// True for RULER tasks scored with string_match_part (qa_1, qa_2, and names starting "qa").
+// RULER's (datasets/ruler/ruler_benchmark.cc): true for the tasks scored with string_match_part
+// (qa_1, qa_2, and names starting "qa").
 bool ruler_uses_string_match_part(const std::string& task);
 // The RULER task names score_sample accepts.
 const std::vector<std::string>& ruler_tasks();

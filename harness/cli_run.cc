@@ -73,8 +73,13 @@ int run(const std::vector<std::string>& argv) {
   for (const auto& info : list_policies()) known.push_back(info.name);
   check_policy_names(config, known);
   const SweepPlan plan = plan_sweep(config, shard);
-  EngineBackend::check_cells(plan.groups);
   const DataSearch data(config.data_dir);
+  EngineBackendOptions engine_options;
+  engine_options.device = args.get_or("device", config.device);
+  engine_options.batch_cells = !args.flag("no-batch-cells");
+  engine_options.latency_samples = config.latency_samples;
+  EngineBackend backend(config, data, json ? nullptr : stderr, engine_options);
+  backend.check_cells(plan.groups);
   check_group_data(plan.groups, data);
   for (size_t i = 0; i < config.models.size(); ++i) {
     const std::string& path = config.models[i].path;
@@ -109,11 +114,6 @@ int run(const std::vector<std::string>& argv) {
 
   // 3. Provenance, then the sweep.
   const bool tty = isatty(fileno(stderr));
-  EngineBackendOptions engine_options;
-  engine_options.device = args.get_or("device", config.device);
-  engine_options.batch_cells = !args.flag("no-batch-cells");
-  engine_options.latency_samples = config.latency_samples;
-  EngineBackend backend(config, data, json ? nullptr : stderr, engine_options);
   RunInfo info;
   info.config_name = config.name;
   info.config = config.source;
@@ -165,7 +165,10 @@ int run(const std::vector<std::string>& argv) {
                      .dump(2)
               << "\n";
   } else {
-    for (const auto& layout : {"ruler", "niah", "longbench", "infinitebench", "latency"}) {
+    std::vector<std::string> layouts;
+    for (const auto& benchmark : list_benchmarks()) layouts.push_back(benchmark.name);
+    layouts.push_back("latency");
+    for (const auto& layout : layouts) {
       const auto tables = build_tables(rows, layout);
       if (!tables.empty()) std::cout << render_tables(tables, "md") << "\n";
     }

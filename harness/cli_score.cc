@@ -13,13 +13,13 @@
 #include <cstdio>
 #include <limits>
 #include <map>
-
 #include <nlohmann/json.hpp>
 
 #include "datasets/infinitebench/scorers.h"
 #include "datasets/jsonl_reader.h"
 #include "datasets/longbench/longbench.h"
 #include "datasets/metrics/string_match.h"
+#include "datasets/niah/niah.h"
 #include "datasets/scoring.h"
 #include "engine/errors.h"
 #include "harness/args.h"
@@ -153,8 +153,9 @@ std::vector<ScoredRecord> score_records(const std::string& benchmark, const std:
             sample.references.empty() ? py::Text(kNiahExpectedAnswer) : py::T(sample.references[0]);
         r.substring = niah_substring_match(py::T(pred), expected);
         const nlohmann::json* needle = first_field(record, {"needle"});
-        r.rouge1_f10 = niah_rouge1_f_times_10(
-            py::T(pred), needle && needle->is_string() ? py::T(needle->get<std::string>()) : py::Text(kNiahNeedle));
+        r.rouge1_f10 = niah_rouge1_f_times_10(py::T(pred), needle && needle->is_string()
+                                                               ? py::T(needle->get<std::string>())
+                                                               : py::T(kNiahNeedle));
       }
       scored.push_back(r);
     });

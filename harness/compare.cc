@@ -57,10 +57,10 @@ nlohmann::json summarize_results(const std::vector<StoredRow>& rows) {
   for (const auto& row : rows) {
     const Cell& c = row.cell;
     const std::string mode = to_string(c.prompt_mode);
-    scores[{c.model, c.policy_label(), c.budget, mode, c.benchmark, c.task}].push_back(
+    scores[{c.model, c.policy_label(), c.budget_text(), mode, c.benchmark, c.task}].push_back(
         row.result.score);
     if (row.result.tokens_out < 2) continue;  // TPOT needs two tokens
-    tpot[{c.model, c.policy_label(), c.budget, mode}].push_back(row.result.tpot_ms);
+    tpot[{c.model, c.policy_label(), c.budget_text(), mode}].push_back(row.result.tpot_ms);
     if (c.policy == "full") full_tpot[{c.model, mode, ""}].push_back(row.result.tpot_ms);
   }
   nlohmann::json accuracy = nlohmann::json::array();

@@ -5,16 +5,12 @@
 #include <set>
 #include <sstream>
 
-#include "datasets/infinitebench/prompts.h"
-#include "datasets/infinitebench/scorers.h"
-#include "datasets/longbench/longbench.h"
+#include "datasets/registry.h"
 #include "engine/cache_policy.h"
 #include "engine/errors.h"
 
 namespace kvb {
 namespace {
-
-const std::set<std::string> kBenchmarks = {"ruler", "niah", "longbench", "infinitebench"};
 
 // Every message starts with the config file and the key path, so the user can go straight there.
 class KeyError {
@@ -68,9 +64,10 @@ void allow_only_keys(const nlohmann::json& object, const std::set<std::string>& 
   }
 }
 
-std::vector<std::string> parse_budgets(const nlohmann::json& value, const std::string& path,
-                                       const KeyError& err) {
-  std::vector<std::string> budgets;
+std::vector<std::optional<Budget>> parse_budgets(const nlohmann::json& value,
+                                                 const std::string& path, const KeyError& err) {
+  std::vector<std::optional<Budget>> budgets;
+  std::set<std::string> seen;  // canonical texts: "0.25" and "25%" are the same budget
   const auto& list = get_array(value, path, err);
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string at = path + "[" + std::to_string(i) + "]";
@@ -82,14 +79,15 @@ std::vector<std::string> parse_budgets(const nlohmann::json& value, const std::s
     } else {
       err.fail(at, "must be a budget such as 512, \"25%\" or 0.25, got " + list[i].dump());
     }
+    Budget budget;
     try {
-      const std::string canonical = Budget::parse(text).to_string();
-      if (std::find(budgets.begin(), budgets.end(), canonical) != budgets.end())
-        err.fail(at, "repeats budget " + canonical);
-      budgets.push_back(canonical);
+      budget = Budget::parse(text);
     } catch (const InputError& e) {
       err.fail(at, e.what());
     }
+    if (!seen.insert(budget.to_string()).second)
+      err.fail(at, "repeats budget " + budget.to_string());
+    budgets.push_back(budget);
   }
   return budgets;
 }
@@ -111,50 +109,61 @@ ModelSpec parse_model(const nlohmann::json& value, const std::string& path, cons
   return model;
 }
 
-// LongBench dataset and InfiniteBench task names are checked here, so a typo fails before a run.
-void check_task_name(const BenchmarkSpec& spec, const std::string& task, const std::string& at,
-                     const KeyError& err) {
-  if (spec.benchmark == "longbench") {
-    try {
-      longbench_dataset(task);
-    } catch (const InputError& e) {
-      err.fail(at, e.what());
-    }
-  } else if (spec.benchmark == "infinitebench" && !is_infinitebench_task(task)) {
-    std::string known;
-    for (const auto& t : infinitebench_tasks()) known += (known.empty() ? "" : ", ") + t;
-    err.fail(at, "unknown InfiniteBench task '" + task + "' (known: " + known + ")");
-  }
+// "the niah benchmark" or "the longbench and infinitebench benchmarks": who takes option `key`.
+std::string benchmarks_taking(const std::string& key) {
+  std::vector<std::string> names;
+  for (const auto& b : list_benchmarks())
+    if (std::count(b.option_keys.begin(), b.option_keys.end(), key)) names.push_back(b.name);
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i)
+    text += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+  return "the " + text + (names.size() > 1 ? " benchmarks" : " benchmark");
 }
 
-// The keys only the file-backed benchmarks take.
-void parse_data_keys(const nlohmann::json& value, const std::string& path, const KeyError& err,
-                     const std::filesystem::path& config_path, BenchmarkSpec& spec) {
-  const bool loads = spec.benchmark == "longbench" || spec.benchmark == "infinitebench";
-  const bool infinite = spec.benchmark == "infinitebench";
-  if (value.contains("data_dir") && !loads)
-    err.fail(path + ".data_dir", "applies to longbench and infinitebench only (the sweep-wide "
-                                 "\"data_dir\" holds essays and word lists)");
-  for (const char* key : {"family", "generate"})
-    if (value.contains(key) && !infinite)
-      err.fail(path + "." + key, "applies to the infinitebench benchmark only");
-  if (!loads) return;
-  const std::string folder = value.contains("data_dir")
-                                 ? get_string(value["data_dir"], path + ".data_dir", err)
-                                 : "data/" + spec.benchmark;
-  spec.data_dir = resolve_config_path(folder, config_path);
-  if (value.contains("family")) {
-    spec.family = get_string(value["family"], path + ".family", err);
-    try {
-      infinitebench_family(spec.family);
-    } catch (const InputError& e) {
-      err.fail(path + ".family", e.what());
-    }
+// The options only some benchmarks take (Benchmark::option_keys).
+void parse_benchmark_options(const nlohmann::json& value, const std::string& path,
+                             const KeyError& err, const std::filesystem::path& config_path,
+                             const Benchmark& benchmark, BenchmarkSpec& spec) {
+  for (const char* key : {"depths", "template", "data_dir", "family", "generate"}) {
+    if (!value.contains(key) ||
+        std::count(benchmark.option_keys.begin(), benchmark.option_keys.end(), key))
+      continue;
+    const std::string note = std::string(key) == "data_dir"
+                                 ? " (the sweep-wide \"data_dir\" holds essays and word lists)"
+                                 : "";
+    err.fail(path + "." + key, "applies to " + benchmarks_taking(key) + " only" + note);
   }
+  if (std::count(benchmark.option_keys.begin(), benchmark.option_keys.end(), "data_dir")) {
+    const std::string folder = value.contains("data_dir")
+                                   ? get_string(value["data_dir"], path + ".data_dir", err)
+                                   : "data/" + spec.benchmark;
+    spec.data_dir = resolve_config_path(folder, config_path);
+  }
+  if (value.contains("family")) spec.family = get_string(value["family"], path + ".family", err);
   if (value.contains("generate")) {
     if (!value["generate"].is_boolean())
       err.fail(path + ".generate", "must be true or false, got " + value["generate"].dump());
     spec.generate = value["generate"].get<bool>();
+  }
+  if (value.contains("depths")) {
+    const auto& depths = get_array(value["depths"], path + ".depths", err);
+    for (size_t i = 0; i < depths.size(); ++i) {
+      const std::string at = path + ".depths[" + std::to_string(i) + "]";
+      if (!depths[i].is_number()) err.fail(at, "must be a number in [0, 100]");
+      const double depth = depths[i].get<double>();
+      if (depth < 0 || depth > 100) err.fail(at, "must be in [0, 100], got " + depths[i].dump());
+      spec.depths.push_back(depth);
+    }
+  }
+  if (value.contains("template")) {
+    const std::string name =
+        value["template"].is_string() ? value["template"].get<std::string>() : "";
+    if (name != "raw" && name != "chat")
+      err.fail(path + ".template",
+               "must be \"raw\" (the KV papers' prompt) or \"chat\" (the model's chat "
+               "template), got " +
+                   value["template"].dump());
+    spec.chat_template = name == "chat";
   }
 }
 
@@ -167,29 +176,35 @@ BenchmarkSpec parse_benchmark(const nlohmann::json& value, const std::string& pa
   BenchmarkSpec spec;
   spec.key = path;
   spec.benchmark = get_string(require(value, "benchmark", path + ".", err), path + ".benchmark", err);
-  if (!kBenchmarks.count(spec.benchmark))
-    err.fail(path + ".benchmark", "'" + spec.benchmark +
-                                      "' is not one of ruler, niah, longbench, infinitebench");
-  const bool is_niah = spec.benchmark == "niah";
-  parse_data_keys(value, path, err, config_path, spec);
+  const Benchmark* benchmark = lookup_benchmark(spec.benchmark);
+  if (!benchmark) {
+    std::string known;
+    for (const auto& b : list_benchmarks()) known += (known.empty() ? "" : ", ") + b.name;
+    err.fail(path + ".benchmark", "'" + spec.benchmark + "' is not one of " + known);
+  }
+  parse_benchmark_options(value, path, err, config_path, *benchmark, spec);
   if (value.contains("tasks")) {
     const auto& tasks = get_array(value["tasks"], path + ".tasks", err);
     for (size_t i = 0; i < tasks.size(); ++i) {
-      const std::string task =
-          get_string(tasks[i], path + ".tasks[" + std::to_string(i) + "]", err);
+      const std::string at = path + ".tasks[" + std::to_string(i) + "]";
+      const std::string task = get_string(tasks[i], at, err);
       if (std::find(spec.tasks.begin(), spec.tasks.end(), task) != spec.tasks.end())
-        err.fail(path + ".tasks[" + std::to_string(i) + "]", "repeats task " + task);
-      check_task_name(spec, task, path + ".tasks[" + std::to_string(i) + "]", err);
+        err.fail(at, "repeats task " + task);
+      if (benchmark->check_task) {
+        try {
+          benchmark->check_task(task);
+        } catch (const InputError& e) {
+          err.fail(at, e.what());
+        }
+      }
       spec.tasks.push_back(task);
     }
-  } else if (is_niah) {
-    spec.tasks = {"niah"};
-  } else if (spec.benchmark == "longbench") {
-    spec.tasks = longbench_kv_paper_datasets();
+  } else if (!benchmark->default_tasks.empty()) {
+    spec.tasks = benchmark->default_tasks;
   } else {
     err.fail(path + ".tasks", "is required for " + spec.benchmark);
   }
-  const bool lengths_optional = spec.benchmark == "longbench";
+  const bool lengths_optional = benchmark->lengths_optional;
   if (value.contains("lengths") || !lengths_optional) {
     const auto& lengths = get_array(require(value, "lengths", path + ".", err), path + ".lengths",
                                     err);
@@ -204,19 +219,6 @@ BenchmarkSpec parse_benchmark(const nlohmann::json& value, const std::string& pa
   } else {
     spec.lengths = {0};
   }
-  if (value.contains("depths")) {
-    if (!is_niah) err.fail(path + ".depths", "applies to the niah benchmark only");
-    const auto& depths = get_array(value["depths"], path + ".depths", err);
-    for (size_t i = 0; i < depths.size(); ++i) {
-      const std::string at = path + ".depths[" + std::to_string(i) + "]";
-      if (!depths[i].is_number()) err.fail(at, "must be a number in [0, 100]");
-      const double depth = depths[i].get<double>();
-      if (depth < 0 || depth > 100) err.fail(at, "must be in [0, 100], got " + depths[i].dump());
-      spec.depths.push_back(depth);
-    }
-  } else if (is_niah) {
-    spec.depths = {0, 25, 50, 75, 100};
-  }
   if (value.contains("samples")) {
     spec.samples = get_positive_int(value["samples"], path + ".samples", err);
     spec.samples_given = true;
@@ -228,19 +230,20 @@ BenchmarkSpec parse_benchmark(const nlohmann::json& value, const std::string& pa
   }
   if (value.contains("max_new_tokens"))
     spec.max_new_tokens = get_positive_int(value["max_new_tokens"], path + ".max_new_tokens", err);
-  if (value.contains("template")) {
-    if (!is_niah) err.fail(path + ".template", "applies to the niah benchmark only");
-    const std::string name = value["template"].is_string() ? value["template"].get<std::string>() : "";
-    if (name != "raw" && name != "chat")
-      err.fail(path + ".template", "must be \"raw\" (the KV papers' prompt) or \"chat\" (the model's chat "
-                                   "template), got " + value["template"].dump());
-    spec.chat_template = name == "chat";
+  if (benchmark->complete_spec) {
+    try {
+      benchmark->complete_spec(spec);
+    } catch (const OptionError& e) {
+      err.fail(path + "." + e.option, e.what());
+    } catch (const InputError& e) {
+      err.fail(path, e.what());
+    }
   }
   return spec;
 }
 
 PolicySpec parse_policy(const nlohmann::json& value, const std::string& path, const KeyError& err,
-                        const std::vector<std::string>& sweep_budgets) {
+                        const std::vector<std::optional<Budget>>& sweep_budgets) {
   PolicySpec policy;
   if (value.is_string()) {
     policy.name = get_string(value, path, err);
@@ -262,7 +265,7 @@ PolicySpec parse_policy(const nlohmann::json& value, const std::string& path, co
   if (policy_is_budgetless(policy.name)) {
     if (!policy.budgets.empty())
       err.fail(path + ".budgets", "'" + policy.name + "' keeps the whole cache and takes no budget");
-    policy.budgets = {""};
+    policy.budgets = {std::nullopt};
   } else if (policy.budgets.empty()) {
     if (sweep_budgets.empty())
       err.fail("budgets", "is required: policy '" + policy.name + "' at " + path +
@@ -325,7 +328,7 @@ SweepConfig parse_sweep_config(const nlohmann::json& json,
     config.benchmarks.push_back(parse_benchmark(
         benchmarks[i], "benchmarks[" + std::to_string(i) + "]", err, config_path));
 
-  std::vector<std::string> budgets;
+  std::vector<std::optional<Budget>> budgets;
   if (json.contains("budgets")) budgets = parse_budgets(json["budgets"], "budgets", err);
   const auto& policies = get_array(require(json, "policies", "", err), "policies", err);
   std::set<std::string> seen;

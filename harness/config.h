@@ -24,11 +24,13 @@
 #pragma once
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "datasets/registry.h"  // BenchmarkSpec
+#include "engine/cache_policy.h"
 
 namespace kvb {
 
@@ -41,38 +43,11 @@ struct ModelSpec {
   std::string path;  // resolved (see SweepConfig::resolve_path)
 };
 
-// Benchmarks whose samples are read from data files (LongBench; InfiniteBench's loaded tasks):
-//   tasks     LongBench datasets; when omitted the KV papers' 16 English and code datasets
-//   lengths   LongBench: the prompt limit in tokens for pred.py's middle truncation; 0 (the
-//             default) = the model's context minus the dataset's max new tokens and the chat
-//             template. InfiniteBench: prompt + answer budget, as for the generated tasks (a
-//             loaded prompt is middle-truncated to length - the task's max new tokens).
-//   samples   the first N records of each file; when omitted, every record (generated tasks: 1)
-//   data_dir  the folder of the official "{task}.jsonl" files; default data/longbench or
-//             data/infinitebench (found like model paths)
-//   family    InfiniteBench prompt templates: "yarn-mistral" (open models, default) or "gpt4"
-//   generate  InfiniteBench: false loads passkey, number_string, kv_retrieval and math_find from
-//             data_dir too, instead of generating them at each length (default true)
-struct BenchmarkSpec {
-  std::string benchmark;            // ruler | niah | longbench | infinitebench
-  std::vector<std::string> tasks;   // niah: {"niah"} when omitted
-  std::vector<int> lengths;         // context lengths in tokens (longbench: 0 = model's limit)
-  std::vector<double> depths;       // niah only: needle depths in percent
-  int samples = 1;                  // per (task, length), and per depth for niah
-  bool samples_given = false;       // false: loaded tasks take every record of their file
-  uint64_t seed = 42;
-  std::optional<int> max_new_tokens;  // overrides the sweep-wide cap for this benchmark
-  std::string data_dir;             // longbench / infinitebench data files (resolved)
-  std::string family = "yarn-mistral";  // infinitebench prompt family
-  bool generate = true;             // infinitebench: generate the synthetic tasks
-  bool chat_template = false;       // niah: "template": "chat" frames the prompt in the chat template
-  std::string key;                  // "benchmarks[i]": where it came from, for messages
-};
-
 struct PolicySpec {
   std::string name;               // registry name, e.g. "snapkv", "snapkv+art"
   nlohmann::json params = nlohmann::json::object();
-  std::vector<std::string> budgets;  // canonical budget strings; {""} for budget-less policies
+  // Parsed once here; {std::nullopt} for budget-less policies.
+  std::vector<std::optional<Budget>> budgets;
 };
 
 struct SweepConfig {

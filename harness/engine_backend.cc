@@ -4,9 +4,9 @@
 #include <sstream>
 
 #include "datasets/generation.h"
-#include "datasets/scoring.h"
-#include "engine/chat_template.h"
+#include "datasets/registry.h"
 #include "engine/batch_generation.h"
+#include "engine/chat_template.h"
 #include "engine/engine_factory.h"
 #include "engine/errors.h"
 #include "engine/gguf.h"
@@ -45,19 +45,6 @@ std::string chat_template_for_model(const std::string& path, const LoadedModel& 
 
 }  // namespace
 
-CachePlan plan_for_cell(const Cell& cell) {
-  nlohmann::json params = cell.params;
-  if (!cell.dense_layers.empty() && cell.policy.find('+') == std::string::npos) {
-    const auto& info = find_policy(cell.policy).info;
-    if (info.default_params.contains("dense_layers") && !params.contains("dense_layers"))
-      params["dense_layers"] = cell.dense_layers;
-  }
-  std::optional<Budget> budget;
-  if (!cell.budget.empty()) budget = Budget::parse(cell.budget);
-  CachePlan plan = make_cache_plan(cell.policy, params, budget);
-  return plan;
-}
-
 EngineBackend::EngineBackend(const SweepConfig&, DataSearch data, FILE* log,
                              EngineBackendOptions options)
     : data_(std::move(data)),
@@ -70,11 +57,13 @@ EngineBackend::~EngineBackend() = default;
 void EngineBackend::check_cells(const std::vector<SampleGroup>& groups) {
   for (const auto& group : groups)
     for (const auto& cell : group.cells) {
+      const std::string key = cell.key();
+      if (checked_plans_.count(key)) continue;
       try {
-        plan_for_cell(cell);
+        checked_plans_.emplace(key, make_cache_plan(cell.plan_spec(), &plan_files_));
       } catch (const InputError& e) {
         throw InputError("policy '" + cell.policy + "' with params " + cell.params.dump() +
-                         " and budget '" + cell.budget + "': " + e.what());
+                         " and budget '" + cell.budget_text() + "': " + e.what());
       }
     }
 }
@@ -116,8 +105,12 @@ void EngineBackend::begin_group(const SampleGroup& group) {
 }
 
 bool EngineBackend::replays_prefill(const Cell& cell) const {
-  const CachePlan plan = plan_for_cell(cell);
-  return !plan.prefill || plan.prefill->replays_full_prefill();
+  const auto replays = [](const CachePlan& plan) {
+    return !plan.prefill || plan.prefill->replays_full_prefill();
+  };
+  const auto checked = checked_plans_.find(cell.key());
+  if (checked != checked_plans_.end()) return replays(checked->second);
+  return replays(make_cache_plan(cell.plan_spec()));  // a cell check_cells() did not see
 }
 
 EngineBackend::Prompt EngineBackend::build_prompt(const Sample& sample, PromptMode mode) const {
@@ -148,8 +141,7 @@ GenerationOptions EngineBackend::options_for(const Sample& sample, const Cell& c
                                : sample.max_new_tokens;
   if (sample.use_chat_template || sample.extra.value("chat_template_in_text", false))
     options.stop_strings = current_->chat->stop_strings;
-  // NIAH's newline stop (KVCache-Factory) is applied to the text in to_result instead: small
-  // models often open with a newline, which as a stop token would end the answer before it began.
+  // A benchmark's own end of answer (NIAH's first line) is cut from the text by score_answer().
   return options;
 }
 
@@ -165,7 +157,7 @@ std::vector<SampleResult> EngineBackend::run_cells(const SampleGroup&,
   plans.reserve(cells.size());
   std::vector<CellRequest> requests;
   for (const Cell* cell : cells) {
-    plans.push_back(plan_for_cell(*cell));
+    plans.push_back(make_cache_plan(cell->plan_spec(), &plan_files_));
     requests.push_back({&plans.back(), options_for(sample, *cell)});
   }
   const Prompt prompt = build_prompt(sample, mode);
@@ -183,7 +175,7 @@ void EngineBackend::check_device(const std::vector<SampleGroup>& groups) {
   for (const auto& group : groups) {
     model(group.model_path);
     const Engine& engine = *models_.at(group.model_path)->engine;
-    for (const auto& cell : group.cells) engine.check_plan(plan_for_cell(cell));
+    for (const auto& cell : group.cells) engine.check_plan(checked_plans_.at(cell.key()));
   }
 }
 
@@ -192,16 +184,10 @@ SampleResult EngineBackend::to_result(const Sample& sample, const Cell& cell,
   SampleResult r;
   r.sample_id = sample.id;
   r.depth = sample.depth;
-  r.prediction = g.text;
-  if (sample.extra.value("stop_at_newline", false)) {
-    // The first non-blank line: what a newline stop yields once the answer has started.
-    const size_t begin = r.prediction.find_first_not_of(" \t\r\n");
-    r.prediction = begin == std::string::npos ? "" : r.prediction.substr(begin);
-    const size_t end = r.prediction.find('\n');
-    if (end != std::string::npos) r.prediction.resize(end);
-  }
+  const ScoredAnswer scored = score_answer(g.text, sample);
+  r.prediction = scored.answer;
   r.references = sample.references;
-  r.score = score_sample(sample.benchmark, sample.task, r.prediction, sample);
+  r.score = scored.score;
   r.ttft_ms = g.ttft_ms;
   r.tpot_ms = g.tpot_ms;
   r.prefill_ms = g.prefill_ms;
@@ -222,14 +208,7 @@ SampleResult EngineBackend::to_result(const Sample& sample, const Cell& cell,
              {"decode_ms", g.decode_ms},
              {"decode_batch", g.decode_batch},
              {"backend", current_->engine->backend_name()}};
-  if (sample.benchmark == "niah" && sample.extra.contains("substring_answer")) {
-    std::string lower = r.prediction;
-    std::string answer = sample.extra["substring_answer"].get<std::string>();
-    for (auto* s : {&lower, &answer})
-      std::transform(s->begin(), s->end(), s->begin(),
-                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    r.extra["substring_match"] = lower.find(answer) != std::string::npos;
-  }
+  r.extra.update(scored.extra);  // the benchmark's metrics beside the score
   (void)cell;
   return r;
 }

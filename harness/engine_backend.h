@@ -1,9 +1,8 @@
 // The real SweepBackend: loads each model once onto the sweep's device (engine/engine_factory.h),
-// generates or loads each group's samples with the datasets layer (harness/benchmark_data.h:
-// RULER, NIAH, LongBench v1, InfiniteBench), builds the prompt for the cell's prompt mode (chat
-// template unless the dataset skips it), runs a sample's cells together under their CachePlans
-// (engine/batch_generation.h: one prefill, one batched decode) and scores each answer with the
-// benchmark's metric.
+// generates or loads each group's samples through the benchmark registry (datasets/registry.h),
+// builds the prompt for the cell's prompt mode (chat template unless the dataset skips it), runs a
+// sample's cells together under their CachePlans (engine/batch_generation.h: one prefill, one
+// batched decode) and has the registry cut and score each answer.
 #pragma once
 
 #include <filesystem>
@@ -18,6 +17,7 @@
 #include "engine/model.h"
 #include "harness/config.h"
 #include "harness/runner.h"
+#include "policies/registry.h"
 
 namespace kvb {
 
@@ -45,10 +45,12 @@ class EngineBackend : public SweepBackend {
   const LoadedModel& model(const std::string& path);
   // "cpu" or "cuda": where the models run (resolved from the options at construction).
   const std::string& device() const { return device_; }
-  // Checks every cell's policy and parameters by building its plan (before any row is written).
-  static void check_cells(const std::vector<SampleGroup>& groups);
+  // Builds every cell's plan once, before any row is written: an InputError names the policy,
+  // params and budget the registry refuses. The plans are kept for check_device() and
+  // replays_prefill(); each run builds its own (a plan holds its run's selector state).
+  void check_cells(const std::vector<SampleGroup>& groups);
   // Checks that the device runs every cell's plan (InputError naming the policy otherwise);
-  // loads the groups' models.
+  // loads the groups' models. After check_cells().
   void check_device(const std::vector<SampleGroup>& groups);
 
  private:
@@ -70,10 +72,8 @@ class EngineBackend : public SweepBackend {
   std::map<std::string, std::unique_ptr<ModelState>> models_;
   ModelState* current_ = nullptr;
   std::vector<Sample> samples_;  // of the current group
+  std::map<std::string, CachePlan> checked_plans_;  // by cell key, built by check_cells()
+  PlanFiles plan_files_;  // files the plans read (BinaryPC projections), once per sweep
 };
-
-// Plans a cell: the registry's CachePlan with the sweep's dense layers filled in where the method
-// has that parameter and the config did not set it.
-CachePlan plan_for_cell(const Cell& cell);
 
 }  // namespace kvb

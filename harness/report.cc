@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "datasets/registry.h"
 #include "engine/cache_policy.h"
 #include "engine/errors.h"
 #include "harness/svg.h"
@@ -46,15 +47,21 @@ std::string slug(std::string text) {
 
 std::string series_name(const Cell& cell) { return cell.policy_label(); }
 
+// Whether a row belongs to a benchmark whose table is a depth x length grid (NIAH).
+bool has_depth_grid(const Cell& cell) {
+  const Benchmark* benchmark = lookup_benchmark(cell.benchmark);
+  return benchmark && benchmark->layout == TableLayout::kDepthGrid;
+}
+
 // NIAH heatmaps: one per (model, prompt mode, policy, budget).
 std::vector<std::string> niah_heatmaps(const std::vector<StoredRow>& rows) {
   using Key = std::tuple<std::string, std::string, std::string, std::string>;
   std::vector<Key> order;
   std::map<Key, std::map<std::pair<double, int>, std::vector<double>>> cells;
   for (const auto& row : rows) {
-    if (row.cell.benchmark != "niah") continue;
+    if (!has_depth_grid(row.cell)) continue;
     const Key key{row.cell.model, to_string(row.cell.prompt_mode), row.cell.policy_label(),
-                  row.cell.budget};
+                  row.cell.budget_text()};
     if (!cells.count(key)) order.push_back(key);
     cells[key][{row.result.depth, row.cell.length}].push_back(row.result.score);
   }
@@ -110,8 +117,9 @@ std::vector<std::string> by_budget_charts(const std::vector<StoredRow>& rows, bo
     const std::string name = series_name(row.cell);
     auto& by_series = values[key];
     if (!by_series.count(name)) series_order[key].push_back(name);
-    if (!row.cell.budget.empty()) budgets[key].insert(row.cell.budget);
-    by_series[name][row.cell.budget].push_back(tpot ? row.result.tpot_ms : 100 * row.result.score);
+    if (row.cell.budget) budgets[key].insert(row.cell.budget_text());
+    by_series[name][row.cell.budget_text()].push_back(tpot ? row.result.tpot_ms
+                                                           : 100 * row.result.score);
   }
   std::vector<std::string> plots;
   for (const auto& key : order) {
@@ -155,7 +163,7 @@ std::vector<std::string> by_length_charts(const std::vector<StoredRow>& rows) {
   for (const auto& row : rows) {
     const Key key{row.cell.model, to_string(row.cell.prompt_mode), row.cell.benchmark};
     if (!values.count(key)) order.push_back(key);
-    const std::string name = series_name(row.cell) + " @ " + budget_label(row.cell.budget);
+    const std::string name = series_name(row.cell) + " @ " + budget_label(row.cell.budget_text());
     if (!values[key].count(name)) series_order[key].push_back(name);
     lengths[key].insert(row.cell.length);
     values[key][name][row.cell.length].push_back(100 * row.result.score);

@@ -20,7 +20,7 @@ std::string row_label(const SampleGroup& group, const Cell& cell, int sample_ind
   std::string label = group.benchmark.benchmark + "/" + group.task + "/" +
                       std::to_string(group.length) + " #" + std::to_string(sample_index) + " " +
                       cell.policy;
-  if (!cell.budget.empty()) label += " " + cell.budget;
+  if (cell.budget) label += " " + cell.budget_text();
   return label;
 }
 

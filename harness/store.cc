@@ -297,7 +297,7 @@ int64_t ResultStore::ensure_cell(const Cell& cell) {
                    "VALUES (?,?,?,?,?,?,?,?,?,?,?)");
   insert.bind(1, key).bind(2, cell.model).bind(3, cell.benchmark).bind(4, cell.task);
   insert.bind(5, cell.length).bind(6, cell.policy).bind(7, cell.params.dump());
-  insert.bind(8, cell.budget).bind(9, to_string(cell.prompt_mode));
+  insert.bind(8, cell.budget_text()).bind(9, to_string(cell.prompt_mode));
   insert.bind(10, nlohmann::json(cell.dense_layers).dump()).bind(11, cell.max_new_tokens);
   if (const int code = insert.step(); code != SQLITE_DONE) fail(code, "recording a cell");
   return sqlite3_last_insert_rowid(db_);

@@ -16,13 +16,26 @@ nlohmann::json Cell::to_json() const {
           {"length", length},
           {"policy", policy},
           {"params", params},
-          {"budget", budget},
+          {"budget", budget_text()},
           {"prompt_mode", kvb::to_string(prompt_mode)},
           {"dense_layers", dense_layers},
           {"max_new_tokens", max_new_tokens}};
 }
 
 std::string Cell::key() const { return to_json().dump(); }
+
+std::string Cell::budget_text() const { return budget ? budget->to_string() : ""; }
+
+PlanSpec Cell::plan_spec() const {
+  PlanSpec spec{policy, params, budget};
+  // A composition's params are keyed by component, so the sweep-wide layers apply to one method.
+  if (!dense_layers.empty() && policy.find('+') == std::string::npos) {
+    const auto& defaults = find_policy(policy).info.default_params;
+    if (defaults.contains("dense_layers") && !spec.params.contains("dense_layers"))
+      spec.params["dense_layers"] = dense_layers;
+  }
+  return spec;
+}
 
 std::string Cell::policy_label() const {
   if (params.empty()) return policy;
@@ -44,11 +57,16 @@ Cell cell_from_json(const nlohmann::json& json) {
   cell.length = json.at("length").get<int>();
   cell.policy = json.at("policy").get<std::string>();
   cell.params = json.at("params");
-  cell.budget = json.at("budget").get<std::string>();
+  cell.budget = budget_from_text(json.at("budget").get<std::string>());
   cell.prompt_mode = parse_prompt_mode(json.at("prompt_mode").get<std::string>());
   cell.dense_layers = json.at("dense_layers").get<std::vector<int>>();
   cell.max_new_tokens = json.at("max_new_tokens").get<int>();
   return cell;
+}
+
+std::optional<Budget> budget_from_text(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  return Budget::parse(text);
 }
 
 Shard Shard::parse(const std::string& text) {

@@ -7,12 +7,15 @@
 // mode and replays all replayable cells from that snapshot, so a unit is never split across shards.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/cache_policy.h"
 #include "harness/config.h"
+#include "policies/registry.h"
 
 namespace kvb {
 
@@ -24,10 +27,16 @@ struct Cell {
   int length = 0;
   std::string policy;       // registry name, e.g. "snapkv+art"
   nlohmann::json params = nlohmann::json::object();
-  std::string budget;       // canonical ("25%", "512"), "" for budget-less policies
+  std::optional<Budget> budget;  // parsed once, by the config; absent for budget-less policies
   PromptMode prompt_mode = PromptMode::kQueryAware;
   std::vector<int> dense_layers;
   int max_new_tokens = 0;   // 0: the task's own limit
+
+  // The budget as the config and the database write it ("25%", "512"), "" when absent.
+  std::string budget_text() const;
+  // What the cell's cache plan is built from: its policy, params and budget, with the sweep's
+  // dense layers filled in where the method has that parameter and the config did not set it.
+  PlanSpec plan_spec() const;
 
   // Canonical identity: the same cell always gives the same key.
   std::string key() const;
@@ -36,6 +45,8 @@ struct Cell {
   std::string policy_label() const;
 };
 Cell cell_from_json(const nlohmann::json& json);
+// The inverse of Cell::budget_text(): "" is no budget, anything else goes through Budget::parse.
+std::optional<Budget> budget_from_text(const std::string& text);
 
 // Samples of one (model, benchmark, task, length) group share their generated inputs.
 struct SampleGroup {

@@ -6,17 +6,14 @@
 #include <set>
 #include <sstream>
 
+#include "datasets/registry.h"
 #include "engine/errors.h"
 #include "harness/stats.h"
 
 namespace kvb {
 namespace {
 
-// Benchmark protocol facts: RULER's 13 tasks in `scripts/synthetic.yaml` order, LongBench v1's
-// datasets and categories (`LongBench/README.md`), InfiniteBench's 12 tasks (`src/eval_utils.py`).
-const std::vector<std::string> kRulerTasks = {
-    "niah_single_1", "niah_single_2",   "niah_single_3",   "niah_multikey_1", "niah_multikey_2",
-    "niah_multikey_3", "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe", "qa_1", "qa_2"};
+// LongBench v1's categories (`LongBench/README.md`), in the short names of the KV papers' tables.
 const std::vector<std::pair<std::string, std::string>> kLongBench = {
     {"narrativeqa", "SD-QA"},       {"qasper", "SD-QA"},        {"multifieldqa_en", "SD-QA"},
     {"multifieldqa_zh", "SD-QA"},   {"hotpotqa", "MD-QA"},      {"2wikimqa", "MD-QA"},
@@ -25,12 +22,8 @@ const std::vector<std::pair<std::string, std::string>> kLongBench = {
     {"trec", "Few-shot"},           {"triviaqa", "Few-shot"},   {"samsum", "Few-shot"},
     {"lsht", "Few-shot"},           {"passage_count", "Synth"}, {"passage_retrieval_en", "Synth"},
     {"passage_retrieval_zh", "Synth"}, {"lcc", "Code"},         {"repobench-p", "Code"}};
-const std::vector<std::string> kLongBenchCategories = {"SD-QA", "MD-QA", "Sum",
+const std::vector<std::string> kLongBenchCategories = {"SD-QA",    "MD-QA", "Sum",
                                                        "Few-shot", "Synth", "Code"};
-const std::vector<std::string> kInfiniteBenchTasks = {
-    "passkey",         "number_string",    "kv_retrieval",        "longbook_sum_eng",
-    "longbook_choice_eng", "longbook_qa_eng", "longbook_qa_chn", "longdialogue_qa_eng",
-    "math_find",       "math_calc",        "code_run",            "code_debug"};
 
 std::string fixed(double value, int digits) {
   if (!std::isfinite(value)) return "-";
@@ -97,7 +90,7 @@ std::vector<TextTable> per_task_tables(const std::vector<StoredRow>& rows,
     if (row.cell.benchmark != benchmark) continue;
     const GroupKey g{row.cell.model, mode_text(row.cell.prompt_mode),
                      per_length ? row.cell.length : 0};
-    const PolicyRow p{row.cell.policy_label(), row.cell.budget};
+    const PolicyRow p{row.cell.policy_label(), row.cell.budget_text()};
     groups.add(g);
     policy_rows[g].add(p);
     tasks[g].insert(row.cell.task);
@@ -134,7 +127,8 @@ std::vector<TextTable> per_task_tables(const std::vector<StoredRow>& rows,
   return tables;
 }
 
-std::vector<TextTable> longbench_tables(const std::vector<StoredRow>& rows) {
+std::vector<TextTable> category_tables(const std::vector<StoredRow>& rows,
+                                       const Benchmark& benchmark) {
   // model, mode, prompt limit (0: the model's own; other limits get their own table)
   using GroupKey = std::tuple<std::string, std::string, int>;
   OrderedKeys<GroupKey> groups;
@@ -142,9 +136,9 @@ std::vector<TextTable> longbench_tables(const std::vector<StoredRow>& rows) {
   std::map<GroupKey, std::set<std::string>> datasets;
   std::map<std::tuple<GroupKey, PolicyRow, std::string>, std::vector<double>> scores;
   for (const auto& row : rows) {
-    if (row.cell.benchmark != "longbench") continue;
+    if (row.cell.benchmark != benchmark.name) continue;
     const GroupKey g{row.cell.model, mode_text(row.cell.prompt_mode), row.cell.length};
-    const PolicyRow p{row.cell.policy_label(), row.cell.budget};
+    const PolicyRow p{row.cell.policy_label(), row.cell.budget_text()};
     groups.add(g);
     policy_rows[g].add(p);
     datasets[g].insert(row.cell.task);
@@ -154,10 +148,10 @@ std::vector<TextTable> longbench_tables(const std::vector<StoredRow>& rows) {
   for (const auto& g : groups.items()) {
     TextTable table;
     const auto& [model, mode, limit] = g;
-    table.title = "LongBench, " + model + ", " + mode +
+    table.title = benchmark.title + ", " + model + ", " + mode +
                   (limit > 0 ? ", prompts truncated to " + std::to_string(limit) + " tokens" : "");
     const auto order = ordered_tasks(
-        "longbench", std::vector<std::string>(datasets[g].begin(), datasets[g].end()));
+        benchmark.name, std::vector<std::string>(datasets[g].begin(), datasets[g].end()));
     std::vector<std::string> categories;
     for (const auto& c : kLongBenchCategories)
       for (const auto& d : order)
@@ -198,7 +192,8 @@ std::vector<TextTable> longbench_tables(const std::vector<StoredRow>& rows) {
   return tables;
 }
 
-std::vector<TextTable> niah_tables(const std::vector<StoredRow>& rows) {
+std::vector<TextTable> depth_grid_tables(const std::vector<StoredRow>& rows,
+                                         const Benchmark& benchmark) {
   using GroupKey = std::tuple<std::string, std::string, PolicyRow>;
   OrderedKeys<GroupKey> groups;
   std::map<GroupKey, std::set<double>> depths;
@@ -206,9 +201,9 @@ std::vector<TextTable> niah_tables(const std::vector<StoredRow>& rows) {
   std::map<std::tuple<GroupKey, double, int>, std::vector<double>> scores;
   std::map<GroupKey, std::vector<double>> all;
   for (const auto& row : rows) {
-    if (row.cell.benchmark != "niah") continue;
+    if (row.cell.benchmark != benchmark.name) continue;
     const GroupKey g{row.cell.model, mode_text(row.cell.prompt_mode),
-                     PolicyRow{row.cell.policy_label(), row.cell.budget}};
+                     PolicyRow{row.cell.policy_label(), row.cell.budget_text()}};
     groups.add(g);
     depths[g].insert(row.result.depth);
     lengths[g].insert(row.cell.length);
@@ -219,7 +214,7 @@ std::vector<TextTable> niah_tables(const std::vector<StoredRow>& rows) {
   for (const auto& g : groups.items()) {
     const auto& [model, mode, p] = g;
     TextTable table;
-    table.title = "NIAH, " + model + ", " + mode + ", " + p.label + " @ " +
+    table.title = benchmark.title + ", " + model + ", " + mode + ", " + p.label + " @ " +
                   budget_label(p.budget) + " (mean " + fixed(100 * mean_of(all[g]), 1) + ")";
     table.columns = {"Depth %"};
     for (const int length : lengths[g]) table.columns.push_back(std::to_string(length));
@@ -266,8 +261,8 @@ std::vector<TextTable> latency_or_memory_tables(const std::vector<StoredRow>& ro
   // (model, policy name, budget, length, mode) -> means, for finding a row's base.
   std::map<std::tuple<std::string, std::string, std::string, int, std::string>, Timing*> by_name;
   for (const auto& row : rows) {
-    const RowKey k{row.cell.policy, row.cell.policy_label(), row.cell.budget, row.cell.length,
-                   mode_text(row.cell.prompt_mode)};
+    const RowKey k{row.cell.policy, row.cell.policy_label(), row.cell.budget_text(),
+                   row.cell.length, mode_text(row.cell.prompt_mode)};
     models.add(row.cell.model);
     model_rows[row.cell.model].add(k);
     Timing& t = timing[{row.cell.model, k}];
@@ -375,8 +370,13 @@ std::string escape_markdown(const std::string& text) {
 }  // namespace
 
 const std::vector<std::string>& table_layouts() {
-  static const std::vector<std::string> layouts = {"ruler",         "longbench", "niah",
-                                                   "infinitebench", "latency",   "memory"};
+  static const std::vector<std::string> layouts = [] {
+    std::vector<std::string> names;
+    for (const auto& benchmark : list_benchmarks()) names.push_back(benchmark.name);
+    names.push_back("latency");
+    names.push_back("memory");
+    return names;
+  }();
   return layouts;
 }
 
@@ -400,14 +400,8 @@ std::string budget_label(const std::string& budget) { return budget.empty() ? "f
 
 std::vector<std::string> ordered_tasks(const std::string& benchmark,
                                        const std::vector<std::string>& present) {
-  std::vector<std::string> official;
-  if (benchmark == "ruler") official = kRulerTasks;
-  if (benchmark == "infinitebench") official = kInfiniteBenchTasks;
-  if (benchmark == "longbench")
-    for (const auto& [d, c] : kLongBench) {
-      official.push_back(d);
-      official.push_back(d + "_e");
-    }
+  const Benchmark* known = lookup_benchmark(benchmark);
+  const std::vector<std::string> official = known ? known->table_tasks : std::vector<std::string>();
   const std::set<std::string> have(present.begin(), present.end());
   std::vector<std::string> ordered;
   for (const auto& t : official)
@@ -420,15 +414,23 @@ std::vector<std::string> ordered_tasks(const std::string& benchmark,
 }
 
 std::vector<TextTable> build_tables(const std::vector<StoredRow>& rows, const std::string& layout) {
-  if (layout == "ruler") return per_task_tables(rows, "ruler", "RULER", true);
-  if (layout == "infinitebench")
-    return per_task_tables(rows, "infinitebench", "InfiniteBench", true);
-  if (layout == "longbench") return longbench_tables(rows);
-  if (layout == "niah") return niah_tables(rows);
   if (layout == "latency") return latency_or_memory_tables(rows, false);
   if (layout == "memory") return latency_or_memory_tables(rows, true);
-  throw InputError("--layout '" + layout +
-                   "' is unknown (use ruler, longbench, niah, infinitebench, latency or memory)");
+  const Benchmark* benchmark = lookup_benchmark(layout);
+  if (!benchmark) {
+    std::string known;
+    for (const auto& name : table_layouts()) known += (known.empty() ? "" : ", ") + name;
+    throw InputError("--layout '" + layout + "' is unknown (use one of " + known + ")");
+  }
+  switch (benchmark->layout) {
+    case TableLayout::kPerTask:
+      return per_task_tables(rows, benchmark->name, benchmark->title, true);
+    case TableLayout::kLongBenchCategories:
+      return category_tables(rows, *benchmark);
+    case TableLayout::kDepthGrid:
+      return depth_grid_tables(rows, *benchmark);
+  }
+  return {};
 }
 
 std::string render_tables(const std::vector<TextTable>& tables, const std::string& format) {

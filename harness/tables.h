@@ -1,13 +1,15 @@
 // Paper-style tables from stored results.
 //
-// Layouts:
-//   ruler          per (model, prompt mode, length): rows policy x budget, one column per RULER
-//                  task in the official order, then the plain mean of task scores (like BinaryPC
-//                  Tables 14-18)
-//   longbench      per (model, prompt mode): one column per dataset grouped by category, then the
-//                  category means, the mean of datasets and the mean of category means (Table 9)
-//   niah           per (model, prompt mode, policy, budget): depth x context length grid
-//   infinitebench  per (model, prompt mode, length): one column per task, then the mean
+// Layouts: one per benchmark of the registry (datasets/registry.h), named after it, in the form
+// the benchmark declares (TableLayout):
+//   per task       per (model, prompt mode, length): rows policy x budget, one column per task in
+//                  the official order, then the plain mean of task scores (RULER, InfiniteBench;
+//                  like BinaryPC Tables 14-18)
+//   categories     per (model, prompt mode): one column per dataset grouped by category, then the
+//                  category means, the mean of datasets and the mean of category means (LongBench,
+//                  Table 9)
+//   depth grid     per (model, prompt mode, policy, budget): depth x context length (NIAH)
+// and two more:
 //   latency        per model: prefill, compression, TTFT and TPOT per policy x budget x length,
 //                  with speed-ups against each policy's base (X+art against X; others against
 //                  Full) measured in the same database (like ART Table 1)

@@ -44,12 +44,11 @@ struct HashedKvHead {
   std::vector<int32_t> protected_ids;  // S_err
 };
 
-class BinaryPcSelector : public DescribedDecodeSelector {
+class BinaryPcSelector : public ParamDecodeSelector {
  public:
   BinaryPcSelector(const nlohmann::json& params, const Budget& budget,
-                   std::shared_ptr<const BinaryProjectionSet> projection)
-      : params_("binarypc", params, binarypc_defaults()),
-        budget_(budget),
+                   std::shared_ptr<const BinaryProjectionSet> projection, PlanFiles* files)
+      : ParamDecodeSelector("binarypc", params, binarypc_defaults(), budget),
         projection_(std::move(projection)) {
     const int bits = params_.integer("bits");
     if (bits != kBinaryHashBits)
@@ -59,22 +58,22 @@ class BinaryPcSelector : public DescribedDecodeSelector {
     err_ratio_ = number_at_least(params_, "err_ratio", 0.0);
     if (err_ratio_ > 1)
       throw InputError("parameter 'err_ratio' of policy 'binarypc' must be in [0, 1]");
-    dense_layers_ = read_layers(params_, "dense_layers");
     fit_.iterations = integer_at_least(params_, "iterations", 0);
     fit_.seed = static_cast<uint64_t>(integer_at_least(params_, "seed", 0));
     projection_path_ = params_.text("projection");
-    if (!projection_ && !projection_path_.empty())
+    if (projection_ || projection_path_.empty()) return;
+    if (files)
+      projection_ = files->binarypc_projection(projection_path_);
+    else
       projection_ =
           std::make_shared<BinaryProjectionSet>(BinaryProjectionSet::load(projection_path_));
   }
 
-  std::string name() const override { return "binarypc"; }
   nlohmann::json describe() const override {
-    nlohmann::json described = params_.resolved();
+    nlohmann::json described = ParamDecodeSelector::describe();
     if (projection_ && projection_path_.empty()) described["projection"] = "(given tensor)";
     described["projection_fit"] = projection_ ? "offline (OPC)" : "online";
     described["gqa"] = "shared";
-    described["budget"] = budget_.to_string();
     return described;
   }
 
@@ -136,11 +135,8 @@ class BinaryPcSelector : public DescribedDecodeSelector {
   }
 
   void select(int layer, const float* query, const KvStore& store, Selection& out) override {
-    const int n_query_heads = checked_query_heads(out, store, "binarypc");
-    out.logit_bias.clear();
-    out.dense = is_dense_layer(dense_layers_, layer);
-    if (out.dense) return;
-    const int group = n_query_heads / store.n_kv_heads();
+    const int group = begin_selection(layer, store, out);
+    if (group == 0) return;  // a dense layer
     const int d = store.head_dim();
     std::vector<float> projected(static_cast<size_t>(group) * kBinaryHashBits);
     std::vector<QuantizedQuery> quantized(group);
@@ -197,14 +193,11 @@ class BinaryPcSelector : public DescribedDecodeSelector {
     return head;
   }
 
-  PolicyParams params_;
-  Budget budget_;
   std::shared_ptr<const BinaryProjectionSet> projection_;
   std::string projection_path_;
   BinaryProjectionFit fit_;
   bool eas_ = true;
   double err_ratio_ = 0.1;
-  std::vector<int> dense_layers_;
   int budget_tokens_ = 0;
   std::vector<std::vector<HashedKvHead>> heads_;  // [layer][kv head]
 };
@@ -213,20 +206,18 @@ class BinaryPcSelector : public DescribedDecodeSelector {
 
 std::shared_ptr<DescribedDecodeSelector> make_binarypc_selector(
     const nlohmann::json& params, const Budget& budget,
-    std::shared_ptr<const BinaryProjectionSet> projection) {
-  return std::make_shared<BinaryPcSelector>(params, budget, std::move(projection));
+    std::shared_ptr<const BinaryProjectionSet> projection, PlanFiles* files) {
+  return std::make_shared<BinaryPcSelector>(params, budget, std::move(projection), files);
 }
 
 PolicyFactory binarypc_factory() {
-  PolicyFactory factory;
-  factory.info = {"binarypc", PolicyKind::kDecodeSelection,
-                  "64-bit binary principal-component key codes, bit-plane popcount top-k, EAS",
-                  "yudaohai666/BPC @544b6d2 bpc/bpc/bpc_pytorch.py, bpc/bpc/bpc.py",
-                  binarypc_defaults()};
-  factory.install = [](const nlohmann::json& params, CachePlan& plan) {
-    plan.selector = make_binarypc_selector(params, plan_budget(plan));
-  };
-  return factory;
+  return decode_selector_factory(
+      {"binarypc", PolicyKind::kDecodeSelection,
+       "64-bit binary principal-component key codes, bit-plane popcount top-k, EAS",
+       "yudaohai666/BPC @544b6d2 bpc/bpc/bpc_pytorch.py, bpc/bpc/bpc.py", binarypc_defaults()},
+      [](const nlohmann::json& params, const Budget& budget, PlanFiles& files) {
+        return make_binarypc_selector(params, budget, nullptr, &files);
+      });
 }
 
 }  // namespace kvb

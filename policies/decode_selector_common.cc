@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "engine/errors.h"
+#include "policies/selection.h"
 
 namespace kvb {
 
@@ -69,7 +70,35 @@ int checked_query_heads(const Selection& out, const KvStore& store, const std::s
   return n_query_heads;
 }
 
-Budget plan_budget(const CachePlan& plan) { return plan.budget.value_or(Budget{}); }
+ParamDecodeSelector::ParamDecodeSelector(const std::string& method, const nlohmann::json& params,
+                                         const nlohmann::json& defaults, const Budget& budget)
+    : params_(method, params, defaults),
+      budget_(budget),
+      dense_layers_(read_layers(params_, "dense_layers")) {}
+
+nlohmann::json ParamDecodeSelector::describe() const {
+  nlohmann::json described = params_.resolved();
+  described["budget"] = budget_.to_string();
+  return described;
+}
+
+int ParamDecodeSelector::begin_selection(int layer, const KvStore& store, Selection& out) const {
+  const int n_query_heads = checked_query_heads(out, store, name());
+  out.logit_bias.clear();
+  out.dense = is_dense_layer(dense_layers_, layer);
+  return out.dense ? 0 : n_query_heads / store.n_kv_heads();
+}
+
+PolicyFactory decode_selector_factory(PolicyInfo info, SelectorBuilder build) {
+  PolicyFactory factory;
+  factory.info = std::move(info);
+  factory.make_selector = [build = std::move(build)](
+                              const nlohmann::json& params, const Budget& budget,
+                              PlanFiles& files) -> std::shared_ptr<DecodeSelector> {
+    return build(params, budget, files);
+  };
+  return factory;
+}
 
 SparseDecodeConfig device_selection(SparseDecodeConfig::Method method, int budget_tokens,
                                     const std::vector<int>& dense_layers) {

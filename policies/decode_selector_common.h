@@ -3,12 +3,16 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/cache_policy.h"
 #include "engine/cuda/sparse_decode_config.h"
+#include "policies/decode_selectors.h"
 #include "policies/params.h"
+#include "policies/registry.h"
 
 namespace kvb {
 
@@ -43,8 +47,36 @@ std::vector<int32_t> top_k_indices(const float* scores, int n, int k);
 // count is not a multiple of the store's KV heads.
 int checked_query_heads(const Selection& out, const KvStore& store, const std::string& method);
 
-// The budget a selector's install() finds in the plan (make_cache_plan sets it before install;
-// a plan without one is refused after install).
-Budget plan_budget(const CachePlan& plan);
+// Base of the kind-D selectors, as ScoredPolicy is of the prefill scorers: the method's
+// parameters (checked against its defaults), its budget and its dense layers are read here once,
+// and describe() reports them. A selector file is then its own parameters, start(), on_append()
+// and the selection of one layer.
+class ParamDecodeSelector : public DescribedDecodeSelector {
+ public:
+  // Reads the "dense_layers" parameter, which every default set of a selector declares.
+  ParamDecodeSelector(const std::string& method, const nlohmann::json& params,
+                      const nlohmann::json& defaults, const Budget& budget);
+
+  std::string name() const override { return params_.policy(); }
+  // The resolved parameters, defaults included, and "budget".
+  nlohmann::json describe() const override;
+
+ protected:
+  // What every select() does first: checks `out`'s size, clears the logit biases and marks a
+  // dense layer. Returns the query heads per KV head, or 0 for a dense layer (nothing to select).
+  int begin_selection(int layer, const KvStore& store, Selection& out) const;
+
+  const PolicyParams params_;
+  const Budget budget_;
+  const std::vector<int> dense_layers_;
+};
+
+// A kind-D method's selector from its parameters and budget; `files` holds the files the plans of
+// a sweep share (BinaryPC's projection).
+using SelectorBuilder = std::function<std::shared_ptr<DescribedDecodeSelector>(
+    const nlohmann::json& params, const Budget& budget, PlanFiles& files)>;
+// The registry entry of a decode selector (policies/registry.h: make_selector), as scored_factory
+// is for prefill scorers.
+PolicyFactory decode_selector_factory(PolicyInfo info, SelectorBuilder build);
 
 }  // namespace kvb

@@ -13,6 +13,8 @@
 
 namespace kvb {
 
+class PlanFiles;
+
 // A DecodeSelector that can say which parameters it runs with.
 class DescribedDecodeSelector : public DecodeSelector {
  public:
@@ -32,10 +34,11 @@ std::shared_ptr<DescribedDecodeSelector> make_magicpig_selector(const nlohmann::
                                                                 const Budget& budget);
 // BinaryPC (§12). Params: bits 64, eas true, err_ratio 0.1, dense_layers [0,1], projection
 // (path of a `kvbench calibrate` file; online fit when absent), iterations 4, seed 0.
-// `projection` given here (e.g. `kvbench select`'s bpc_projection tensor) overrides the file.
+// `projection` given here (e.g. `kvbench select`'s bpc_projection tensor) overrides the file;
+// else the file is read through `files` when given (once per sweep), else read here.
 std::shared_ptr<DescribedDecodeSelector> make_binarypc_selector(
     const nlohmann::json& params, const Budget& budget,
-    std::shared_ptr<const BinaryProjectionSet> projection = nullptr);
+    std::shared_ptr<const BinaryProjectionSet> projection = nullptr, PlanFiles* files = nullptr);
 
 // ART (§13): the early-exit parameters. Params: tau 1e-5, phi 1e-3, patience 2, block_size 64,
 // sink_tokens 4, scale_criterion "mass" | "norm", enabled true, oracle_tolerance 0 (off).

@@ -41,10 +41,10 @@ struct HashedHead {
   std::vector<uint32_t> codes;   // [n_middle, L]
 };
 
-class MagicPigSelector : public DescribedDecodeSelector {
+class MagicPigSelector : public ParamDecodeSelector {
  public:
-  explicit MagicPigSelector(const nlohmann::json& params)
-      : params_("magicpig", params, magicpig_defaults()) {
+  MagicPigSelector(const nlohmann::json& params, const Budget& budget)
+      : ParamDecodeSelector("magicpig", params, magicpig_defaults(), budget) {
     bits_per_table_ = integer_at_least(params_, "K", 0);
     if (bits_per_table_ > 32)
       throw InputError("parameter 'K' of policy 'magicpig' must be <= 32 bits per table");
@@ -55,11 +55,9 @@ class MagicPigSelector : public DescribedDecodeSelector {
                        ") cannot exceed the table count 'L' (" + std::to_string(tables_) + ")");
     sinks_ = integer_at_least(params_, "sinks", 0);
     local_ = integer_at_least(params_, "local", 0);
-    dense_layers_ = read_layers(params_, "dense_layers");
     seed_ = static_cast<uint64_t>(integer_at_least(params_, "seed", 0));
   }
 
-  std::string name() const override { return "magicpig"; }
   nlohmann::json describe() const override {
     nlohmann::json described = params_.resolved();
     described["gqa"] = "per_head";
@@ -78,11 +76,11 @@ class MagicPigSelector : public DescribedDecodeSelector {
   void on_append(const KvStore&, int) override {}  // decode tokens are never hashed
 
   void select(int layer, const float* query, const KvStore& store, Selection& out) override {
-    const int n_query_heads = checked_query_heads(out, store, "magicpig");
-    out.dense = is_dense_layer(dense_layers_, layer);
+    const int group = begin_selection(layer, store, out);
+    const int n_query_heads = static_cast<int>(out.indices.size());
+    // One list of importance weights per query head (empty ones on a dense layer).
     out.logit_bias.assign(n_query_heads, {});
-    if (out.dense) return;
-    const int group = n_query_heads / store.n_kv_heads();
+    if (group == 0) return;
     for (int a = 0; a < n_query_heads; ++a)
       select_head(layer, a / group, query + static_cast<int64_t>(a) * store.head_dim(), store,
                   out.indices[a], out.logit_bias[a]);
@@ -203,13 +201,11 @@ class MagicPigSelector : public DescribedDecodeSelector {
     }
   }
 
-  PolicyParams params_;
   int bits_per_table_ = 10;
   int tables_ = 150;
   int threshold_ = 2;
   int sinks_ = 4;
   int local_ = 64;
-  std::vector<int> dense_layers_;
   uint64_t seed_ = 0;
   std::vector<std::vector<HashedHead>> heads_;  // [layer][kv head]
   std::map<std::pair<int, int>, std::vector<float>> projections_;
@@ -218,20 +214,18 @@ class MagicPigSelector : public DescribedDecodeSelector {
 }  // namespace
 
 std::shared_ptr<DescribedDecodeSelector> make_magicpig_selector(const nlohmann::json& params,
-                                                                const Budget&) {
-  return std::make_shared<MagicPigSelector>(params);
+                                                                const Budget& budget) {
+  return std::make_shared<MagicPigSelector>(params, budget);
 }
 
 PolicyFactory magicpig_factory() {
-  PolicyFactory factory;
-  factory.info = {"magicpig", PolicyKind::kDecodeSelection,
-                  "LSH sampling (K bits x L tables) with importance-weighted logits",
-                  "Infini-AI-Lab/MagicPIG @ac9aa36 evaluations/RULER/pred/cache_ref.py",
-                  magicpig_defaults()};
-  factory.install = [](const nlohmann::json& params, CachePlan& plan) {
-    plan.selector = make_magicpig_selector(params, plan_budget(plan));
-  };
-  return factory;
+  return decode_selector_factory(
+      {"magicpig", PolicyKind::kDecodeSelection,
+       "LSH sampling (K bits x L tables) with importance-weighted logits",
+       "Infini-AI-Lab/MagicPIG @ac9aa36 evaluations/RULER/pred/cache_ref.py", magicpig_defaults()},
+      [](const nlohmann::json& params, const Budget& budget, PlanFiles&) {
+        return make_magicpig_selector(params, budget);
+      });
 }
 
 }  // namespace kvb

@@ -57,22 +57,14 @@ nlohmann::json quest_defaults() {
           {"keep_last_page", false}};
 }
 
-class QuestSelector : public DescribedDecodeSelector {
+class QuestSelector : public ParamDecodeSelector {
  public:
   QuestSelector(const nlohmann::json& params, const Budget& budget)
-      : params_("quest", params, quest_defaults()), budget_(budget) {
+      : ParamDecodeSelector("quest", params, quest_defaults(), budget) {
     page_size_ = integer_at_least(params_, "page_size", 1);
     min_pages_ = integer_at_least(params_, "min_pages", 1);
-    dense_layers_ = read_layers(params_, "dense_layers");
     gqa_ = read_gqa_selection(params_);
     keep_last_page_ = params_.boolean("keep_last_page");
-  }
-
-  std::string name() const override { return "quest"; }
-  nlohmann::json describe() const override {
-    nlohmann::json described = params_.resolved();
-    described["budget"] = budget_.to_string();
-    return described;
   }
 
   bool runs_on_device() const override { return true; }
@@ -115,11 +107,8 @@ class QuestSelector : public DescribedDecodeSelector {
   }
 
   void select(int layer, const float* query, const KvStore& store, Selection& out) override {
-    const int n_query_heads = checked_query_heads(out, store, "quest");
-    out.logit_bias.clear();
-    out.dense = is_dense_layer(dense_layers_, layer);
-    if (out.dense) return;
-    const int group = n_query_heads / store.n_kv_heads();
+    const int group = begin_selection(layer, store, out);
+    if (group == 0) return;  // a dense layer
     const int d = store.head_dim();
     for (int h = 0; h < store.n_kv_heads(); ++h) {
       const QuestPageBounds& bounds = pages_[layer][h];
@@ -154,12 +143,9 @@ class QuestSelector : public DescribedDecodeSelector {
     return tokens;
   }
 
-  PolicyParams params_;
-  Budget budget_;
   int token_budget_ = 0;
   int page_size_ = 16;
   int min_pages_ = 3;
-  std::vector<int> dense_layers_;
   GqaSelection gqa_ = GqaSelection::kPerHead;
   bool keep_last_page_ = false;
   std::vector<std::vector<QuestPageBounds>> pages_;  // [layer][kv head]
@@ -173,15 +159,14 @@ std::shared_ptr<DescribedDecodeSelector> make_quest_selector(const nlohmann::jso
 }
 
 PolicyFactory quest_factory() {
-  PolicyFactory factory;
-  factory.info = {"quest", PolicyKind::kDecodeSelection,
-                  "pages of 16 keys ranked by a min/max upper bound of q.k per decode step",
-                  "mit-han-lab/Quest evaluation/quest_attention.py, quest/utils/controller.py",
-                  quest_defaults()};
-  factory.install = [](const nlohmann::json& params, CachePlan& plan) {
-    plan.selector = make_quest_selector(params, plan_budget(plan));
-  };
-  return factory;
+  return decode_selector_factory(
+      {"quest", PolicyKind::kDecodeSelection,
+       "pages of 16 keys ranked by a min/max upper bound of q.k per decode step",
+       "mit-han-lab/Quest evaluation/quest_attention.py, quest/utils/controller.py",
+       quest_defaults()},
+      [](const nlohmann::json& params, const Budget& budget, PlanFiles&) {
+        return make_quest_selector(params, budget);
+      });
 }
 
 }  // namespace kvb

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "engine/errors.h"
+#include "policies/binarypc_projection.h"
 #include "policies/methods.h"
 #include "policies/scored_policy.h"
 
@@ -102,27 +103,45 @@ std::shared_ptr<const ScoredPolicy> make_scorer(const std::string& name,
   return factory.make_scorer(params);
 }
 
+std::shared_ptr<const BinaryProjectionSet> PlanFiles::binarypc_projection(const std::string& path) {
+  const auto found = projections_.find(path);
+  if (found != projections_.end()) return found->second;
+  auto projection = std::make_shared<const BinaryProjectionSet>(BinaryProjectionSet::load(path));
+  projections_.emplace(path, projection);
+  return projection;
+}
+
 CachePlan make_cache_plan(const std::string& spec, const nlohmann::json& params,
-                          std::optional<Budget> budget) {
+                          std::optional<Budget> budget, PlanFiles* files) {
   const std::vector<std::string> parts = split_spec(spec);
+  PlanFiles files_of_this_plan;
+  PlanFiles& plan_files = files ? *files : files_of_this_plan;
   CachePlan plan;
   plan.label = spec;
-  plan.budget = budget;  // visible to install(): decode selectors read fractions per step
+  plan.budget = budget;
   int evicting_components = 0;
   for (size_t i = 0; i < parts.size(); ++i) {
     const PolicyFactory& factory = find_policy(parts[i]);
     if (factory.info.kind != PolicyKind::kKernelWalk && ++evicting_components > 1)
       throw InputError("policy '" + spec + "' composes two eviction/selection methods; combine " +
                        "one of them with kernel-walk modifiers only (e.g. snapkv+art)");
-    factory.install(component_params(parts, i, params), plan);
+    const nlohmann::json component = component_params(parts, i, params);
+    // Without a budget the parameters are still checked; the missing budget is reported below.
+    if (factory.make_selector)
+      plan.selector = factory.make_selector(component, budget.value_or(Budget{}), plan_files);
+    else
+      factory.install(component, plan);
   }
   if (budget && budget->value <= 0)
     throw InputError("budget " + budget->to_string() + " must be > 0");
   const bool needs_budget = plan.prefill || plan.decode_eviction || plan.selector;
   if (needs_budget && !budget)
     throw InputError("policy '" + spec + "' needs a budget (e.g. --budget 512 or --budget 10%)");
-  plan.budget = budget;
   return plan;
+}
+
+CachePlan make_cache_plan(const PlanSpec& spec, PlanFiles* files) {
+  return make_cache_plan(spec.policy, spec.params, spec.budget, files);
 }
 
 }  // namespace kvb

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -18,6 +19,21 @@
 namespace kvb {
 
 class ScoredPolicy;
+struct BinaryProjectionSet;
+
+// Files that plans read, each read once and shared by every plan built with the same PlanFiles:
+// a sweep builds a plan per cell and run, and BinaryPC's OPC projection (its "projection"
+// parameter) is one file for all of them. Owned by whoever builds the plans; not thread-safe.
+class PlanFiles {
+ public:
+  // The projection file at `path`, read on first use (InputError / FormatError as
+  // BinaryProjectionSet::load).
+  std::shared_ptr<const BinaryProjectionSet> binarypc_projection(const std::string& path);
+  int files_read() const { return static_cast<int>(projections_.size()); }
+
+ private:
+  std::map<std::string, std::shared_ptr<const BinaryProjectionSet>> projections_;
+};
 
 struct PolicyInfo {
   std::string name;
@@ -34,6 +50,11 @@ struct PolicyFactory {
   std::function<void(const nlohmann::json& params, CachePlan& plan)> install;
   // For score-based prefill methods only: the scorer alone, for wrappers such as AdaKV.
   std::function<std::shared_ptr<const ScoredPolicy>(const nlohmann::json& params)> make_scorer;
+  // For decode selectors (kind D) instead of `install`: the plan's selector, from the user's
+  // parameters, the plan's budget and the files plans share (policies/decode_selector_common.h).
+  std::function<std::shared_ptr<DecodeSelector>(const nlohmann::json& params, const Budget& budget,
+                                                PlanFiles& files)>
+      make_selector;
 };
 
 std::vector<PolicyInfo> list_policies();
@@ -44,10 +65,20 @@ const PolicyFactory& find_policy(const std::string& name);
 // A score-based prefill method by name (for wrappers); InputError if `name` is not one.
 std::shared_ptr<const ScoredPolicy> make_scorer(const std::string& name, const nlohmann::json& params);
 
+// What one cache plan is built from. `policy` is a name or a '+'-composition; `budget` is absent
+// for budget-less policies ("full", "full+art").
+struct PlanSpec {
+  std::string policy;
+  nlohmann::json params = nlohmann::json::object();
+  std::optional<Budget> budget;
+};
+
 // `spec` is a policy name or a '+'-composition ("snapkv+art", "full+art"). With one component the
 // parameters are that method's; with several they are keyed by component
-// ({"snapkv": {...}, "art": {...}}). A method that evicts or selects needs a budget.
+// ({"snapkv": {...}, "art": {...}}). A method that evicts or selects needs a budget. Files the
+// plan reads come from `files` when given (read once across plans), else are read for this plan.
 CachePlan make_cache_plan(const std::string& spec, const nlohmann::json& params,
-                          std::optional<Budget> budget);
+                          std::optional<Budget> budget, PlanFiles* files = nullptr);
+CachePlan make_cache_plan(const PlanSpec& spec, PlanFiles* files = nullptr);
 
 }  // namespace kvb

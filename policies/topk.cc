@@ -22,30 +22,19 @@ nlohmann::json topk_defaults() {
   return {{"dense_layers", {0, 1}}, {"gqa", "per_head"}};
 }
 
-class TopkOracleSelector : public DescribedDecodeSelector {
+class TopkOracleSelector : public ParamDecodeSelector {
  public:
   TopkOracleSelector(const nlohmann::json& params, const Budget& budget)
-      : params_("topk", params, topk_defaults()), budget_(budget) {
-    dense_layers_ = read_layers(params_, "dense_layers");
+      : ParamDecodeSelector("topk", params, topk_defaults(), budget) {
     gqa_ = read_gqa_selection(params_);
-  }
-
-  std::string name() const override { return "topk"; }
-  nlohmann::json describe() const override {
-    nlohmann::json described = params_.resolved();
-    described["budget"] = budget_.to_string();
-    return described;
   }
 
   void start(const KvStore&, int, int) override {}
   void on_append(const KvStore&, int) override {}
 
   void select(int layer, const float* query, const KvStore& store, Selection& out) override {
-    const int n_query_heads = checked_query_heads(out, store, "topk");
-    out.logit_bias.clear();
-    out.dense = is_dense_layer(dense_layers_, layer);
-    if (out.dense) return;
-    const int group = n_query_heads / store.n_kv_heads();
+    const int group = begin_selection(layer, store, out);
+    if (group == 0) return;  // a dense layer
     const int d = store.head_dim();
     for (int h = 0; h < store.n_kv_heads(); ++h) {
       const int length = store.length(layer, h);
@@ -85,9 +74,6 @@ class TopkOracleSelector : public DescribedDecodeSelector {
     return sum;
   }
 
-  PolicyParams params_;
-  Budget budget_;
-  std::vector<int> dense_layers_;
   GqaSelection gqa_ = GqaSelection::kPerHead;
 };
 
@@ -99,15 +85,13 @@ std::shared_ptr<DescribedDecodeSelector> make_topk_selector(const nlohmann::json
 }
 
 PolicyFactory topk_factory() {
-  PolicyFactory factory;
-  factory.info = {"topk", PolicyKind::kDecodeSelection,
-                  "oracle: exact top-k logits per decode step (upper bound, not deployable)",
-                  "Infini-AI-Lab/MagicPIG @ac9aa36 evaluations/RULER/pred/topk_cache.py",
-                  topk_defaults()};
-  factory.install = [](const nlohmann::json& params, CachePlan& plan) {
-    plan.selector = make_topk_selector(params, plan_budget(plan));
-  };
-  return factory;
+  return decode_selector_factory(
+      {"topk", PolicyKind::kDecodeSelection,
+       "oracle: exact top-k logits per decode step (upper bound, not deployable)",
+       "Infini-AI-Lab/MagicPIG @ac9aa36 evaluations/RULER/pred/topk_cache.py", topk_defaults()},
+      [](const nlohmann::json& params, const Budget& budget, PlanFiles&) {
+        return make_topk_selector(params, budget);
+      });
 }
 
 }  // namespace kvb

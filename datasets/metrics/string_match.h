@@ -25,9 +25,7 @@ double niah_substring_match(py::TextView prediction, py::TextView expected);
 // KVCache-Factory's stored NIAH score (run_needle_in_haystack.py): rouge_score's ROUGE-1 F-measure
 // with the Porter stemmer, target = needle, prediction = response, times 10 (0-10).
 double niah_rouge1_f_times_10(py::TextView prediction, py::TextView needle);
-// The standard needle (gkamradt/LLMTest_NeedleInAHaystack), with its newlines.
-inline constexpr std::u32string_view kNiahNeedle =
-    U"\nThe best thing to do in San Francisco is eat a sandwich and sit in Dolores Park on a sunny day.\n";
+// The standard needle itself is kNiahNeedle of datasets/niah/niah.h.
 // The answer part of the standard NIAH needle that visualize.py compares against.
 inline constexpr std::u32string_view kNiahExpectedAnswer =
     U"eat a sandwich and sit in Dolores Park on a sunny day.";

@@ -35,6 +35,7 @@
 #include "datasets/metrics/rouge.h"
 #include "datasets/metrics/sequence_matcher.h"
 #include "datasets/metrics/string_match.h"
+#include "datasets/niah/niah.h"
 #include "engine/errors.h"
 
 namespace kvb {
@@ -410,8 +411,8 @@ TEST(PorterStemmer, MatchesNltkDefaultMode) {
 
 TEST(NiahMetrics, StoredRouge1ScoreAsKvCacheFactory) {
   for (const auto& [response, expected] : kNiahRouge1Cases)
-    EXPECT_DOUBLE_EQ(niah_rouge1_f_times_10(T(response), py::Text(kNiahNeedle)), expected) << response;
-  EXPECT_DOUBLE_EQ(niah_rouge1_f_times_10(T("  "), py::Text(kNiahNeedle)), 0.0);
+    EXPECT_DOUBLE_EQ(niah_rouge1_f_times_10(T(response), py::T(kNiahNeedle)), expected) << response;
+  EXPECT_DOUBLE_EQ(niah_rouge1_f_times_10(T("  "), py::T(kNiahNeedle)), 0.0);
 }
 
 TEST(NiahMetrics, WordRecallAsKvCacheFactoryVisualize) {

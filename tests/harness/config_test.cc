@@ -36,8 +36,13 @@ TEST(SweepConfig, ParsesAndCanonicalisesBudgets) {
   const SweepConfig config = parse_sweep_config(minimal(), "sweep.json");
   EXPECT_EQ(config.name, "sweep");
   ASSERT_EQ(config.policies.size(), 3u);
-  EXPECT_EQ(config.policies[0].budgets, std::vector<std::string>{""});
-  EXPECT_EQ(config.policies[1].budgets, (std::vector<std::string>{"25%", "128"}));
+  ASSERT_EQ(config.policies[0].budgets.size(), 1u);
+  EXPECT_FALSE(config.policies[0].budgets[0]);  // "full" takes no budget
+  ASSERT_EQ(config.policies[1].budgets.size(), 2u);
+  EXPECT_EQ(config.policies[1].budgets[0]->unit, Budget::Unit::kFraction);
+  EXPECT_DOUBLE_EQ(config.policies[1].budgets[0]->value, 0.25);
+  EXPECT_EQ(config.policies[1].budgets[1]->unit, Budget::Unit::kTokens);
+  EXPECT_DOUBLE_EQ(config.policies[1].budgets[1]->value, 128);
   EXPECT_EQ(config.policies[1].params["window"], 32);
   EXPECT_EQ(config.prompt_modes, std::vector<PromptMode>{PromptMode::kQueryAware});
   EXPECT_EQ(config.benchmarks[0].seed, 42u);
@@ -151,6 +156,44 @@ TEST(Sweep, ExpansionCountsAndStableKeys) {
   const Cell& cell = groups[0].cells[1];
   EXPECT_EQ(cell_from_json(nlohmann::json::parse(cell.key())).key(), cell.key());
   EXPECT_EQ(cell.policy_label(), "snapkv(window=32)");
+}
+
+TEST(Sweep, CellCarriesItsPlanSpec) {
+  nlohmann::json json = minimal();
+  json["dense_layers"] = {0, 3};
+  json["policies"] = {"full",
+                      "streamingllm",
+                      "snapkv+art",
+                      {{"name", "quest"}, {"params", {{"dense_layers", {1}}}}}};
+  json["budgets"] = {"0.25"};
+  const auto groups = expand_groups(parse_sweep_config(json, "sweep.json"));
+  const std::vector<Cell>& cells = groups[0].cells;
+  ASSERT_EQ(cells.size(), 4u);
+  // full: no budget, and no dense_layers parameter to fill in.
+  EXPECT_FALSE(cells[0].plan_spec().budget);
+  EXPECT_EQ(cells[0].plan_spec().params, nlohmann::json::object());
+  EXPECT_EQ(cells[0].budget_text(), "");
+  // streamingllm has dense_layers: the sweep's layers fill it; "0.25" is the fraction 25%.
+  const PlanSpec streaming = cells[1].plan_spec();
+  EXPECT_EQ(streaming.params["dense_layers"], nlohmann::json({0, 3}));
+  ASSERT_TRUE(streaming.budget);
+  EXPECT_DOUBLE_EQ(streaming.budget->value, 0.25);
+  EXPECT_EQ(cells[1].budget_text(), "25%");
+  // A composition's params are per component: left as given.
+  EXPECT_EQ(cells[2].plan_spec().params, nlohmann::json::object());
+  // The config's own dense_layers win over the sweep's.
+  EXPECT_EQ(cells[3].plan_spec().params["dense_layers"], nlohmann::json({1}));
+  // The budget survives the database round trip through the key.
+  const Cell reread = cell_from_json(nlohmann::json::parse(cells[1].key()));
+  ASSERT_TRUE(reread.budget);
+  EXPECT_DOUBLE_EQ(reread.budget->value, 0.25);
+  EXPECT_FALSE(cell_from_json(nlohmann::json::parse(cells[0].key())).budget);
+}
+
+TEST(SweepConfig, SameBudgetWrittenTwoWaysRepeats) {
+  nlohmann::json json = minimal();
+  json["budgets"] = {"25%", 0.25};
+  EXPECT_NE(error_of(json).find("budgets[1]': repeats budget 25%"), std::string::npos);
 }
 
 TEST(Sweep, ShardsPartitionTheUnits) {

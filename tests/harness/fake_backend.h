@@ -53,7 +53,7 @@ class FakeBackend : public SweepBackend {
     r.tpot_ms = cell.policy == "full" ? 20 : 10;
     r.ttft_ms = r.prefill_ms + r.compress_ms + r.tpot_ms;
     r.kept_entries = cell.length;
-    r.kv_bytes = 1000 * (cell.budget.empty() ? 100 : 25);
+    r.kv_bytes = 1000 * (cell.budget ? 25 : 100);
     r.peak_bytes = 1 << 20;
     return r;
   }

@@ -24,7 +24,7 @@ std::vector<StoredRow> synthetic_rows() {
     r.cell.task = task;
     r.cell.length = length;
     r.cell.policy = policy;
-    r.cell.budget = budget;
+    r.cell.budget = budget_from_text(budget);
     r.result.depth = depth;
     r.result.score = score;
     r.result.tpot_ms = tpot;

@@ -26,7 +26,7 @@ Cell make_cell(const std::string& policy, const std::string& budget) {
   cell.task = "niah_single_1";
   cell.length = 1024;
   cell.policy = policy;
-  cell.budget = budget;
+  cell.budget = budget_from_text(budget);
   return cell;
 }
 
@@ -73,7 +73,7 @@ TEST(ResultStore, RoundTripsRowsAndRuns) {
   const auto rows = store.load_rows();
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0].cell.policy, "snapkv");
-  EXPECT_EQ(rows[0].cell.budget, "25%");
+  EXPECT_EQ(rows[0].cell.budget_text(), "25%");
   EXPECT_EQ(rows[0].result.references, std::vector<std::string>{"1234567"});
   EXPECT_DOUBLE_EQ(rows[0].result.tpot_ms, 3.25);
   EXPECT_EQ(rows[0].result.kv_bytes, 1 << 20);

@@ -18,7 +18,7 @@ StoredRow row(const std::string& benchmark, const std::string& task, int length,
   r.cell.task = task;
   r.cell.length = length;
   r.cell.policy = policy;
-  r.cell.budget = budget;
+  r.cell.budget = budget_from_text(budget);
   r.result.score = score;
   r.result.tpot_ms = tpot_ms;
   r.result.ttft_ms = 100;

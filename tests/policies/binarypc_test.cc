@@ -12,6 +12,7 @@
 #include "kernels/cpu/binary_hash.h"
 #include "policies/binarypc_projection.h"
 #include "policies/decode_selectors.h"
+#include "policies/registry.h"
 #include "tests/policies/decode_test_util.h"
 
 namespace kvb {
@@ -154,6 +155,40 @@ TEST(BinaryPcSelector, BadParametersAreClearErrors) {
   auto selector = make_binarypc_selector({{"dense_layers", nlohmann::json::array()}}, budget, wrong);
   const KvStore store = test::random_store(2, 2, 32, 100, 3);
   EXPECT_THROW(selector->start(store, 100, 64), InputError);
+}
+
+// A sweep builds one plan per cell and run; with one PlanFiles they share one read of the OPC
+// file. The file is removed after the first plan: later plans must not touch the disk.
+TEST(BinaryPcSelector, PlanFilesReadTheProjectionFileOnce) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "kvb_bpc_plan_files";
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path path = dir / "proj.bin";
+  BinaryProjectionSet projection(2, 2, 16);
+  const std::vector<float> rows = test::random_vector(projection.rows.size(), 5);
+  std::copy(rows.begin(), rows.end(), projection.rows.begin());
+  projection.save(path);
+  const nlohmann::json params = {{"projection", path.string()},
+                                 {"dense_layers", nlohmann::json::array()}};
+  PlanFiles files;
+  CachePlan first = make_cache_plan("binarypc", params, Budget::parse("8"), &files);
+  std::filesystem::remove_all(dir);
+  CachePlan second = make_cache_plan("binarypc", params, Budget::parse("8"), &files);
+  EXPECT_EQ(files.files_read(), 1);
+  EXPECT_THROW(make_cache_plan("binarypc", params, Budget::parse("8")), InputError);  // no file
+  // Both plans hash with the file's rows: the same store gives the same selection.
+  const KvStore store = test::random_store(2, 2, 16, 40, 9);
+  const std::vector<float> query = test::random_vector(2 * 16, 10);
+  std::vector<Selection> picked;
+  for (CachePlan* plan : {&first, &second}) {
+    plan->selector->start(store, 40, 8);
+    picked.push_back(test::empty_selection(2));
+    plan->selector->select(1, query.data(), store, picked.back());
+  }
+  EXPECT_EQ(picked[0].indices, picked[1].indices);
+  EXPECT_EQ(picked[0].indices[0].size(), 8u);
+  const auto& described = dynamic_cast<const DescribedDecodeSelector&>(*second.selector);
+  EXPECT_EQ(described.describe()["projection_fit"], "offline (OPC)");
+  EXPECT_EQ(described.describe()["budget"], "8");
 }
 
 // Selection shape: k prompt keys (S_err inside) plus every decode token, shared by the group.

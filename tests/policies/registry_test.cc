@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/errors.h"
+#include "policies/decode_selectors.h"
 #include "policies/params.h"
 
 namespace kvb {
@@ -75,6 +76,26 @@ TEST(Registry, EveryPolicyHasSummarySourceAndObjectDefaults) {
           << info.name;
     }
   }
+}
+
+// Decode selectors are built by decode_selector_factory with the plan's budget itself, and report
+// it (MagicPIG's sample count is data-dependent and says so).
+TEST(Registry, DecodeSelectorsGetThePlanBudget) {
+  int selectors = 0;
+  for (const auto& info : list_policies()) {
+    if (info.kind != PolicyKind::kDecodeSelection) continue;
+    ++selectors;
+    const CachePlan plan = make_cache_plan(info.name, {}, Budget::parse("10%"));
+    ASSERT_TRUE(plan.selector) << info.name;
+    EXPECT_EQ(plan.selector->name(), info.name);
+    const nlohmann::json described =
+        dynamic_cast<const DescribedDecodeSelector&>(*plan.selector).describe();
+    EXPECT_EQ(described["budget"], info.name == "magicpig" ? "data-dependent" : "10%") << info.name;
+    EXPECT_EQ(described["dense_layers"], info.default_params["dense_layers"]) << info.name;
+    EXPECT_EQ(plan.budget->to_string(), "10%");
+    EXPECT_THROW(make_cache_plan(info.name, {}, std::nullopt), InputError) << info.name;
+  }
+  EXPECT_EQ(selectors, 4);  // topk, quest, magicpig, binarypc
 }
 
 TEST(Params, IntegerAcceptsWholeFloatsAndListsAreChecked) {
