@@ -794,7 +794,14 @@ void CudaEngine::set_early_exit(const std::optional<EarlyExitParams>& params) {
   options.phi = params->phi;
   options.patience = params->patience;
   options.sink_tokens = params->sink_tokens;
-  options.norm_criterion = params->scale_criterion == "norm";
+  if (params->per_head)
+    throw InputError(
+        "ART on the GPU stops a KV group's heads together; drop \"stop\": \"head\" (CPU only)");
+  options.scale_criterion = params->scale_criterion == "norm"     ? cuda::EarlyExitScale::kNorm
+                            : params->scale_criterion == "change" ? cuda::EarlyExitScale::kChange
+                                                                  : cuda::EarlyExitScale::kMass;
+  options.use_scale = params->use_scale;
+  options.use_direction = params->use_direction;
   options.enabled = params->enabled;
   m.early_exit = options;
 }
