@@ -221,6 +221,10 @@ SampleResult EngineBackend::to_result(const Sample& sample, const Cell& cell,
              {"decode_ms", g.decode_ms},
              {"decode_batch", g.decode_batch},
              {"backend", current_->engine->backend_name()}};
+  if (g.kv_blocks_total > 0) {  // ART: KV blocks walked / present over the decode steps
+    r.extra["kv_blocks_visited"] = g.kv_blocks_visited;
+    r.extra["kv_blocks_total"] = g.kv_blocks_total;
+  }
   if (sample.benchmark == "niah" && sample.extra.contains("substring_answer")) {
     std::string lower = r.prediction;
     std::string answer = sample.extra["substring_answer"].get<std::string>();
