@@ -61,6 +61,7 @@ kernels::EarlyExitOptions kernel_options(const EarlyExitParams& p) {
   o.use_scale = p.use_scale;
   o.use_direction = p.use_direction;
   o.per_head = p.per_head;
+  o.decision_window = p.decision_window;
   o.enabled = p.enabled;
   return o;
 }

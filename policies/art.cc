@@ -22,11 +22,17 @@ namespace kvb {
 namespace {
 
 nlohmann::json art_defaults() {
-  return {{"tau", 1e-5},      {"phi", 1e-3},
-          {"patience", 2},    {"block_size", 64},
-          {"sink_tokens", 4}, {"scale_criterion", "norm"},
-          {"terms", "both"},  {"stop", "group"},
-          {"enabled", true},  {"oracle_tolerance", 0.0}};
+  return {{"tau", 1e-5},
+          {"phi", 1e-3},
+          {"patience", 2},
+          {"block_size", 64},
+          {"sink_tokens", 4},
+          {"scale_criterion", "norm"},
+          {"terms", "both"},
+          {"stop", "group"},
+          {"decision_window", 0},
+          {"enabled", true},
+          {"oracle_tolerance", 0.0}};
 }
 
 }  // namespace
@@ -44,6 +50,7 @@ EarlyExitParams make_art_params(const nlohmann::json& params) {
   art.use_scale = terms != "direction";
   art.use_direction = terms != "scale";
   art.per_head = reader.choice("stop", {"group", "head"}) == "head";
+  art.decision_window = integer_at_least(reader, "decision_window", 0);
   art.enabled = reader.boolean("enabled");
   art.oracle_tolerance = static_cast<float>(number_at_least(reader, "oracle_tolerance", 0.0));
   return art;
@@ -60,6 +67,7 @@ nlohmann::json describe_art_params(const EarlyExitParams& params) {
                     : params.use_scale                       ? "scale"
                                                              : "direction"},
           {"stop", params.per_head ? "head" : "group"},
+          {"decision_window", params.decision_window},
           {"enabled", params.enabled},
           {"oracle_tolerance", params.oracle_tolerance}};
 }

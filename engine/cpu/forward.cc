@@ -44,6 +44,7 @@ kernels::EarlyExitOptions early_exit_options(const EarlyExitParams& params) {
   options.use_scale = params.use_scale;
   options.use_direction = params.use_direction;
   options.per_head = params.per_head;
+  options.decision_window = params.decision_window;
   options.enabled = params.enabled;
   return options;
 }

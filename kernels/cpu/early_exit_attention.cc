@@ -48,8 +48,10 @@ class StabilityTest {
 
   // After every head's update for a block: whether the walk ends here. Group mode: every head is
   // stable after this same block. Per-head mode: a stable head is done from now on (its output
-  // keeps this block), and the walk ends once every head is done.
+  // keeps this block), and the walk ends once every head is done. Past the decision window
+  // nothing stops.
   bool finish_block(const std::vector<bool>& stable) {
+    if (options_.decision_window > 0 && block_++ >= options_.decision_window) return false;
     bool all = true;
     for (size_t a = 0; a < stable.size(); ++a) {
       if (options_.per_head && stable[a]) done_[a] = true;
@@ -62,6 +64,7 @@ class StabilityTest {
   EarlyExitOptions options_;
   std::vector<int> counter_;
   std::vector<bool> done_;
+  int block_ = 0;
 };
 
 // The online-softmax state of one KV group's query heads and the readings after each block.

@@ -111,7 +111,7 @@ TEST(BatchGeneration, DecodeGroupsSeparateSelectorsAndArt) {
   // Walks that differ in any ART reading are different walks.
   for (const nlohmann::json& reading :
        {nlohmann::json{{"scale_criterion", "mass"}}, nlohmann::json{{"terms", "scale"}},
-        nlohmann::json{{"stop", "head"}}})
+        nlohmann::json{{"stop", "head"}}, nlohmann::json{{"decision_window", 4}}})
     EXPECT_NE(decode_group_of(make_cache_plan("full+art", {{"art", reading}}, std::nullopt)),
               decode_group_of(art2))
         << reading.dump();

@@ -288,6 +288,42 @@ TEST(EarlyExitWalkTrace, StopOfTheTraceIsTheWalksStop) {
   EXPECT_GT(uneven_heads, 0) << "per-head stops must differ between heads somewhere";
 }
 
+// With a decision window W the walk stops where the unlimited walk does when that is inside the
+// window (stop block < W), and walks every block otherwise (the GPU decider's semantics); the
+// trace's replay agrees.
+TEST(EarlyExitAttention, DecisionWindowStopsOnlyInsideIt) {
+  int inside = 0, outside = 0;
+  for (int trial = 0; trial < 6; ++trial) {
+    const int n = 2048, d = 32;
+    const DecodeLikeHead head = decode_like_head(n, d, 1, 700 + trial);
+    EarlyExitOptions unlimited;
+    EarlyExitWalkStats free_walk;
+    walk(head, 1, unlimited, &free_walk);
+    ASSERT_LT(free_walk.blocks_visited, free_walk.blocks_total) << "the decode-like head stops";
+    const int stop_block = static_cast<int>(free_walk.blocks_visited) - 1;
+    for (const int window : {stop_block, stop_block + 1, stop_block + 5}) {
+      EarlyExitOptions windowed;
+      windowed.decision_window = window;
+      EarlyExitWalkStats stats;
+      const std::vector<double> out = walk(head, 1, windowed, &stats);
+      const EarlyExitWalkTrace trace = early_exit_walk_trace(walk_args(head, 1), windowed);
+      EXPECT_EQ(early_exit_stop(trace, windowed).visited, stats.blocks_visited);
+      if (stop_block < window) {
+        ++inside;
+        EXPECT_EQ(stats.blocks_visited, free_walk.blocks_visited) << "window " << window;
+      } else {
+        ++outside;
+        EXPECT_EQ(stats.blocks_visited, stats.blocks_total) << "window " << window;
+        const std::vector<double> full = test::reference_attention(
+            head.queries.data(), head.keys.data(), head.values.data(), d, test::all_indices(n));
+        EXPECT_LT(test::relative_l2(out, full), 1e-5);
+      }
+    }
+  }
+  EXPECT_EQ(inside, 12);
+  EXPECT_EQ(outside, 6);
+}
+
 // The ablations only drop a condition, so they never stop later than the full test; the
 // direction-only walk stops earlier on decode-like attention (the paper's "without d_scale").
 TEST(EarlyExitAttention, AblationsStopNoLaterThanBothTerms) {
@@ -370,6 +406,8 @@ TEST(ArtParams, DefaultsAndBadParameters) {
   EXPECT_EQ(describe_art_params(custom)["stop"], "head");
   EXPECT_THROW(make_art_params({{"terms", "neither"}}), InputError);
   EXPECT_THROW(make_art_params({{"stop", "layer"}}), InputError);
+  EXPECT_EQ(make_art_params({{"decision_window", 6}}).decision_window, 6);
+  EXPECT_THROW(make_art_params({{"decision_window", -1}}), InputError);
   EXPECT_THROW(make_art_params({{"patience", 0}}), InputError);
   EXPECT_THROW(make_art_params({{"tau", -1}}), InputError);
   EXPECT_THROW(make_art_params({{"scale_criterion", "energy"}}), InputError);
