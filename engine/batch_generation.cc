@@ -210,9 +210,10 @@ std::string decode_group_of(const CachePlan& plan) {
   if (plan.early_exit) {
     const EarlyExitParams& p = *plan.early_exit;
     char text[200];
-    std::snprintf(text, sizeof(text), "|art:%g,%g,%d,%d,%d,%s,%d,%g", p.tau, p.phi, p.patience,
-                  p.block_size, p.sink_tokens, p.scale_criterion.c_str(), p.enabled ? 1 : 0,
-                  p.oracle_tolerance);
+    std::snprintf(text, sizeof(text), "|art:%g,%g,%d,%d,%d,%s,%d%d%d,%d,%d,%g", p.tau, p.phi,
+                  p.patience, p.block_size, p.sink_tokens, p.scale_criterion.c_str(),
+                  p.use_scale ? 1 : 0, p.use_direction ? 1 : 0, p.per_head ? 1 : 0,
+                  p.decision_window, p.enabled ? 1 : 0, p.oracle_tolerance);
     group += text;
   }
   return group;

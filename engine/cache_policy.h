@@ -12,6 +12,7 @@
 
 #include <compare>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -191,12 +192,22 @@ struct EarlyExitParams {
   int patience = 2;
   int block_size = 64;        // KV tile
   int sink_tokens = 4;        // size of the first block walked
-  std::string scale_criterion = "mass";  // "mass" (ΔZ/Z) or "norm" (|Δ‖o‖|/‖o‖)
+  std::string scale_criterion = "norm";  // "mass" (ΔZ/Z), "norm" (|Δ‖o‖|/‖o‖), "change" (‖Δo‖/‖o‖)
+  bool use_scale = true;      // false: the ablation without d_scale
+  bool use_direction = true;  // false: the ablation without d_direction
+  bool per_head = false;      // true: each query head stops on its own (else the KV group together)
+  // > 0: stops only within walk blocks 0 .. decision_window-1, on the CPU and as the GPU decider's
+  // window; 0: anywhere on the CPU, the automatic layout's window on the GPU.
+  int decision_window = 0;
   bool enabled = true;        // false: same walk, no termination (overhead measurement)
   // > 0: oracle mode. Every walk is also traced without stopping and compared with the true
   // relative error of the running output; CachePlan::early_exit_oracle counts how often the probe
   // stopped before that error fell under this tolerance (ART Table 4). Slow; 0 = off.
   float oracle_tolerance = 0;
+  // Optional, CPU engine only (kvbench art-trace): called before every decode walk with the layer,
+  // the KV head (dense walks) or query head (selections) and the walk's inputs; it may run
+  // concurrently for different heads.
+  std::function<void(int layer, int head, const kernels::EarlyExitAttentionArgs& args)> observer;
 };
 
 // What one generation run uses. Any member may be empty; Full KV is an empty plan.

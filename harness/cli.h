@@ -24,5 +24,6 @@ int table(const std::vector<std::string>& argv);
 int report(const std::vector<std::string>& argv);
 int compare(const std::vector<std::string>& argv);
 int bench(const std::vector<std::string>& argv);
+int art_trace(const std::vector<std::string>& argv);
 
 }  // namespace kvb::cli

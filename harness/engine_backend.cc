@@ -209,6 +209,10 @@ SampleResult EngineBackend::to_result(const Sample& sample, const Cell& cell,
              {"decode_batch", g.decode_batch},
              {"backend", current_->engine->backend_name()}};
   r.extra.update(scored.extra);  // the benchmark's metrics beside the score
+  if (g.kv_blocks_total > 0) {  // ART: KV blocks walked / present over the decode steps
+    r.extra["kv_blocks_visited"] = g.kv_blocks_visited;
+    r.extra["kv_blocks_total"] = g.kv_blocks_total;
+  }
   (void)cell;
   return r;
 }

@@ -31,6 +31,7 @@ constexpr Subcommand kSubcommands[] = {
     {"report", kvb::cli::report, "HTML report with SVG plots"},
     {"compare", kvb::cli::compare, "regression check against a baseline"},
     {"bench", kvb::cli::bench, "TTFT / TPOT / memory with ratios to the hardware bound"},
+    {"art-trace", kvb::cli::art_trace, "ART's stability readings on real decode steps"},
 };
 
 void print_usage(FILE* out) {

@@ -5,8 +5,10 @@
 // `patience` consecutive blocks (every head of the KV group). It composes with any policy
 // ("full+art", "snapkv+art", "streamingllm+art", "quest+art", ...): it only shortens the walk over
 // what that policy kept or selected. Kernel: kernels/cpu/early_exit_attention.h.
-// Defaults tau = 1e-5, phi = 1e-3 (seed); patience 2, KV tile 64, sink block 4 and the criteria
-// definitions are the harness's reconstruction [UNVERIFIED] — patience sweeps {1, 2, 4, 8}.
+// Defaults tau = 1e-5, phi = 1e-3 (seed); patience 2, KV tile 64, sink block 4 are kvbench's
+// choices — patience sweeps {1, 2, 4, 8}. scale_criterion (d_scale's reading, default "norm"),
+// terms (the paper's ablations) and stop ("group" | "head") select the readings the paper leaves
+// open; docs/methods.md §13 says which was chosen and why.
 // enabled = false walks every block through the same code (the overhead measurement, p = inf).
 // oracle_tolerance > 0 also traces every walk against the true relative error of the running
 // output (ART Table 4's probe/oracle agreement); the counts land in CachePlan::early_exit_oracle.
@@ -20,10 +22,17 @@ namespace kvb {
 namespace {
 
 nlohmann::json art_defaults() {
-  return {{"tau", 1e-5},       {"phi", 1e-3},
-          {"patience", 2},      {"block_size", 64},
-          {"sink_tokens", 4},   {"scale_criterion", "mass"},
-          {"enabled", true},    {"oracle_tolerance", 0.0}};
+  return {{"tau", 1e-5},
+          {"phi", 1e-3},
+          {"patience", 2},
+          {"block_size", 64},
+          {"sink_tokens", 4},
+          {"scale_criterion", "norm"},
+          {"terms", "both"},
+          {"stop", "group"},
+          {"decision_window", 0},
+          {"enabled", true},
+          {"oracle_tolerance", 0.0}};
 }
 
 }  // namespace
@@ -36,7 +45,12 @@ EarlyExitParams make_art_params(const nlohmann::json& params) {
   art.patience = integer_at_least(reader, "patience", 1);
   art.block_size = integer_at_least(reader, "block_size", 1);
   art.sink_tokens = integer_at_least(reader, "sink_tokens", 0);
-  art.scale_criterion = reader.choice("scale_criterion", {"mass", "norm"});
+  art.scale_criterion = reader.choice("scale_criterion", {"mass", "norm", "change"});
+  const std::string terms = reader.choice("terms", {"both", "scale", "direction"});
+  art.use_scale = terms != "direction";
+  art.use_direction = terms != "scale";
+  art.per_head = reader.choice("stop", {"group", "head"}) == "head";
+  art.decision_window = integer_at_least(reader, "decision_window", 0);
   art.enabled = reader.boolean("enabled");
   art.oracle_tolerance = static_cast<float>(number_at_least(reader, "oracle_tolerance", 0.0));
   return art;
@@ -49,6 +63,11 @@ nlohmann::json describe_art_params(const EarlyExitParams& params) {
           {"block_size", params.block_size},
           {"sink_tokens", params.sink_tokens},
           {"scale_criterion", params.scale_criterion},
+          {"terms", params.use_scale && params.use_direction ? "both"
+                    : params.use_scale                       ? "scale"
+                                                             : "direction"},
+          {"stop", params.per_head ? "head" : "group"},
+          {"decision_window", params.decision_window},
           {"enabled", params.enabled},
           {"oracle_tolerance", params.oracle_tolerance}};
 }

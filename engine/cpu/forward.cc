@@ -37,15 +37,23 @@ kernels::EarlyExitOptions early_exit_options(const EarlyExitParams& params) {
   options.patience = params.patience;
   options.block_size = params.block_size;
   options.sink_tokens = params.sink_tokens;
-  options.scale_criterion = params.scale_criterion == "norm" ? kernels::EarlyExitScaleCriterion::kNorm
-                                                             : kernels::EarlyExitScaleCriterion::kMass;
+  options.scale_criterion =
+      params.scale_criterion == "norm"     ? kernels::EarlyExitScaleCriterion::kNorm
+      : params.scale_criterion == "change" ? kernels::EarlyExitScaleCriterion::kChange
+                                           : kernels::EarlyExitScaleCriterion::kMass;
+  options.use_scale = params.use_scale;
+  options.use_direction = params.use_direction;
+  options.per_head = params.per_head;
+  options.decision_window = params.decision_window;
   options.enabled = params.enabled;
   return options;
 }
 
 // One early-exit walk, plus its oracle trace in oracle mode.
-void walk_early_exit(const kernels::EarlyExitAttentionArgs& args, const EarlyExitParams& params,
-                     kernels::EarlyExitWalkStats& stats, kernels::EarlyExitOracleSummary& oracle) {
+void walk_early_exit(int layer, int head, const kernels::EarlyExitAttentionArgs& args,
+                     const EarlyExitParams& params, kernels::EarlyExitWalkStats& stats,
+                     kernels::EarlyExitOracleSummary& oracle) {
+  if (params.observer) params.observer(layer, head, args);
   const kernels::EarlyExitOptions options = early_exit_options(params);
   kernels::early_exit_attention(args, options, &stats);
   if (params.oracle_tolerance > 0)
@@ -251,7 +259,7 @@ void CpuEngine::attend_group_early_exit(int layer, int kv_head, const float* que
     args.n_entries = n;
     args.output = outputs + static_cast<int64_t>(kv_head) * g * d;
     args.probabilities = want_probabilities ? group_probabilities.data() : nullptr;
-    walk_early_exit(args, params, stats, oracle);
+    walk_early_exit(layer, kv_head, args, params, stats, oracle);
     for (int i = 0; want_probabilities && i < g; ++i)
       std::copy_n(&group_probabilities[static_cast<size_t>(i) * n], n,
                   probabilities[kv_head * g + i].data());
@@ -280,7 +288,7 @@ void CpuEngine::attend_group_early_exit(int layer, int kv_head, const float* que
     args.n_entries = m;
     args.output = outputs + static_cast<int64_t>(a) * d;
     args.probabilities = want_probabilities ? gathered_probabilities.data() : nullptr;
-    walk_early_exit(args, params, stats, oracle);
+    walk_early_exit(layer, a, args, params, stats, oracle);
     for (int i = 0; want_probabilities && i < m; ++i)
       probabilities[a][chosen[order[i]]] = gathered_probabilities[i];
   }

@@ -4,22 +4,38 @@
 // Walk order: the sink block (entries 0 .. sink_tokens-1) first, so that the dominant sink mass is
 // in the normaliser before any test; then blocks of `block_size` entries from the most recent one
 // backwards. After block b (b >= 1) with running output o_b = acc_b / Z_b:
-//   d_scale     = dZ_b / Z_b                         ("mass", default; bounds ||o_b - o_{b-1}||)
-//              or |‖o_b‖ - ‖o_{b-1}‖| / ‖o_{b-1}‖    ("norm")
+//   d_scale     = |‖o_b‖ - ‖o_{b-1}‖| / ‖o_{b-1}‖    ("norm", default: the output's magnitude)
+//              or dZ_b / Z_b                         ("mass": the block's share of the normaliser)
+//              or ‖o_b - o_{b-1}‖ / ‖o_b‖            ("change")
 //   d_direction = 1 - cos(o_b, o_{b-1})
-// A head's counter grows when d_scale < tau and d_direction < phi and resets otherwise. The walk
-// stops once every head of the group has a counter >= patience (a GPU CTA holding the packed GQA
-// group can only stop when all its heads can). The comparisons are strict, so tau = phi = 0 never
-// stops; enabled = false walks every block through the same code (overhead measurement).
-// The definitions are the harness's reconstruction [UNVERIFIED against the paper's code].
+// A head's counter grows when the tested terms are under tau and phi and resets otherwise (the
+// ablations test one term only). Group stop (default): the walk stops once every head of the
+// group has a counter >= patience after the same block (a GPU CTA holding the packed GQA group can
+// only stop when all its heads can); per-head stop: a head whose counter reaches patience keeps
+// its output and stops folding, the walk ends when every head has. The comparisons are strict, so
+// tau = phi = 0 never stops; enabled = false walks every block through the same code (overhead
+// measurement). The paper leaves these definitions open; the readings and the evidence for the
+// default are in docs/methods.md §13.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
 namespace kvb::kernels {
 
-enum class EarlyExitScaleCriterion { kMass, kNorm };
+// d_scale readings (docs/methods.md §13): kMass = ΔZ_b/Z_b, kNorm = |‖o_b‖ − ‖o_{b−1}‖|/‖o_{b−1}‖,
+// kChange = ‖o_b − o_{b−1}‖/‖o_b‖.
+enum class EarlyExitScaleCriterion { kMass, kNorm, kChange };
+
+// The stability readings of one head after one walk block b >= 1 (against o_{b-1}).
+struct EarlyExitReadings {
+  float mass = 0;       // ΔZ_b / Z_b: the share of the running normaliser the block added
+  float norm = 0;       // |‖o_b‖ − ‖o_{b−1}‖| / ‖o_{b−1}‖
+  float change = 0;     // ‖o_b − o_{b−1}‖ / ‖o_b‖
+  float direction = 0;  // 1 − cos(o_b, o_{b−1})
+};
+float early_exit_scale(const EarlyExitReadings& readings, EarlyExitScaleCriterion criterion);
 
 // Kernel-side mirror of engine/cache_policy.h's EarlyExitParams (kernels are leaves).
 struct EarlyExitOptions {
@@ -28,7 +44,13 @@ struct EarlyExitOptions {
   int patience = 2;
   int block_size = 64;
   int sink_tokens = 4;
-  EarlyExitScaleCriterion scale_criterion = EarlyExitScaleCriterion::kMass;
+  EarlyExitScaleCriterion scale_criterion = EarlyExitScaleCriterion::kNorm;
+  bool use_scale = true;      // false: d_scale is not tested (the paper's ablation)
+  bool use_direction = true;  // false: d_direction is not tested
+  bool per_head = false;      // true: each head stops on its own; the walk ends when all have
+  // > 0: a stop may only happen after walk blocks 0 .. decision_window-1 (the GPU decider's
+  // window, kernels/cuda/early_exit_decode.h); a walk that would stop later walks every block.
+  int decision_window = 0;
   bool enabled = true;
 };
 
@@ -105,5 +127,28 @@ struct EarlyExitOracleSummary {
   void add(const EarlyExitOracleTrace& trace, float tolerance);
   void add(const EarlyExitOracleSummary& other);
 };
+
+// Every reading of a walk that never stops (kvbench art-trace; docs/methods.md §13). Block b,
+// head a: readings[b * n_heads + a] (block 0 has no previous output: zeros), error = the true
+// relative error ‖o_b − o_full‖ / ‖o_full‖ of the head's running output, mass_share = the
+// block's share of the head's full softmax mass.
+struct EarlyExitWalkTrace {
+  int n_heads = 0;
+  int blocks = 0;
+  std::vector<EarlyExitReadings> readings;
+  std::vector<float> error;
+  std::vector<float> mass_share;
+  size_t at(int block, int head) const { return static_cast<size_t>(block) * n_heads + head; }
+};
+EarlyExitWalkTrace early_exit_walk_trace(const EarlyExitAttentionArgs& args,
+                                         const EarlyExitOptions& options);
+
+// Where the stability test of `options` stops on a traced walk: blocks the walk visits (as
+// early_exit_attention counts them) and, per head, the last block folded into its output.
+struct EarlyExitStop {
+  int visited = 0;
+  std::vector<int> head_last_block;
+};
+EarlyExitStop early_exit_stop(const EarlyExitWalkTrace& trace, const EarlyExitOptions& options);
 
 }  // namespace kvb::kernels

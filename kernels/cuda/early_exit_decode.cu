@@ -4,8 +4,8 @@
 // Per tile (64 entries of one walk block): cp.async double buffering and the mma layout of
 // decode_mma_kernel (each warp 16 keys, rows = the walker's query heads). The decider (split 0)
 // then merges the warps' states through shared memory, reduces ||o_b||^2, ||o_{b-1}||^2 and
-// <o_b, o_{b-1}> per head, and lanes 0 run the counters; the other splits poll the walker's stop
-// word once per tile and leave at a tile boundary once it is set.
+// ||o_b - o_{b-1}||^2 per head, and lanes 0 run the counters; the other splits poll the walker's
+// stop word once per tile and leave at a tile boundary once it is set.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -107,7 +107,8 @@ __device__ __forceinline__ uint32_t load_pair(const bf16* p) {
 // The decider's test after a block: the warps' states (each over its 16 keys of every tile) are
 // merged through shared memory (the current tile's K and V buffers, free once every warp is done
 // with them), o_b = sum_w 2^(m_w - M) acc_w / sum_w 2^(m_w - M) l_w; warp w takes heads w and
-// w + 4, reduces the three sums over the head dimension and runs that head's counter; then every
+// w + 4, reduces the three sums over the head dimension (‖o_b‖², ‖o_{b-1}‖², ‖o_b - o_{b-1}‖²)
+// and runs that head's counter; then every
 // thread reads the heads' verdicts.
 template <int D>
 struct DeciderScratch {
@@ -424,7 +425,7 @@ __device__ __forceinline__ void walk_split(const EarlyExitDecodeArgs& ea, const 
           mass += scratch.stats[q][row][1] * weight[q];
           added += scratch.stats[q][row][2] * weight[q];
         }
-        float cc = 0.f, pp = 0.f, cp = 0.f;
+        float cc = 0.f, pp = 0.f, dd = 0.f;
 #pragma unroll
         for (int dim = lane; dim < D; dim += 32) {
           float value = 0.f;
@@ -437,25 +438,32 @@ __device__ __forceinline__ void walk_split(const EarlyExitDecodeArgs& ea, const 
           const float before = w > 0 ? scratch.previous[row * D + dim] : 0.f;
           cc += current * current;
           pp += before * before;
-          cp += current * before;
+          dd += (current - before) * (current - before);
           scratch.previous[row * D + dim] = current;
         }
 #pragma unroll
         for (int off = 16; off > 0; off /= 2) {
           cc += __shfl_xor_sync(0xffffffff, cc, off);
           pp += __shfl_xor_sync(0xffffffff, pp, off);
-          cp += __shfl_xor_sync(0xffffffff, cp, off);
+          dd += __shfl_xor_sync(0xffffffff, dd, off);
         }
         if (lane == 0) {
           bool stable = false;
           if (w > 0) {  // no previous output to compare with after the first block
+            // The CPU walk's readings from the same three sums (early_exit_attention.cc).
             const float current_norm = sqrtf(cc), previous_norm = sqrtf(pp);
-            const float d_scale = opt.norm_criterion
-                                      ? fabsf(current_norm - previous_norm) / fmaxf(previous_norm, FLT_MIN)
-                                      : added / mass;
-            const float denominator = previous_norm * current_norm;
-            const float d_direction = denominator > 0.f ? 1.f - cp / denominator : 1.f;
-            if (d_scale < opt.tau && d_direction < opt.phi) {
+            const float norm_step = current_norm - previous_norm;
+            const float d_scale = opt.scale_criterion == EarlyExitScale::kNorm
+                                      ? fabsf(norm_step) / fmaxf(previous_norm, FLT_MIN)
+                                      : (opt.scale_criterion == EarlyExitScale::kChange
+                                             ? sqrtf(dd) / fmaxf(current_norm, FLT_MIN)
+                                             : added / mass);
+            const float denominator = 2.f * previous_norm * current_norm;
+            const float d_direction =
+                denominator > 0.f ? fmaxf(0.f, (dd - norm_step * norm_step) / denominator) : 1.f;
+            const bool scale_ok = !opt.use_scale || d_scale < opt.tau;
+            const bool direction_ok = !opt.use_direction || d_direction < opt.phi;
+            if (scale_ok && direction_ok) {
               ++scratch.counter[row];
             } else {
               scratch.counter[row] = 0;

@@ -13,8 +13,8 @@
 //   walker) folds its blocks recent-first with its own online softmax, and a merge kernel combines
 //   the splits (flash-decoding). Split 0 — the sink block and the W-1 most recent blocks, W =
 //   decider_blocks, the decision window — is the *decider*: after every block it runs the exact
-//   CPU stability test (d_scale by mass or norm, d_direction, per-head counters, the group stops
-//   only when every head's counter >= patience) on the running output o_b = acc_b / Z_b. The
+//   CPU stability test (d_scale by mass, norm or change, d_direction, per-head counters, the group
+//   stops only when every head's counter >= patience) on the running output o_b = acc_b / Z_b. The
 //   other splits hold chunk_blocks blocks each. When the decider stops at walk block s it
 //   publishes that in the walker's stop word; the other splits poll the word once per tile and
 //   stop prefetching and computing one or two tiles later, and the merge uses the decider alone.
@@ -73,12 +73,19 @@ namespace kvb::cuda {
 
 constexpr int kEarlyExitBlock = 64;  // KV entries per walk block (the kernel's tile)
 
+// d_scale as the CPU walk's EarlyExitScaleCriterion (kernels/cpu/early_exit_attention.h): dZ/Z,
+// |‖o_b‖-‖o_{b-1}‖|/‖o_{b-1}‖ or ‖o_b-o_{b-1}‖/‖o_b‖. d_direction = 1 - cos(o_b, o_{b-1}), computed
+// as the CPU does from ‖o_b‖², ‖o_{b-1}‖² and ‖o_b-o_{b-1}‖².
+enum class EarlyExitScale : int { kMass = 0, kNorm = 1, kChange = 2 };
+
 struct EarlyExitDecodeOptions {
   float tau = 1e-5f;
   float phi = 1e-3f;
   int patience = 2;
   int sink_tokens = 4;
-  bool norm_criterion = false;  // false: d_scale = dZ/Z ("mass"); true: |‖o_b‖-‖o_{b-1}‖|/‖o_{b-1}‖
+  EarlyExitScale scale_criterion = EarlyExitScale::kNorm;
+  bool use_scale = true;      // false: d_scale not tested (ablation)
+  bool use_direction = true;  // false: d_direction not tested (ablation)
   bool enabled = true;
 };
 

@@ -114,8 +114,13 @@ kernels::EarlyExitOptions cpu_options(const cuda::EarlyExitDecodeOptions& o) {
   c.patience = o.patience;
   c.block_size = cuda::kEarlyExitBlock;
   c.sink_tokens = o.sink_tokens;
-  c.scale_criterion = o.norm_criterion ? kernels::EarlyExitScaleCriterion::kNorm
-                                       : kernels::EarlyExitScaleCriterion::kMass;
+  c.scale_criterion = o.scale_criterion == cuda::EarlyExitScale::kNorm
+                          ? kernels::EarlyExitScaleCriterion::kNorm
+                      : o.scale_criterion == cuda::EarlyExitScale::kChange
+                          ? kernels::EarlyExitScaleCriterion::kChange
+                          : kernels::EarlyExitScaleCriterion::kMass;
+  c.use_scale = o.use_scale;
+  c.use_direction = o.use_direction;
   c.enabled = o.enabled;
   return c;
 }
@@ -319,12 +324,12 @@ TEST(EarlyExitDecodeTest, ZeroThresholdsEqualFullAttentionAndDecodeAttention) {
 // window: full attention; no dominant entries: never stops.
 const std::vector<GroupProfile> kMixedGroups = {{true, {}}, {true, {3}}, {true, {3, 5}}, {false, {}}};
 
-class EarlyExitCriterionTest : public ::testing::TestWithParam<bool> {};
+class EarlyExitCriterionTest : public ::testing::TestWithParam<cuda::EarlyExitScale> {};
 
 TEST_P(EarlyExitCriterionTest, DefaultsMatchTheCpuWalk) {
   KVB_REQUIRE_GPU();
   cuda::EarlyExitDecodeOptions options;  // tau 1e-5, phi 1e-3, patience 2, 4 sinks
-  options.norm_criterion = GetParam();
+  options.scale_criterion = GetParam();
   const int window = 6;
   const Inputs in = make_profile(128, 32, 8, 64 * 40 + 21, kMixedGroups, 5);
   const std::vector<Walk> walks = expected_dense(in, options, window);
@@ -351,13 +356,17 @@ TEST_P(EarlyExitCriterionTest, DefaultsMatchTheCpuWalk) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(MassAndNorm, EarlyExitCriterionTest, ::testing::Values(false, true));
+INSTANTIATE_TEST_SUITE_P(MassNormChange, EarlyExitCriterionTest,
+                         ::testing::Values(cuda::EarlyExitScale::kMass, cuda::EarlyExitScale::kNorm,
+                                           cuda::EarlyExitScale::kChange));
 
 // Automatic chunks after an explicit decider window (the layout is uneven: the window is smaller
 // than the other chunks), then the fully automatic layout.
 TEST(EarlyExitDecodeTest, AutomaticChunksOnALongCacheMatchTheCpuWalk) {
   KVB_REQUIRE_GPU();
   cuda::EarlyExitDecodeOptions options;
+  options.scale_criterion =
+      cuda::EarlyExitScale::kMass;  // the profile's stops were designed under it
   options.patience = 3;
   const Inputs in = make_profile(128, 32, 8, 20000, kMixedGroups, 9);
   const int window = 5;  // the clean groups stop at walk block 4
@@ -385,6 +394,8 @@ TEST(EarlyExitDecodeTest, AutomaticChunksOnALongCacheMatchTheCpuWalk) {
 TEST(EarlyExitDecodeTest, DisabledVisitsEveryBlock) {
   KVB_REQUIRE_GPU();
   cuda::EarlyExitDecodeOptions options;
+  options.scale_criterion =
+      cuda::EarlyExitScale::kMass;  // the profile's stops were designed under it
   const Inputs in = make_profile(128, 32, 8, 64 * 30 + 5, {{true, {}}}, 13);
   // With termination on every group stops early (so the disabled run has something to ignore).
   const GpuResult on = run_gpu(in, options, 8, nullptr);
@@ -424,6 +435,8 @@ TEST(EarlyExitDecodeTest, IndexListsMatchTheCpuWalkOverTheSelection) {
   for (const bool zero_thresholds : {false, true}) {
     SCOPED_TRACE(zero_thresholds ? "tau = phi = 0" : "defaults");
     cuda::EarlyExitDecodeOptions options;
+    options.scale_criterion =
+        cuda::EarlyExitScale::kMass;  // the profile's stops were designed under it
     if (zero_thresholds) options.tau = options.phi = 0.f;
     const int window = 5;
     std::vector<Walk> walks;

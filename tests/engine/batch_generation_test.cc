@@ -108,6 +108,13 @@ TEST(BatchGeneration, DecodeGroupsSeparateSelectorsAndArt) {
   EXPECT_EQ(decode_group_of(snap), "");
   EXPECT_EQ(decode_group_of(art1), decode_group_of(art2));  // same walk, any prefill policy
   EXPECT_NE(decode_group_of(art1), "");
+  // Walks that differ in any ART reading are different walks.
+  for (const nlohmann::json& reading :
+       {nlohmann::json{{"scale_criterion", "mass"}}, nlohmann::json{{"terms", "scale"}},
+        nlohmann::json{{"stop", "head"}}, nlohmann::json{{"decision_window", 4}}})
+    EXPECT_NE(decode_group_of(make_cache_plan("full+art", {{"art", reading}}, std::nullopt)),
+              decode_group_of(art2))
+        << reading.dump();
   EXPECT_NE(decode_group_of(quest), "");
   const CachePlan quest2 = make_cache_plan("quest", nlohmann::json::object(), Budget::parse("64"));
   EXPECT_NE(decode_group_of(quest), decode_group_of(quest2));  // stateful: a batch each

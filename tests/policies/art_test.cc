@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
 
 #include "engine/cpu/forward.h"
 #include "engine/errors.h"
@@ -143,7 +144,8 @@ TEST(EarlyExitAttention, GroupStopsOnlyWhenEveryHeadIsStable) {
 
 // With the default thresholds the error on decode-like attention stays within a measured bound,
 // while most blocks are skipped; the bound is what the kernel achieved (max 9e-6 over these 40
-// walks, 94% of the blocks skipped, when written), with ten times head-room.
+// walks, 94% of the blocks skipped, under d_scale "mass" when written and again under "norm"),
+// with ten times head-room.
 TEST(EarlyExitAttention, DefaultsStayWithinAMeasuredErrorBound) {
   const int n = 4096, d = 64;
   EarlyExitOptions defaults;
@@ -160,6 +162,188 @@ TEST(EarlyExitAttention, DefaultsStayWithinAMeasuredErrorBound) {
   RecordProperty("skipped_fraction", std::to_string(stats.skipped_fraction()));
   EXPECT_LT(worst, 1e-4);
   EXPECT_GT(stats.skipped_fraction(), 0.5);
+}
+
+// Entries of walk blocks 0 .. last (sink block 0 .. sinks-1, then 64-entry blocks from the newest).
+std::vector<int32_t> walked_entries(int n, int last, int sinks = 4, int block = 64) {
+  std::vector<int32_t> entries;
+  for (int j = 0; j < std::min(sinks, n); ++j) entries.push_back(j);
+  for (int b = 1; b <= last; ++b)
+    for (int j = std::max(sinks, n - b * block); j < n - (b - 1) * block; ++j) entries.push_back(j);
+  return entries;
+}
+
+// Every reading of the trace against the running outputs recomputed from scratch in double (the
+// attention over the blocks walked so far), and each block's share of the full softmax mass. The
+// older blocks' logits are pushed down by 30 so that their readings are tiny (down to ~1e-13):
+// 1 - cos from the naive 1 - <p, c> / (|p| |c|) would be float noise there.
+TEST(EarlyExitWalkTrace, ReadingsMatchOutputsRecomputedFromScratch) {
+  const int n = 600, d = 32, heads = 2;
+  DecodeLikeHead head = decode_like_head(n, d, heads, 71);
+  for (int j = 4; j < n - 200; ++j)
+    for (int a = 0; a < heads; ++a)
+      for (int t = 0; t < d; ++t)
+        head.keys[j * d + t] -= 30.0f * head.queries[a * d + t] / heads / 8;
+  EarlyExitOptions options;
+  const EarlyExitWalkTrace trace = early_exit_walk_trace(walk_args(head, heads), options);
+  ASSERT_EQ(trace.blocks, early_exit_block_count(n, options));
+  ASSERT_EQ(trace.n_heads, heads);
+  double smallest_direction = 1;
+  for (int a = 0; a < heads; ++a) {
+    const float* q = head.queries.data() + a * d;
+    const auto output = [&](int last) {
+      return test::reference_attention(q, head.keys.data(), head.values.data(), d,
+                                       walked_entries(n, last));
+    };
+    const auto mass = [&](const std::vector<int32_t>& entries) {
+      long double total = 0;
+      for (int32_t j : entries) {
+        long double dot = 0;
+        for (int t = 0; t < d; ++t) dot += static_cast<long double>(q[t]) * head.keys[j * d + t];
+        total += std::exp(dot / std::sqrt(static_cast<long double>(d)));
+      }
+      return total;
+    };
+    const std::vector<double> full = output(trace.blocks - 1);
+    const long double full_mass = mass(test::all_indices(n));
+    for (int b = 1; b < trace.blocks; ++b) {
+      SCOPED_TRACE("head " + std::to_string(a) + " block " + std::to_string(b));
+      const std::vector<double> previous = output(b - 1), current = output(b);
+      long double pp = 0, cc = 0, pc = 0, dd = 0;
+      for (int t = 0; t < d; ++t) {
+        pp += static_cast<long double>(previous[t]) * previous[t];
+        cc += static_cast<long double>(current[t]) * current[t];
+        pc += static_cast<long double>(previous[t]) * current[t];
+        dd += static_cast<long double>(current[t] - previous[t]) * (current[t] - previous[t]);
+      }
+      const std::vector<int32_t> before = walked_entries(n, b - 1), now = walked_entries(n, b);
+      const std::vector<int32_t> added(now.begin() + before.size(), now.end());
+      const double mass_ratio = static_cast<double>(mass(added) / mass(now));
+      const double norm_ratio =
+          static_cast<double>(std::fabs(std::sqrt(cc) - std::sqrt(pp)) / std::sqrt(pp));
+      const double change_ratio = static_cast<double>(std::sqrt(dd) / std::sqrt(cc));
+      const double direction = static_cast<double>(1 - pc / std::sqrt(pp * cc));
+      const EarlyExitReadings& r = trace.readings[trace.at(b, a)];
+      EXPECT_NEAR(r.mass, mass_ratio, 1e-3 * mass_ratio + 1e-9);
+      EXPECT_NEAR(r.norm, norm_ratio, 2e-2 * norm_ratio + 5e-7);
+      EXPECT_NEAR(r.change, change_ratio, 1e-3 * change_ratio + 5e-7);
+      EXPECT_NEAR(r.direction, direction, 2e-2 * direction + 1e-13);
+      smallest_direction = std::min(smallest_direction, direction);
+      EXPECT_NEAR(trace.error[trace.at(b, a)], test::relative_l2(current, full), 1e-4);
+      EXPECT_NEAR(trace.mass_share[trace.at(b, a)], static_cast<double>(mass(added) / full_mass),
+                  1e-4);
+    }
+  }
+  EXPECT_LT(smallest_direction, 1e-10)
+      << "the inputs must reach readings below float's 1 - cos noise";
+}
+
+// early_exit_stop on a trace says what the walk does, for every reading, grouping and ablation;
+// and each head's output is attention over the blocks up to its last folded block.
+TEST(EarlyExitWalkTrace, StopOfTheTraceIsTheWalksStop) {
+  int stopped_walks = 0, uneven_heads = 0;
+  for (const auto scale : {EarlyExitScaleCriterion::kMass, EarlyExitScaleCriterion::kNorm,
+                           EarlyExitScaleCriterion::kChange})
+    for (const bool per_head : {false, true})
+      for (const int terms : {0, 1, 2})
+        for (int trial = 0; trial < 3; ++trial) {
+          const int n = 900 + 211 * trial, d = 16, heads = 3;
+          DecodeLikeHead head = decode_like_head(n, d, heads, 500 + trial);
+          // Sharper heads 0 and 1 (queries x 4) and a flatter head 2 (x 1, 2, 3): its stops come
+          // later.
+          for (int t = 0; t < 2 * d; ++t) head.queries[t] *= 4.0f;
+          for (int t = 0; t < d; ++t) head.queries[2 * d + t] *= 1.0f + trial;
+          EarlyExitOptions options;
+          options.scale_criterion = scale;
+          options.per_head = per_head;
+          options.use_scale = terms != 2;
+          options.use_direction = terms != 1;
+          options.tau = 3e-3f;  // loose enough that most of these walks stop
+          const EarlyExitWalkTrace trace = early_exit_walk_trace(walk_args(head, heads), options);
+          const EarlyExitStop stop = early_exit_stop(trace, options);
+          EarlyExitWalkStats stats;
+          const std::vector<double> out = walk(head, heads, options, &stats);
+          SCOPED_TRACE("scale " + std::to_string(static_cast<int>(scale)) + " per_head " +
+                       std::to_string(per_head) + " terms " + std::to_string(terms) + " trial " +
+                       std::to_string(trial));
+          EXPECT_EQ(stats.blocks_visited, stop.visited);
+          stopped_walks += stop.visited < trace.blocks;
+          std::set<int> lasts;
+          for (int a = 0; a < heads; ++a) {
+            const int last = stop.head_last_block[a];
+            lasts.insert(last);
+            EXPECT_LT(last, stop.visited);
+            if (!per_head) {
+              EXPECT_EQ(last, stop.visited - 1);
+            }
+            const std::vector<double> expected =
+                test::reference_attention(head.queries.data() + a * d, head.keys.data(),
+                                          head.values.data(), d, walked_entries(n, last));
+            const std::vector<double> got(out.begin() + a * d, out.begin() + (a + 1) * d);
+            EXPECT_LT(test::relative_l2(got, expected), 1e-5) << "head " << a;
+          }
+          uneven_heads += lasts.size() > 1;
+        }
+  EXPECT_GT(stopped_walks, 20) << "most walks must stop for the comparison to mean something";
+  EXPECT_GT(uneven_heads, 0) << "per-head stops must differ between heads somewhere";
+}
+
+// With a decision window W the walk stops where the unlimited walk does when that is inside the
+// window (stop block < W), and walks every block otherwise (the GPU decider's semantics); the
+// trace's replay agrees.
+TEST(EarlyExitAttention, DecisionWindowStopsOnlyInsideIt) {
+  int inside = 0, outside = 0;
+  for (int trial = 0; trial < 6; ++trial) {
+    const int n = 2048, d = 32;
+    const DecodeLikeHead head = decode_like_head(n, d, 1, 700 + trial);
+    EarlyExitOptions unlimited;
+    EarlyExitWalkStats free_walk;
+    walk(head, 1, unlimited, &free_walk);
+    ASSERT_LT(free_walk.blocks_visited, free_walk.blocks_total) << "the decode-like head stops";
+    const int stop_block = static_cast<int>(free_walk.blocks_visited) - 1;
+    for (const int window : {stop_block, stop_block + 1, stop_block + 5}) {
+      EarlyExitOptions windowed;
+      windowed.decision_window = window;
+      EarlyExitWalkStats stats;
+      const std::vector<double> out = walk(head, 1, windowed, &stats);
+      const EarlyExitWalkTrace trace = early_exit_walk_trace(walk_args(head, 1), windowed);
+      EXPECT_EQ(early_exit_stop(trace, windowed).visited, stats.blocks_visited);
+      if (stop_block < window) {
+        ++inside;
+        EXPECT_EQ(stats.blocks_visited, free_walk.blocks_visited) << "window " << window;
+      } else {
+        ++outside;
+        EXPECT_EQ(stats.blocks_visited, stats.blocks_total) << "window " << window;
+        const std::vector<double> full = test::reference_attention(
+            head.queries.data(), head.keys.data(), head.values.data(), d, test::all_indices(n));
+        EXPECT_LT(test::relative_l2(out, full), 1e-5);
+      }
+    }
+  }
+  EXPECT_EQ(inside, 12);
+  EXPECT_EQ(outside, 6);
+}
+
+// The ablations only drop a condition, so they never stop later than the full test; the
+// direction-only walk stops earlier on decode-like attention (the paper's "without d_scale").
+TEST(EarlyExitAttention, AblationsStopNoLaterThanBothTerms) {
+  int64_t both_visited = 0, direction_visited = 0;
+  for (int trial = 0; trial < 10; ++trial) {
+    const DecodeLikeHead head = decode_like_head(2048, 32, 2, 900 + trial);
+    EarlyExitOptions both;
+    EarlyExitOptions scale_only = both, direction_only = both;
+    scale_only.use_direction = false;
+    direction_only.use_scale = false;
+    EarlyExitWalkStats s_both, s_scale, s_direction;
+    walk(head, 2, both, &s_both);
+    walk(head, 2, scale_only, &s_scale);
+    walk(head, 2, direction_only, &s_direction);
+    EXPECT_LE(s_scale.blocks_visited, s_both.blocks_visited);
+    EXPECT_LE(s_direction.blocks_visited, s_both.blocks_visited);
+    both_visited += s_both.blocks_visited;
+    direction_visited += s_direction.blocks_visited;
+  }
+  EXPECT_LT(direction_visited, both_visited);
 }
 
 TEST(EarlyExitOracle, TraceAgreesWithTheWalkAndSummaryAddsUp) {
@@ -208,9 +392,22 @@ TEST(ArtParams, DefaultsAndBadParameters) {
   EXPECT_FLOAT_EQ(defaults.phi, 1e-3f);
   EXPECT_EQ(defaults.patience, 2);
   EXPECT_TRUE(defaults.enabled);
-  const EarlyExitParams custom = make_art_params({{"patience", 4}, {"scale_criterion", "norm"}});
+  EXPECT_EQ(defaults.scale_criterion, "norm");
+  EXPECT_TRUE(defaults.use_scale && defaults.use_direction && !defaults.per_head);
+  const EarlyExitParams custom = make_art_params(
+      {{"patience", 4}, {"scale_criterion", "change"}, {"terms", "direction"}, {"stop", "head"}});
   EXPECT_EQ(custom.patience, 4);
-  EXPECT_EQ(custom.scale_criterion, "norm");
+  EXPECT_EQ(custom.scale_criterion, "change");
+  EXPECT_FALSE(custom.use_scale);
+  EXPECT_TRUE(custom.use_direction);
+  EXPECT_TRUE(custom.per_head);
+  EXPECT_FALSE(make_art_params({{"terms", "scale"}}).use_direction);
+  EXPECT_EQ(describe_art_params(custom)["terms"], "direction");
+  EXPECT_EQ(describe_art_params(custom)["stop"], "head");
+  EXPECT_THROW(make_art_params({{"terms", "neither"}}), InputError);
+  EXPECT_THROW(make_art_params({{"stop", "layer"}}), InputError);
+  EXPECT_EQ(make_art_params({{"decision_window", 6}}).decision_window, 6);
+  EXPECT_THROW(make_art_params({{"decision_window", -1}}), InputError);
   EXPECT_THROW(make_art_params({{"patience", 0}}), InputError);
   EXPECT_THROW(make_art_params({{"tau", -1}}), InputError);
   EXPECT_THROW(make_art_params({{"scale_criterion", "energy"}}), InputError);
