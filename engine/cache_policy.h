@@ -90,8 +90,8 @@ struct LayerPrefillView {
   const float* output_projection = nullptr;  // [d_model, Hq*d] row-major (out x in) or nullptr
   // Device statistics (CaptureRequest), each present only where the backend computed it.
   struct WindowSums {
-    int window = 0;                // as requested; the sums cover min(window, L) queries
-    const float* sums = nullptr;   // [Hq, L]
+    int window = 0;               // as requested; the sums cover min(window, L) queries
+    const float* sums = nullptr;  // [Hq, L]
   };
   std::vector<WindowSums> window_attention_sums;
   struct Perturbation {

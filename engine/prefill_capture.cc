@@ -27,7 +27,8 @@ PrefillView make_prefill_view(const ModelWeights& weights, const KvStore* store,
     if (request.output_projection) {
       if (weights.layers.empty())
         throw InputError("a policy reads the output projection W_o on the host, and model '" +
-                         weights.source + "' has its weights on the device only; run it with "
+                         weights.source +
+                         "' has its weights on the device only; run it with "
                          "\"device\": \"cpu\" or choose a policy without W_o");
       layer.output_projection = weights.layers[l].wo.data();
     }

@@ -116,9 +116,9 @@ class DropKvPolicy : public ScoredPolicy {
     // Scores a device backend computed with the same formula (kernels/cuda/dropkv_scores.h).
     if (const float* raw = layer.perturbation_for(perturbation_request(settings().window))) {
       for (int h = 0; h < layer.n_kv_heads; ++h)
-        scores[h] = pool1d({raw + static_cast<int64_t>(h) * layer.length,
-                            static_cast<size_t>(layer.length)},
-                           kernel_, pooling_, Precision::kFp32);
+        scores[h] = pool1d(
+            {raw + static_cast<int64_t>(h) * layer.length, static_cast<size_t>(layer.length)},
+            kernel_, pooling_, Precision::kFp32);
       return scores;
     }
     require_keys_values(layer, "dropkv", "its perturbation scores");
@@ -159,7 +159,8 @@ nlohmann::json dropkv_defaults() {
 std::shared_ptr<const ScoredPolicy> build_dropkv(const PolicyParams& params) {
   ScoredSettings settings = read_scored_settings(params, PolicyKind::kPrefillQueryAware);
   const Precision precision = parse_precision(params.choice("precision", {"bf16", "fp32"}));
-  // The window queries for the CPU's own scoring, the fused scores in place of the keys on a device.
+  // The window queries for the CPU's own scoring, the fused scores in place of the keys on a
+  // device.
   settings.capture.host_keys_values = false;
   settings.capture.output_perturbations = {{settings.window, precision == Precision::kBf16}};
   return std::make_shared<DropKvPolicy>(settings, params.integer("kernel"),

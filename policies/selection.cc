@@ -206,8 +206,9 @@ void evict_except(KvStore& store, int layer, int head, const std::vector<int32_t
 void require_keys_values(const LayerPrefillView& layer, const std::string& policy,
                          const std::string& statistic) {
   if (!layer.has_keys_values())
-    throw std::logic_error(policy + ": the prefill view holds neither " + statistic +
-                           " nor the prompt's keys and values; its CaptureRequest must ask for one");
+    throw std::logic_error(
+        policy + ": the prefill view holds neither " + statistic +
+        " nor the prompt's keys and values; its CaptureRequest must ask for one");
 }
 
 bool is_dense_layer(const std::vector<int>& dense_layers, int layer) {
