@@ -25,7 +25,7 @@ void for_each_jsonl_record(const std::string& path,
     nlohmann::json record;
     try {
       record = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
       throw_record_error(path, line_number, std::string("malformed JSON (") + e.what() + ")");
     }
     if (!record.is_object()) throw_record_error(path, line_number, "expected a JSON object");

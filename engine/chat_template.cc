@@ -154,18 +154,35 @@ std::string chat_template_name_for_hf_folder(const std::string& folder) {
   };
   const nlohmann::json tokenizer_config = read("tokenizer_config.json");
   const nlohmann::json config = read("config.json");
+  // A field that is there must be a string (json::value() throws type_error otherwise).
+  const auto string_field = [&](const nlohmann::json& object, const char* key, const char* file,
+                                const std::string& where) {
+    if (!object.is_object() || !object.contains(key) || object[key].is_null()) return std::string();
+    if (!object[key].is_string())
+      throw FormatError((fs::path(folder) / file).string() + ": " + where + key +
+                        " must be a string, not " + object[key].dump());
+    return object[key].get<std::string>();
+  };
   std::string jinja;
-  if (tokenizer_config.contains("chat_template")) {
+  if (tokenizer_config.is_object() && tokenizer_config.contains("chat_template")) {
     const auto& value = tokenizer_config["chat_template"];
     if (value.is_string()) {
       jinja = value.get<std::string>();
     } else if (value.is_array()) {  // [{"name": "default", "template": "..."}, ...]
-      for (const auto& entry : value)
-        if (entry.value("name", "") == "default") jinja = entry.value("template", "");
+      for (size_t i = 0; i < value.size(); ++i) {
+        const std::string where = "chat_template[" + std::to_string(i) + "].";
+        if (!value[i].is_object())
+          throw FormatError((fs::path(folder) / "tokenizer_config.json").string() + ": " +
+                            where.substr(0, where.size() - 1) +
+                            " must be an object {\"name\", \"template\"}, not " + value[i].dump());
+        if (string_field(value[i], "name", "tokenizer_config.json", where) == "default")
+          jinja = string_field(value[i], "template", "tokenizer_config.json", where);
+      }
     }
   }
-  return chat_template_name_for(jinja, config.value("model_type", ""),
-                                config.value("_name_or_path", "") + " " + folder);
+  return chat_template_name_for(
+      jinja, string_field(config, "model_type", "config.json", ""),
+      string_field(config, "_name_or_path", "config.json", "") + " " + folder);
 }
 
 }  // namespace kvb

@@ -2,6 +2,7 @@
 // absent from config.json takes the class default, as transformers itself would.
 #include "engine/hf_config.h"
 
+#include <cmath>
 #include <fstream>
 
 #include "engine/errors.h"
@@ -82,6 +83,14 @@ ModelConfig model_config_from_hf_json(const nlohmann::json& j, const std::string
   c.max_context = f.positive_int("max_position_embeddings", int64_t{1} << 24, 2048);
   c.rms_norm_eps = static_cast<float>(f.number(j, "rms_norm_eps", 1e-6));
   c.rope_theta = static_cast<float>(f.number(j, "rope_theta", 10000.0));
+  // Accepted values must give finite activations: a RoPE base <= 0 or a negative epsilon makes
+  // every logit NaN without an error.
+  if (!(std::isfinite(c.rope_theta) && c.rope_theta > 0))
+    throw FormatError(label + ": field 'rope_theta' must be a finite number > 0, not " +
+                      j["rope_theta"].dump());
+  if (!(std::isfinite(c.rms_norm_eps) && c.rms_norm_eps >= 0))
+    throw FormatError(label + ": field 'rms_norm_eps' must be a finite number >= 0, not " +
+                      j["rms_norm_eps"].dump());
   c.tied_embeddings = f.boolean("tie_word_embeddings", false);
   c.qkv_bias = c.architecture == Architecture::kQwen2 || f.boolean("attention_bias", false);
   // Mistral v0.1 attends within a sliding window; without it we are exact only up to the window.
@@ -102,8 +111,12 @@ ModelConfig model_config_from_hf_json(const nlohmann::json& j, const std::string
       if (s.contains("original_max_position_embeddings"))
         r.original_max_position = f.positive_int_value(s["original_max_position_embeddings"],
                                                        "rope_scaling.original_max_position_embeddings", int64_t{1} << 24);
-      if (r.factor <= 0 || r.high_freq_factor <= r.low_freq_factor)
-        throw FormatError(label + ": rope_scaling needs factor > 0 and high_freq_factor > low_freq_factor");
+      if (!std::isfinite(r.factor) || !std::isfinite(r.low_freq_factor) ||
+          !std::isfinite(r.high_freq_factor) || r.factor <= 0 || r.low_freq_factor <= 0 ||
+          r.high_freq_factor <= r.low_freq_factor)
+        throw FormatError(label +
+                          ": rope_scaling needs finite factors, factor > 0 and "
+                          "high_freq_factor > low_freq_factor > 0");
       c.llama3_rope_scaling = r;
     } else if (type != "default") {
       throw InputError(label + ": rope_scaling type '" + type + "' is not supported (supported: llama3)");

@@ -43,11 +43,13 @@ void KvStore::relayout(int layer_index, const std::vector<int32_t>& new_capacity
   std::vector<int32_t> positions(total);
   for (int h = 0; h < n_kv_heads_; ++h) {
     const int64_t n = layer.length[h];
-    std::memcpy(&keys[new_offset[h] * head_dim_], &layer.keys[layer.offset[h] * head_dim_],
-                n * head_dim_ * sizeof(float));
-    std::memcpy(&values[new_offset[h] * head_dim_], &layer.values[layer.offset[h] * head_dim_],
-                n * head_dim_ * sizeof(float));
-    std::memcpy(&positions[new_offset[h]], &layer.positions[layer.offset[h]], n * sizeof(int32_t));
+    if (n == 0) continue;  // a new layer has no buffer yet: &keys[i] of an empty vector is UB
+    std::memcpy(keys.data() + new_offset[h] * head_dim_,
+                layer.keys.data() + layer.offset[h] * head_dim_, n * head_dim_ * sizeof(float));
+    std::memcpy(values.data() + new_offset[h] * head_dim_,
+                layer.values.data() + layer.offset[h] * head_dim_, n * head_dim_ * sizeof(float));
+    std::memcpy(positions.data() + new_offset[h], layer.positions.data() + layer.offset[h],
+                n * sizeof(int32_t));
   }
   layer.keys = std::move(keys);
   layer.values = std::move(values);

@@ -5,11 +5,15 @@
 // report. Everything that can be checked is checked before the first row is written: the config,
 // the policy names and parameters, the model files, the database and the report folder.
 // Ctrl-C stops after the row in flight (exit code 130); --resume continues where it stopped.
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 
 #include "engine/errors.h"
@@ -47,6 +51,59 @@ class StopOnInterrupt {
  private:
   void (*previous_int_)(int);
   void (*previous_term_)(int);
+};
+
+// A resumed sweep adds rows beside those of earlier runs in the database; the weights must be the
+// ones those runs recorded (runs.models[].sha256), or one model name in a table would mix rows of
+// two files. Checked before the first row is written.
+void check_models_unchanged(const ResultStore& store, const nlohmann::json& models) {
+  for (const RunRecord& run : store.load_runs()) {
+    for (const auto& before : run.info.models) {
+      if (!before.is_object() || !before.contains("name") || !before.contains("sha256")) continue;
+      for (const auto& now : models) {
+        if (now["name"] != before["name"] || now["sha256"] == before["sha256"]) continue;
+        const auto text = [](const nlohmann::json& v) {
+          return v.is_string() ? v.get<std::string>() : v.dump();
+        };
+        throw InputError(
+            "model '" + now["name"].get<std::string>() + "' (" + now["path"].get<std::string>() +
+            ") has SHA-256 " + now["sha256"].get<std::string>() + ", but run " +
+            std::to_string(run.run_id) + " in " + store.path().string() + " recorded " +
+            text(before["sha256"]) + " for it (" + text(before.value("path", nlohmann::json("?"))) +
+            "): the file changed or was truncated since. Restore the file that run "
+            "used, or start a new --db; no row was written");
+      }
+    }
+  }
+}
+
+// One `kvbench run` per database at a time: an exclusive flock(2) on the database file, held until
+// the process ends (the kernel drops it when a run is killed, so --resume never waits for a dead
+// run). SQLite's own locks are per transaction; two sweeps interleaving their rows would each fail
+// on the other's rows midway. Readers (table, report, merge) do not take it.
+class RunLock {
+ public:
+  explicit RunLock(const std::string& db_path)
+      : fd_(::open(db_path.c_str(), O_RDONLY | O_CLOEXEC)) {
+    if (fd_ < 0)
+      throw InputError("cannot open database " + db_path + " to lock it: " + std::strerror(errno));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int error = errno;
+      ::close(fd_);
+      if (error == EWOULDBLOCK)
+        throw InputError(
+            "database " + db_path +
+            " is in use by another kvbench run; wait for it to "
+            "finish (then add --resume) or use another --db. Stored results are untouched");
+      throw InputError("cannot lock database " + db_path + ": " + std::strerror(error));
+    }
+  }
+  ~RunLock() { ::close(fd_); }
+  RunLock(const RunLock&) = delete;
+  RunLock& operator=(const RunLock&) = delete;
+
+ private:
+  int fd_;
 };
 
 std::filesystem::path default_report_dir(const std::string& db) {
@@ -111,6 +168,7 @@ int run(const std::vector<std::string>& argv) {
   }
   ResultStore store(db_path, ResultStore::Mode::kReadWrite,
                     static_cast<int>(lock_timeout * 1000));
+  const RunLock run_lock(db_path);
 
   // 3. Provenance, then the sweep.
   const bool tty = isatty(fileno(stderr));
@@ -133,6 +191,7 @@ int run(const std::vector<std::string>& argv) {
   backend.check_device(plan.groups);  // every cell's plan runs on the device, before row 1
   RunOptions options;
   options.resume = args.flag("resume");
+  if (options.resume) check_models_unchanged(store, info.models);
   options.prefill_reuse = !args.flag("no-prefill-reuse");
   options.progress = stderr;
   options.progress_is_tty = tty;

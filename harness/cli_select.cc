@@ -160,7 +160,7 @@ int select(const std::vector<std::string>& argv) {
   if (auto text = args.maybe("params")) {
     try {
       params = nlohmann::json::parse(*text);
-    } catch (const nlohmann::json::parse_error& error) {
+    } catch (const nlohmann::json::exception& error) {  // parse_error, or out_of_range for 1e999
       throw InputError("--params is not valid JSON (" + std::string(error.what()) + ")");
     }
   }

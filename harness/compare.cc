@@ -103,7 +103,7 @@ nlohmann::json load_summary(const std::filesystem::path& path) {
   nlohmann::json summary;
   try {
     summary = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
     throw FormatError(path.string() + " is neither a kvbench database nor JSON: " + e.what());
   }
   check_summary(summary, path.string());

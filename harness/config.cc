@@ -388,7 +388,7 @@ SweepConfig load_sweep_config(const std::filesystem::path& config_path) {
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(in, nullptr, true, /*ignore_comments=*/true);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
     throw FormatError(config_path.string() + " is not valid JSON: " + e.what());
   }
   return parse_sweep_config(json, config_path);

@@ -345,15 +345,24 @@ std::vector<StoredRow> ResultStore::load_rows() const {
   for (int code; (code = query.step()) != SQLITE_DONE;) {
     if (code != SQLITE_ROW) fail(code, "reading results");
     StoredRow row;
-    row.cell = cell_from_json(nlohmann::json::parse(query.text(0)));
     row.sample_index = static_cast<int>(query.integer(1));
+    // The cell key and the references are JSON text; a file that passes SQLite's integrity check
+    // can still hold damaged text there (an edited or bit-flipped database).
+    try {
+      row.cell = cell_from_json(nlohmann::json::parse(query.text(0)));
+      row.result.references =
+          parse_json_column(query.text(6), nlohmann::json::array()).get<std::vector<std::string>>();
+    } catch (const std::exception& e) {
+      throw FormatError(path_.string() + ": the result row of sample " +
+                        std::to_string(row.sample_index) +
+                        " has a damaged cell key or references (" + e.what() +
+                        "); the database was left as it is. Restore it from a copy");
+    }
     row.run_id = query.integer(2);
     SampleResult& r = row.result;
     r.sample_id = query.text(3);
     r.depth = query.real(4);
     r.prediction = query.text(5);
-    r.references = parse_json_column(query.text(6), nlohmann::json::array())
-                       .get<std::vector<std::string>>();
     r.score = query.real(7);
     r.ttft_ms = query.real(8);
     r.tpot_ms = query.real(9);

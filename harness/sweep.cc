@@ -1,5 +1,6 @@
 #include "harness/sweep.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 
@@ -49,18 +50,33 @@ std::string Cell::policy_label() const {
   return label + ")";
 }
 
+namespace {
+
+// An int field of a stored cell; get<int>() of a float outside int's range is undefined behaviour.
+int int_of(const nlohmann::json& value, const char* what) {
+  if (!value.is_number_integer() || value.get<int64_t>() < INT32_MIN ||
+      value.get<int64_t>() > INT32_MAX)
+    throw FormatError(std::string("cell field '") + what + "' is not an integer: " + value.dump());
+  return static_cast<int>(value.get<int64_t>());
+}
+
+}  // namespace
+
 Cell cell_from_json(const nlohmann::json& json) {
   Cell cell;
   cell.model = json.at("model").get<std::string>();
   cell.benchmark = json.at("benchmark").get<std::string>();
   cell.task = json.at("task").get<std::string>();
-  cell.length = json.at("length").get<int>();
+  cell.length = int_of(json.at("length"), "length");
   cell.policy = json.at("policy").get<std::string>();
   cell.params = json.at("params");
   cell.budget = budget_from_text(json.at("budget").get<std::string>());
   cell.prompt_mode = parse_prompt_mode(json.at("prompt_mode").get<std::string>());
-  cell.dense_layers = json.at("dense_layers").get<std::vector<int>>();
-  cell.max_new_tokens = json.at("max_new_tokens").get<int>();
+  const auto& dense = json.at("dense_layers");
+  if (!dense.is_array())
+    throw FormatError("cell field 'dense_layers' is not a list: " + dense.dump());
+  for (const auto& layer : dense) cell.dense_layers.push_back(int_of(layer, "dense_layers"));
+  cell.max_new_tokens = int_of(json.at("max_new_tokens"), "max_new_tokens");
   return cell;
 }
 

@@ -63,8 +63,12 @@ Sample longbench_sample_from_record(const nlohmann::json& record, const std::str
   }
   s.extra = nlohmann::json::object();
   if (record.contains("length") && record["length"].is_number()) {
+    const double length = record["length"].get<double>();  // get<int>() of 1e300 is UB
+    if (!(length >= 0 && length <= 2147483647.0))
+      throw FormatError(where + ": field \"length\" must be a word count >= 0, not " +
+                        record["length"].dump());
     s.extra["length"] = record["length"];
-    s.length = record["length"].get<int>();
+    s.length = static_cast<int>(length);
   }
   if (record.contains("language")) s.extra["language"] = record["language"];
   return s;

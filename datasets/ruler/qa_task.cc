@@ -145,6 +145,9 @@ class QaTask : public RulerTask {
     corpus_ = name == "qa_1" ? read_squad(file) : read_hotpotqa(file);
     if (corpus_.questions.empty())
       throw InputError("RULER " + name + ": the QA file has no answerable questions");
+    if (corpus_.documents.empty())  // build() draws documents modulo their count
+      throw FormatError(file.string() + ": RULER " + name +
+                        " found no documents in it (every question's context is empty)");
   }
 
   int tokens_to_generate() const override { return kQaTokensToGenerate; }

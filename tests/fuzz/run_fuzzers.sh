@@ -44,5 +44,5 @@ mkdir -p "$corpus"
 "$work/make_gguf_seeds" "$corpus"
 # The run is bounded by a run count (deterministic with -seed, so CI and a developer see the same
 # inputs) and, as a guard on a slow machine, by time.
-"$fuzzer" -runs="$runs" -max_total_time="$seconds" -seed=1 -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
+"$fuzzer" -runs="$runs" -max_total_time="$seconds" -seed=1 -max_len=8192 -timeout=10 -error_exitcode=1 -rss_limit_mb=2048 \
   -print_final_stats=1 -artifact_prefix="$work/" "$corpus"

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Runs the CUDA tests (tests/cuda, binary kvb_cuda_tests) under compute-sanitizer's memcheck and
+# racecheck on a machine with a GPU (without one the tests skip and this proves nothing: the script
+# refuses). Builds the CUDA suite in build-cuda-san (KVB_CUDA=ON, KVB_NATIVE=OFF, no host
+# sanitizers: compute-sanitizer does not run beside ASan).
+#
+#   harness/scripts/cuda-sanitize.sh [GTEST FILTER]     e.g. 'CudaEngine.*'
+#
+# KVB_CUDA_SANITIZE_TOOLS picks the tools (default "memcheck racecheck"; synccheck and initcheck
+# also exist). Each tool's report goes to build-cuda-san/compute-sanitizer-TOOL.log with its wall
+# time; the script exits 1 when any tool reports an error.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+build="${KVB_CUDA_SANITIZE_BUILD_DIR:-$root/build-cuda-san}"
+filter="${1:-*}"
+sanitizer="$(command -v compute-sanitizer || true)"
+[ -z "$sanitizer" ] && [ -x /usr/local/cuda/bin/compute-sanitizer ] && sanitizer=/usr/local/cuda/bin/compute-sanitizer
+if [ -z "$sanitizer" ]; then
+  echo "cuda-sanitize.sh: compute-sanitizer not found (it ships with the CUDA toolkit)" >&2
+  exit 2
+fi
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "cuda-sanitize.sh: no GPU answers nvidia-smi; the CUDA tests would only skip" >&2
+  exit 2
+fi
+"$root/harness/scripts/setup.sh" --no-build
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKVB_CUDA=ON -DKVB_NATIVE=OFF \
+    -DKVB_BENCHMARKS=OFF -DCMAKE_CUDA_FLAGS=-lineinfo >/dev/null
+fi
+cmake --build "$build" -j "${KVB_JOBS:-$(nproc)}" --target kvb_cuda_tests
+tests="$build/tests/kvb_cuda_tests"
+status=0
+for tool in ${KVB_CUDA_SANITIZE_TOOLS:-memcheck racecheck}; do
+  log="$build/compute-sanitizer-$tool.log"
+  extra=()
+  [ "$tool" = memcheck ] && extra=(--leak-check full)
+  start=$(date +%s)
+  set +e
+  "$sanitizer" --tool "$tool" "${extra[@]}" --error-exitcode 1 --print-limit 50 \
+    "$tests" --gtest_filter="$filter" >"$log" 2>&1
+  rc=$?
+  set -e
+  end=$(date +%s)
+  ran="$(grep -Eo '^\[==========\] [0-9]+ tests? from' "$log" | tail -1 | grep -Eo '[0-9]+' || echo '?')"
+  skipped="$(grep -c '^\[  SKIPPED \]' "$log" || true)"
+  summary="$(grep -E '^========= (ERROR SUMMARY|RACECHECK SUMMARY)' "$log" | tail -1)"
+  echo "[cuda-sanitize] $tool: exit $rc, $((end - start)) s, $ran tests ($skipped skipped): ${summary:-no summary} ($log)"
+  [ "$rc" = 0 ] || status=1
+done
+exit $status
