@@ -314,7 +314,7 @@ void results_db_seeds() {
     cell.task = "niah_single_1";
     cell.length = 1024;
     cell.policy = "snapkv";
-    cell.budget = "128";
+    cell.budget = kvb::Budget::parse("128");
     const int64_t id = store.ensure_cell(cell);
     for (int i = 0; i < 2; ++i) {
       kvb::SampleResult r;

@@ -44,7 +44,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     kvb::check_policy_names(config, known);
     if (unit_bound(config) > kMaxUnits) return;
     const kvb::SweepPlan plan = kvb::plan_sweep(config, kvb::Shard{});
-    kvb::EngineBackend::check_cells(plan.groups);
+    kvb::EngineBackend backend(config, kvb::DataSearch::only({}), nullptr,
+                               kvb::EngineBackendOptions{.device = "cpu"});
+    backend.check_cells(plan.groups);
     // The same config parsed again from what was stored (the run record keeps `source`) must
     // give the same cells: a resumed run matches rows by cell key.
     const kvb::SweepConfig again = kvb::parse_sweep_config(config.source, path);
