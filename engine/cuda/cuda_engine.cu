@@ -127,6 +127,18 @@ struct CudaEngine::Impl {
     inv_freq.upload(freq.data(), freq.size() * 4);
   }
 
+  // Prefill rows whose activations (the buffers ensure_activations allocates) fit in 1 GiB: a long
+  // prompt on an 8B model then holds weights + KV + ~1 GiB of workspace, where 16K-row chunks took
+  // ~2.2 GiB (results/gpu-sweeps.md, 128K). Multiples of 256 rows, at least 256.
+  int prefill_rows_within_activation_budget() const {
+    const int64_t d = config.d_model, ffn = config.ffn_dim;
+    const int64_t per_row = d * 4 + d * 2 + int64_t(qkv_width()) * 2 +
+                            int64_t(config.n_query_heads) * config.head_dim * 2 + 2 * ffn * 2 +
+                            ffn * 2 + d * 2;
+    constexpr int64_t kActivationBytes = int64_t(1) << 30;
+    return static_cast<int>(std::max<int64_t>(256, kActivationBytes / per_row / 256 * 256));
+  }
+
   void ensure_activations(int rows) {
     if (rows <= activation_rows) return;
     const int64_t d = config.d_model;
@@ -474,7 +486,8 @@ std::vector<float> CudaEngine::prefill_with_captures(int seq, const std::vector<
     throw CapacityError("prefill of " + std::to_string(ids.size()) + " tokens exceeds the cache " +
                         "capacity " + std::to_string(m.capacity));
   const int total = static_cast<int>(ids.size());
-  const int chunk = prefill_chunk_size(total, chunk_tokens);
+  const int chunk =
+      prefill_chunk_size(total, std::min(chunk_tokens, m.prefill_rows_within_activation_budget()));
   try {
     m.ensure_activations(chunk);
   } catch (const cuda::OutOfMemory& e) {

@@ -37,10 +37,9 @@ class CudaEngine {
   int batch() const;
   int capacity() const;
 
-  // Runs `ids` through the model for sequence `seq` on top of its cache, in chunks of
-  // `chunk_tokens`; returns the last position's logits (f32). When `lse` is given it receives the
-  // attention row log-sum-exp of the last layer for the chunk's queries ([Hq, n], n = ids.size()
-  // when a single chunk).
+  // Runs `ids` through the model for sequence `seq` on top of its cache, in chunks of at most
+  // `chunk_tokens` (fewer where a chunk's activations would pass 1 GiB: ~7.6K rows on an 8B
+  // model); returns the last position's logits (f32).
   static constexpr int kPrefillChunk = 16384;
   std::vector<float> prefill(int seq, const std::vector<int32_t>& ids,
                              int chunk_tokens = kPrefillChunk);
