@@ -10,8 +10,6 @@
 // The official calibration mixes PG19, ProofPile and CodeParrot (180 samples); any text folder
 // works here, and the JSON output records what was used. --device picks the engine that prefills
 // (default cpu, the f32 reference; on a GPU the keys are the bf16 ones its sweeps decode with).
-#include <tbb/parallel_for.h>
-
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -25,7 +23,6 @@
 #include "engine/model.h"
 #include "harness/args.h"
 #include "harness/cli.h"
-#include "kernels/cpu/matmul.h"
 #include "policies/binarypc_projection.h"
 
 namespace kvb::cli {
@@ -101,16 +98,7 @@ int calibrate(const std::vector<std::string>& argv) {
 
   BinaryProjectionSet projection(config.n_layers, config.n_kv_heads, d);
   projection.calibration_tokens = static_cast<uint64_t>(tokens);
-  // One task per head with OpenBLAS single-threaded inside (threaded gemv hand-offs inside TBB
-  // tasks oversubscribe the cores; the fitted rows are bit-identical either way).
-  const kernels::SingleThreadedBlas single_threaded_blas;
-  tbb::parallel_for(0, n_heads, [&](int i) {
-    BinaryProjectionFit head_fit = fit;
-    head_fit.seed = fit.seed * 1000003u + static_cast<uint64_t>(i);
-    fit_binary_projection(keys[i].data(), tokens, d, head_fit,
-                          projection.mutable_head(i / config.n_kv_heads, i % config.n_kv_heads));
-    std::vector<float>().swap(keys[i]);
-  });
+  fit_binary_projections(keys, tokens, fit, projection);
   projection.save(args.get("out"));
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -1,18 +1,37 @@
 #include "policies/binarypc_projection.h"
 
 #include <cblas.h>
+#include <tbb/parallel_for.h>
 
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <stdexcept>
 #include <string>
 
 #include "engine/errors.h"
 #include "kernels/cpu/binary_hash.h"
+#include "kernels/cpu/matmul.h"
 
 namespace kvb {
 
 using kernels::kBinaryHashBits;
+
+void fit_binary_projections(std::vector<std::vector<float>>& keys, int64_t tokens,
+                            const BinaryProjectionFit& fit, BinaryProjectionSet& set) {
+  const int n_heads = set.n_layers * set.n_kv_heads;
+  if (static_cast<int>(keys.size()) != n_heads)
+    throw std::logic_error("fit_binary_projections: one key list per (layer, KV head) expected");
+  const kernels::SingleThreadedBlas single_threaded_blas;
+  tbb::parallel_for(0, n_heads, [&](int i) {
+    BinaryProjectionFit head_fit = fit;
+    head_fit.seed = fit.seed * 1000003u + static_cast<uint64_t>(i);
+    fit_binary_projection(keys[i].data(), tokens, set.head_dim, head_fit,
+                          set.mutable_head(i / set.n_kv_heads, i % set.n_kv_heads));
+    std::vector<float>().swap(keys[i]);
+  });
+}
+
 namespace {
 
 constexpr char kMagic[8] = {'K', 'V', 'B', 'B', 'P', 'C', 'P', '\0'};

@@ -35,6 +35,15 @@ struct BinaryProjectionFit {
 void fit_binary_projection(const float* keys, int64_t n, int head_dim, const BinaryProjectionFit& fit,
                            float* projection);
 
+struct BinaryProjectionSet;
+
+// Fits every (layer, KV head) of `set` from keys[layer * n_kv_heads + head] ([tokens, d] each, freed
+// as each head is done), one task per head with BLAS single-threaded inside (threaded gemv
+// hand-offs inside the tasks would oversubscribe the cores; the rows are bit-identical either
+// way). Head i's start vectors are seeded with fit.seed * 1000003 + i.
+void fit_binary_projections(std::vector<std::vector<float>>& keys, int64_t tokens,
+                            const BinaryProjectionFit& fit, BinaryProjectionSet& set);
+
 // P for every (layer, KV head) of a model.
 struct BinaryProjectionSet {
   int n_layers = 0;
