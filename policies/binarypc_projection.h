@@ -37,8 +37,8 @@ void fit_binary_projection(const float* keys, int64_t n, int head_dim, const Bin
 
 struct BinaryProjectionSet;
 
-// Fits every (layer, KV head) of `set` from keys[layer * n_kv_heads + head] ([tokens, d] each, freed
-// as each head is done), one task per head with BLAS single-threaded inside (threaded gemv
+// Fits every (layer, KV head) of `set` from keys[layer * n_kv_heads + head] ([tokens, d] each,
+// freed as each head is done), one task per head with BLAS single-threaded inside (threaded gemv
 // hand-offs inside the tasks would oversubscribe the cores; the rows are bit-identical either
 // way). Head i's start vectors are seeded with fit.seed * 1000003 + i.
 void fit_binary_projections(std::vector<std::vector<float>>& keys, int64_t tokens,
