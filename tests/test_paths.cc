@@ -52,4 +52,11 @@ std::filesystem::path long_model_path() {
 
 std::filesystem::path kvbench_binary() { return binary_dir() / "kvbench"; }
 
+std::filesystem::path fresh_temp_dir(const std::string& name) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
 }  // namespace kvb::test

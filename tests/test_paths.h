@@ -33,6 +33,8 @@ std::filesystem::path default_model_path();
 // qwen2.5-coder-0.5b`, or $KVB_LONG_MODEL: the 32K-context model of the `long-model` tests.
 std::filesystem::path long_model_path();
 std::filesystem::path kvbench_binary();
+// An empty folder `name` under the system's temporary folder (removed first if it exists).
+std::filesystem::path fresh_temp_dir(const std::string& name);
 
 #define KVB_REQUIRE_FILE(path)                                                   \
   do {                                                                           \

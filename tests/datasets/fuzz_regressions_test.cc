@@ -9,18 +9,14 @@
 #include "datasets/ruler/ruler.h"
 #include "engine/errors.h"
 #include "tests/datasets/fake_tokenizer.h"
+#include "tests/test_paths.h"
 
 namespace kvb {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("kvb_fuzz_regressions_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path fresh_dir(const std::string& name) { return test::fresh_temp_dir("kvb_datasets_fuzz_regressions_" + name); }
 
 // Review, reproduced by ruler_qa_fuzz: a HotpotQA file whose questions all have an empty context
 // gave a corpus without documents, and qa_2's build() took a document index modulo zero (UBSan:

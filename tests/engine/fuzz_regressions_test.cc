@@ -7,18 +7,14 @@
 #include "engine/chat_template.h"
 #include "engine/errors.h"
 #include "engine/hf_config.h"
+#include "tests/test_paths.h"
 
 namespace kvb {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("kvb_fuzz_regressions_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path fresh_dir(const std::string& name) { return test::fresh_temp_dir("kvb_engine_fuzz_regressions_" + name); }
 
 std::string chat_error(const fs::path& dir) {
   try {

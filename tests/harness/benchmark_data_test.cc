@@ -13,18 +13,14 @@
 #include "engine/errors.h"
 #include "harness/tables.h"
 #include "tests/harness/fake_backend.h"
+#include "tests/test_paths.h"
 
 namespace kvb {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("kvb_bench_data_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path fresh_dir(const std::string& name) { return test::fresh_temp_dir("kvb_bench_data_" + name); }
 
 void write_jsonl(const fs::path& path, const std::vector<nlohmann::json>& records) {
   std::ofstream out(path);

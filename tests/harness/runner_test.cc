@@ -10,18 +10,14 @@
 
 #include "engine/errors.h"
 #include "tests/harness/fake_backend.h"
+#include "tests/test_paths.h"
 
 namespace kvb {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("kvb_runner_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path fresh_dir(const std::string& name) { return test::fresh_temp_dir("kvb_runner_" + name); }
 
 // 2 RULER tasks x 2 lengths x 3 samples + a NIAH grid of 2 lengths x 3 depths; 5 policies,
 // 2 budgets: full + 4 policies x 2 budgets = 9 cells per group (cake runs on its own).

@@ -6,18 +6,14 @@
 #include <fstream>
 
 #include "engine/errors.h"
+#include "tests/test_paths.h"
 
 namespace kvb {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("kvb_store_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path fresh_dir(const std::string& name) { return test::fresh_temp_dir("kvb_store_" + name); }
 
 Cell make_cell(const std::string& policy, const std::string& budget) {
   Cell cell;

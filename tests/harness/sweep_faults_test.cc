@@ -22,18 +22,14 @@
 #include "harness/runner.h"
 #include "harness/store.h"
 #include "tests/harness/fake_backend.h"
+#include "tests/test_paths.h"
 
 namespace kvb {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("kvb_faults_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path fresh_dir(const std::string& name) { return test::fresh_temp_dir("kvb_faults_" + name); }
 
 // 1 RULER task x 3 samples and a NIAH grid of 2 depths; full, snapkv and cake (which prefills on
 // its own) at 2 budgets: 5 cells x 5 units = 25 rows, in batches of 3 and single cells.
