@@ -103,7 +103,7 @@ LayerStatistics statistics_of(const LayerPrefillView& layer, int window) {
                                 values.data(),
                                 /*round_p_to_bf16=*/false,
                                 s.perturbations.data()};
-  kernels::dropkv_raw_scores(args);
+  kernels::dropkv_scores(args);
   s.key_norms.assign(size_t(layer.n_kv_heads) * L, 0.0f);
   for (int h = 0; h < layer.n_kv_heads; ++h)
     for (int j = 0; j < L; ++j) {
