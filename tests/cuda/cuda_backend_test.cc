@@ -74,6 +74,47 @@ KeptIndices kept_on(Engine& engine, const std::vector<TokenId>& ids, CachePlan& 
   return kept;
 }
 
+// The same selection code fed the GPU's own prefill — its keys, values and window queries copied
+// to the host — instead of the statistics the device computed beside the prefill. Against
+// kept_on(gpu, ...) this isolates the device statistics and selection from the forward pass,
+// whose bf16 weights and activations the CPU's f32 forward cannot match token for token.
+KeptIndices kept_on_host_copy(Engine& engine, const std::vector<TokenId>& ids, CachePlan& plan) {
+  CaptureRequest request = plan.prefill->capture();
+  request.window_attention_sums.clear();
+  request.output_perturbations.clear();
+  request.key_norms = false;
+  request.host_keys_values = true;
+  engine.reserve(1, static_cast<int>(ids.size()) + 8);
+  PrefillCapture captured;
+  engine.prefill(0, ids, request, captured);
+  KvStore host_copy;
+  return select_kept(
+      plan, captured,
+      [&](const PrefillCapture& captures, const CaptureRequest&) {
+        return engine.prefill_view(0, captures, request, host_copy);
+      },
+      engine.config(), budget_tokens_for(plan, static_cast<int>(ids.size())));
+}
+
+struct JaccardSummary {
+  double mean = 0, worst = 1;
+  int heads = 0;
+};
+
+JaccardSummary compare_kept(const KeptIndices& a, const KeptIndices& b) {
+  JaccardSummary s;
+  double sum = 0;
+  for (size_t l = 0; l < a.size(); ++l)
+    for (size_t h = 0; h < a[l].size(); ++h) {
+      const double j = jaccard(a[l][h], b[l][h]);
+      s.worst = std::min(s.worst, j);
+      sum += j;
+      ++s.heads;
+    }
+  s.mean = sum / s.heads;
+  return s;
+}
+
 struct RealModel {
   LoadedModel model;
   std::vector<TokenId> prompt;
@@ -108,19 +149,21 @@ TEST(CudaBackend, PrefillPolicyKeptSetsMatchCpuOnARealPrompt) {
     // from the statistics the device computed.
     EXPECT_EQ(copied_keys, policy == "criticalkv");
     ASSERT_EQ(on_cpu.size(), on_gpu.size());
-    double worst = 1.0, sum = 0;
-    int heads = 0;
-    for (size_t l = 0; l < on_cpu.size(); ++l)
-      for (size_t h = 0; h < on_cpu[l].size(); ++h) {
-        const double j = jaccard(on_cpu[l][h], on_gpu[l][h]);
-        worst = std::min(worst, j);
-        sum += j;
-        ++heads;
-      }
-    std::printf("[ jaccard  ] %-12s mean %.4f, worst (layer, head) %.4f over %d heads\n",
-                policy.c_str(), sum / heads, worst, heads);
-    EXPECT_GE(sum / heads, 0.97);
-    EXPECT_GE(worst, 0.8);
+    // End to end: the f32 CPU forward and its selection against the bf16 GPU forward and the
+    // device statistics. Near-ties between tokens flip with the forward's rounding.
+    const JaccardSummary end_to_end = compare_kept(on_cpu, on_gpu);
+    // Selection alone: the CPU's selection code on the GPU's own prefill against the kept set the
+    // device statistics give (issue 17's ≥ 0.98 per (layer, head)).
+    const KeptIndices on_gpu_prefill = kept_on_host_copy(gpu, m.prompt, plan);
+    const JaccardSummary selection = compare_kept(on_gpu_prefill, on_gpu);
+    std::printf(
+        "[ jaccard  ] %-12s CPU forward: mean %.4f, worst (layer, head) %.4f; same prefill: mean "
+        "%.4f, worst %.4f; over %d heads\n",
+        policy.c_str(), end_to_end.mean, end_to_end.worst, selection.mean, selection.worst,
+        end_to_end.heads);
+    EXPECT_GE(end_to_end.mean, 0.97);
+    EXPECT_GE(end_to_end.worst, 0.8);
+    EXPECT_GE(selection.worst, 0.98);
   }
 }
 
