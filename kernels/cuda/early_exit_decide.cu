@@ -5,7 +5,8 @@
 // Thread block (segment, walker); thread (head r, quad q) holds dimensions 4q .. 4q+3 of head r,
 // so the sums over the head dimension are shuffles within the head's D/4 lanes (a half or a whole
 // warp) and no barrier is needed per block. The per-head verdicts of a block meet in shared memory
-// (a block fails when any head fails); the last block of the walker to finish finds the stop.
+// (a block fails when any head fails) and are summed up per segment (SegmentSummary); the last
+// block of the walker to finish chains the segments' summaries into the stop.
 #include <cuda_bf16.h>
 
 #include <cfloat>
@@ -23,7 +24,7 @@ using bf16 = __nv_bfloat16;
 template <int D>
 constexpr int kLanes = D / 4;  // threads per head
 template <int D>
-constexpr int kDecideThreads = kMaxRows * kLanes<D>;
+constexpr int kDecideThreads = kMaxRows* kLanes<D>;
 
 __device__ __forceinline__ float4 normalized(const RowState& s) {
   const float inverse = 1.f / s.l;
@@ -63,6 +64,8 @@ __device__ __forceinline__ bool passes_test(const EarlyExitDecodeOptions& opt, f
 // block S_b = P (+) R_b and the test against o_{b-1}; P moves to S_b at every chunk end. A head
 // that fails marks the block in `failed`; o_b is kept in the slot where this head passed (a stop
 // there needs every head to pass) and for the walk's last block (the output without a stop).
+// Every workspace load goes to L2 (ld.cg): the workspace is rewritten by every layer's walk, and
+// a line an earlier kernel left in this SM's L1 must not be read.
 // Latency, not arithmetic, sets the time of this loop (a few thread blocks per walker, each a
 // chain of dependent steps): the loads go out kPrefixBatch aggregates or kGroup slots at a time
 // before the steps that use them, and the steps of a group are independent but for o_{b-1} and
@@ -83,8 +86,8 @@ __device__ __forceinline__ void decide_segment(const EarlyExitDecodeOptions& opt
 #pragma unroll
     for (int i = 0; i < kPrefixBatch; ++i) {
       const float* aggregate = ws.aggregate(b, head, min(k0 + i, segment - 1));
-      stats[i] = *reinterpret_cast<const float2*>(aggregate);
-      acc[i] = reinterpret_cast<const float4*>(aggregate + 4)[quad];
+      stats[i] = __ldcg(reinterpret_cast<const float2*>(aggregate));
+      acc[i] = __ldcg(reinterpret_cast<const float4*>(aggregate + 4) + quad);
     }
 #pragma unroll
     for (int i = 0; i < kPrefixBatch; ++i)
@@ -96,8 +99,8 @@ __device__ __forceinline__ void decide_segment(const EarlyExitDecodeOptions& opt
 #pragma unroll
     for (int i = 0; i < kGroup; ++i) {
       const float* slot = ws.slot(b, head, min(w0 + i, hi - 1));
-      stats[i] = *reinterpret_cast<const float4*>(slot);
-      acc[i] = reinterpret_cast<const float4*>(slot + 4)[quad];
+      stats[i] = __ldcg(reinterpret_cast<const float4*>(slot));
+      acc[i] = __ldcg(reinterpret_cast<const float4*>(slot + 4) + quad);
     }
 #pragma unroll
     for (int i = 0; i < kGroup; ++i) {
@@ -114,8 +117,8 @@ __device__ __forceinline__ void decide_segment(const EarlyExitDecodeOptions& opt
                                      current.z * current.z + current.w * current.w);
         const float pp = head_sum<D>(previous.x * previous.x + previous.y * previous.y +
                                      previous.z * previous.z + previous.w * previous.w);
-        const float dd = head_sum<D>(step.x * step.x + step.y * step.y + step.z * step.z +
-                                     step.w * step.w);
+        const float dd =
+            head_sum<D>(step.x * step.x + step.y * step.y + step.z * step.z + step.w * step.w);
         passes = passes_test(opt, cc, pp, dd, stats[i].z * weight / state.l);
       }
       if (live) {
@@ -129,35 +132,58 @@ __device__ __forceinline__ void decide_segment(const EarlyExitDecodeOptions& opt
   }
 }
 
-// The last decide block of a walker: the stop from the pass bits of the whole walk (the first
-// block b, b < decision_window when set, after which every head has passed blocks b - patience + 1
-// .. b, all >= 1: the CPU's counters and group stop), the output o_b of that block (else of the
-// last block), the statistics, the length (with the step's append) and the counter's reset.
+// What the stop needs from a segment of `length` blocks, whose block b passes when every head
+// passed the test after it (b >= 1): the passes at its start (`lead`) and at its end (`trail`),
+// and the first block where `patience` passes in a row end within the segment (INT_MAX: none).
+// Thread 0, after the segment's verdicts are in `failed`.
+__device__ __forceinline__ int4 summarize(const int* failed, int lo, int length, int patience) {
+  int lead = 0, run = 0, first = INT_MAX;
+  bool leading = true;
+  for (int k = 0; k < length; ++k) {
+    const bool pass = lo + k >= 1 && failed[k] == 0;
+    run = pass ? run + 1 : 0;
+    leading &= pass;
+    lead += leading ? 1 : 0;
+    if (run >= patience && first == INT_MAX) first = lo + k;
+  }
+  return make_int4(lead, run, first, length);
+}
+
+// The first stop of the walk from the segments' summaries, in walk order: the CPU's counters (a
+// run of passes carried across segments) and group stop; INT_MAX when the walk does not stop.
+__device__ __forceinline__ int first_stop(const int4* summaries, int n_segments, int segment_blocks,
+                                          int patience) {
+  int run = 0;
+  for (int j = 0; j < n_segments; ++j) {
+    const int4 s = summaries[j];  // lead, trail, first, length
+    if (s.w == 0) break;          // past the walk's end
+    if (run + s.x >= patience) return j * segment_blocks + patience - run - 1;
+    if (s.z != INT_MAX) return s.z;  // after the segment's first failure: the run is its own
+    run = s.x == s.w ? run + s.w : s.y;
+  }
+  return INT_MAX;
+}
+
+// The last decide block of a walker: the stop (capped by decision_window), the output o_b of that
+// block (else of the last block), the statistics, the length (with the step's append) and the
+// counter's reset.
 template <int D, bool kIndexed>
-__device__ __forceinline__ void finish_walker(const EarlyExitDecodeArgs& ea, const Walker& wk,
+__device__ __forceinline__ void finish_walker(const EarlyExitDecodeArgs& ea,
+                                              const WalkLayout& layout, const Walker& wk,
                                               const Workspace<D>& ws, int blocks, int* state,
-                                              int& stop_shared) {
+                                              int4* summaries, int& stop_shared) {
   const EarlyExitDecodeOptions& opt = ea.options;
   const DecodeAttentionArgs& args = ea.attention;
   const int tid = threadIdx.x, b = blockIdx.z;
-  const unsigned char* pass = ws.pass_bits(wk.index);
-  if (tid == 0) stop_shared = INT_MAX;
+  for (int j = tid; j < layout.n_segments; j += blockDim.x)
+    summaries[j] = __ldcg(ws.summary(wk.index, j));
   __syncthreads();
-  if (opt.enabled) {
-    // Thread i looks for the first stop in its range of blocks, counting the run of passes from
-    // patience - 1 blocks before the range.
-    const int per_thread = (blocks + blockDim.x - 1) / blockDim.x;
-    const int begin = tid * per_thread;
-    const int end = opt.decision_window > 0 ? min(min(blocks, begin + per_thread), opt.decision_window)
-                                            : min(blocks, begin + per_thread);
-    int run = 0;
-    for (int w = max(1, begin - opt.patience + 1); w < end; ++w) {
-      run = __ldcg(pass + w) != 0 ? run + 1 : 0;
-      if (w >= begin && run >= opt.patience) {
-        atomicMin(&stop_shared, w);
-        break;
-      }
-    }
+  if (tid == 0) {
+    int stop = opt.enabled
+                   ? first_stop(summaries, layout.n_segments, layout.segment_blocks, opt.patience)
+                   : INT_MAX;
+    if (opt.decision_window > 0 && stop >= opt.decision_window) stop = INT_MAX;
+    stop_shared = stop;
   }
   __syncthreads();
   const bool stopped = stop_shared != INT_MAX;
@@ -166,9 +192,10 @@ __device__ __forceinline__ void finish_walker(const EarlyExitDecodeArgs& ea, con
   if (row < wk.rows) {
     float4 value = make_float4(0.f, 0.f, 0.f, 0.f);  // an empty walk
     if (blocks > 0)
-      value = __ldcg(reinterpret_cast<const float4*>(ws.slot(b, wk.head0 + row, last) + 4 + D) + quad);
-    __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(
-        args.out + b * args.out_seq_stride + int64_t(wk.head0 + row) * D + 4 * quad);
+      value =
+          __ldcg(reinterpret_cast<const float4*>(ws.slot(b, wk.head0 + row, last) + 4 + D) + quad);
+    __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(args.out + b * args.out_seq_stride +
+                                                            int64_t(wk.head0 + row) * D + 4 * quad);
     out[0] = __floats2bfloat162_rn(value.x, value.y);
     out[1] = __floats2bfloat162_rn(value.z, value.w);
   }
@@ -192,6 +219,7 @@ template <int D, bool kIndexed>
 __global__ void __launch_bounds__(kDecideThreads<D>)
     early_exit_decide_kernel(EarlyExitDecodeArgs ea, WalkLayout layout) {
   extern __shared__ int failed[];  // [layout.segment_blocks]: some head failed after the block
+  __shared__ int4 summaries[kMaxSegments];
   __shared__ int last_arrival, stop_block;
   wait_for_predecessor();
   allow_successor_launch();
@@ -211,9 +239,10 @@ __global__ void __launch_bounds__(kDecideThreads<D>)
     __syncthreads();
     decide_segment<D>(ea.options, layout, ws, b, head, live, segment, lo, hi, blocks, failed);
     __syncthreads();
-    unsigned char* pass = ws.pass_bits(wk.index);
-    for (int k = tid; k < hi - lo; k += blockDim.x) pass[lo + k] = lo + k >= 1 && failed[k] == 0;
   }
+  if (tid == 0)
+    *ws.summary(wk.index, segment) =
+        lo < hi ? summarize(failed, lo, hi - lo, ea.options.patience) : make_int4(0, 0, INT_MAX, 0);
   // The last decide block of the walker finishes it (every thread fences its own stores first).
   __threadfence();
   __syncthreads();
@@ -222,7 +251,7 @@ __global__ void __launch_bounds__(kDecideThreads<D>)
   __syncthreads();
   if (!last_arrival) return;
   __threadfence();
-  finish_walker<D, kIndexed>(ea, wk, ws, blocks, state, stop_block);
+  finish_walker<D, kIndexed>(ea, layout, wk, ws, blocks, state, summaries, stop_block);
 }
 
 template <int D, bool kIndexed>
@@ -241,7 +270,8 @@ void launch_decide(const EarlyExitDecodeArgs& ea, const WalkLayout& layout, cuda
   if (ea.attention.head_dim == 64) {
     indexed ? launch_for<64, true>(ea, layout, stream) : launch_for<64, false>(ea, layout, stream);
   } else {
-    indexed ? launch_for<128, true>(ea, layout, stream) : launch_for<128, false>(ea, layout, stream);
+    indexed ? launch_for<128, true>(ea, layout, stream)
+            : launch_for<128, false>(ea, layout, stream);
   }
 }
 

@@ -3,8 +3,8 @@
 // decision: early_exit_decide.cu. CPU twin: kernels/cpu/early_exit_attention.cc.
 //
 // Per tile (64 entries of one walk block): cp.async into a ring of 3 tiles and the mma layout of
-// decode_mma_kernel (each warp 16 keys, rows = the walker's query heads); after the tile, the warps'
-// running states are merged through the tile's shared memory into the block's slot (R_b).
+// decode_mma_kernel (each warp 16 keys, rows = the walker's query heads); after the tile, the
+// warps' running states are merged through the tile's shared memory into the block's slot (R_b).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -48,7 +48,7 @@ struct WalkScratch {
 // Dynamic shared memory: K and V tiles [kStages][64][D] each, the bias [kStages][64] (index mode),
 // then the scratch.
 template <int D>
-constexpr size_t kTileBytes = kStages * (2 * kTile * D * sizeof(bf16) + kTile * sizeof(float));
+constexpr size_t kTileBytes = kStages*(2 * kTile * D * sizeof(bf16) + kTile * sizeof(float));
 template <int D>
 constexpr size_t kSharedBytes = kTileBytes<D> + sizeof(WalkScratch<D>);
 
@@ -106,9 +106,10 @@ __device__ __forceinline__ void store_block_state(const float (&o)[D / 8][4], fl
 // Other blocks' slots are read from L2 after the fence (the classic last-block pattern: every
 // thread fences its own stores before the barrier that precedes the arrival).
 template <int D>
-__device__ __forceinline__ void finish_segment(const EarlyExitDecodeArgs& ea, const WalkLayout& layout,
-                                               const Walker& wk, const Workspace<D>& ws,
-                                               WalkScratch<D>& scratch, int blocks) {
+__device__ __forceinline__ void finish_segment(const EarlyExitDecodeArgs& ea,
+                                               const WalkLayout& layout, const Walker& wk,
+                                               const Workspace<D>& ws, WalkScratch<D>& scratch,
+                                               int blocks) {
   constexpr int kQuads = D / 4;
   const int tid = threadIdx.x, b = blockIdx.z;
   const int chunks_per_segment = layout.segment_blocks / layout.chunk_blocks;
@@ -128,7 +129,7 @@ __device__ __forceinline__ void finish_segment(const EarlyExitDecodeArgs& ea, co
   for (int item = tid; item < wk.rows * kQuads; item += kThreads) {
     const int r = item / kQuads, quad = item % kQuads;
     RowState state;
-#pragma unroll 4
+#pragma unroll 8  // the loads of 8 finals in flight at once
     for (int k = chunk0; k < chunk_end; ++k) {
       const float* final_slot = ws.slot(b, wk.head0 + r, min((k + 1) * C, blocks) - 1);
       merge_into(state, __ldcg(final_slot), __ldcg(final_slot + 1),
@@ -148,8 +149,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   auto& scratch = *reinterpret_cast<WalkScratch<D>*>(smem_raw + kTileBytes<D>);
   const DecodeAttentionArgs& args = ea.attention;
   const EarlyExitDecodeOptions& opt = ea.options;
-  bf16* s_k = reinterpret_cast<bf16*>(smem_raw);                       // [kStages][64][D]
-  bf16* s_v = s_k + kStages * kTile * D;                               // [kStages][64][D]
+  bf16* s_k = reinterpret_cast<bf16*>(smem_raw);                        // [kStages][64][D]
+  bf16* s_v = s_k + kStages * kTile * D;                                // [kStages][64][D]
   float* s_bias = reinterpret_cast<float*>(s_v + kStages * kTile * D);  // [kStages][64]
 
   const int b = blockIdx.z;
@@ -286,7 +287,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int ks = 0; ks < kSteps; ++ks) {
         const uint32_t a[4] = {q_frag[ks][0], 0u, q_frag[ks][1], 0u};
         uint32_t kb[4];
-        ldmatrix_x4(kb, k_tile + swizzled<D>(warp * 16 + (j / 2) * 8 + (lane % 8), ks * 16 + (j % 2) * 8));
+        ldmatrix_x4(
+            kb, k_tile + swizzled<D>(warp * 16 + (j / 2) * 8 + (lane % 8), ks * 16 + (j % 2) * 8));
         mma_bf16(s[0], a, kb[0], kb[1]);
         mma_bf16(s[1], a, kb[2], kb[3]);
       }
@@ -334,7 +336,8 @@ __global__ void __launch_bounds__(kThreads, 2)
           o[2 * dp + 1][e] *= correction[e >> 1];
         }
         uint32_t vb[4];
-        ldmatrix_x4_trans(vb, v_tile + swizzled<D>(warp * 16 + (j % 2) * 8 + (lane % 8), dp * 16 + (j / 2) * 8));
+        ldmatrix_x4_trans(
+            vb, v_tile + swizzled<D>(warp * 16 + (j % 2) * 8 + (lane % 8), dp * 16 + (j / 2) * 8));
         mma_bf16(o[2 * dp], p_frag, vb[0], vb[1]);
         mma_bf16(o[2 * dp + 1], p_frag, vb[2], vb[3]);
       }
@@ -382,7 +385,8 @@ void launch_walk(const EarlyExitDecodeArgs& ea, const WalkLayout& layout, cudaSt
 void launch(const EarlyExitDecodeArgs& ea, const WalkLayout& layout, cudaStream_t stream) {
   const bool indexed = ea.attention.indices != nullptr;
   if (ea.attention.head_dim == 64) {
-    indexed ? launch_walk<64, true>(ea, layout, stream) : launch_walk<64, false>(ea, layout, stream);
+    indexed ? launch_walk<64, true>(ea, layout, stream)
+            : launch_walk<64, false>(ea, layout, stream);
   } else {
     indexed ? launch_walk<128, true>(ea, layout, stream)
             : launch_walk<128, false>(ea, layout, stream);
@@ -425,7 +429,9 @@ int early_exit_walkers(const DecodeAttentionArgs& args) {
   return args.batch * (args.indices != nullptr ? args.n_query_heads : args.n_kv_heads);
 }
 
-int early_exit_walk_blocks(int n, int sink_tokens) { return early_exit::walk_blocks(n, sink_tokens); }
+int early_exit_walk_blocks(int n, int sink_tokens) {
+  return early_exit::walk_blocks(n, sink_tokens);
+}
 
 size_t early_exit_decode_workspace_floats(int batch, int n_query_heads, int head_dim,
                                           int max_kv_length) {
@@ -436,7 +442,9 @@ int early_exit_chunk_blocks(const EarlyExitDecodeArgs& args) {
   return early_exit::walk_layout(args).chunk_blocks;
 }
 
-int early_exit_splits(const EarlyExitDecodeArgs& args) { return early_exit::walk_layout(args).n_chunks; }
+int early_exit_splits(const EarlyExitDecodeArgs& args) {
+  return early_exit::walk_layout(args).n_chunks;
+}
 
 int early_exit_segment_blocks(const EarlyExitDecodeArgs& args) {
   return early_exit::walk_layout(args).segment_blocks;

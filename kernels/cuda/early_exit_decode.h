@@ -24,10 +24,11 @@
 //    the state after block b is S_b = P (+) R_b, where P moves to S_b at every chunk end; from
 //    o_b = S_b / Z_b and o_{b-1} it computes the CPU's readings (d_scale by mass, norm or change,
 //    d_direction, the same float formulas as the CPU's) and whether each head passes. A block's
-//    output o_b is kept (in the workspace) where every head could stop there. The last decide
-//    block of the walker (arrival counter) reads the pass bits of the whole walk, finds the first
-//    block where every head has passed `patience` blocks in a row (the CPU's counters, group
-//    stop), and writes that block's output (else the last block's) and the statistics.
+//    output o_b is kept (in the workspace) where every head could stop there. Each segment sums
+//    its verdicts up (passes at its start and its end, its first run of `patience` passes); the
+//    last decide block of the walker (arrival counter) chains the summaries in walk order into
+//    the first block where every head has passed `patience` blocks in a row (the CPU's counters,
+//    group stop), and writes that block's output (else the last block's) and the statistics.
 // The merges are associative, so S_b equals the sequential per-block fold up to float rounding
 // (the order of the additions differs, as it does between any two flash-decoding layouts; the
 // GPU's P.V products round P to bf16 anyway, which no layout can make equal to the CPU's).
@@ -97,10 +98,10 @@ struct EarlyExitDecodeOptions {
 // Per-walker words of walker_state (int32). Zero the buffer once when it is allocated; every call
 // leaves the counters at zero again.
 enum EarlyExitStateWord {
-  kDecideArrivals = 0,  // during a call: decide blocks done (the last one finishes the walker)
-  kBlocksVisited = 1,   // after a call: blocks folded into the output (the CPU walk's `visited`)
-  kBlocksTotal = 2,     // after a call: blocks of the whole walk
-  kBlocksLoaded = 3,    // after a call: tiles fetched (every block: the walk streams them all)
+  kDecideArrivals = 0,   // during a call: decide blocks done (the last one finishes the walker)
+  kBlocksVisited = 1,    // after a call: blocks folded into the output (the CPU walk's `visited`)
+  kBlocksTotal = 2,      // after a call: blocks of the whole walk
+  kBlocksLoaded = 3,     // after a call: tiles fetched (every block: the walk streams them all)
   kSegmentArrivals = 4,  // [kMaxSegments] during a call: walk blocks done per segment
   kStateWords = kSegmentArrivals + kMaxSegments,
 };
@@ -112,7 +113,7 @@ struct EarlyExitDecodeArgs {
   EarlyExitDecodeOptions options;
   int32_t* walker_state = nullptr;       // device [early_exit_walkers(attention) * kStateWords]
   unsigned long long* totals = nullptr;  // optional device [3]: visited, total, loaded, summed
-  int chunk_blocks = 0;    // walk blocks per walk split; 0 = the plain kernel's chunk
+  int chunk_blocks = 0;                  // walk blocks per walk split; 0 = the plain kernel's chunk
   int segment_blocks = 0;  // walk blocks per decision segment (rounded up to a multiple of the
                            // chunk, and up to what kMaxSegments segments need); 0 = automatic
 };
@@ -121,7 +122,8 @@ struct EarlyExitDecodeArgs {
 int early_exit_walkers(const DecodeAttentionArgs& args);
 // Blocks of a walk over n entries (sink block + 64-entry blocks), as the CPU's count.
 int early_exit_walk_blocks(int n, int sink_tokens);
-size_t early_exit_decode_workspace_floats(int batch, int n_query_heads, int head_dim, int max_kv_length);
+size_t early_exit_decode_workspace_floats(int batch, int n_query_heads, int head_dim,
+                                          int max_kv_length);
 // The layout a call with these arguments uses: walk blocks per split and per decision segment,
 // and the number of splits and segments (the two kernels' grids along x).
 int early_exit_chunk_blocks(const EarlyExitDecodeArgs& args);

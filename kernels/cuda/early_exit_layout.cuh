@@ -98,8 +98,8 @@ __device__ inline Walker walker_of(const DecodeAttentionArgs& a, int axis, int b
 // Workspace layout (floats). Per (sequence, query head) and walk block, a slot of 2 D + 4 floats:
 // [max (log2 units), sum, the block's own mass at that max, unused, acc[D], out[D]] — the walk's
 // running state R_b (acc unnormalised) and, where the decision keeps it, the output o_b. Then per
-// (sequence, query head) and segment an aggregate [max, sum, unused, unused, acc[D]]. Then one byte
-// per walker and walk block: 1 when every head of the walker passed the test after that block.
+// (sequence, query head) and segment an aggregate [max, sum, unused, unused, acc[D]]. Then per
+// walker and segment the decision's summary (SegmentSummary).
 template <int D>
 struct Workspace {
   static constexpr int kSlotFloats = 2 * D + 4;
@@ -115,16 +115,17 @@ struct Workspace {
     return base + slot_floats +
            ((int64_t(b) * n_query_heads + head) * kMaxSegments + segment) * kAggregateFloats;
   }
-  __device__ unsigned char* pass_bits(int walker) const {
-    return reinterpret_cast<unsigned char*>(aggregate(batch, 0, 0)) + int64_t(walker) * slots;
+  __device__ int4* summary(int walker, int segment) const {
+    return reinterpret_cast<int4*>(aggregate(batch, 0, 0)) + int64_t(walker) * kMaxSegments +
+           segment;
   }
 };
 
 inline size_t workspace_floats(int batch, int n_query_heads, int head_dim, int max_kv_length) {
-  const size_t heads = size_t(batch) * n_query_heads;
+  const size_t heads = size_t(batch) * n_query_heads;  // walkers <= heads
   const size_t slots = size_t(slot_count(max_kv_length));
   return heads * slots * (2 * head_dim + 4) + heads * kMaxSegments * (head_dim + 4) +
-         (heads * slots + 3) / 4;
+         heads * kMaxSegments * 4;
 }
 
 // One head's state over 4 consecutive dimensions: max (log2 units), sum, accumulator.
