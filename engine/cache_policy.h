@@ -196,8 +196,8 @@ struct EarlyExitParams {
   bool use_scale = true;      // false: the ablation without d_scale
   bool use_direction = true;  // false: the ablation without d_direction
   bool per_head = false;      // true: each query head stops on its own (else the KV group together)
-  // > 0: stops only within walk blocks 0 .. decision_window-1, on the CPU and as the GPU decider's
-  // window; 0: anywhere on the CPU, the automatic layout's window on the GPU.
+  // > 0: a cap — stops only after walk blocks 0 .. decision_window-1, on the CPU and the GPU alike;
+  // 0: anywhere (the method). Both engines decide over the whole walk.
   int decision_window = 0;
   bool enabled = true;        // false: same walk, no termination (overhead measurement)
   // > 0: oracle mode. Every walk is also traced without stopping and compared with the true

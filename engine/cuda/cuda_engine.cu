@@ -88,7 +88,6 @@ struct CudaEngine::Impl {
   DeviceBuffer norm_sums;  // the folded norms' Σv² (kFoldedNormSumsDoubles f64: FoldedNorm)
   int activation_rows = 0;
   std::optional<cuda::EarlyExitDecodeOptions> early_exit;  // ART walk in the decode step
-  int early_exit_window = 0;  // ART's decision_window: the decider's walk blocks (0 = automatic)
   DeviceBuffer walker_state;                               // [B * Hkv * kStateWords] int32
   DeviceBuffer walk_counts;                                // visited, total, loaded (u64)
   std::unique_ptr<CudaSparseDecode> sparse;                // kind-D selection in the decode step
@@ -308,7 +307,6 @@ struct CudaEngine::Impl {
         walk.options = *early_exit;
         walk.walker_state = ptr<int32_t>(walker_state);
         walk.totals = ptr<unsigned long long>(walk_counts);
-        walk.decider_blocks = early_exit_window;  // 0: the automatic layout's window
         cuda::early_exit_decode(walk, stream);
       } else {
         cuda::decode_attention(a, stream);
@@ -761,9 +759,9 @@ void CudaEngine::set_early_exit(const std::optional<EarlyExitParams>& params) {
                                                                   : cuda::EarlyExitScale::kMass;
   options.use_scale = params->use_scale;
   options.use_direction = params->use_direction;
+  options.decision_window = params->decision_window;
   options.enabled = params->enabled;
   m.early_exit = options;
-  m.early_exit_window = params->decision_window;
 }
 
 CudaEngine::EarlyExitCounts CudaEngine::early_exit_counts() const {
