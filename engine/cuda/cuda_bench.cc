@@ -10,8 +10,8 @@
 #include "engine/cuda/cuda_engine.h"
 #include "engine/errors.h"
 #include "engine/model.h"
-#include "engine/weight_source.h"
 #include "engine/presets.h"
+#include "engine/weight_source.h"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/transformer_ops.h"
 
