@@ -117,7 +117,7 @@ int gguf_rope_heads(WeightRole role, const ModelConfig& c) {
 class GgufWeightSource final : public WeightSource {
  public:
   GgufWeightSource(const GgufFile& gguf, std::shared_ptr<const GgufFile> owned)
-      : WeightSource(config_for(gguf), gguf.label(), owned != nullptr),
+      : WeightSource(config_for(gguf), gguf.label(), gguf.file_mapped()),
         gguf_(gguf),
         owned_(std::move(owned)) {
     for_each_expected(config(), [&](const TensorName& n, int layer) { add_tensor(n, layer); });

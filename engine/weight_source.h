@@ -80,7 +80,7 @@ class WeightSource {
   std::vector<WeightTensor> tensors_;
 };
 
-// Over a GGUF file (which must outlive the source unless it is handed over as shared_ptr).
+// Over a GGUF file, which must outlive the source.
 // FormatError naming the file and the tensor when one is missing or has the wrong shape.
 std::unique_ptr<WeightSource> gguf_weight_source(const GgufFile& gguf);
 // Over an HF folder (config.json + model.safetensors or a sharded index).

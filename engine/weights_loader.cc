@@ -217,6 +217,7 @@ std::shared_ptr<ModelWeights> load_weights(const WeightSource& source) {
     std::vector<float>& slot = host_tensor(*w, t);
     slot.resize(static_cast<size_t>(t.elements()));
     source.read_rows(t, 0, t.rows, slot.data());
+    source.release(t);  // the f32 copy is what stays resident, not also the file's pages
   }
   w->weight_dtypes = source.dtypes();
   return w;

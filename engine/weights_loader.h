@@ -19,7 +19,8 @@ namespace kvb {
 // qwen2; anything else is an InputError naming the architecture and the supported ones).
 ModelConfig model_config_from_gguf(const GgufFile& gguf);
 
-// Every weight of `source` in f32 (engine/weight_source.h: the name mapping and RoPE row order).
+// Every weight of `source` in f32 (engine/weight_source.h: the name mapping and RoPE row order);
+// each tensor's file pages leave the resident set once decoded.
 std::shared_ptr<ModelWeights> load_weights(const WeightSource& source);
 
 // Every weight of a GGUF model in f32, RoPE rows in the layout documented in engine/weights.h.

@@ -113,7 +113,7 @@ class PinnedStaging {
 // Progress on stderr for loads longer than a few seconds, and always the final line.
 class LoadProgress {
  public:
-  LoadProgress(const WeightSource& source) : label_(source.label()) {
+  explicit LoadProgress(const WeightSource& source) : label_(source.label()) {
     for (const WeightTensor& t : source.tensors()) total_bytes_ += t.elements() * kBf16;
     total_tensors_ = static_cast<int64_t>(source.tensors().size());
   }

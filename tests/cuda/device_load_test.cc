@@ -3,7 +3,8 @@
 // Qwen2 with QKV biases and tied embeddings) uploaded tensor by tensor gives the device tensors
 // and logits of the host f32 weights converted at upload (CudaEngine::from_weights), and logits
 // close to the CPU engine's; a staging buffer smaller than a tensor changes nothing; CriticalKV
-// on weights that live on the device only reads the device's W_o.
+// runs on weights that live on the device only (its ‖v W_o‖ is a device statistic), and a view that
+// asks for W_o itself gets the device's, downloaded.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -72,7 +73,6 @@ TEST(DeviceLoad, SyntheticCheckpointUploadsLikeTheHostWeights) {
     const LoadedModel host = load_model(dir.string());
     const auto from_file = CudaEngine::from_source(*open_weight_source(dir));
     const auto from_host = CudaEngine::from_weights(*host.weights);
-    EXPECT_EQ(from_file->weight_bytes(), from_host->weight_bytes());
     for (int l = 0; l < host.weights->config.n_layers; ++l)
       EXPECT_EQ(from_file->output_projection(l), host.weights->layers[l].wo);
 
@@ -133,7 +133,7 @@ KeptIndices criticalkv_kept(Engine& engine, const std::vector<TokenId>& ids) {
       engine.config(), budget_tokens_for(plan, static_cast<int>(ids.size())));
 }
 
-TEST(DeviceLoad, CriticalKvReadsWoFromTheDeviceWhenWeightsLiveThereOnly) {
+TEST(DeviceLoad, CriticalKvRunsOnWeightsThatLiveOnTheDeviceOnly) {
   KVB_REQUIRE_GPU();
   const fs::path dir = test::fresh_temp_dir("kvb_device_criticalkv");
   write_synthetic_checkpoint(synthetic_config(Architecture::kLlama), dir, {.seed = 2});
@@ -147,6 +147,20 @@ TEST(DeviceLoad, CriticalKvReadsWoFromTheDeviceWhenWeightsLiveThereOnly) {
   const KeptIndices got = criticalkv_kept(with_device_weights, ids);
   ASSERT_EQ(got.size(), expected.size());
   for (size_t l = 0; l < got.size(); ++l) EXPECT_EQ(got[l], expected[l]) << "layer " << l;
+
+  // A request for W_o itself: each layer's, downloaded once from the device.
+  CaptureRequest wants_wo;
+  wants_wo.output_projection = true;
+  PrefillCapture captured;
+  with_device_weights.reserve(1, static_cast<int>(ids.size()) + 8);
+  with_device_weights.prefill(0, ids, wants_wo, captured);
+  KvStore unused;
+  const PrefillView view = with_device_weights.prefill_view(0, captured, wants_wo, unused);
+  for (int l = 0; l < host.weights->config.n_layers; ++l) {
+    const std::vector<float>& wo = host.weights->layers[l].wo;
+    ASSERT_NE(view.layers[l].output_projection, nullptr);
+    EXPECT_TRUE(std::equal(wo.begin(), wo.end(), view.layers[l].output_projection)) << l;
+  }
 }
 
 }  // namespace
