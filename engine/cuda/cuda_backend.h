@@ -7,10 +7,10 @@
 //   attention sums, output perturbations, key norms) are computed on the device beside the
 //   prefill (engine/cuda/prefill_statistics.h) and only these O(L) numbers per head come down;
 //   the policy's own selection code (pooling, GQA reduction, budgets, top-k) runs on the host.
-//   A policy that reads the prompt's keys and values (host_keys_values: KeyDiff, CriticalKV's
-//   ‖v W_o‖, CAKE, AnDPro, TOVA) gets a host copy of them, made once per prefill and shared by
-//   every cell that replays it; one that reads W_o (CriticalKV) gets the host weights' W_o, or
-//   where the weights live on the device only, W_o downloaded once per layer.
+//   CriticalKV's ‖v W_o‖ is such a statistic too. A policy that reads the prompt's keys and values
+//   (host_keys_values: KeyDiff, CAKE, AnDPro, TOVA) gets a host copy of them, made once per prefill
+//   and shared by every cell that replays it; a request for W_o itself gets the host weights'
+//   W_o, or where the weights live on the device only, W_o downloaded once per layer.
 // - decode selectors that describe themselves as device operations
 //   (DecodeSelector::device_config: BinaryPC, Quest);
 // - ART (kind E) with the kernel's 64-entry blocks, no oracle mode;
@@ -69,7 +69,7 @@ class CudaBackend final : public Engine {
   // Sets the batch's decode-time method (selection, ART) from the started plans.
   void configure_decode();
 
-  // The weights a prefill view exposes W_o from (CriticalKV): the host weights, or for weights
+  // The weights a prefill view exposes W_o from: the host weights, or for weights
   // that live on the device only, each layer's W_o downloaded once (f32, d_model * Hq*d per layer:
   // 2.1 GB for an 8B model) on the first request.
   const ModelWeights& weights_with_output_projection() const;

@@ -513,7 +513,7 @@ std::vector<float> CudaEngine::prefill_with_captures(int seq, const std::vector<
   }
   DeviceBuffer chunk_ids(chunk * 4, "ids"), chunk_positions(chunk * 4, "positions");
   DeviceBuffer last_logits(int64_t(c.vocab_size) * 4, "logits");
-  PrefillStatistics statistics(c, request, total, chunk, start_length, m.stream);
+  PrefillStatistics statistics(c, request, total, chunk, start_length, m.stream, m.cublas);
   for (int begin = 0; begin < total; begin += chunk) {
     const int n = std::min(chunk, total - begin);
     const int offset = m.host_position[seq];
@@ -550,7 +550,7 @@ std::vector<float> CudaEngine::prefill_with_captures(int seq, const std::vector<
       a.lse = lse;
       cuda::flash_attention_prefill(a, m.stream);
       statistics.after_attention({l, begin, n, a.q, a.q_row_stride, a.out, lse, a.k, a.v,
-                                  a.kv_head_stride});
+                                  a.kv_head_stride, ptr<bf16>(m.layers[l].wo)});
     });
     for (int l = 0; l < c.n_layers; ++l)
       for (int h = 0; h < c.n_kv_heads; ++h) m.host_length[int64_t(l) * hkv + seq * c.n_kv_heads + h] += n;
