@@ -70,6 +70,9 @@ struct CaptureRequest {
   // Windows for Σ_t ω(p)·‖y_t − v_j‖² (kernels/cpu/dropkv_scores.h), per KV head.
   std::vector<PerturbationRequest> output_perturbations;
   bool key_norms = false;         // ‖k_j‖₂ per KV head
+  // (1/g) Σ_{a∈group} ‖v_j W_o^a‖₁ per KV head (CriticalKV); where the backend leaves it out, the
+  // view exposes W_o and the values for the policy to compute it.
+  bool projected_value_norms = false;
   bool host_keys_values = false;  // the policy reads the prompt's keys and values themselves
   void merge(const CaptureRequest& other);
 };
@@ -100,6 +103,7 @@ struct LayerPrefillView {
   };
   std::vector<Perturbation> output_perturbations;
   const float* key_norms = nullptr;  // [Hkv, L]
+  const float* projected_value_norms = nullptr;  // [Hkv, L]
 
   int group_size() const { return n_query_heads / n_kv_heads; }
   // Whether the view holds the prompt's keys and values (always on the CPU; on a device only for

@@ -45,6 +45,8 @@ class GgufFile {
   ~GgufFile();
 
   const std::string& label() const { return label_; }
+  // Whether the bytes are a file mapping (open) rather than a caller's image (parse).
+  bool file_mapped() const { return mapping_ != nullptr; }
   uint32_t version() const { return version_; }
   bool has(std::string_view key) const;
   const GgufValue* find(std::string_view key) const;

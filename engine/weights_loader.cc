@@ -1,17 +1,14 @@
-// GGUF -> ModelWeights. Tensor names follow llama.cpp (src/llama-arch.cpp): token_embd,
-// blk.N.attn_q, attn_k, attn_v, attn_output, attn_norm, ffn_gate, ffn_up, ffn_down, ffn_norm,
-// output_norm, output (absent = tied to token_embd), rope_freqs (Llama-3.x frequency factors).
+// GGUF / HF folder -> ModelWeights through the tensor mapping of engine/weight_source.h; here also
+// the GGUF config (rope_freqs: Llama-3.x frequency factors) and the dequantisation helpers.
 #include "engine/weights_loader.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
-#include <map>
 #include <numbers>
 
 #include "engine/errors.h"
 #include "engine/hf_config.h"
-#include "engine/safetensors.h"
+#include "engine/weight_source.h"
 #include "kernels/cpu/dequantize.h"
 
 namespace kvb {
@@ -82,33 +79,6 @@ void check_shape(const GgufFile& gguf, const GgufTensorInfo& info, std::vector<i
                       " but the metadata implies " + show(expected));
   }
 }
-
-class GgufWeightReader {
- public:
-  explicit GgufWeightReader(const GgufFile& gguf) : gguf_(gguf) {}
-
-  // The tensor decoded to f32, after checking its ggml shape; empty when optional and absent.
-  std::vector<float> read(const std::string& name, std::vector<int64_t> shape,
-                          bool optional = false) {
-    const GgufTensorInfo* info = gguf_.tensor(name);
-    if (info == nullptr) {
-      if (optional) return {};
-      throw FormatError(gguf_.label() + ": tensor '" + name + "' is missing");
-    }
-    check_shape(gguf_, *info, std::move(shape));
-    ++counts_[ggml_type_name(info->type)];
-    return dequantize_tensor(gguf_, *info);
-  }
-
-  std::string dtypes() const {
-    return describe_dtype_counts(
-        std::vector<std::pair<std::string, int>>(counts_.begin(), counts_.end()));
-  }
-
- private:
-  const GgufFile& gguf_;
-  std::map<std::string, int> counts_;
-};
 
 }  // namespace
 
@@ -207,126 +177,58 @@ void unpermute_rope_rows(std::vector<float>& rows, int n_heads, int head_dim, in
   }
 }
 
-std::shared_ptr<ModelWeights> load_weights_from_gguf(const GgufFile& gguf) {
-  auto w = std::make_shared<ModelWeights>();
-  w->config = model_config_from_gguf(gguf);
-  w->source = gguf.label();
-  const ModelConfig& c = w->config;
-  const int64_t d = c.d_model, q_rows = int64_t{c.n_query_heads} * c.head_dim,
-                kv_rows = int64_t{c.n_kv_heads} * c.head_dim, ffn = c.ffn_dim;
-  // Llama-architecture GGUFs (and Mistral, converted by the same class) carry the RoPE row
-  // permutation; Qwen2 GGUFs are not permuted (llama.cpp runs them with NeoX-style RoPE).
-  const bool permuted = c.architecture != Architecture::kQwen2;
-  w->config.rope_interleaved_pairs =
-      false;  // after un-permuting, every loaded model uses (i, i + hd/2)
-
-  GgufWeightReader reader(gguf);
-  w->token_embedding = reader.read("token_embd.weight", {d, c.vocab_size});
-  w->output_norm = reader.read("output_norm.weight", {d});
-  w->output = reader.read("output.weight", {d, c.vocab_size}, /*optional=*/true);
-  w->layers.resize(c.n_layers);
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    LayerWeights& layer = w->layers[l];
-    layer.attn_norm = reader.read(p + "attn_norm.weight", {d});
-    layer.wq = reader.read(p + "attn_q.weight", {d, q_rows});
-    layer.wk = reader.read(p + "attn_k.weight", {d, kv_rows});
-    layer.wv = reader.read(p + "attn_v.weight", {d, kv_rows});
-    layer.bq = reader.read(p + "attn_q.bias", {q_rows}, !c.qkv_bias);
-    layer.bk = reader.read(p + "attn_k.bias", {kv_rows}, !c.qkv_bias);
-    layer.bv = reader.read(p + "attn_v.bias", {kv_rows}, !c.qkv_bias);
-    layer.wo = reader.read(p + "attn_output.weight", {q_rows, d});
-    layer.ffn_norm = reader.read(p + "ffn_norm.weight", {d});
-    layer.w_gate = reader.read(p + "ffn_gate.weight", {d, ffn});
-    layer.w_up = reader.read(p + "ffn_up.weight", {d, ffn});
-    layer.w_down = reader.read(p + "ffn_down.weight", {ffn, d});
-    if (permuted) {
-      unpermute_rope_rows(layer.wq, c.n_query_heads, c.head_dim, c.d_model);
-      unpermute_rope_rows(layer.wk, c.n_kv_heads, c.head_dim, c.d_model);
-      if (!layer.bq.empty()) unpermute_rope_rows(layer.bq, c.n_query_heads, c.head_dim, 1);
-      if (!layer.bk.empty()) unpermute_rope_rows(layer.bk, c.n_kv_heads, c.head_dim, 1);
-    }
-  }
-  w->weight_dtypes = reader.dtypes();
-  return w;
-}
-
 namespace {
 
-// HF tensors are already [out, in] row-major with Q/K rows in rotate_half order: no reordering.
-class HfWeightReader {
- public:
-  HfWeightReader(const SafetensorsModel& model, std::string label)
-      : model_(model), label_(std::move(label)) {}
-
-  std::vector<float> read(const std::string& name, std::vector<int64_t> shape,
-                          bool optional = false) {
-    if (optional && !model_.has(name)) return {};
-    std::vector<int64_t> actual;
-    std::vector<float> data = model_.read_f32(name, &actual);
-    if (actual != shape) {
-      std::string want, got;
-      for (int64_t d : shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
-      for (int64_t d : actual) got += (got.empty() ? "" : ", ") + std::to_string(d);
-      throw FormatError(label_ + ": tensor '" + name + "' has shape [" + got +
-                        "] but config.json implies [" + want + "]");
-    }
-    ++counts_[model_.file_of(name)->find(name)->dtype];
-    return data;
+// One line per case: the table reads at a glance.
+// clang-format off
+std::vector<float>& host_tensor(ModelWeights& w, const WeightTensor& t) {
+  if (t.layer < 0) {
+    if (t.role == WeightRole::kTokenEmbedding) return w.token_embedding;
+    return t.role == WeightRole::kOutputNorm ? w.output_norm : w.output;
   }
-
-  std::string dtypes() const {
-    std::vector<std::pair<std::string, int>> counts;
-    for (const auto& [dtype, n] : counts_) {
-      std::string lower = dtype;
-      for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-      counts.emplace_back(lower, n);
-    }
-    return describe_dtype_counts(counts);
+  LayerWeights& layer = w.layers.at(t.layer);
+  switch (t.role) {
+    case WeightRole::kAttnNorm: return layer.attn_norm;
+    case WeightRole::kWq: return layer.wq;
+    case WeightRole::kWk: return layer.wk;
+    case WeightRole::kWv: return layer.wv;
+    case WeightRole::kBq: return layer.bq;
+    case WeightRole::kBk: return layer.bk;
+    case WeightRole::kBv: return layer.bv;
+    case WeightRole::kWo: return layer.wo;
+    case WeightRole::kFfnNorm: return layer.ffn_norm;
+    case WeightRole::kWGate: return layer.w_gate;
+    case WeightRole::kWUp: return layer.w_up;
+    case WeightRole::kWDown: return layer.w_down;
+    default: break;
   }
-
- private:
-  const SafetensorsModel& model_;
-  std::string label_;
-  std::map<std::string, int> counts_;
-};
+  throw std::logic_error("host_tensor: model-level role " + t.name + " given a layer");
+}
+// clang-format on
 
 }  // namespace
 
-std::shared_ptr<ModelWeights> load_weights_from_hf_folder(const std::filesystem::path& folder) {
+std::shared_ptr<ModelWeights> load_weights(const WeightSource& source) {
   auto w = std::make_shared<ModelWeights>();
-  w->config = model_config_from_hf_folder(folder);
-  w->source = folder.string();
-  const ModelConfig& c = w->config;
-  const SafetensorsModel model = SafetensorsModel::open_folder(folder);
-  const int64_t d = c.d_model, q_rows = int64_t{c.n_query_heads} * c.head_dim,
-                kv_rows = int64_t{c.n_kv_heads} * c.head_dim, ffn = c.ffn_dim, vocab = c.vocab_size;
-  HfWeightReader reader(model, folder.string());
-  w->token_embedding = reader.read("model.embed_tokens.weight", {vocab, d});
-  w->output_norm = reader.read("model.norm.weight", {d});
-  // Some tied checkpoints still ship lm_head.weight; a tied model ignores it, as transformers does.
-  if (!c.tied_embeddings) w->output = reader.read("lm_head.weight", {vocab, d});
-  w->layers.resize(c.n_layers);
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    LayerWeights& layer = w->layers[l];
-    layer.attn_norm = reader.read(p + "input_layernorm.weight", {d});
-    layer.wq = reader.read(p + "self_attn.q_proj.weight", {q_rows, d});
-    layer.wk = reader.read(p + "self_attn.k_proj.weight", {kv_rows, d});
-    layer.wv = reader.read(p + "self_attn.v_proj.weight", {kv_rows, d});
-    if (c.qkv_bias) {
-      layer.bq = reader.read(p + "self_attn.q_proj.bias", {q_rows});
-      layer.bk = reader.read(p + "self_attn.k_proj.bias", {kv_rows});
-      layer.bv = reader.read(p + "self_attn.v_proj.bias", {kv_rows});
-    }
-    layer.wo = reader.read(p + "self_attn.o_proj.weight", {d, q_rows});
-    layer.ffn_norm = reader.read(p + "post_attention_layernorm.weight", {d});
-    layer.w_gate = reader.read(p + "mlp.gate_proj.weight", {ffn, d});
-    layer.w_up = reader.read(p + "mlp.up_proj.weight", {ffn, d});
-    layer.w_down = reader.read(p + "mlp.down_proj.weight", {d, ffn});
+  w->config = source.config();
+  w->source = source.label();
+  w->layers.resize(w->config.n_layers);
+  for (const WeightTensor& t : source.tensors()) {
+    std::vector<float>& slot = host_tensor(*w, t);
+    slot.resize(static_cast<size_t>(t.elements()));
+    source.read_rows(t, 0, t.rows, slot.data());
+    source.release(t);  // the f32 copy is what stays resident, not also the file's pages
   }
-  w->weight_dtypes = reader.dtypes();
+  w->weight_dtypes = source.dtypes();
   return w;
+}
+
+std::shared_ptr<ModelWeights> load_weights_from_gguf(const GgufFile& gguf) {
+  return load_weights(*gguf_weight_source(gguf));
+}
+
+std::shared_ptr<ModelWeights> load_weights_from_hf_folder(const std::filesystem::path& folder) {
+  return load_weights(*hf_weight_source(folder));
 }
 
 }  // namespace kvb

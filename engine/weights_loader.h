@@ -10,6 +10,7 @@
 
 #include "engine/gguf.h"
 #include "engine/model_config.h"
+#include "engine/weight_source.h"
 #include "engine/weights.h"
 
 namespace kvb {
@@ -17,6 +18,10 @@ namespace kvb {
 // The ModelConfig described by a GGUF file's metadata (general.architecture = llama, mistral or
 // qwen2; anything else is an InputError naming the architecture and the supported ones).
 ModelConfig model_config_from_gguf(const GgufFile& gguf);
+
+// Every weight of `source` in f32 (engine/weight_source.h: the name mapping and RoPE row order);
+// each tensor's file pages leave the resident set once decoded.
+std::shared_ptr<ModelWeights> load_weights(const WeightSource& source);
 
 // Every weight of a GGUF model in f32, RoPE rows in the layout documented in engine/weights.h.
 std::shared_ptr<ModelWeights> load_weights_from_gguf(const GgufFile& gguf);

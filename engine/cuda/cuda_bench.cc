@@ -11,6 +11,7 @@
 #include "engine/errors.h"
 #include "engine/model.h"
 #include "engine/presets.h"
+#include "engine/weight_source.h"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/transformer_ops.h"
 
@@ -168,8 +169,9 @@ nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
   if (!options.preset.empty()) {
     engine = CudaEngine::from_preset(preset_config(options.preset), 1234);
   } else {
-    LoadedModel model = load_model(options.model);
-    engine = CudaEngine::from_weights(*model.weights);
+    // The tokenizer and config on the host, the weights straight from the file to the device.
+    LoadedModel model = load_model(options.model, {.weights_on_host = false});
+    engine = CudaEngine::from_source(*open_weight_source(options.model));
     if (!options.prompt_text.empty()) {
       const auto tokens = model.tokenizer->encode(options.prompt_text, false);
       prompt_ids.assign(tokens.begin(), tokens.end());

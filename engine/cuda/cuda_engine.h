@@ -1,6 +1,7 @@
 // The engine on the GPU: the same model definitions as the CPU engine (ModelConfig, ModelWeights,
-// RoPE pairing) in bf16 with f32 accumulation. Weights come from a loaded model (converted to bf16
-// at load) or a dummy preset (random bf16 generated on the device, labelled as such).
+// RoPE pairing) in bf16 with f32 accumulation. Weights come from a model file read tensor by tensor
+// (from_source), from host weights already loaded (converted to bf16 at upload) or from a dummy
+// preset (random bf16 generated on the device, labelled as such).
 //
 // KV layout mirrors KvStore: per layer one K and one V buffer; (sequence b, KV head h) owns rows
 // offset[l][b*Hkv+h] .. + capacity, of which length[l][b*Hkv+h] are live. Compaction is a gather.
@@ -17,6 +18,7 @@
 #include "engine/cuda/sparse_decode_config.h"
 #include "engine/model_config.h"
 #include "engine/prefill_capture.h"
+#include "engine/weight_source.h"
 #include "engine/weights.h"
 
 namespace kvb {
@@ -26,10 +28,17 @@ class CudaEngine {
   // RoPE pairing follows the config (ModelConfig::rope_interleaved_pairs), as on the CPU.
   static std::unique_ptr<CudaEngine> from_weights(const ModelWeights& weights);
   static std::unique_ptr<CudaEngine> from_preset(const ModelConfig& config, uint64_t seed);
+  // Uploads the file's tensors one at a time through a bounded pinned buffer
+  // (engine/cuda/device_weights.h): no host copy of the model; progress and the final load time
+  // and peak host RSS go to stderr.
+  static std::unique_ptr<CudaEngine> from_source(const WeightSource& source);
   ~CudaEngine();
 
   const ModelConfig& config() const;
   int64_t weight_bytes() const;
+  // The layer's output projection W_o as f32 [d_model, Hq*d] (out x in), downloaded from the
+  // device (the bf16 weights the engine runs on).
+  std::vector<float> output_projection(int layer) const;
 
   // Allocates the cache for `batch` sequences with room for `capacity` entries per (layer, head);
   // frees any previous cache. Throws CapacityError naming the batch and context on OOM.
