@@ -7,7 +7,6 @@
 
 #include "engine/cache_policy.h"
 #include "engine/errors.h"
-#include "harness/gpu_selection.h"
 #include "policies/registry.h"
 #ifdef KVB_HAVE_CUDA
 #include "engine/cuda/cuda_bench.h"
@@ -44,20 +43,24 @@ std::vector<std::string> policy_list(const std::string& text) {
   return out;
 }
 
-// "--policy full,binarypc,quest": Full's row on the full cache and every decode selector on the
-// same cache beside it. Budget default 2,048 tokens (the BinaryPC paper's); --params go to each.
+// "--policy full,A,B": Full's row on the full cache and every decode selector that runs on the
+// device on the same cache beside it. Budget default 2,048 tokens; --params go to each.
 void add_selectors(const std::vector<std::string>& policies, const nlohmann::json& params,
                    CudaBenchOptions& options) {
   const Budget budget = options.budget.value_or(Budget::parse("2048"));
   for (const std::string& policy : policies) {
     if (policy == "full") continue;
-    if (!gpu_selects_for(policy))
-      throw InputError("bench on the GPU: a policy list may hold only full and the GPU decode "
-                       "selectors (binarypc, quest), and '" + policy +
-                       "' is not one of them; run it with its own --policy");
     const CachePlan plan = make_cache_plan(policy, params, budget);
-    options.selectors.push_back(
-        {policy, gpu_selection_config(*plan.selector, budget.tokens_for(4096)), budget});
+    if (!plan.selector || plan.prefill || plan.early_exit || plan.decode_eviction)
+      throw InputError("bench on the GPU: a policy list holds full and decode selectors only; '" +
+                       policy + "' is not a decode selector; run it with its own --policy");
+    // No prompt cache here: a selector that fits its rows to the prompt gets random ones.
+    const std::optional<DeviceSelectionSpec> spec =
+        plan.selector->device_selection(KvStore(), budget.tokens_for(4096));
+    if (!plan.selector->runs_on_device() || !spec)
+      throw InputError("bench on the GPU: decode selector '" + policy +
+                       "' has no device form; bench it with --device cpu");
+    options.selectors.push_back({plan.label.empty() ? policy : plan.label, *spec, budget});
   }
   options.policy = "full";
   options.budget.reset();
@@ -123,7 +126,9 @@ int run_gpu_bench(const Args& args) {
   options.find_max_batch = args.flag("max-batch");
   options.use_graphs = !args.flag("no-graphs");
   const std::vector<std::string> policies = policy_list(options.policy);
-  if (policies.size() > 1 || gpu_selects_for(options.policy)) {
+  const bool one_selector = options.policy.find('+') == std::string::npos &&
+                            find_policy(options.policy).info.kind == PolicyKind::kDecodeSelection;
+  if (policies.size() > 1 || one_selector) {
     add_selectors(policies, params, options);
     return print_gpu_bench(run_cuda_bench(options), args.flag("json"));
   }

@@ -146,8 +146,8 @@ void CudaBackend::configure_decode() {
   engine_->set_early_exit(first->early_exit);
   engine_->reset_early_exit_counts();
   if (first->selector) {
-    const std::optional<SparseDecodeConfig> device =
-        first->selector->device_config(host_store(first_seq), budget);
+    const std::optional<DeviceSelectionSpec> device =
+        first->selector->device_selection(host_store(first_seq), budget);
     if (!device) throw std::logic_error("CudaBackend: selector without a device form");
     engine_->start_sparse_decode(*device);
   }

@@ -125,18 +125,19 @@ nlohmann::json measure_selector(CudaEngine& engine, const CudaBenchOptions& opti
                                 int context, int keep, double full_tpot_ms) {
   const int batch = engine.batch();
   reset_cache();
-  SparseDecodeConfig config = selector.config;
-  config.token_budget = std::max(1, std::min(keep, selector.budget.tokens_for(keep)));
-  const bool random_rows =
-      config.method == SparseDecodeConfig::Method::kBinaryPc && config.projection.empty();
-  if (random_rows) config.projection = random_projection(engine.config());
+  DeviceSelectionSpec spec = selector.spec;
+  const int budget_tokens = std::max(1, std::min(keep, selector.budget.tokens_for(keep)));
+  if (spec.budget_fraction == 0) spec.budget_tokens = budget_tokens;
+  const bool random_rows = spec.scores == DeviceSelectionSpec::Scores::kSignCodes &&
+                           spec.sign_codes.projection.empty();
+  if (random_rows) spec.sign_codes.projection = random_projection(engine.config());
   const auto start = Clock::now();
-  engine.start_sparse_decode(config);
+  engine.start_sparse_decode(spec);
   const double start_ms = ms_since(start);
   const double tpot_ms = time_decode(engine, options.decode_steps, options.use_graphs);
   engine.stop_sparse_decode();
   nlohmann::json row{{"policy", selector.policy},
-                     {"budget_tokens", config.token_budget},
+                     {"budget_tokens", budget_tokens},
                      {"start_ms", start_ms},
                      {"tpot_ms", tpot_ms},
                      {"tpot_full_ms", full_tpot_ms},
@@ -145,7 +146,7 @@ nlohmann::json measure_selector(CudaEngine& engine, const CudaBenchOptions& opti
   std::fprintf(stderr,
                "[bench] ctx %d batch %d %s (budget %d): TPOT %.3f ms vs Full %.3f ms (%.2fx), "
                "start %.1f ms\n",
-               context, batch, selector.policy.c_str(), config.token_budget, tpot_ms, full_tpot_ms,
+               context, batch, selector.policy.c_str(), budget_tokens, tpot_ms, full_tpot_ms,
                full_tpot_ms / tpot_ms, start_ms);
   return row;
 }

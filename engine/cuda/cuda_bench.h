@@ -11,14 +11,14 @@
 
 #include "engine/cache_policy.h"
 #include "engine/cuda/cuda_engine.h"
-#include "engine/cuda/sparse_decode_config.h"
+#include "engine/device_selection.h"
 
 namespace kvb {
 
 // A decode selector (kind D) measured on the full cache beside Full: TPOT and its ratio.
 struct SparseDecodeBench {
-  std::string policy;         // e.g. "binarypc"
-  SparseDecodeConfig config;  // token_budget is set per context from `budget`
+  std::string policy;        // the policy's label
+  DeviceSelectionSpec spec;  // a token budget (no fraction) is set per context from `budget`
   Budget budget;
 };
 
@@ -33,7 +33,7 @@ struct CudaBenchOptions {
   // it on the same cache (speed-up and the fraction of KV blocks skipped).
   std::optional<EarlyExitParams> early_exit;
   // Decode selectors timed on the same full cache as the Full row (random projection rows for
-  // BinaryPC without one: the decode cost does not depend on their values).
+  // sign codes without any: the decode cost does not depend on their values).
   std::vector<SparseDecodeBench> selectors;
   // Real text instead of random ids (`--prompt-file`, needs `model`): its tokens in the model's
   // tokenizer, repeated to each context, are prefilled and every TPOT figure decodes greedily from
