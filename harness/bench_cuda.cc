@@ -1,4 +1,6 @@
-#include "engine/cuda/cuda_bench.h"
+// Everything here needs the CUDA engine; a CPU-only build compiles this file empty.
+#ifdef KVB_HAVE_CUDA
+#include "harness/bench_cuda.h"
 
 #include <algorithm>
 #include <chrono>
@@ -43,7 +45,7 @@ int32_t argmax_token(const std::vector<float>& logits) {
 
 // Tokens kept per head after prefill compression (the window counts inside the budget).
 int kept_tokens(const CudaBenchOptions& options, int context) {
-  if (!options.budget || options.policy == "full") return context;
+  if (!options.budget || !options.compress_prefill) return context;
   return std::max(1, std::min(context, options.budget->tokens_for(context)));
 }
 
@@ -187,7 +189,7 @@ nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
   const ModelConfig& config = engine->config();
   out["model"] = {{"name", config.name}, {"dummy_weights", config.dummy_weights},
                   {"weight_bytes", engine->weight_bytes()}, {"dtype", "bf16"}};
-  out["policy"] = options.early_exit ? options.policy + "+art" : options.policy;
+  out["policy"] = options.label;
   for (const SparseDecodeBench& selector : options.selectors)
     out["policy"] = out["policy"].get<std::string>() + "," + selector.policy;
   out["budget"] = options.budget ? options.budget->to_string() : "";
@@ -285,3 +287,5 @@ nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
 }
 
 }  // namespace kvb
+
+#endif  // KVB_HAVE_CUDA
