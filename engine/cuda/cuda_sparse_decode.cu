@@ -5,8 +5,8 @@
 #include "engine/errors.h"
 #include "kernels/cuda/binary_hash.h"
 #include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/page_bounds.h"
 #include "kernels/cuda/query_key_scores.h"
-#include "kernels/cuda/quest_pages.h"
 #include "kernels/cuda/topk_select.h"
 
 namespace kvb {
@@ -88,7 +88,7 @@ struct CudaSparseDecode::State {
   void build_sign_codes(cudaStream_t stream) {
     const int d = model.head_dim;
     const int64_t per_sequence =
-        int64_t(model.n_layers) * model.n_kv_heads * cuda::kBinaryPcBits * d;
+        int64_t(model.n_layers) * model.n_kv_heads * cuda::kSignCodeBits * d;
     const std::vector<float>& projection = spec.sign_codes.projection;
     const size_t given = projection.size();
     if (given != size_t(per_sequence) && given != size_t(per_sequence * batch))
@@ -102,7 +102,7 @@ struct CudaSparseDecode::State {
     const bool forced = spec.sign_codes.force_worst_reconstructed;
     const int err_k =
         std::min(std::max(int(spec.sign_codes.forced_error_ratio * k), 1), prompt_length);
-    planes = DeviceBuffer(size_t(batch) * model.n_query_heads * cuda::kBinaryPcPlanes * 8,
+    planes = DeviceBuffer(size_t(batch) * model.n_query_heads * cuda::kSignCodePlanes * 8,
                           "query planes");
     score_keys = DeviceBuffer(size_t(slots) * prompt_length * 2, "code scores");
     topk_workspace =
@@ -112,7 +112,7 @@ struct CudaSparseDecode::State {
       errors = DeviceBuffer(size_t(slots) * prompt_length * 4, "code errors");
       forced_set = DeviceBuffer(size_t(slots) * err_k * 4, "forced set");
     }
-    const int64_t head_floats = int64_t(cuda::kBinaryPcBits) * d;
+    const int64_t head_floats = int64_t(cuda::kSignCodeBits) * d;
     std::vector<float> rows(size_t(slots) * head_floats);
     for (int l = 0; l < model.n_layers; ++l) {
       if (!selecting[l]) continue;
@@ -170,7 +170,7 @@ struct CudaSparseDecode::State {
     if (P < 1 || spec.pages.min_pages < 1)
       throw InputError("GPU page bounds: page_size and min_pages must be >= 1");
     max_pages = (capacity + P - 1) / P;
-    page_cap = cuda::quest_page_budget(capacity, step_budget(capacity), P, spec.pages.min_pages);
+    page_cap = cuda::pages_for_budget(capacity, step_budget(capacity), P, spec.pages.min_pages);
     lists = spec.shared_group ? slots : batch * model.n_query_heads;
     page_scores = DeviceBuffer(size_t(lists) * max_pages * 4, "page scores");
     page_ids = DeviceBuffer(size_t(lists) * page_cap * 4, "chosen pages");
@@ -181,10 +181,10 @@ struct CudaSparseDecode::State {
       LayerState& layer = layers[l];
       layer.page_min = DeviceBuffer(size_t(slots) * max_pages * d * 2, "page min");
       layer.page_max = DeviceBuffer(size_t(slots) * max_pages * d * 2, "page max");
-      cuda::QuestPagesArgs pages = page_bounds_of(layer);
+      cuda::PageBoundsArgs pages = page_bounds_of(layer);
       pages.begin = 0;
       pages.end = prompt_length;
-      cuda::quest_update_pages(pages, stream);
+      cuda::update_page_bounds(pages, stream);
       layer.indices = DeviceBuffer(size_t(lists) * page_cap * P * 4, "page lists");
       allocate_list_heads(layer);
     }
@@ -257,10 +257,10 @@ struct CudaSparseDecode::State {
 
   void attend_page_bounds(LayerState& layer, cuda::DecodeAttentionArgs& a, cudaStream_t stream) {
     const int d = model.head_dim, P = spec.pages.page_size;
-    cuda::QuestPagesArgs pages = page_bounds_of(layer);
+    cuda::PageBoundsArgs pages = page_bounds_of(layer);
     pages.lengths = a.kv_length;
-    cuda::quest_update_pages(pages, stream);
-    cuda::QuestScoreArgs scores;
+    cuda::update_page_bounds(pages, stream);
+    cuda::PageScoreArgs scores;
     scores.q = a.q;
     scores.q_seq_stride = a.q_seq_stride;
     scores.batch = batch;
@@ -278,7 +278,7 @@ struct CudaSparseDecode::State {
     scores.score_stride = max_pages;
     scores.lengths = a.kv_length;
     scores.page_size = P;
-    cuda::quest_page_scores(scores, stream);
+    cuda::page_bound_scores(scores, stream);
     cuda::TopkSelectArgs top;
     top.scores = page_scores.as<float>();
     top.key_stride = max_pages;
@@ -289,7 +289,7 @@ struct CudaSparseDecode::State {
     top.index_stride = page_cap;
     top.workspace = topk_workspace.data();
     cuda::topk_select(top, stream);
-    cuda::QuestExpandArgs expand;
+    cuda::ExpandPagesArgs expand;
     expand.pages = page_ids.as<int32_t>();
     expand.page_stride = page_cap;
     expand.n_lists = lists;
@@ -302,7 +302,7 @@ struct CudaSparseDecode::State {
     expand.heads_per_list = spec.shared_group ? group : 1;
     expand.index_offset = layer.index_offset.as<int64_t>();
     expand.index_count = layer.index_count.as<int32_t>();
-    cuda::quest_expand_pages(expand, stream);
+    cuda::expand_pages(expand, stream);
     a.max_kv_length = page_budget * P;
   }
 
@@ -340,8 +340,8 @@ struct CudaSparseDecode::State {
 
   // The page bounds of `layer` over its keys; the caller names the tokens to fold in (a range
   // after prefill, the device lengths in a decode step).
-  cuda::QuestPagesArgs page_bounds_of(LayerState& layer) const {
-    cuda::QuestPagesArgs pages;
+  cuda::PageBoundsArgs page_bounds_of(LayerState& layer) const {
+    cuda::PageBoundsArgs pages;
     pages.keys = keys_of(layer);
     pages.key_slot_stride = key_slot_stride();
     pages.n_slots = slots;
@@ -401,8 +401,8 @@ int CudaSparseDecode::prepare_step(int length) {
     case Scores::kSignCodes:
       return 0;
     case Scores::kPageBounds:
-      s.page_budget = cuda::quest_page_budget(length, s.step_budget(length), s.spec.pages.page_size,
-                                              s.spec.pages.min_pages);
+      s.page_budget = cuda::pages_for_budget(length, s.step_budget(length), s.spec.pages.page_size,
+                                             s.spec.pages.min_pages);
       return s.page_budget;
     case Scores::kExactDot:
       s.step_k = s.step_budget(length);

@@ -1,6 +1,6 @@
 // Decode-time selection (kind D) inside CudaEngine's decode step, from the generic operations a
 // policy asks for (engine/device_selection.h): scores of the cached entries (sign codes, page
-// bounds or exact q.k; kernels/cuda/{binary_hash,quest_pages,query_key_scores}.h), a per-list
+// bounds or exact q.k; kernels/cuda/{binary_hash,page_bounds,query_key_scores}.h), a per-list
 // top-k (kernels/cuda/topk_select.h), then the index-list form of decode_attention. Each policy's
 // CPU selector is the twin: tests/cuda/cuda_sparse_engine_test.cc compares their lists on the
 // same keys and queries.
