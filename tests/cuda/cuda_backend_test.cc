@@ -159,7 +159,8 @@ TEST(CudaBackend, CellsTogetherEqualCellsAloneAndTrackTheCpu) {
   const std::vector<std::pair<std::string, std::string>> cells = {
       {"full", ""},        {"snapkv", "20%"}, {"snapkv", "50%"},     {"streamingllm", "20%"},
       {"dropkv", "20%"},   {"adakv", "20%"},  {"knorm", "50%"},      {"pyramidkv", "20%"},
-      {"binarypc", "20%"}, {"quest", "20%"},  {"snapkv+art", "20%"}, {"full+art", ""}};
+      {"binarypc", "20%"}, {"quest", "20%"},  {"topk", "20%"},       {"snapkv+art", "20%"},
+      {"full+art", ""}};
   auto run = [&](Engine& engine, bool together) {
     std::vector<CachePlan> plans;
     for (const auto& [policy, budget] : cells)
