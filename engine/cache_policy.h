@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/cuda/sparse_decode_config.h"
+#include "engine/device_selection.h"
 #include "engine/kv_store.h"
 #include "kernels/cpu/early_exit_attention.h"
 
@@ -160,7 +160,8 @@ class DecodeEvictionPolicy {
 struct Selection {
   // indices[a] = indices into the store sequence of query head a's KV head (any order).
   std::vector<std::vector<int32_t>> indices;
-  // Optional per-index additive logit correction (MagicPIG's importance weights); empty if none.
+  // Optional per-index additive logit correction (importance weights of a sampled set); empty if
+  // none.
   std::vector<std::vector<float>> logit_bias;
   bool dense = false;  // this layer attends to everything (dense layers)
 };
@@ -177,13 +178,13 @@ class DecodeSelector {
   virtual void select(int layer, const float* query /*[Hq, d]*/, const KvStore& store,
                       Selection& out) = 0;
 
-  // The same selection in a device engine's decode step: the generic operations it is built from
-  // (codes and their scores, page bounds, top-k, gathered attention) with this selector's
-  // parameters, made from the prompt's cache `prompt` at `budget_tokens`. nullopt: the selector
-  // runs on the CPU engine only (runs_on_device() says so without a cache).
+  // The same selection in a device engine's decode step, as the generic operations it is built
+  // from (engine/device_selection.h: scores, top-k, gathered attention) with this selector's
+  // parameters, for the prompt's cache `prompt` at `budget_tokens`. nullopt: the selector runs on
+  // the CPU engine only; runs_on_device() says the same without a cache (a backend's plan check).
   virtual bool runs_on_device() const { return false; }
-  virtual std::optional<SparseDecodeConfig> device_config(const KvStore& /*prompt*/,
-                                                          int /*budget_tokens*/) const {
+  virtual std::optional<DeviceSelectionSpec> device_selection(const KvStore& /*prompt*/,
+                                                              int /*budget_tokens*/) const {
     return std::nullopt;
   }
 };

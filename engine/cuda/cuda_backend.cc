@@ -166,8 +166,13 @@ void CudaBackend::configure_decode() {
   engine_->set_early_exit(first->early_exit);
   engine_->reset_early_exit_counts();
   if (first->selector) {
-    const std::optional<SparseDecodeConfig> device =
-        first->selector->device_config(host_store(first_seq), budget);
+    // Without the prompt first: only sign codes whose rows are fitted to the prompt's keys (an
+    // empty projection) need a host copy of the cache (every layer's keys and values downloaded).
+    std::optional<DeviceSelectionSpec> device =
+        first->selector->device_selection(KvStore(), budget);
+    if (device && device->scores == DeviceSelectionSpec::Scores::kSignCodes &&
+        device->sign_codes.projection.empty())
+      device = first->selector->device_selection(host_store(first_seq), budget);
     if (!device) throw std::logic_error("CudaBackend: selector without a device form");
     engine_->start_sparse_decode(*device);
   }

@@ -11,8 +11,8 @@
 //   (host_keys_values: KeyDiff, CAKE, AnDPro, TOVA) gets a host copy of them, made once per prefill
 //   and shared by every cell that replays it; a request for W_o itself gets the host weights'
 //   W_o, or where the weights live on the device only, W_o downloaded once per layer.
-// - decode selectors that describe themselves as device operations
-//   (DecodeSelector::device_config: BinaryPC, Quest);
+// - decode selectors that describe themselves as generic device operations
+//   (DecodeSelector::device_selection, engine/device_selection.h);
 // - ART (kind E) with the kernel's 64-entry blocks, no oracle mode;
 // - no decode-time eviction (H2O real-drop, TOVA, CAKE's decode switch).
 // Every sequence of a batch decodes under the same decode-time method (generate_cells groups

@@ -726,7 +726,7 @@ void CudaEngine::decode_step(bool use_graph) {
     longest = std::max(longest, length + 1);
   }
   m.fit_decode_length_bound(longest);
-  if (m.sparse) {  // Quest's page budget is fixed in a captured step: re-capture when it moves
+  if (m.sparse) {  // a moving step budget is fixed in a captured step: re-capture when it moves
     const int key = m.sparse->prepare_step(m.host_length[0] + 1);
     if (key != m.sparse_capture_key) m.drop_graph();
     m.sparse_capture_key = key;
@@ -808,7 +808,7 @@ void CudaEngine::reset_early_exit_counts() {
 }
 
 // Decode-time selection (kind D); the work is in engine/cuda/cuda_sparse_decode.cu.
-void CudaEngine::start_sparse_decode(const SparseDecodeConfig& config) {
+void CudaEngine::start_sparse_decode(const DeviceSelectionSpec& spec) {
   Impl& m = *impl_;
   m.drop_graph();
   m.sparse.reset();
@@ -822,7 +822,7 @@ void CudaEngine::start_sparse_decode(const SparseDecodeConfig& config) {
   view.capacity = m.capacity;
   view.length = m.host_length[0];
   for (const auto& k : m.k_cache) view.keys.push_back(k.as<bf16>());
-  m.sparse = std::make_unique<CudaSparseDecode>(config, view, m.stream);
+  m.sparse = std::make_unique<CudaSparseDecode>(spec, view, m.stream);
 }
 
 void CudaEngine::stop_sparse_decode() {

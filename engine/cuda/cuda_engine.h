@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "engine/cache_policy.h"
-#include "engine/cuda/sparse_decode_config.h"
+#include "engine/device_selection.h"
 #include "engine/model_config.h"
 #include "engine/prefill_capture.h"
 #include "engine/weight_source.h"
@@ -92,15 +92,16 @@ class CudaEngine {
   EarlyExitCounts early_exit_counts() const;
   void reset_early_exit_counts();
 
-  // Decode-time selection (kind D: BinaryPC, Quest; engine/cuda/cuda_sparse_decode.h): builds the
-  // selectors' metadata from the cache as it is now (every sequence at the same length, e.g. after
-  // prefill); from then on each decode step selects per layer and attends to the selection, still
-  // capturable as one graph. Anything that rewrites the cache (allocate_cache, prefill, compact,
-  // fill_cache_random) or stop_sparse_decode returns to dense attention.
-  void start_sparse_decode(const SparseDecodeConfig& config);
+  // Decode-time selection (kind D) from a policy's generic operations (engine/device_selection.h,
+  // engine/cuda/cuda_sparse_decode.h): builds the selection's metadata from the cache as it is now
+  // (every sequence at the same length, e.g. after prefill); from then on each decode step selects
+  // per layer and attends to the selection, still capturable as one graph. Anything that rewrites
+  // the cache (allocate_cache, prefill, compact, fill_cache_random) or stop_sparse_decode returns
+  // to dense attention.
+  void start_sparse_decode(const DeviceSelectionSpec& spec);
   void stop_sparse_decode();
   // The entries query head q_head of sequence seq attended to at `layer` in the last decode step
-  // (empty for dense layers); with config.record_queries also that step's queries ([Hq, head_dim]).
+  // (empty for dense layers); with spec.record_queries also that step's queries ([Hq, head_dim]).
   std::vector<int32_t> sparse_selection(int layer, int seq, int q_head) const;
   std::vector<float> sparse_query(int layer, int seq) const;
   // The live keys of one (layer, sequence, KV head), [length, head_dim] (tests).

@@ -9,7 +9,7 @@
 // - the window queries the GPU prefill hands down are the CPU's (bf16 tolerance);
 // - a sample's cells decoded together on the GPU give the ids each gives decoded alone (batch 1),
 //   and the GPU's greedy answers are the CPU's for most cells;
-// - plans the device cannot run are refused, naming the method.
+// - plans the device cannot run are refused, naming the method (TOPK per head runs there).
 #include "engine/cuda/cuda_backend.h"
 
 #include <gtest/gtest.h>
@@ -203,7 +203,8 @@ TEST(CudaBackend, CellsTogetherEqualCellsAloneAndTrackTheCpu) {
   const std::vector<std::pair<std::string, std::string>> cells = {
       {"full", ""},        {"snapkv", "20%"}, {"snapkv", "50%"},     {"streamingllm", "20%"},
       {"dropkv", "20%"},   {"adakv", "20%"},  {"knorm", "50%"},      {"pyramidkv", "20%"},
-      {"binarypc", "20%"}, {"quest", "20%"},  {"snapkv+art", "20%"}, {"full+art", ""}};
+      {"binarypc", "20%"}, {"quest", "20%"},  {"topk", "20%"},       {"snapkv+art", "20%"},
+      {"full+art", ""}};
   auto run = [&](Engine& engine, bool together) {
     std::vector<CachePlan> plans;
     for (const auto& [policy, budget] : cells)
@@ -269,8 +270,13 @@ TEST(CudaBackend, RefusesPlansItCannotRunNamingTheMethod) {
   const ModelConfig config = test::small_random_model("refuse", 2, 64, 16, 96, 100);
   const std::shared_ptr<ModelWeights> weights = random_weights(config, 3);
   CudaBackend gpu(*weights);
-  for (const char* policy : {"h2o_decode", "tova", "topk", "magicpig"}) {
-    const CachePlan plan = make_cache_plan(policy, nlohmann::json::object(), Budget::parse("50%"));
+  const std::vector<std::pair<std::string, nlohmann::json>> refused = {
+      {"h2o_decode", nlohmann::json::object()},
+      {"tova", nlohmann::json::object()},
+      {"magicpig", nlohmann::json::object()},
+      {"topk", {{"gqa", "shared"}}}};  // per head it runs on the device; shared over the group not
+  for (const auto& [policy, params] : refused) {
+    const CachePlan plan = make_cache_plan(policy, params, Budget::parse("50%"));
     try {
       gpu.check_plan(plan);
       ADD_FAILURE() << policy << " was accepted";
@@ -279,6 +285,7 @@ TEST(CudaBackend, RefusesPlansItCannotRunNamingTheMethod) {
     }
   }
   EXPECT_NO_THROW(gpu.check_plan(make_cache_plan("snapkv+art", {}, Budget::parse("50%"))));
+  EXPECT_NO_THROW(gpu.check_plan(make_cache_plan("topk", {}, Budget::parse("50%"))));
 }
 
 }  // namespace
