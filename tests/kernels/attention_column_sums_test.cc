@@ -9,17 +9,13 @@
 #include <vector>
 
 #include "kernels/cpu/attention.h"
+#include "tests/kernels/random_vectors.h"
 #include "tests/kernels/softmax_row.h"
 
 namespace kvb::kernels {
 namespace {
 
-std::vector<float> random_vector(std::mt19937& rng, size_t n, float sigma) {
-  std::normal_distribution<float> normal(0.0f, sigma);
-  std::vector<float> v(n);
-  for (auto& x : v) x = normal(rng);
-  return v;
-}
+using test::random_vector;
 
 struct Shape {
   int n_query_heads, n_kv_heads, head_dim, n_queries, query_offset;

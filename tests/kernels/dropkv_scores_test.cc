@@ -10,17 +10,13 @@
 #include <random>
 #include <vector>
 
+#include "tests/kernels/random_vectors.h"
 #include "tests/kernels/softmax_row.h"
 
 namespace kvb::kernels {
 namespace {
 
-std::vector<float> random_vector(std::mt19937& rng, size_t n, float sigma) {
-  std::normal_distribution<float> normal(0.0f, sigma);
-  std::vector<float> v(n);
-  for (auto& x : v) x = normal(rng);
-  return v;
-}
+using test::random_vector;
 
 struct Shape {
   int n_query_heads, n_kv_heads, head_dim, length, window;
