@@ -62,6 +62,10 @@ class GgufFile {
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* tensor(std::string_view name) const;  // nullptr when absent
   std::span<const uint8_t> tensor_bytes(const GgufTensorInfo& info) const;
+  // Hands the mapped pages lying wholly inside the tensor's bytes back to the OS (a loader that has
+  // copied them), so that the file's pages and the copies are not resident together. Reading
+  // tensor_bytes again afterwards reads the file again. No effect on a parsed in-memory image.
+  void release_pages(const GgufTensorInfo& info) const;
 
  private:
   GgufFile() = default;

@@ -118,7 +118,7 @@ LoadedModel load_model(const std::string& path_or_preset, const LoadOptions& opt
   const std::filesystem::path path(path_or_preset);
   require_exists(path);
   if (is_hf_folder(path)) {
-    model.weights = load_weights_from_hf_folder(path);
+    model.weights = load_weights_from_hf_folder(path, options.weight_format);
     model.tokenizer = tokenizer_from_hf_folder(path.string());
     model.chat_template = chat_template_name_for(hf_chat_template(path), architecture_name(model.weights->config.architecture),
                                                  model.weights->config.name);
@@ -126,9 +126,9 @@ LoadedModel load_model(const std::string& path_or_preset, const LoadOptions& opt
     return model;
   }
   {
-    // The mapping lives only inside this scope: weights are f32 copies, the tokenizer copies strings.
+    // The mapping lives only inside this scope: weights are copies, the tokenizer copies strings.
     const auto gguf = GgufFile::open(path);
-    model.weights = load_weights_from_gguf(*gguf);
+    model.weights = load_weights_from_gguf(*gguf, options.weight_format);
     model.tokenizer = tokenizer_from_gguf(*gguf);
     model.chat_template = chat_template_name_for(*gguf);
   }

@@ -26,10 +26,14 @@ struct LoadOptions {
   // and no layers); a device engine generates its own (CudaEngine::from_preset), so an 8B preset
   // costs no 32 GB f32 copy. Files always load.
   bool preset_weights_on_host = true;
+  // Weight matrices in the file's encoding (the CPU engine computes on GGUF blocks, f16 and bf16)
+  // or dequantised to f32 (the reference the NumPy tests compare against).
+  WeightFormat weight_format = WeightFormat::kAsStored;
 };
 
-// Loads weights (dequantised to f32) and tokenizer. The GGUF mapping is released before returning.
-// Errors: InputError (missing path, unknown preset or architecture), FormatError (malformed file).
+// Loads weights (in options.weight_format) and tokenizer. The GGUF mapping is released before
+// returning. Errors: InputError (missing path, unknown preset or architecture), FormatError
+// (malformed file).
 LoadedModel load_model(const std::string& path_or_preset, const LoadOptions& options = {});
 
 // Whether `weights` are a preset's that only a device engine generates (LoadOptions).

@@ -49,6 +49,12 @@ void fill_uniform(std::vector<float>& out, size_t n, float std_dev, uint64_t str
   });
 }
 
+void fill_uniform(WeightMatrix& out, size_t n, float std_dev, uint64_t stream) {
+  std::vector<float> values;
+  fill_uniform(values, n, std_dev, stream);
+  out = WeightMatrix(std::move(values));
+}
+
 }  // namespace
 
 std::vector<std::string> preset_names() { return {"llama-3.1-8b", "mistral-7b", "qwen2.5-7b", "tiny-llama"}; }

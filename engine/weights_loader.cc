@@ -13,6 +13,7 @@
 #include "engine/hf_config.h"
 #include "engine/safetensors.h"
 #include "kernels/cpu/dequantize.h"
+#include "kernels/cpu/quantized_matmul.h"
 
 namespace kvb {
 namespace {
@@ -85,19 +86,34 @@ void check_shape(const GgufFile& gguf, const GgufTensorInfo& info, std::vector<i
 
 class GgufWeightReader {
  public:
-  explicit GgufWeightReader(const GgufFile& gguf) : gguf_(gguf) {}
+  GgufWeightReader(const GgufFile& gguf, WeightFormat format) : gguf_(gguf), format_(format) {}
 
   // The tensor decoded to f32, after checking its ggml shape; empty when optional and absent.
   std::vector<float> read(const std::string& name, std::vector<int64_t> shape,
                           bool optional = false) {
-    const GgufTensorInfo* info = gguf_.tensor(name);
-    if (info == nullptr) {
-      if (optional) return {};
-      throw FormatError(gguf_.label() + ": tensor '" + name + "' is missing");
+    const GgufTensorInfo* info = find(name, std::move(shape), optional);
+    if (info == nullptr) return {};
+    std::vector<float> values = dequantize_tensor(gguf_, *info);
+    gguf_.release_pages(*info);
+    return values;
+  }
+
+  // A weight matrix: its blocks as stored when the format asks for it and the matrix kernels
+  // compute on them (rows of whole blocks), else dequantised to f32.
+  WeightMatrix read_matrix(const std::string& name, std::vector<int64_t> shape,
+                           bool optional = false) {
+    const GgufTensorInfo* info = find(name, std::move(shape), optional);
+    if (info == nullptr) return {};
+    WeightMatrix matrix;
+    if (format_ == WeightFormat::kAsStored && info->type != 0 &&
+        kernels::stored_matmul_supported(info->type, info->shape[0])) {
+      const auto bytes = gguf_.tensor_bytes(*info);
+      matrix = WeightMatrix::encoded(info->type, {bytes.begin(), bytes.end()}, info->elements());
+    } else {
+      matrix = dequantize_tensor(gguf_, *info);
     }
-    check_shape(gguf_, *info, std::move(shape));
-    ++counts_[ggml_type_name(info->type)];
-    return dequantize_tensor(gguf_, *info);
+    gguf_.release_pages(*info);
+    return matrix;
   }
 
   std::string dtypes() const {
@@ -106,7 +122,20 @@ class GgufWeightReader {
   }
 
  private:
+  // The tensor's info after checking its shape; nullptr when optional and absent.
+  const GgufTensorInfo* find(const std::string& name, std::vector<int64_t> shape, bool optional) {
+    const GgufTensorInfo* info = gguf_.tensor(name);
+    if (info == nullptr) {
+      if (optional) return nullptr;
+      throw FormatError(gguf_.label() + ": tensor '" + name + "' is missing");
+    }
+    check_shape(gguf_, *info, std::move(shape));
+    ++counts_[ggml_type_name(info->type)];
+    return info;
+  }
+
   const GgufFile& gguf_;
+  WeightFormat format_;
   std::map<std::string, int> counts_;
 };
 
@@ -193,21 +222,28 @@ std::vector<float> dequantize_tensor(const GgufFile& gguf, const GgufTensorInfo&
   return out;
 }
 
-void unpermute_rope_rows(std::vector<float>& rows, int n_heads, int head_dim, int row_len) {
-  const size_t head_size = static_cast<size_t>(head_dim) * row_len;
-  std::vector<float> head(head_size);
+std::vector<int64_t> unpermute_rope_order(int n_heads, int head_dim) {
+  std::vector<int64_t> order(static_cast<size_t>(n_heads) * head_dim);
   const int half = head_dim / 2;
-  for (int h = 0; h < n_heads; ++h) {
-    float* base = rows.data() + h * head_size;
+  for (int h = 0; h < n_heads; ++h)
     for (int i = 0; i < half; ++i)
       for (int j = 0; j < 2; ++j)
-        std::copy_n(base + (2 * i + j) * static_cast<size_t>(row_len), row_len,
-                    head.data() + (j * half + i) * static_cast<size_t>(row_len));
-    std::copy(head.begin(), head.end(), base);
-  }
+        order[static_cast<size_t>(h) * head_dim + j * half + i] =
+            static_cast<int64_t>(h) * head_dim + 2 * i + j;
+  return order;
 }
 
-std::shared_ptr<ModelWeights> load_weights_from_gguf(const GgufFile& gguf) {
+void unpermute_rope_rows(std::vector<float>& rows, int n_heads, int head_dim, int row_len) {
+  WeightMatrix matrix(std::move(rows));
+  matrix.permute_rows(unpermute_rope_order(n_heads, head_dim), row_len);
+  rows = matrix.f32();
+}
+
+void unpermute_rope_rows(WeightMatrix& rows, int n_heads, int head_dim, int row_len) {
+  rows.permute_rows(unpermute_rope_order(n_heads, head_dim), row_len);
+}
+
+std::shared_ptr<ModelWeights> load_weights_from_gguf(const GgufFile& gguf, WeightFormat format) {
   auto w = std::make_shared<ModelWeights>();
   w->config = model_config_from_gguf(gguf);
   w->source = gguf.label();
@@ -220,26 +256,26 @@ std::shared_ptr<ModelWeights> load_weights_from_gguf(const GgufFile& gguf) {
   w->config.rope_interleaved_pairs =
       false;  // after un-permuting, every loaded model uses (i, i + hd/2)
 
-  GgufWeightReader reader(gguf);
-  w->token_embedding = reader.read("token_embd.weight", {d, c.vocab_size});
+  GgufWeightReader reader(gguf, format);
+  w->token_embedding = reader.read_matrix("token_embd.weight", {d, c.vocab_size});
   w->output_norm = reader.read("output_norm.weight", {d});
-  w->output = reader.read("output.weight", {d, c.vocab_size}, /*optional=*/true);
+  w->output = reader.read_matrix("output.weight", {d, c.vocab_size}, /*optional=*/true);
   w->layers.resize(c.n_layers);
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights& layer = w->layers[l];
     layer.attn_norm = reader.read(p + "attn_norm.weight", {d});
-    layer.wq = reader.read(p + "attn_q.weight", {d, q_rows});
-    layer.wk = reader.read(p + "attn_k.weight", {d, kv_rows});
-    layer.wv = reader.read(p + "attn_v.weight", {d, kv_rows});
+    layer.wq = reader.read_matrix(p + "attn_q.weight", {d, q_rows});
+    layer.wk = reader.read_matrix(p + "attn_k.weight", {d, kv_rows});
+    layer.wv = reader.read_matrix(p + "attn_v.weight", {d, kv_rows});
     layer.bq = reader.read(p + "attn_q.bias", {q_rows}, !c.qkv_bias);
     layer.bk = reader.read(p + "attn_k.bias", {kv_rows}, !c.qkv_bias);
     layer.bv = reader.read(p + "attn_v.bias", {kv_rows}, !c.qkv_bias);
-    layer.wo = reader.read(p + "attn_output.weight", {q_rows, d});
+    layer.wo = reader.read_matrix(p + "attn_output.weight", {q_rows, d});
     layer.ffn_norm = reader.read(p + "ffn_norm.weight", {d});
-    layer.w_gate = reader.read(p + "ffn_gate.weight", {d, ffn});
-    layer.w_up = reader.read(p + "ffn_up.weight", {d, ffn});
-    layer.w_down = reader.read(p + "ffn_down.weight", {ffn, d});
+    layer.w_gate = reader.read_matrix(p + "ffn_gate.weight", {d, ffn});
+    layer.w_up = reader.read_matrix(p + "ffn_up.weight", {d, ffn});
+    layer.w_down = reader.read_matrix(p + "ffn_down.weight", {ffn, d});
     if (permuted) {
       unpermute_rope_rows(layer.wq, c.n_query_heads, c.head_dim, c.d_model);
       unpermute_rope_rows(layer.wk, c.n_kv_heads, c.head_dim, c.d_model);
@@ -256,8 +292,24 @@ namespace {
 // HF tensors are already [out, in] row-major with Q/K rows in rotate_half order: no reordering.
 class HfWeightReader {
  public:
-  HfWeightReader(const SafetensorsModel& model, std::string label)
-      : model_(model), label_(std::move(label)) {}
+  HfWeightReader(const SafetensorsModel& model, std::string label, WeightFormat format)
+      : model_(model), label_(std::move(label)), format_(format) {}
+
+  // A weight matrix: f16/bf16 tensors keep their 16-bit values when the format asks for it.
+  WeightMatrix read_matrix(const std::string& name, std::vector<int64_t> shape) {
+    const SafetensorsFile* file = model_.file_of(name);
+    const SafetensorsTensor* tensor = file ? file->find(name) : nullptr;
+    const uint32_t type = tensor == nullptr         ? 0
+                          : tensor->dtype == "F16"  ? 1
+                          : tensor->dtype == "BF16" ? 30
+                                                    : 0;
+    if (format_ == WeightFormat::kF32 || type == 0 || tensor->shape != shape ||
+        !kernels::stored_matmul_supported(type, shape.back()))
+      return read(name, std::move(shape));  // f32, or the shape error
+    ++counts_[tensor->dtype];
+    const auto bytes = file->raw_bytes(*tensor);
+    return WeightMatrix::encoded(type, {bytes.begin(), bytes.end()}, tensor->elements());
+  }
 
   std::vector<float> read(const std::string& name, std::vector<int64_t> shape,
                           bool optional = false) {
@@ -288,12 +340,14 @@ class HfWeightReader {
  private:
   const SafetensorsModel& model_;
   std::string label_;
+  WeightFormat format_;
   std::map<std::string, int> counts_;
 };
 
 }  // namespace
 
-std::shared_ptr<ModelWeights> load_weights_from_hf_folder(const std::filesystem::path& folder) {
+std::shared_ptr<ModelWeights> load_weights_from_hf_folder(const std::filesystem::path& folder,
+                                                          WeightFormat format) {
   auto w = std::make_shared<ModelWeights>();
   w->config = model_config_from_hf_folder(folder);
   w->source = folder.string();
@@ -301,29 +355,29 @@ std::shared_ptr<ModelWeights> load_weights_from_hf_folder(const std::filesystem:
   const SafetensorsModel model = SafetensorsModel::open_folder(folder);
   const int64_t d = c.d_model, q_rows = int64_t{c.n_query_heads} * c.head_dim,
                 kv_rows = int64_t{c.n_kv_heads} * c.head_dim, ffn = c.ffn_dim, vocab = c.vocab_size;
-  HfWeightReader reader(model, folder.string());
-  w->token_embedding = reader.read("model.embed_tokens.weight", {vocab, d});
+  HfWeightReader reader(model, folder.string(), format);
+  w->token_embedding = reader.read_matrix("model.embed_tokens.weight", {vocab, d});
   w->output_norm = reader.read("model.norm.weight", {d});
   // Some tied checkpoints still ship lm_head.weight; a tied model ignores it, as transformers does.
-  if (!c.tied_embeddings) w->output = reader.read("lm_head.weight", {vocab, d});
+  if (!c.tied_embeddings) w->output = reader.read_matrix("lm_head.weight", {vocab, d});
   w->layers.resize(c.n_layers);
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerWeights& layer = w->layers[l];
     layer.attn_norm = reader.read(p + "input_layernorm.weight", {d});
-    layer.wq = reader.read(p + "self_attn.q_proj.weight", {q_rows, d});
-    layer.wk = reader.read(p + "self_attn.k_proj.weight", {kv_rows, d});
-    layer.wv = reader.read(p + "self_attn.v_proj.weight", {kv_rows, d});
+    layer.wq = reader.read_matrix(p + "self_attn.q_proj.weight", {q_rows, d});
+    layer.wk = reader.read_matrix(p + "self_attn.k_proj.weight", {kv_rows, d});
+    layer.wv = reader.read_matrix(p + "self_attn.v_proj.weight", {kv_rows, d});
     if (c.qkv_bias) {
       layer.bq = reader.read(p + "self_attn.q_proj.bias", {q_rows});
       layer.bk = reader.read(p + "self_attn.k_proj.bias", {kv_rows});
       layer.bv = reader.read(p + "self_attn.v_proj.bias", {kv_rows});
     }
-    layer.wo = reader.read(p + "self_attn.o_proj.weight", {d, q_rows});
+    layer.wo = reader.read_matrix(p + "self_attn.o_proj.weight", {d, q_rows});
     layer.ffn_norm = reader.read(p + "post_attention_layernorm.weight", {d});
-    layer.w_gate = reader.read(p + "mlp.gate_proj.weight", {ffn, d});
-    layer.w_up = reader.read(p + "mlp.up_proj.weight", {ffn, d});
-    layer.w_down = reader.read(p + "mlp.down_proj.weight", {d, ffn});
+    layer.w_gate = reader.read_matrix(p + "mlp.gate_proj.weight", {ffn, d});
+    layer.w_up = reader.read_matrix(p + "mlp.up_proj.weight", {ffn, d});
+    layer.w_down = reader.read_matrix(p + "mlp.down_proj.weight", {d, ffn});
   }
   w->weight_dtypes = reader.dtypes();
   return w;

@@ -75,7 +75,8 @@ const LoadedModel& EngineBackend::model(const std::string& path) {
     auto state = std::make_unique<ModelState>();
     state->path = path;
     // A preset on the GPU generates its random weights there: no host copy of an 8B model.
-    state->loaded = load_model(path, {.preset_weights_on_host = device_ != "cuda"});
+    state->loaded = load_model(path, {.preset_weights_on_host = device_ != "cuda",
+                                      .weight_format = options_.weight_format});
     if (!state->loaded.tokenizer && path.size() > 5 && path.substr(path.size() - 5) == ".gguf")
       state->loaded.tokenizer = tokenizer_from_gguf(*GgufFile::open(path));
     if (!state->loaded.tokenizer)

@@ -1,6 +1,8 @@
-// The CPU forward pass in f32 (Llama family: RMSNorm, RoPE, GQA, SwiGLU, optional QKV bias, tied
-// embeddings). Prefill multiplies the whole chunk with OpenBLAS sgemm; decode uses TBB-threaded
-// matrix-vector products; attention is threaded over heads (kernels/cpu/attention.h).
+// The CPU forward pass (Llama family: RMSNorm, RoPE, GQA, SwiGLU, optional QKV bias, tied
+// embeddings), activations in f32, weight matrices as loaded (GGUF blocks, f16, bf16 or f32).
+// Prefill multiplies the whole chunk with OpenBLAS sgemm (on dequantised tiles of encoded
+// weights); decode uses TBB-threaded matrix-vector products on the stored blocks
+// (kernels/cpu/quantized_matmul.h); attention is threaded over heads (kernels/cpu/attention.h).
 #pragma once
 
 #include <memory>

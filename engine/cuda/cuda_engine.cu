@@ -46,6 +46,20 @@ DeviceBuffer concat_bf16(const std::vector<const std::vector<float>*>& parts, co
   return upload_bf16(all, label);
 }
 
+// Host matrices may be GGUF blocks or 16-bit: dequantised to f32 one tensor at a time.
+DeviceBuffer upload_bf16(const WeightMatrix& host, const char* label) {
+  return upload_bf16(host.to_f32(), label);
+}
+
+DeviceBuffer concat_bf16(const std::vector<const WeightMatrix*>& parts, const char* label) {
+  std::vector<float> all;
+  for (const auto* part : parts) {
+    const std::vector<float> values = part->to_f32();
+    all.insert(all.end(), values.begin(), values.end());
+  }
+  return upload_bf16(all, label);
+}
+
 template <typename T>
 T* ptr(const DeviceBuffer& buffer) {
   return buffer.as<T>();

@@ -162,6 +162,10 @@ float stored_row_dot(const WeightView& w, int64_t row, const float* x, DotPath p
 
 void matvec(const WeightView& w, const float* x, const float* bias, float* y) {
   const Format& f = checked_format(w);
+  if (w.type == kF32) {  // the f32 reference's own product (kernels/cpu/matmul.h)
+    matvec(reinterpret_cast<const float*>(w.data), w.rows, w.cols, x, bias, y);
+    return;
+  }
   const bool avx2 = cpu_has_avx2();
   const int64_t row_bytes = stored_row_bytes(w.type, w.cols);
   auto for_rows = [&](auto row_dot) {
