@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kernels/cpu/dequantize.h"
+#include "kernels/cpu/quantized_matmul.h"
 
 namespace kvb {
 

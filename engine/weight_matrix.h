@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cpu/quantized_matmul.h"
+namespace kvb::kernels {
+struct WeightView;  // kernels/cpu/quantized_matmul.h
+}
 
 namespace kvb {
 

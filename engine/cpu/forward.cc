@@ -38,6 +38,19 @@ void project(const WeightMatrix& w, int64_t out, int64_t in, const float* x, int
   }
 }
 
+// Decode: several products of one row in one parallel loop (kernels::matvec over targets).
+struct Projection {
+  const WeightMatrix* w;
+  int64_t out;
+  const float* bias;
+  float* y;
+};
+void project_one_row(std::initializer_list<Projection> projections, int64_t in, const float* x) {
+  std::vector<kernels::MatvecTarget> targets;
+  for (const Projection& p : projections) targets.push_back({p.w->view(p.out, in), p.bias, p.y});
+  kernels::matvec(targets, x);
+}
+
 void add_in_place(std::vector<float>& x, const std::vector<float>& delta) {
   for (size_t i = 0; i < x.size(); ++i) x[i] += delta[i];
 }
@@ -135,8 +148,14 @@ void CpuEngine::feed_forward_rows(const LayerWeights& layer, int rows,
   kernels::rmsnorm(x.data(), layer.ffn_norm.data(), rows, c.d_model, c.rms_norm_eps, normed.data());
   std::vector<float> gate(static_cast<size_t>(rows) * c.ffn_dim), up(gate.size());
   std::vector<float> down(x.size());
-  project(layer.w_gate, c.ffn_dim, c.d_model, normed.data(), rows, nullptr, gate.data());
-  project(layer.w_up, c.ffn_dim, c.d_model, normed.data(), rows, nullptr, up.data());
+  if (rows == 1) {
+    project_one_row({{&layer.w_gate, c.ffn_dim, nullptr, gate.data()},
+                     {&layer.w_up, c.ffn_dim, nullptr, up.data()}},
+                    c.d_model, normed.data());
+  } else {
+    project(layer.w_gate, c.ffn_dim, c.d_model, normed.data(), rows, nullptr, gate.data());
+    project(layer.w_up, c.ffn_dim, c.d_model, normed.data(), rows, nullptr, up.data());
+  }
   kernels::swiglu(gate.data(), up.data(), static_cast<int64_t>(gate.size()), gate.data());
   project(layer.w_down, c.d_model, c.ffn_dim, gate.data(), rows, nullptr, down.data());
   add_in_place(x, down);
@@ -311,9 +330,10 @@ std::vector<float> CpuEngine::decode_step(TokenId token, int position, int step,
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& layer = weights_.layers[l];
     kernels::rmsnorm(x.data(), layer.attn_norm.data(), 1, D, c.rms_norm_eps, normed.data());
-    project(layer.wq, q_width, D, normed.data(), 1, bias_or_null(layer.bq), q.data());
-    project(layer.wk, kv_width, D, normed.data(), 1, bias_or_null(layer.bk), k.data());
-    project(layer.wv, kv_width, D, normed.data(), 1, bias_or_null(layer.bv), v.data());
+    project_one_row({{&layer.wq, q_width, bias_or_null(layer.bq), q.data()},
+                     {&layer.wk, kv_width, bias_or_null(layer.bk), k.data()},
+                     {&layer.wv, kv_width, bias_or_null(layer.bv), v.data()}},
+                    D, normed.data());
     kernels::apply_rope(q.data(), Hq, d, d, position, inv_freq_.data(), rope_pairing_);
     kernels::apply_rope(k.data(), Hkv, d, d, position, inv_freq_.data(), rope_pairing_);
     store.append(l, position, k.data(), v.data());

@@ -192,6 +192,53 @@ void matvec(const WeightView& w, const float* x, const float* bias, float* y) {
   for_rows([&](const uint8_t* row) { return fn(row, view, blocks); });
 }
 
+void matvec(std::span<const MatvecTarget> targets, const float* x) {
+  // f32 matrices keep the reference's own product; the rest share one loop over all their rows.
+  std::vector<MatvecTarget> stored;
+  for (const MatvecTarget& t : targets) {
+    if (t.w.type == kF32) {
+      matvec(t.w, x, t.bias, t.y);
+    } else {
+      checked_format(t.w);
+      stored.push_back(t);
+    }
+  }
+  if (stored.empty()) return;
+  const int64_t cols = stored.front().w.cols;
+  QuantizedActivations by_32, by_256;  // each made only when a matrix reads it
+  std::vector<int64_t> first_row = {0};
+  for (const MatvecTarget& t : stored) {
+    if (t.w.cols != cols)
+      throw std::invalid_argument("matvec: the matrices of one input differ in columns");
+    const int block = activation_block_for(t.w.type);
+    QuantizedActivations& q = block == 256 ? by_256 : by_32;
+    if (block != 0 && q.n == 0) quantize_activations(x, cols, block, q);
+    first_row.push_back(first_row.back() + t.w.rows);
+  }
+  const bool avx2 = cpu_has_avx2();
+  tbb::parallel_for(
+      tbb::blocked_range<int64_t>(0, first_row.back(), kRowGrain),
+      [&](const tbb::blocked_range<int64_t>& rows) {
+        size_t m = std::upper_bound(first_row.begin(), first_row.end(), rows.begin()) -
+                   first_row.begin() - 1;
+        for (int64_t global = rows.begin(); global < rows.end(); ++global) {
+          while (global >= first_row[m + 1]) ++m;
+          const MatvecTarget& t = stored[m];
+          const Format& f = *format(t.w.type);
+          const int64_t r = global - first_row[m];
+          const uint8_t* row = row_start(t.w, r);
+          float value;
+          if (f.activation_block == 0) {
+            value = (avx2 ? f.float_avx2 : f.float_scalar)(row, x, cols);
+          } else {
+            const QuantizedActivations& q = f.activation_block == 256 ? by_256 : by_32;
+            value = (avx2 ? f.avx2 : f.scalar)(row, activation_view(q), cols / f.activation_block);
+          }
+          t.y[r] = t.bias != nullptr ? value + t.bias[r] : value;
+        }
+      });
+}
+
 void matmul(const float* x, int64_t n, const WeightView& w, const float* bias, float* y) {
   checked_format(w);
   if (w.type == kF32) {

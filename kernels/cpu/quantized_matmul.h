@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace kvb::kernels {
@@ -62,6 +63,16 @@ float stored_row_dot(const WeightView& w, int64_t row, const float* x, DotPath p
 
 // y[rows] = W · x (+ bias). Rows are split across TBB worker threads.
 void matvec(const WeightView& w, const float* x, const float* bias, float* y);
+
+// Several products of one input (Q, K and V; gate and up): y_i = W_i · x (+ bias_i), every W_i
+// with x's length as its columns, all rows in one parallel loop (one synchronisation, and x
+// quantised once per activation blocking).
+struct MatvecTarget {
+  WeightView w;
+  const float* bias = nullptr;
+  float* y = nullptr;
+};
+void matvec(std::span<const MatvecTarget> targets, const float* x);
 // y[n, rows] = x[n, cols] · W^T (+ bias): f32 weights go straight to sgemm; others in dequantised
 // tiles of rows, one tile per TBB task.
 void matmul(const float* x, int64_t n, const WeightView& w, const float* bias, float* y);

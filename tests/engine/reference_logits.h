@@ -173,7 +173,9 @@ inline void expect_stored_weights_close_to_f32(const LoadedModel& f32_model,
     EXPECT_LE(worst, tolerance * largest) << ids.size() << " tokens";
     std::vector<float> sorted = reference;
     std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
-    if (sorted[0] - sorted[1] > 2 * tolerance * largest) EXPECT_EQ(argmax(ours), argmax(reference));
+    if (sorted[0] - sorted[1] > 2 * tolerance * largest) {
+      EXPECT_EQ(argmax(ours), argmax(reference));
+    }
     std::printf(
         "[ stored    ] %zu tokens: top-1 %s, max |diff| %.3e = %.3e of the largest logit "
         "(tolerance %.1e)\n",

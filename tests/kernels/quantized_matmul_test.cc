@@ -171,6 +171,42 @@ TEST_P(StoredMatmulTest, MatvecAndTiledMatmulMatchTheRowDots) {
 INSTANTIATE_TEST_SUITE_P(Formats, StoredMatmulTest, ::testing::ValuesIn(formats()),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// Q/K/V-style groups of mixed types (32- and 256-blocks, f16, f32) in one call: each output as
+// its own matvec gives it.
+TEST(StoredMatvecGroup, EachTargetMatchesItsOwnMatvec) {
+  std::mt19937 rng(11);
+  const int64_t cols = 512;
+  const std::vector<float> x = random_activations(cols, rng);
+  std::vector<std::vector<uint8_t>> storage;
+  std::vector<MatvecTarget> targets;
+  std::vector<std::vector<float>> outputs, biases;
+  const std::vector<std::pair<int, int64_t>> shapes = {
+      {6, 130}, {12, 64}, {8, 1}, {1, 70}, {0, 33}};
+  for (const auto& [index, rows] : shapes) {
+    const FormatCase* f = nullptr;
+    for (const auto& candidate : formats())
+      if (static_cast<int>(candidate.type) == index) f = &candidate;
+    ASSERT_NE(f, nullptr);
+    storage.push_back(random_matrix(*f, rows, cols, rng));
+    outputs.emplace_back(rows);
+    biases.push_back(random_activations(rows, rng));
+  }
+  for (size_t i = 0; i < shapes.size(); ++i)
+    targets.push_back(
+        {{static_cast<uint32_t>(shapes[i].first), storage[i].data(), shapes[i].second, cols},
+         i % 2 == 0 ? biases[i].data() : nullptr,
+         outputs[i].data()});
+  matvec(targets, x.data());
+  for (size_t i = 0; i < targets.size(); ++i) {
+    std::vector<float> alone(outputs[i].size());
+    matvec(targets[i].w, x.data(), targets[i].bias, alone.data());
+    EXPECT_EQ(outputs[i], alone) << "target " << i;
+  }
+  std::vector<MatvecTarget> mismatched = {
+      targets[0], {{8, storage[2].data(), 1, 256}, nullptr, outputs[2].data()}};
+  EXPECT_THROW(matvec(mismatched, x.data()), std::invalid_argument);
+}
+
 TEST(QuantizeActivations, BlocksHoldScaledRoundedValuesAndTheirSums) {
   std::mt19937 rng(5);
   const std::vector<float> x = random_activations(512, rng);
