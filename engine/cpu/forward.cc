@@ -140,14 +140,23 @@ std::vector<float> CpuEngine::output_logits(const float* hidden) const {
   return logits;
 }
 
-// x += W_down · swiglu(W_gate · rmsnorm(x), W_up · rmsnorm(x)) for `rows` rows of x.
+// x += W_down · swiglu(W_gate · rmsnorm(x), W_up · rmsnorm(x)) for `rows` rows of x, in chunks
+// of at most 512 rows: the FFN's temporaries (two [rows, ffn] products) then stay a few MB at any
+// prompt length, while each chunk is still a large enough GEMM.
 void CpuEngine::feed_forward_rows(const LayerWeights& layer, int rows,
                                   std::vector<float>& x) const {
+  constexpr int kChunkRows = 512;
+  for (int first = 0; first < rows; first += kChunkRows)
+    feed_forward_chunk(layer, std::min(kChunkRows, rows - first),
+                       x.data() + static_cast<size_t>(first) * config().d_model);
+}
+
+void CpuEngine::feed_forward_chunk(const LayerWeights& layer, int rows, float* x) const {
   const ModelConfig& c = config();
-  std::vector<float> normed(x.size());
-  kernels::rmsnorm(x.data(), layer.ffn_norm.data(), rows, c.d_model, c.rms_norm_eps, normed.data());
+  const size_t x_size = static_cast<size_t>(rows) * c.d_model;
+  std::vector<float> normed(x_size);
+  kernels::rmsnorm(x, layer.ffn_norm.data(), rows, c.d_model, c.rms_norm_eps, normed.data());
   std::vector<float> gate(static_cast<size_t>(rows) * c.ffn_dim), up(gate.size());
-  std::vector<float> down(x.size());
   if (rows == 1) {
     project_one_row({{&layer.w_gate, c.ffn_dim, nullptr, gate.data()},
                      {&layer.w_up, c.ffn_dim, nullptr, up.data()}},
@@ -157,8 +166,10 @@ void CpuEngine::feed_forward_rows(const LayerWeights& layer, int rows,
     project(layer.w_up, c.ffn_dim, c.d_model, normed.data(), rows, nullptr, up.data());
   }
   kernels::swiglu(gate.data(), up.data(), static_cast<int64_t>(gate.size()), gate.data());
+  up = {};
+  std::vector<float>& down = normed;  // the normed input is read; its room takes the output
   project(layer.w_down, c.d_model, c.ffn_dim, gate.data(), rows, nullptr, down.data());
-  add_in_place(x, down);
+  for (size_t i = 0; i < x_size; ++i) x[i] += down[i];
 }
 
 std::vector<float> CpuEngine::forward_chunk(std::span<const TokenId> ids, KvStore& store,

@@ -36,6 +36,7 @@ class CpuEngine final : public InferenceEngine {
   void check_token(TokenId id) const;
   void check_context(int first_position, int n_tokens) const;
   void feed_forward_rows(const LayerWeights& layer, int rows, std::vector<float>& x) const;
+  void feed_forward_chunk(const LayerWeights& layer, int rows, float* x) const;
   std::vector<float> output_logits(const float* hidden) const;
   // Attention of one query head at one decode step: the single place where the decode path
   // chooses how a head attends (dense, a selection, or a kernel-level walk such as ART).
