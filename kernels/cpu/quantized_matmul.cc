@@ -1,6 +1,7 @@
 #include "kernels/cpu/quantized_matmul.h"
 
 #include <cblas.h>
+#include <cpuid.h>
 #include <tbb/blocked_range.h>
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
@@ -73,9 +74,15 @@ const Format& checked_format(const WeightView& w) {
   return *f;
 }
 
+// F16C through cpuid: clang 14's __builtin_cpu_supports does not know the feature.
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+}
+
 bool cpu_has_avx2() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          __builtin_cpu_supports("f16c");
+  static const bool has =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
   return has;
 }
 
