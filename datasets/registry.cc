@@ -14,10 +14,15 @@ Benchmark infinitebench_benchmark();
 
 namespace {
 
-std::string known_names() {
+std::string names_where(const std::function<bool(const Benchmark&)>& keep) {
   std::string names;
-  for (const auto& b : list_benchmarks()) names += (names.empty() ? "" : ", ") + b.name;
-  return names;
+  for (const auto& b : list_benchmarks())
+    if (keep(b)) names += (names.empty() ? "" : ", ") + b.name;
+  return names.empty() ? "none" : names;
+}
+
+std::string known_names() {
+  return names_where([](const Benchmark&) { return true; });
 }
 
 }  // namespace
@@ -51,6 +56,35 @@ ScoredAnswer score_answer(const std::string& generated, const Sample& sample) {
   scored.score = benchmark.score(sample.task, scored.answer, sample);
   if (benchmark.extra_metrics) scored.extra = benchmark.extra_metrics(scored.answer, sample);
   return scored;
+}
+
+FileScores score_predictions_file(const Benchmark& benchmark, const std::string& task,
+                                  const std::string& path, const FileScoreOptions& options) {
+  if (!benchmark.score_file)
+    throw InputError(benchmark.name + " does not score predictions files (benchmarks that do: " +
+                     names_where([](const Benchmark& b) { return bool(b.score_file); }) + ")");
+  if (benchmark.check_task) benchmark.check_task(task);
+  return benchmark.score_file(task, path, options);
+}
+
+void check_generated_task(const Benchmark& benchmark, const BenchmarkSpec& spec,
+                          const std::string& task, const DataSearch& data) {
+  if (benchmark.check_task) benchmark.check_task(task);
+  if (benchmark.loads_from_files && benchmark.loads_from_files(spec, task))
+    throw InputError(benchmark.name + " " + task +
+                     " is loaded from its data files, not generated; a sweep config runs it from "
+                     "the files in its \"data_dir\"" +
+                     (benchmark.download_hint.empty() ? "" : ": " + benchmark.download_hint));
+  if (benchmark.check_generator_data) benchmark.check_generator_data(task, data);
+}
+
+std::vector<Sample> generated_group_samples(const Benchmark& benchmark, const BenchmarkSpec& spec,
+                                            const std::string& task, int length,
+                                            const GroupSampleInputs& inputs) {
+  // As harness/sweep.cc counts a generated group: samples per depth.
+  const int depths = spec.depths.empty() ? 1 : static_cast<int>(spec.depths.size());
+  const TaskGroup group{spec, task, length, spec.samples * depths};
+  return benchmark.samples(group, inputs);
 }
 
 const Tokenizer& group_tokenizer(const TaskGroup& group, const GroupSampleInputs& inputs) {

@@ -5,7 +5,8 @@
 // task object). Protocols: docs/benchmarks.md.
 //
 // Adding a benchmark = its file (datasets/<name>/<name>_benchmark.cc, defining
-// `<name>_benchmark()`), one line in the table of datasets/registry.cc, a test, a README row.
+// `<name>_benchmark()`), one line in the table of datasets/registry.cc, a test, a README row. The
+// commands `kvbench score` and `kvbench gen-data` reach it through the registry too.
 #pragma once
 
 #include <cstdint>
@@ -69,6 +70,30 @@ struct GroupSampleInputs {
   ChatFrame frame;        // the model's chat template around one user message
   DataSearch data;        // essays, word lists, QA files (config data_dir first)
   int model_context = 0;  // tokens; 0 = unknown (no LongBench default truncation)
+  ProgressFn progress;    // generators report (done, total) samples; null: silent
+};
+
+// `kvbench score`'s options for a predictions file (its command-line flags); a benchmark reads
+// the ones that concern it.
+struct FileScoreOptions {
+  std::string model_name;  // --model-name: InfiniteBench math_calc drops GPT-4's first number
+  std::string code_similarity = "difflib";  // --code-sim: LongBench code_sim_score's backend
+};
+
+// A field a benchmark reports beside a file's score (NIAH's substring match, LongBench-E's length
+// buckets). The text output prints the scalar fields on one line as "label: value" and an object
+// field as one "  name value" line per entry.
+struct ReportedField {
+  std::string key;  // in --json output
+  std::string label;
+  nlohmann::json value;  // a number, null (NaN in the official scorer), or an object of those
+};
+
+// A predictions file scored with the benchmark's official scorer.
+struct FileScores {
+  std::vector<double> per_record;  // in [0, 1], in file order; every record counts
+  double percent = 0;  // the task score, computed in the official scorer's own operation order
+  std::vector<ReportedField> reported;
 };
 
 // A bad value of one benchmark option: `option` is its config key ("family"), so that the config
@@ -123,6 +148,20 @@ struct Benchmark {
       score;
   // Metrics recorded beside the score (an object merged into the row's extra); null: none.
   std::function<nlohmann::json(const std::string& answer, const Sample& sample)> extra_metrics;
+
+  // `kvbench score`: a predictions file made by another harness, in the record layout of the
+  // benchmark's official outputs, scored as its official scorer does. Records are read with
+  // datasets/prediction_records.h; a record that cannot be scored is a FormatError naming
+  // FILE:LINE, never skipped. The task is checked before (check_task). Null: the benchmark scores
+  // no files.
+  std::function<FileScores(const std::string& task, const std::string& path,
+                           const FileScoreOptions& options)>
+      score_file;
+
+  // `kvbench gen-data --num K` for a generated task. Null: K samples per (task, length)
+  // (spec.samples). Otherwise it sets the spec for K (NIAH: K depths, one sample each).
+  std::function<void(BenchmarkSpec& spec, int count)> set_generated_count;
+  int generated_count_default = 1;  // --num when omitted
 };
 
 const std::vector<Benchmark>& list_benchmarks();
@@ -139,6 +178,22 @@ struct ScoredAnswer {
   nlohmann::json extra = nlohmann::json::object();
 };
 ScoredAnswer score_answer(const std::string& generated, const Sample& sample);
+
+// `kvbench score`: the file scored by `benchmark`. InputError naming the benchmark when it scores
+// no files, or the task when the benchmark does not know it (before the file is read).
+FileScores score_predictions_file(const Benchmark& benchmark, const std::string& task,
+                                  const std::string& path, const FileScoreOptions& options);
+
+// `kvbench gen-data`'s checks, made before a model is loaded: InputError when the benchmark does
+// not know the task, loads the task from data files (nothing to generate), or the generator's data
+// (essays, word lists, QA files) is missing.
+void check_generated_task(const Benchmark& benchmark, const BenchmarkSpec& spec,
+                          const std::string& task, const DataSearch& data);
+// The samples of one generated (task, length) group: spec.samples per depth (when the spec has
+// depths), counted as a sweep counts them.
+std::vector<Sample> generated_group_samples(const Benchmark& benchmark, const BenchmarkSpec& spec,
+                                            const std::string& task, int length,
+                                            const GroupSampleInputs& inputs);
 
 // The tokenizer a generator fits its samples with; an internal error when the caller gave none.
 const Tokenizer& group_tokenizer(const TaskGroup& group, const GroupSampleInputs& inputs);

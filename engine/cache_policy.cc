@@ -70,6 +70,7 @@ void CaptureRequest::merge(const CaptureRequest& other) {
   merge_sorted_unique(window_attention_sums, other.window_attention_sums);
   merge_sorted_unique(output_perturbations, other.output_perturbations);
   key_norms |= other.key_norms;
+  projected_value_norms |= other.projected_value_norms;
   host_keys_values |= other.host_keys_values;
 }
 

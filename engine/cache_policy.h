@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/cuda/sparse_decode_config.h"
+#include "engine/device_selection.h"
 #include "engine/kv_store.h"
 #include "kernels/cpu/early_exit_attention.h"
 
@@ -70,6 +70,9 @@ struct CaptureRequest {
   // Windows for Σ_t ω(p)·‖y_t − v_j‖² (kernels/cpu/dropkv_scores.h), per KV head.
   std::vector<PerturbationRequest> output_perturbations;
   bool key_norms = false;         // ‖k_j‖₂ per KV head
+  // (1/g) Σ_{a∈group} ‖v_j W_o^a‖₁ per KV head (CriticalKV); where the backend leaves it out, the
+  // view exposes W_o and the values for the policy to compute it.
+  bool projected_value_norms = false;
   bool host_keys_values = false;  // the policy reads the prompt's keys and values themselves
   void merge(const CaptureRequest& other);
 };
@@ -102,6 +105,7 @@ struct LayerPrefillView {
   };
   std::vector<Perturbation> output_perturbations;
   const float* key_norms = nullptr;  // [Hkv, L]
+  const float* projected_value_norms = nullptr;  // [Hkv, L]
 
   int group_size() const { return n_query_heads / n_kv_heads; }
   // Whether the view holds the prompt's keys and values (always on the CPU; on a device only for
@@ -158,7 +162,8 @@ class DecodeEvictionPolicy {
 struct Selection {
   // indices[a] = indices into the store sequence of query head a's KV head (any order).
   std::vector<std::vector<int32_t>> indices;
-  // Optional per-index additive logit correction (MagicPIG's importance weights); empty if none.
+  // Optional per-index additive logit correction (importance weights of a sampled set); empty if
+  // none.
   std::vector<std::vector<float>> logit_bias;
   bool dense = false;  // this layer attends to everything (dense layers)
 };
@@ -175,13 +180,13 @@ class DecodeSelector {
   virtual void select(int layer, const float* query /*[Hq, d]*/, const KvStore& store,
                       Selection& out) = 0;
 
-  // The same selection in a device engine's decode step: the generic operations it is built from
-  // (codes and their scores, page bounds, top-k, gathered attention) with this selector's
-  // parameters, made from the prompt's cache `prompt` at `budget_tokens`. nullopt: the selector
-  // runs on the CPU engine only (runs_on_device() says so without a cache).
+  // The same selection in a device engine's decode step, as the generic operations it is built
+  // from (engine/device_selection.h: scores, top-k, gathered attention) with this selector's
+  // parameters, for the prompt's cache `prompt` at `budget_tokens`. nullopt: the selector runs on
+  // the CPU engine only; runs_on_device() says the same without a cache (a backend's plan check).
   virtual bool runs_on_device() const { return false; }
-  virtual std::optional<SparseDecodeConfig> device_config(const KvStore& /*prompt*/,
-                                                          int /*budget_tokens*/) const {
+  virtual std::optional<DeviceSelectionSpec> device_selection(const KvStore& /*prompt*/,
+                                                              int /*budget_tokens*/) const {
     return std::nullopt;
   }
 };
@@ -198,8 +203,8 @@ struct EarlyExitParams {
   bool use_scale = true;      // false: the ablation without d_scale
   bool use_direction = true;  // false: the ablation without d_direction
   bool per_head = false;      // true: each query head stops on its own (else the KV group together)
-  // > 0: stops only within walk blocks 0 .. decision_window-1, on the CPU and as the GPU decider's
-  // window; 0: anywhere on the CPU, the automatic layout's window on the GPU.
+  // > 0: a cap — stops only after walk blocks 0 .. decision_window-1, on the CPU and the GPU alike;
+  // 0: anywhere (the method). Both engines decide over the whole walk.
   int decision_window = 0;
   bool enabled = true;        // false: same walk, no termination (overhead measurement)
   // > 0: oracle mode. Every walk is also traced without stopping and compared with the true

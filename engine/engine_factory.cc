@@ -2,6 +2,7 @@
 
 #include "engine/cpu/cpu_backend.h"
 #include "engine/errors.h"
+#include "engine/model.h"
 #ifdef KVB_HAVE_CUDA
 #include "engine/cuda/cuda_backend.h"
 #endif
@@ -31,6 +32,10 @@ std::unique_ptr<Engine> make_engine(const std::string& device, const ModelWeight
 #ifdef KVB_HAVE_CUDA
   if (resolved == "cuda") return std::make_unique<CudaBackend>(weights);
 #endif
+  if (weights_live_on_device_only(weights))
+    throw InputError("model " + weights.source +
+                     " was loaded for a device engine (LoadOptions::weights_on_host = false) and "
+                     "has no weights on the host; load it with weights_on_host for the CPU engine");
   return std::make_unique<CpuBackend>(weights);
 }
 

@@ -441,16 +441,6 @@ const GgufTensorInfo* GgufFile::tensor(std::string_view name) const {
   return nullptr;
 }
 
-void GgufFile::release_pages(const GgufTensorInfo& info) const {
-  if (mapping_ == nullptr) return;
-  const auto bytes = tensor_bytes(info);
-  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t first = (reinterpret_cast<uintptr_t>(bytes.data()) + page - 1) / page * page;
-  const uintptr_t last = (reinterpret_cast<uintptr_t>(bytes.data()) + bytes.size()) / page * page;
-  // A private read-only file mapping: dropped pages are read from the file again if touched.
-  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
-}
-
 std::span<const uint8_t> GgufFile::tensor_bytes(const GgufTensorInfo& info) const {
   // The infos were checked against the blob at parse time; re-check for infos built elsewhere.
   if (info.offset > data_.size() || info.size_bytes > data_.size() - info.offset)

@@ -45,6 +45,8 @@ class GgufFile {
   ~GgufFile();
 
   const std::string& label() const { return label_; }
+  // Whether the bytes are a file mapping (open) rather than a caller's image (parse).
+  bool file_mapped() const { return mapping_ != nullptr; }
   uint32_t version() const { return version_; }
   bool has(std::string_view key) const;
   const GgufValue* find(std::string_view key) const;
@@ -62,10 +64,6 @@ class GgufFile {
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* tensor(std::string_view name) const;  // nullptr when absent
   std::span<const uint8_t> tensor_bytes(const GgufTensorInfo& info) const;
-  // Hands the mapped pages lying wholly inside the tensor's bytes back to the OS (a loader that has
-  // copied them), so that the file's pages and the copies are not resident together. Reading
-  // tensor_bytes again afterwards reads the file again. No effect on a parsed in-memory image.
-  void release_pages(const GgufTensorInfo& info) const;
 
  private:
   GgufFile() = default;

@@ -13,6 +13,7 @@
 #include "engine/presets.h"
 #include "engine/safetensors.h"
 #include "engine/sha256.h"
+#include "engine/weight_source.h"
 #include "engine/weights_loader.h"
 
 namespace kvb {
@@ -49,6 +50,15 @@ class ByteTokenizer final : public Tokenizer {
  private:
   int vocab_size_;
 };
+
+// What a device engine needs to find and describe the weights it reads itself (no tensors).
+std::shared_ptr<ModelWeights> weights_metadata(const WeightSource& source) {
+  auto weights = std::make_shared<ModelWeights>();
+  weights->config = source.config();
+  weights->source = source.label();
+  weights->weight_dtypes = source.dtypes();
+  return weights;
+}
 
 bool is_preset(const std::string& s) { return s.rfind(kPresetPrefix, 0) == 0; }
 
@@ -102,7 +112,7 @@ LoadedModel load_model(const std::string& path_or_preset, const LoadOptions& opt
     const std::string name = path_or_preset.substr(kPresetPrefix.size());
     const ModelConfig config = preset_config(name);
     std::shared_ptr<ModelWeights> weights;
-    if (options.preset_weights_on_host) {
+    if (options.weights_on_host) {
       weights = random_weights(config, kPresetSeed);
     } else {
       weights = std::make_shared<ModelWeights>();
@@ -118,7 +128,9 @@ LoadedModel load_model(const std::string& path_or_preset, const LoadOptions& opt
   const std::filesystem::path path(path_or_preset);
   require_exists(path);
   if (is_hf_folder(path)) {
-    model.weights = load_weights_from_hf_folder(path, options.weight_format);
+    const auto source = hf_weight_source(path);
+    model.weights = options.weights_on_host ? load_weights(*source, options.weight_format)
+                                            : weights_metadata(*source);
     model.tokenizer = tokenizer_from_hf_folder(path.string());
     model.chat_template = chat_template_name_for(hf_chat_template(path), architecture_name(model.weights->config.architecture),
                                                  model.weights->config.name);
@@ -128,7 +140,9 @@ LoadedModel load_model(const std::string& path_or_preset, const LoadOptions& opt
   {
     // The mapping lives only inside this scope: weights are copies, the tokenizer copies strings.
     const auto gguf = GgufFile::open(path);
-    model.weights = load_weights_from_gguf(*gguf, options.weight_format);
+    const auto source = gguf_weight_source(*gguf);
+    model.weights = options.weights_on_host ? load_weights(*source, options.weight_format)
+                                            : weights_metadata(*source);
     model.tokenizer = tokenizer_from_gguf(*gguf);
     model.chat_template = chat_template_name_for(*gguf);
   }

@@ -22,23 +22,25 @@ struct LoadedModel {
 
 // What load_model builds on the host.
 struct LoadOptions {
-  // false: a preset's random weights are not generated on the host (ModelWeights holds its config
-  // and no layers); a device engine generates its own (CudaEngine::from_preset), so an 8B preset
-  // costs no 32 GB f32 copy. Files always load.
-  bool preset_weights_on_host = true;
-  // Weight matrices in the file's encoding (the CPU engine computes on GGUF blocks, f16 and bf16)
-  // or dequantised to f32 (the reference the NumPy tests compare against).
+  // false: no weight is decoded on the host. ModelWeights then holds the config, source and stored
+  // dtypes and no layers; a device engine generates a preset's random weights itself
+  // (CudaEngine::from_preset) and uploads a file's tensors one at a time from its memory map
+  // (CudaEngine::from_source), so an 8B model costs no 32 GB f32 copy on the host.
+  bool weights_on_host = true;
+  // On the host, weight matrices in the file's encoding (the CPU engine computes on GGUF blocks,
+  // f16 and bf16) or dequantised to f32 (the reference the NumPy tests compare against).
   WeightFormat weight_format = WeightFormat::kAsStored;
 };
 
-// Loads weights (in options.weight_format) and tokenizer. The GGUF mapping is released before
-// returning. Errors: InputError (missing path, unknown preset or architecture), FormatError
-// (malformed file).
+// Loads weights (in options.weight_format, or none on the host: weights_on_host) and tokenizer.
+// The GGUF mapping is released before returning. Errors: InputError (missing path, unknown preset
+// or architecture), FormatError (malformed file, or a tensor missing or of the wrong shape).
 LoadedModel load_model(const std::string& path_or_preset, const LoadOptions& options = {});
 
-// Whether `weights` are a preset's that only a device engine generates (LoadOptions).
+// Whether `weights` hold no tensors on the host (LoadOptions::weights_on_host = false): only a
+// device engine can run them, generating a preset's or reading the file at weights.source.
 inline bool weights_live_on_device_only(const ModelWeights& weights) {
-  return weights.config.dummy_weights && weights.layers.empty();
+  return weights.layers.empty();
 }
 
 // What `kvbench info` shows, read from metadata only (no dequantisation; the tokenizer is built to

@@ -24,7 +24,9 @@ PrefillView make_prefill_view(const ModelWeights& weights, const KvStore* store,
     layer.window = capture.window;
     if (capture.window > 0) layer.query_window = capture.query_window[l].data();
     if (!capture.column_sums.empty()) layer.column_sums = capture.column_sums[l].data();
-    if (request.output_projection) {
+    const bool norms_computed = !capture.projected_value_norms.empty();
+    if (norms_computed) layer.projected_value_norms = capture.projected_value_norms[l].data();
+    if (request.output_projection || (request.projected_value_norms && !norms_computed)) {
       if (weights.layers.empty())
         throw InputError("a policy reads the output projection W_o on the host, and model '" +
                          weights.source +

@@ -30,11 +30,13 @@ struct PrefillCapture {
   };
   std::vector<Perturbation> output_perturbations;
   std::vector<std::vector<float>> key_norms;  // per layer [Hkv, L]; empty when not computed
+  std::vector<std::vector<float>> projected_value_norms;  // per layer [Hkv, L]; likewise
 };
 
 // Builds the view of every layer. `store` (nullptr: a device backend's view without the prompt's
 // keys and values) must hold the whole prompt in every head (it is the store right after
-// prefill). W_o is exposed when `request.output_projection`.
+// prefill). W_o is exposed when `request.output_projection`, or for
+// `request.projected_value_norms` when the capture lacks them (the policy computes them then).
 PrefillView make_prefill_view(const ModelWeights& weights, const KvStore* store,
                               const PrefillCapture& capture, const CaptureRequest& request);
 

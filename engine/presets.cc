@@ -28,13 +28,6 @@ ModelConfig make(const char* name, Architecture arch, int layers, int d, int hq,
   return c;
 }
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 // Uniform values in [-a, a] with a = std * sqrt(3); element i depends only on (stream, i), so the
 // result does not depend on how the range is split across threads.
 void fill_uniform(std::vector<float>& out, size_t n, float std_dev, uint64_t stream) {
@@ -56,6 +49,13 @@ void fill_uniform(WeightMatrix& out, size_t n, float std_dev, uint64_t stream) {
 }
 
 }  // namespace
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
 
 std::vector<std::string> preset_names() { return {"llama-3.1-8b", "mistral-7b", "qwen2.5-7b", "tiny-llama"}; }
 

@@ -21,4 +21,7 @@ ModelConfig preset_config(const std::string& name);
 // embeddings std 1, norm weights 1, biases std 0.02. Deterministic for a seed, whatever the threads.
 std::shared_ptr<ModelWeights> random_weights(const ModelConfig& config, uint64_t seed);
 
+// The SplitMix64 mixer the seeded weights are drawn with (element i: mix(stream ^ mix(i))).
+uint64_t splitmix64(uint64_t x);
+
 }  // namespace kvb

@@ -75,15 +75,4 @@ kernels::WeightView WeightMatrix::view(int64_t rows, int64_t cols) const {
   return {type_, data, rows, cols};
 }
 
-void WeightMatrix::permute_rows(const std::vector<int64_t>& order, int64_t cols) {
-  const int64_t rows = static_cast<int64_t>(order.size());
-  if (rows * cols != elements_)
-    throw std::logic_error("WeightMatrix::permute_rows: the order does not cover the rows");
-  const size_t row_bytes = static_cast<size_t>(kernels::stored_row_bytes(type_, cols));
-  auto* data = is_f32() ? reinterpret_cast<uint8_t*>(values_.data()) : bytes_.data();
-  std::vector<uint8_t> original(data, data + rows * row_bytes);
-  for (int64_t i = 0; i < rows; ++i)
-    std::memcpy(data + i * row_bytes, original.data() + order[i] * row_bytes, row_bytes);
-}
-
 }  // namespace kvb

@@ -40,8 +40,6 @@ class WeightMatrix {
   void row_to_f32(int64_t row, int64_t cols, float* out) const;
   // The kernels' view as [rows, cols]; std::logic_error when rows * cols is not its size.
   kernels::WeightView view(int64_t rows, int64_t cols) const;
-  // Reorders whole rows (of `cols` columns): row i of the result is row order[i] of this.
-  void permute_rows(const std::vector<int64_t>& order, int64_t cols);
 
   bool operator==(const WeightMatrix& other) const = default;
 

@@ -1,17 +1,14 @@
-// GGUF -> ModelWeights. Tensor names follow llama.cpp (src/llama-arch.cpp): token_embd,
-// blk.N.attn_q, attn_k, attn_v, attn_output, attn_norm, ffn_gate, ffn_up, ffn_down, ffn_norm,
-// output_norm, output (absent = tied to token_embd), rope_freqs (Llama-3.x frequency factors).
+// GGUF / HF folder -> ModelWeights through the tensor mapping of engine/weight_source.h; here also
+// the GGUF config (rope_freqs: Llama-3.x frequency factors) and the dequantisation helpers.
 #include "engine/weights_loader.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
-#include <map>
 #include <numbers>
 
 #include "engine/errors.h"
 #include "engine/hf_config.h"
-#include "engine/safetensors.h"
+#include "engine/weight_source.h"
 #include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/quantized_matmul.h"
 
@@ -83,61 +80,6 @@ void check_shape(const GgufFile& gguf, const GgufTensorInfo& info, std::vector<i
                       " but the metadata implies " + show(expected));
   }
 }
-
-class GgufWeightReader {
- public:
-  GgufWeightReader(const GgufFile& gguf, WeightFormat format) : gguf_(gguf), format_(format) {}
-
-  // The tensor decoded to f32, after checking its ggml shape; empty when optional and absent.
-  std::vector<float> read(const std::string& name, std::vector<int64_t> shape,
-                          bool optional = false) {
-    const GgufTensorInfo* info = find(name, std::move(shape), optional);
-    if (info == nullptr) return {};
-    std::vector<float> values = dequantize_tensor(gguf_, *info);
-    gguf_.release_pages(*info);
-    return values;
-  }
-
-  // A weight matrix: its blocks as stored when the format asks for it and the matrix kernels
-  // compute on them (rows of whole blocks), else dequantised to f32.
-  WeightMatrix read_matrix(const std::string& name, std::vector<int64_t> shape,
-                           bool optional = false) {
-    const GgufTensorInfo* info = find(name, std::move(shape), optional);
-    if (info == nullptr) return {};
-    WeightMatrix matrix;
-    if (format_ == WeightFormat::kAsStored && info->type != 0 &&
-        kernels::stored_matmul_supported(info->type, info->shape[0])) {
-      const auto bytes = gguf_.tensor_bytes(*info);
-      matrix = WeightMatrix::encoded(info->type, {bytes.begin(), bytes.end()}, info->elements());
-    } else {
-      matrix = dequantize_tensor(gguf_, *info);
-    }
-    gguf_.release_pages(*info);
-    return matrix;
-  }
-
-  std::string dtypes() const {
-    return describe_dtype_counts(
-        std::vector<std::pair<std::string, int>>(counts_.begin(), counts_.end()));
-  }
-
- private:
-  // The tensor's info after checking its shape; nullptr when optional and absent.
-  const GgufTensorInfo* find(const std::string& name, std::vector<int64_t> shape, bool optional) {
-    const GgufTensorInfo* info = gguf_.tensor(name);
-    if (info == nullptr) {
-      if (optional) return nullptr;
-      throw FormatError(gguf_.label() + ": tensor '" + name + "' is missing");
-    }
-    check_shape(gguf_, *info, std::move(shape));
-    ++counts_[ggml_type_name(info->type)];
-    return info;
-  }
-
-  const GgufFile& gguf_;
-  WeightFormat format_;
-  std::map<std::string, int> counts_;
-};
 
 }  // namespace
 
@@ -222,165 +164,100 @@ std::vector<float> dequantize_tensor(const GgufFile& gguf, const GgufTensorInfo&
   return out;
 }
 
-std::vector<int64_t> unpermute_rope_order(int n_heads, int head_dim) {
-  std::vector<int64_t> order(static_cast<size_t>(n_heads) * head_dim);
+void unpermute_rope_rows(std::vector<float>& rows, int n_heads, int head_dim, int row_len) {
+  const size_t head_size = static_cast<size_t>(head_dim) * row_len;
+  std::vector<float> head(head_size);
   const int half = head_dim / 2;
-  for (int h = 0; h < n_heads; ++h)
+  for (int h = 0; h < n_heads; ++h) {
+    float* base = rows.data() + h * head_size;
     for (int i = 0; i < half; ++i)
       for (int j = 0; j < 2; ++j)
-        order[static_cast<size_t>(h) * head_dim + j * half + i] =
-            static_cast<int64_t>(h) * head_dim + 2 * i + j;
-  return order;
-}
-
-void unpermute_rope_rows(std::vector<float>& rows, int n_heads, int head_dim, int row_len) {
-  WeightMatrix matrix(std::move(rows));
-  matrix.permute_rows(unpermute_rope_order(n_heads, head_dim), row_len);
-  rows = matrix.f32();
-}
-
-void unpermute_rope_rows(WeightMatrix& rows, int n_heads, int head_dim, int row_len) {
-  rows.permute_rows(unpermute_rope_order(n_heads, head_dim), row_len);
-}
-
-std::shared_ptr<ModelWeights> load_weights_from_gguf(const GgufFile& gguf, WeightFormat format) {
-  auto w = std::make_shared<ModelWeights>();
-  w->config = model_config_from_gguf(gguf);
-  w->source = gguf.label();
-  const ModelConfig& c = w->config;
-  const int64_t d = c.d_model, q_rows = int64_t{c.n_query_heads} * c.head_dim,
-                kv_rows = int64_t{c.n_kv_heads} * c.head_dim, ffn = c.ffn_dim;
-  // Llama-architecture GGUFs (and Mistral, converted by the same class) carry the RoPE row
-  // permutation; Qwen2 GGUFs are not permuted (llama.cpp runs them with NeoX-style RoPE).
-  const bool permuted = c.architecture != Architecture::kQwen2;
-  w->config.rope_interleaved_pairs =
-      false;  // after un-permuting, every loaded model uses (i, i + hd/2)
-
-  GgufWeightReader reader(gguf, format);
-  w->token_embedding = reader.read_matrix("token_embd.weight", {d, c.vocab_size});
-  w->output_norm = reader.read("output_norm.weight", {d});
-  w->output = reader.read_matrix("output.weight", {d, c.vocab_size}, /*optional=*/true);
-  w->layers.resize(c.n_layers);
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    LayerWeights& layer = w->layers[l];
-    layer.attn_norm = reader.read(p + "attn_norm.weight", {d});
-    layer.wq = reader.read_matrix(p + "attn_q.weight", {d, q_rows});
-    layer.wk = reader.read_matrix(p + "attn_k.weight", {d, kv_rows});
-    layer.wv = reader.read_matrix(p + "attn_v.weight", {d, kv_rows});
-    layer.bq = reader.read(p + "attn_q.bias", {q_rows}, !c.qkv_bias);
-    layer.bk = reader.read(p + "attn_k.bias", {kv_rows}, !c.qkv_bias);
-    layer.bv = reader.read(p + "attn_v.bias", {kv_rows}, !c.qkv_bias);
-    layer.wo = reader.read_matrix(p + "attn_output.weight", {q_rows, d});
-    layer.ffn_norm = reader.read(p + "ffn_norm.weight", {d});
-    layer.w_gate = reader.read_matrix(p + "ffn_gate.weight", {d, ffn});
-    layer.w_up = reader.read_matrix(p + "ffn_up.weight", {d, ffn});
-    layer.w_down = reader.read_matrix(p + "ffn_down.weight", {ffn, d});
-    if (permuted) {
-      unpermute_rope_rows(layer.wq, c.n_query_heads, c.head_dim, c.d_model);
-      unpermute_rope_rows(layer.wk, c.n_kv_heads, c.head_dim, c.d_model);
-      if (!layer.bq.empty()) unpermute_rope_rows(layer.bq, c.n_query_heads, c.head_dim, 1);
-      if (!layer.bk.empty()) unpermute_rope_rows(layer.bk, c.n_kv_heads, c.head_dim, 1);
-    }
+        std::copy_n(base + (2 * i + j) * static_cast<size_t>(row_len), row_len,
+                    head.data() + (j * half + i) * static_cast<size_t>(row_len));
+    std::copy(head.begin(), head.end(), base);
   }
-  w->weight_dtypes = reader.dtypes();
-  return w;
 }
 
 namespace {
 
-// HF tensors are already [out, in] row-major with Q/K rows in rotate_half order: no reordering.
-class HfWeightReader {
- public:
-  HfWeightReader(const SafetensorsModel& model, std::string label, WeightFormat format)
-      : model_(model), label_(std::move(label)), format_(format) {}
-
-  // A weight matrix: f16/bf16 tensors keep their 16-bit values when the format asks for it.
-  WeightMatrix read_matrix(const std::string& name, std::vector<int64_t> shape) {
-    const SafetensorsFile* file = model_.file_of(name);
-    const SafetensorsTensor* tensor = file ? file->find(name) : nullptr;
-    const uint32_t type = tensor == nullptr         ? 0
-                          : tensor->dtype == "F16"  ? 1
-                          : tensor->dtype == "BF16" ? 30
-                                                    : 0;
-    if (format_ == WeightFormat::kF32 || type == 0 || tensor->shape != shape ||
-        !kernels::stored_matmul_supported(type, shape.back()))
-      return read(name, std::move(shape));  // f32, or the shape error
-    ++counts_[tensor->dtype];
-    const auto bytes = file->raw_bytes(*tensor);
-    return WeightMatrix::encoded(type, {bytes.begin(), bytes.end()}, tensor->elements());
-  }
-
-  std::vector<float> read(const std::string& name, std::vector<int64_t> shape,
-                          bool optional = false) {
-    if (optional && !model_.has(name)) return {};
-    std::vector<int64_t> actual;
-    std::vector<float> data = model_.read_f32(name, &actual);
-    if (actual != shape) {
-      std::string want, got;
-      for (int64_t d : shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
-      for (int64_t d : actual) got += (got.empty() ? "" : ", ") + std::to_string(d);
-      throw FormatError(label_ + ": tensor '" + name + "' has shape [" + got +
-                        "] but config.json implies [" + want + "]");
-    }
-    ++counts_[model_.file_of(name)->find(name)->dtype];
-    return data;
-  }
-
-  std::string dtypes() const {
-    std::vector<std::pair<std::string, int>> counts;
-    for (const auto& [dtype, n] : counts_) {
-      std::string lower = dtype;
-      for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-      counts.emplace_back(lower, n);
-    }
-    return describe_dtype_counts(counts);
-  }
-
- private:
-  const SafetensorsModel& model_;
-  std::string label_;
-  WeightFormat format_;
-  std::map<std::string, int> counts_;
+// Where a tensor goes in ModelWeights: a weight matrix, or an f32 vector (a norm or a bias).
+struct HostSlot {
+  WeightMatrix* matrix = nullptr;
+  std::vector<float>* vector = nullptr;
 };
+
+// One line per case: the table reads at a glance.
+// clang-format off
+HostSlot host_slot(ModelWeights& w, const WeightTensor& t) {
+  if (t.layer < 0) {
+    if (t.role == WeightRole::kTokenEmbedding) return {.matrix = &w.token_embedding};
+    if (t.role == WeightRole::kOutput) return {.matrix = &w.output};
+    return {.vector = &w.output_norm};
+  }
+  LayerWeights& layer = w.layers.at(t.layer);
+  switch (t.role) {
+    case WeightRole::kAttnNorm: return {.vector = &layer.attn_norm};
+    case WeightRole::kWq: return {.matrix = &layer.wq};
+    case WeightRole::kWk: return {.matrix = &layer.wk};
+    case WeightRole::kWv: return {.matrix = &layer.wv};
+    case WeightRole::kBq: return {.vector = &layer.bq};
+    case WeightRole::kBk: return {.vector = &layer.bk};
+    case WeightRole::kBv: return {.vector = &layer.bv};
+    case WeightRole::kWo: return {.matrix = &layer.wo};
+    case WeightRole::kFfnNorm: return {.vector = &layer.ffn_norm};
+    case WeightRole::kWGate: return {.matrix = &layer.w_gate};
+    case WeightRole::kWUp: return {.matrix = &layer.w_up};
+    case WeightRole::kWDown: return {.matrix = &layer.w_down};
+    default: break;
+  }
+  throw std::logic_error("host_slot: model-level role " + t.name + " given a layer");
+}
+// clang-format on
+
+std::vector<float> read_f32(const WeightSource& source, const WeightTensor& t) {
+  std::vector<float> values(static_cast<size_t>(t.elements()));
+  source.read_rows(t, 0, t.rows, values.data());
+  return values;
+}
+
+// A weight matrix: its stored blocks (f16, bf16, GGUF blocks) when the format asks for them and
+// the matrix kernels compute on them (rows of whole blocks), else decoded to f32.
+WeightMatrix read_matrix(const WeightSource& source, const WeightTensor& t, WeightFormat format) {
+  if (format == WeightFormat::kAsStored && t.stored_type != 0 &&
+      kernels::stored_matmul_supported(t.stored_type, t.cols)) {
+    std::vector<uint8_t> bytes(static_cast<size_t>(t.rows * source.stored_row_bytes(t)));
+    source.read_stored_rows(t, 0, t.rows, bytes.data());
+    return WeightMatrix::encoded(t.stored_type, std::move(bytes), t.elements());
+  }
+  return read_f32(source, t);
+}
 
 }  // namespace
 
+std::shared_ptr<ModelWeights> load_weights(const WeightSource& source, WeightFormat format) {
+  auto w = std::make_shared<ModelWeights>();
+  w->config = source.config();
+  w->source = source.label();
+  w->layers.resize(w->config.n_layers);
+  for (const WeightTensor& t : source.tensors()) {
+    const HostSlot slot = host_slot(*w, t);
+    if (slot.matrix != nullptr)
+      *slot.matrix = read_matrix(source, t, format);
+    else
+      *slot.vector = read_f32(source, t);
+    source.release(t);  // the copy is what stays resident, not also the file's pages
+  }
+  w->weight_dtypes = source.dtypes();
+  return w;
+}
+
+std::shared_ptr<ModelWeights> load_weights_from_gguf(const GgufFile& gguf, WeightFormat format) {
+  return load_weights(*gguf_weight_source(gguf), format);
+}
+
 std::shared_ptr<ModelWeights> load_weights_from_hf_folder(const std::filesystem::path& folder,
                                                           WeightFormat format) {
-  auto w = std::make_shared<ModelWeights>();
-  w->config = model_config_from_hf_folder(folder);
-  w->source = folder.string();
-  const ModelConfig& c = w->config;
-  const SafetensorsModel model = SafetensorsModel::open_folder(folder);
-  const int64_t d = c.d_model, q_rows = int64_t{c.n_query_heads} * c.head_dim,
-                kv_rows = int64_t{c.n_kv_heads} * c.head_dim, ffn = c.ffn_dim, vocab = c.vocab_size;
-  HfWeightReader reader(model, folder.string(), format);
-  w->token_embedding = reader.read_matrix("model.embed_tokens.weight", {vocab, d});
-  w->output_norm = reader.read("model.norm.weight", {d});
-  // Some tied checkpoints still ship lm_head.weight; a tied model ignores it, as transformers does.
-  if (!c.tied_embeddings) w->output = reader.read_matrix("lm_head.weight", {vocab, d});
-  w->layers.resize(c.n_layers);
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    LayerWeights& layer = w->layers[l];
-    layer.attn_norm = reader.read(p + "input_layernorm.weight", {d});
-    layer.wq = reader.read_matrix(p + "self_attn.q_proj.weight", {q_rows, d});
-    layer.wk = reader.read_matrix(p + "self_attn.k_proj.weight", {kv_rows, d});
-    layer.wv = reader.read_matrix(p + "self_attn.v_proj.weight", {kv_rows, d});
-    if (c.qkv_bias) {
-      layer.bq = reader.read(p + "self_attn.q_proj.bias", {q_rows});
-      layer.bk = reader.read(p + "self_attn.k_proj.bias", {kv_rows});
-      layer.bv = reader.read(p + "self_attn.v_proj.bias", {kv_rows});
-    }
-    layer.wo = reader.read_matrix(p + "self_attn.o_proj.weight", {d, q_rows});
-    layer.ffn_norm = reader.read(p + "post_attention_layernorm.weight", {d});
-    layer.w_gate = reader.read_matrix(p + "mlp.gate_proj.weight", {ffn, d});
-    layer.w_up = reader.read_matrix(p + "mlp.up_proj.weight", {ffn, d});
-    layer.w_down = reader.read_matrix(p + "mlp.down_proj.weight", {d, ffn});
-  }
-  w->weight_dtypes = reader.dtypes();
-  return w;
+  return load_weights(*hf_weight_source(folder), format);
 }
 
 }  // namespace kvb

@@ -25,5 +25,6 @@ int report(const std::vector<std::string>& argv);
 int compare(const std::vector<std::string>& argv);
 int bench(const std::vector<std::string>& argv);
 int art_trace(const std::vector<std::string>& argv);
+int make_checkpoint(const std::vector<std::string>& argv);
 
 }  // namespace kvb::cli

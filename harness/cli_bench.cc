@@ -1,10 +1,14 @@
-// kvbench bench --model PATH | --preset NAME [--dummy] [--context N] [--decode-tokens N] [--device cpu|cuda]
-//               [--policy P --budget B [--params JSON]] [--json]
-// On the GPU (harness/bench_gpu.cc) --policy also takes a list of full and the decode selectors the
-// CUDA engine runs (full,binarypc,quest): TPOT of each on the same cache, with its ratio to Full.
-// CPU figures: prefill tokens/s at 512 and 2,048 tokens (or at --context), decode tokens/s after a
-// prefill (TTFT/TPOT/KV bytes under the policy), each beside a ceiling measured in the same run:
-// prefill FLOP/s against this machine's sgemm, decode bytes/s against its memory read bandwidth.
+// kvbench bench --model PATH | --preset NAME [--dummy] [--context N[,N...]] [--batch B[,B...]]
+//               [--decode-tokens N] [--device cpu|cuda|auto] [--policy P --budget B]
+//               [--params JSON] [--max-batch] [--no-graphs] [--prompt-file FILE]
+//               [--prefill-chunk N] [--json] [--threads N] [--weights stored|f32] [--no-ceilings]
+// One set of flags on both devices (harness/bench_gpu.h); a flag a device cannot honour is refused
+// there by name. On the GPU (harness/bench_gpu.cc) --policy also takes a list of full and decode
+// selectors with a device form (full,A,B): TPOT of each on the same cache, with its ratio to Full.
+// CPU figures: prefill tokens/s at 512 and 2,048 tokens (or at each --context), decode tokens/s
+// after a prefill of the first length (TTFT/TPOT/KV bytes under the policy), each beside a ceiling
+// measured in the same run: prefill FLOP/s against this machine's sgemm, decode bytes/s against its
+// memory read bandwidth (--no-ceilings leaves the ceilings out).
 #include <tbb/blocked_range.h>
 #include <tbb/info.h>
 #include <tbb/parallel_reduce.h>
@@ -120,19 +124,29 @@ double prefill_flops(const ModelConfig& c, int64_t layer_params, int64_t output_
   return 2.0 * layer_params * T + 2.0 * output_params + attention;
 }
 
+// The CPU bench decodes one sequence from a prefill of its own, through the generic Generator.
+void refuse_gpu_only_flags(const Args& args) {
+  for (const char* flag : {"max-batch", "no-graphs", "prompt-file", "prefill-chunk"})
+    if (args.has(flag))
+      throw InputError(std::string("kvbench bench: --") + flag +
+                       " is measured on the CUDA engine only (--device cuda)");
+  const std::vector<int> batches = positive_int_list(args, "batch", {1});
+  if (batches != std::vector<int>{1})
+    throw InputError(
+        "kvbench bench: the CPU engine runs batch 1 only (--batch 1, or --device cuda)");
+}
+
 }  // namespace
 
 int bench(const std::vector<std::string>& argv) {
   Args args("bench", argv, {"json", "dummy", "max-batch", "no-graphs", "no-ceilings"});
-  // The GPU path (--device cuda, or --preset with a GPU present) has its own options.
+  args.allow_only(bench_flags());
+  // The GPU path: --device cuda, or --preset with a GPU present.
   if (gpu_bench_requested(args)) return run_gpu_bench(args);
-  args.allow_only({"device", "model", "preset", "dummy", "context", "decode-tokens", "policy",
-                   "budget", "params", "batch", "json", "threads", "weights", "no-ceilings"});
+  refuse_gpu_only_flags(args);
   const ThreadLimit threads(args);
   if (args.has("model") == args.has("preset"))
     throw InputError("kvbench bench: give exactly one of --model PATH or --preset NAME");
-  if (args.get_int("batch", 1) != 1)
-    throw InputError("kvbench bench: the CPU engine runs batch 1 only (--batch 1)");
   const std::string source = args.has("model") ? args.get("model") : "preset:" + args.get("preset");
   const int decode_tokens = args.get_int("decode-tokens", 32);
   if (decode_tokens < 2) throw InputError("kvbench bench: --decode-tokens must be >= 2");
@@ -142,13 +156,15 @@ int bench(const std::vector<std::string>& argv) {
   if (auto text = args.maybe("params")) params = nlohmann::json::parse(*text, nullptr, false);
   if (params.is_discarded()) throw InputError("kvbench bench: --params is not valid JSON");
   const std::string policy = args.get_or("policy", "full");
+  if (policy.find(',') != std::string::npos)
+    throw InputError("kvbench bench: a policy list (" + policy +
+                     ") is timed on the GPU only (--device cuda); on the CPU give one policy");
   CachePlan plan = make_cache_plan(policy, params, budget);
 
   const LoadedModel model = load_model(source, {.weight_format = weight_format_option(args)});
   const ModelWeights& weights = *model.weights;
   const ModelConfig& c = weights.config;
-  std::vector<int> lengths = {512, 2048};
-  if (args.has("context")) lengths = {args.get_int("context")};
+  const std::vector<int> lengths = positive_int_list(args, "context", {512, 2048});
   for (int T : lengths) {
     if (T < 2) throw InputError("kvbench bench: --context must be >= 2");
     if (c.max_context > 0 && T + decode_tokens > c.max_context)

@@ -1,14 +1,17 @@
-// kvbench gen-data: generate RULER / NIAH / InfiniteBench samples as JSONL (one kvb::Sample per
-// line), fitted to --length with the model's own tokenizer and chat template.
+// kvbench gen-data: generate a benchmark's samples as JSONL (one kvb::Sample per line), fitted to
+// --length with the model's own tokenizer and chat template: the samples a sweep would run for the
+// same (task, length), made by the benchmark's own generator (datasets/registry.h).
 //
-//   kvbench gen-data --benchmark ruler|niah|infinitebench --task T --length N --num K --seed S
-//                    --model PATH --out FILE.jsonl [--data-dir DIR] [--template chat|base]
-//                    [--family yarn-mistral|gpt4] [--json]
+//   kvbench gen-data --benchmark ruler|niah|infinitebench --task T --length N[,N...] --num K
+//                    --seed S --model PATH --out FILE.jsonl [--data-dir DIR]
+//                    [--template chat|base] [--family yarn-mistral|gpt4] [--json]
 //
-// ruler: the 13 tasks; --template base drops the chat frame (kvpress's setting).
-// niah: --length may be a comma list (the grid's context lengths); --num is the number of depths
-//       (round(linspace(0, 100, K)), default 10); --task is "niah".
-// infinitebench: passkey, number_string, kv_retrieval, math_find, prompted as --family does.
+// --length may be a comma list: one group per length, in that order. --num is the benchmark's
+// count (Benchmark::set_generated_count): samples per length, or for niah the number of depths
+// (round(linspace(0, 100, K)), default 10). --task defaults to the benchmark's only default task
+// (niah). ruler: the 13 tasks; --template base drops the chat frame (kvpress's setting).
+// infinitebench: passkey, number_string, kv_retrieval, math_find, prompted as --family does; its
+// other tasks and LongBench are loaded from data files, which gen-data refuses with a message.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -17,11 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "datasets/generation.h"
-#include "datasets/infinitebench/generate.h"
-#include "datasets/infinitebench/loader.h"
-#include "datasets/niah/niah.h"
-#include "datasets/ruler/ruler.h"
-#include "datasets/text_utils.h"
+#include "datasets/registry.h"
 #include "engine/chat_template.h"
 #include "engine/errors.h"
 #include "engine/gguf.h"
@@ -35,8 +34,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr char kUsage[] =
-    "usage: kvbench gen-data --benchmark ruler|niah|infinitebench --task T --length N --num K "
-    "--seed S --model PATH --out FILE.jsonl [--data-dir DIR] [--template chat|base] "
+    "usage: kvbench gen-data --benchmark ruler|niah|infinitebench --task T --length N[,N...] "
+    "--num K --seed S --model PATH --out FILE.jsonl [--data-dir DIR] [--template chat|base] "
     "[--family yarn-mistral|gpt4] [--json]";
 
 struct LoadedModel {
@@ -70,6 +69,13 @@ ChatFrame chat_frame(const std::string& template_name) {
   return ChatFrame{rendered.substr(0, at), rendered.substr(at + std::string(kMarker).size())};
 }
 
+// The task: --task, else the benchmark's only default task.
+std::string task_of(const Args& args, const Benchmark& benchmark) {
+  if (args.has("task")) return args.get("task");
+  if (benchmark.default_tasks.size() == 1) return benchmark.default_tasks.front();
+  throw InputError(std::string("kvbench gen-data: missing --task\n") + kUsage);
+}
+
 std::vector<int> parse_lengths(const std::string& text) {
   std::vector<int> lengths;
   std::stringstream stream(text);
@@ -83,6 +89,34 @@ std::vector<int> parse_lengths(const std::string& text) {
   return lengths;
 }
 
+// The benchmark options a sweep config would give, from the flags.
+BenchmarkSpec generation_spec(const Args& args, const Benchmark& benchmark, const std::string& task,
+                              const fs::path& data_dir) {
+  BenchmarkSpec spec;
+  spec.benchmark = benchmark.name;
+  spec.key = "kvbench gen-data";
+  spec.tasks = {task};
+  spec.lengths = parse_lengths(args.get("length"));
+  spec.seed = static_cast<uint64_t>(args.get_int("seed", 42));
+  spec.data_dir = data_dir.string();
+  spec.family = args.get_or("family", spec.family);
+  if (benchmark.complete_spec) benchmark.complete_spec(spec);
+  const int count = args.get_int("num", benchmark.generated_count_default);
+  if (count < 1) throw InputError("--num must be at least 1");
+  spec.samples = count;
+  spec.samples_given = true;
+  if (benchmark.set_generated_count) benchmark.set_generated_count(spec, count);
+  return spec;
+}
+
+void write_samples(const std::vector<Sample>& samples, const std::string& out_path) {
+  std::ofstream out(out_path);
+  if (!out) throw InputError("cannot write --out " + out_path);
+  for (const Sample& sample : samples) out << nlohmann::json(sample).dump() << "\n";
+  out.close();
+  if (!out) throw InputError("failed writing --out " + out_path);
+}
+
 }  // namespace
 
 int gen_data(const std::vector<std::string>& argv) {
@@ -92,7 +126,7 @@ int gen_data(const std::vector<std::string>& argv) {
   if (!args.has("benchmark") || !args.has("model") || !args.has("out") || !args.has("length"))
     throw InputError(std::string("kvbench gen-data: --benchmark, --length, --model and --out are "
                                  "required\n") + kUsage);
-  const std::string benchmark = args.get("benchmark");
+  const Benchmark& benchmark = find_benchmark(args.get("benchmark"));
   const std::string out_path = args.get("out");
   const fs::path data_dir = args.get_or("data-dir", "");
   if (!data_dir.empty() && !fs::is_directory(data_dir))
@@ -100,62 +134,30 @@ int gen_data(const std::vector<std::string>& argv) {
   const std::string template_mode = args.get_or("template", "chat");
   if (template_mode != "chat" && template_mode != "base")
     throw InputError("--template must be chat or base, got '" + template_mode + "'");
-  const int seed = args.get_int("seed", 42);
-  const int num = args.get_int("num", benchmark == "niah" ? 10 : 1);
-  if (num < 1) throw InputError("--num must be at least 1");
-
-  if (benchmark != "ruler" && benchmark != "niah" && benchmark != "infinitebench")
-    throw InputError("--benchmark must be ruler, niah or infinitebench (LongBench and the other "
-                     "InfiniteBench tasks are loaded, not generated), got '" + benchmark + "'");
-  const std::string task = args.get_or("task", benchmark == "niah" ? "niah" : "");
-  if (task.empty()) throw InputError(std::string("kvbench gen-data: missing --task\n") + kUsage);
+  const std::string task = task_of(args, benchmark);
+  const BenchmarkSpec spec = generation_spec(args, benchmark, task, data_dir);
+  GroupSampleInputs inputs;
+  inputs.data = DataSearch(data_dir);
+  check_generated_task(benchmark, spec, task, inputs.data);  // before the model loads
 
   const LoadedModel model = load_tokenizer(args.get("model"));
-  const ProgressFn progress = [&](int done, int total) {
-    std::fprintf(stderr, "\r[gen-data] %s %s: %d/%d samples", benchmark.c_str(), task.c_str(),
-                 done, total);
-    if (done == total) std::fprintf(stderr, "\n");
-    std::fflush(stderr);
-  };
-
+  inputs.tokenizer = model.tokenizer.get();
+  if (template_mode == "chat") inputs.frame = chat_frame(model.chat_template);
   std::vector<Sample> samples;
-  if (benchmark == "ruler") {
-    const ChatFrame frame = template_mode == "chat" ? chat_frame(model.chat_template) : ChatFrame{};
-    GenerationRequest request{task, args.get_int("length"), num, static_cast<uint64_t>(seed), data_dir};
-    const RulerDataPaths paths = ruler_data_paths(DataSearch(data_dir));
-    check_ruler_task_data(task, paths);
-    samples = generate_ruler(request, *model.tokenizer, frame, paths, progress);
-  } else if (benchmark == "niah") {
-    if (task != "niah") throw InputError("NIAH has one task, 'niah'; got '" + task + "'");
-    const RulerDataPaths paths = ruler_data_paths(DataSearch(data_dir));
-    essay_files(paths.essays_dir, "NIAH haystack", paths.searched);
-    NiahRequest request{parse_lengths(args.get("length")), niah_depths(num), paths.essays_dir};
-    samples = generate_niah(request, *model.tokenizer, progress);
-  } else {
-    GenerationRequest request{task, args.get_int("length"), num, static_cast<uint64_t>(seed), data_dir};
-    InfiniteBenchLoadOptions options;
-    options.family = infinitebench_family(args.get_or("family", "yarn-mistral"));
-    const std::vector<nlohmann::json> records =
-        generate_infinitebench_records(request, *model.tokenizer, progress);
-    for (size_t i = 0; i < records.size(); ++i) {
-      Sample sample = infinitebench_sample_from_record(
-          records[i], task, "generated " + task + " record " + std::to_string(i), options);
-      sample.id = task + "/" + std::to_string(request.length) + "/" + std::to_string(i);
-      sample.length = request.length;
-      sample.extra["seed"] = seed;
-      sample.extra["generated"] = true;
+  for (const int length : spec.lengths) {
+    inputs.progress = [&](int done, int total) {
+      std::fprintf(stderr, "\r[gen-data] %s %s %d: %d/%d samples", benchmark.name.c_str(),
+                   task.c_str(), length, done, total);
+      if (done == total) std::fprintf(stderr, "\n");
+      std::fflush(stderr);
+    };
+    for (Sample& sample : generated_group_samples(benchmark, spec, task, length, inputs))
       samples.push_back(std::move(sample));
-    }
   }
-
-  std::ofstream out(out_path);
-  if (!out) throw InputError("cannot write --out " + out_path);
-  for (const Sample& sample : samples) out << nlohmann::json(sample).dump() << "\n";
-  out.close();
-  if (!out) throw InputError("failed writing --out " + out_path);
+  write_samples(samples, out_path);
 
   if (args.flag("json")) {
-    std::printf("%s\n", nlohmann::json{{"benchmark", benchmark},
+    std::printf("%s\n", nlohmann::json{{"benchmark", benchmark.name},
                                        {"task", task},
                                        {"samples", samples.size()},
                                        {"out", out_path},
@@ -163,8 +165,8 @@ int gen_data(const std::vector<std::string>& argv) {
                             .dump()
                             .c_str());
   } else {
-    std::printf("wrote %zu %s %s samples to %s\n", samples.size(), benchmark.c_str(), task.c_str(),
-                out_path.c_str());
+    std::printf("wrote %zu %s %s samples to %s\n", samples.size(), benchmark.name.c_str(),
+                task.c_str(), out_path.c_str());
   }
   return 0;
 }

@@ -106,8 +106,11 @@ int generate(const std::vector<std::string>& argv) {
   }
   CachePlan plan = make_cache_plan(policy, params, budget);
 
-  const LoadedModel model =
-      load_model(args.get("model"), {.weight_format = weight_format_option(args)});
+  const std::string device = resolve_device(args.get_or("device", "auto"));
+  // On the GPU the weights go from the file to the device, with no f32 copy on the host.
+  const LoadedModel model = load_model(
+      args.get("model"),
+      {.weights_on_host = device != "cuda", .weight_format = weight_format_option(args)});
   const std::shared_ptr<const Tokenizer> tokenizer = tokenizer_for(args.get("model"), model);
   const PromptText prompt = render_prompt(args, model);
   const bool chat = args.flag("chat");
@@ -119,7 +122,7 @@ int generate(const std::vector<std::string>& argv) {
   const std::vector<TokenId> context_ids = encode(*tokenizer, prompt.context, chat, true);
   const std::vector<TokenId> question_ids = encode(*tokenizer, prompt.question, chat, false);
 
-  const std::unique_ptr<Engine> engine = make_engine(args.get_or("device", "auto"), *model.weights);
+  const std::unique_ptr<Engine> engine = make_engine(device, *model.weights);
   engine->check_plan(plan);
   const GenerationResult r = generate_cells(*engine, tokenizer.get(), context_ids, question_ids,
                                             {CellRequest{&plan, options}})

@@ -1,10 +1,18 @@
-// kvbench info --model PATH [--json]: what a model file holds, read from metadata only (no
-// dequantisation): architecture and shapes, tokenizer kind, chat template, tensor dtypes, sizes.
+// kvbench info --model PATH [--json] [--load DEVICE]: what a model file holds, read from metadata
+// only (no dequantisation): architecture and shapes, tokenizer kind, chat template, tensor dtypes,
+// sizes. With --load (cpu, cuda, auto) it also loads the weights the way `kvbench run` does on that
+// device (on the host in the file's encoding, or tensor by tensor to the GPU) and reports the load
+// time and peak host RSS.
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdio>
+#include <memory>
+#include <optional>
 #include <string>
 
+#include "engine/engine_factory.h"
+#include "engine/generation.h"
 #include "engine/model.h"
 #include "harness/args.h"
 #include "harness/cli.h"
@@ -90,16 +98,57 @@ void print_human(const ModelSummary& s) {
               human_bytes(double(c.kv_bytes_per_token(4))).c_str());
 }
 
+struct LoadFigures {
+  std::string device;
+  double model_seconds = 0;   // load_model: config, tokenizer, SHA-256 (+ weights on the CPU)
+  double engine_seconds = 0;  // the engine: weights uploaded to the GPU, or wrapped on the CPU
+  int64_t weight_bytes = 0;
+  int64_t peak_host_rss_bytes = 0;
+};
+
+LoadFigures measure_load(const std::string& model, const std::string& device) {
+  LoadFigures figures;
+  figures.device = resolve_device(device);
+  auto seconds_since = [](std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  auto start = std::chrono::steady_clock::now();
+  const LoadedModel loaded = load_model(model, {.weights_on_host = figures.device != "cuda"});
+  figures.model_seconds = seconds_since(start);
+  start = std::chrono::steady_clock::now();
+  const std::unique_ptr<Engine> engine = make_engine(figures.device, *loaded.weights);
+  figures.engine_seconds = seconds_since(start);
+  figures.weight_bytes = engine->weight_bytes();
+  figures.peak_host_rss_bytes = peak_rss_bytes();
+  return figures;
+}
+
 }  // namespace
 
 int info(const std::vector<std::string>& argv) {
   const Args args("info", argv, {"json"});
-  args.allow_only({"model", "json"});
+  args.allow_only({"model", "json", "load"});
   const ModelSummary summary = inspect_model(args.get("model"));
+  std::optional<LoadFigures> load;
+  if (args.has("load")) load = measure_load(args.get("model"), args.get("load"));
   if (args.flag("json")) {
-    std::printf("%s\n", to_json(summary).dump(2).c_str());
+    nlohmann::ordered_json j = to_json(summary);
+    if (load)
+      j["load"] = {{"device", load->device},
+                   {"model_seconds", load->model_seconds},
+                   {"engine_seconds", load->engine_seconds},
+                   {"weight_bytes", load->weight_bytes},
+                   {"peak_host_rss_bytes", load->peak_host_rss_bytes}};
+    std::printf("%s\n", j.dump(2).c_str());
   } else {
     print_human(summary);
+    if (load)
+      std::printf(
+          "load           %s: %s of weights; model files %.1f s (tokenizer, SHA-256%s), "
+          "engine %.1f s; peak host RSS %s\n",
+          load->device.c_str(), human_bytes(double(load->weight_bytes)).c_str(),
+          load->model_seconds, load->device == "cuda" ? "" : ", weights", load->engine_seconds,
+          human_bytes(double(load->peak_host_rss_bytes)).c_str());
   }
   return 0;
 }

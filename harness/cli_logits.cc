@@ -45,14 +45,17 @@ int logits(const std::vector<std::string>& argv) {
   const std::vector<TokenId> ids = parse_ids(args.get("ids"));
   const int top_k = args.get_int("top-k", 10);
   if (top_k < 1) throw InputError("kvbench logits: --top-k must be >= 1");
-  const LoadedModel model =
-      load_model(args.get("model"), {.weight_format = weight_format_option(args)});
+  const std::string device = resolve_device(args.get_or("device", "cpu"));
+  // On the GPU the weights go from the file to the device, with no f32 copy on the host.
+  const LoadedModel model = load_model(
+      args.get("model"),
+      {.weights_on_host = device != "cuda", .weight_format = weight_format_option(args)});
   // The loader may leave a GGUF's tokenizer out; the token texts are only for display.
   std::shared_ptr<const Tokenizer> tokenizer = model.tokenizer;
   if (!tokenizer && args.get("model").rfind("preset:", 0) != 0) tokenizer = tokenizer_from_path(args.get("model"));
   // The CPU engine by default (--weights f32: the f32 reference); --device cuda gives the GPU's
   // bf16 logits.
-  const std::unique_ptr<Engine> engine = make_engine(args.get_or("device", "cpu"), *model.weights);
+  const std::unique_ptr<Engine> engine = make_engine(device, *model.weights);
   engine->reserve(1, static_cast<int>(ids.size()));
   PrefillCapture unused;
   const std::vector<float> logits = engine->prefill(0, ids, CaptureRequest{}, unused);

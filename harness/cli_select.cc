@@ -94,7 +94,7 @@ void check_captures(const PrefillPolicy& policy, const SelectInputs& in, const s
     throw InputError(path + ": policy '" + policy.name() + "' needs " +
                      std::to_string(need.window_queries) + " window queries, q_window has " +
                      std::to_string(in.q_shape[2]) + " (or pass a smaller \"window\" in --params)");
-  if (need.output_projection && in.wo.empty())
+  if ((need.output_projection || need.projected_value_norms) && in.wo.empty())
     throw InputError(path + ": policy '" + policy.name() + "' needs tensor 'w_o' [layers, D, Hq*d]");
   if (need.attention_column_sums && in.sums.empty())
     throw InputError(path + ": policy '" + policy.name() +

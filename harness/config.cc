@@ -8,6 +8,7 @@
 #include "datasets/registry.h"
 #include "engine/cache_policy.h"
 #include "engine/errors.h"
+#include "policies/registry.h"
 
 namespace kvb {
 namespace {
@@ -287,9 +288,7 @@ PromptMode parse_prompt_mode(const std::string& text) {
   throw InputError("prompt mode '" + text + "' is not query-aware or question-agnostic");
 }
 
-bool policy_is_budgetless(const std::string& name) {
-  return name == "full" || name.rfind("full+", 0) == 0;
-}
+bool policy_is_budgetless(const std::string& name) { return !policy_takes_budget(name); }
 
 std::string resolve_config_path(const std::string& path, const std::filesystem::path& config_path) {
   namespace fs = std::filesystem;

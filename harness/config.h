@@ -76,7 +76,8 @@ SweepConfig load_sweep_config(const std::filesystem::path& config_path);
 // repository root and from anywhere below it. Returns the first existing candidate, else `path`.
 std::string resolve_config_path(const std::string& path, const std::filesystem::path& config_path);
 
-// Policies that take no budget (Full KV and Full KV + ART): one cell per prompt mode, budget "".
+// Policies that take no budget (Full KV and Full KV + ART; policy_takes_budget in
+// policies/registry.h): one cell per prompt mode, budget "".
 bool policy_is_budgetless(const std::string& name);
 
 // Checks every policy name against `known` (the registry), naming the key of an unknown one.

@@ -32,11 +32,12 @@ constexpr Subcommand kSubcommands[] = {
     {"compare", kvb::cli::compare, "regression check against a baseline"},
     {"bench", kvb::cli::bench, "TTFT / TPOT / memory with ratios to the hardware bound"},
     {"art-trace", kvb::cli::art_trace, "ART's stability readings on real decode steps"},
+    {"make-checkpoint", kvb::cli::make_checkpoint, "synthetic bf16 HF folder of a preset"},
 };
 
 void print_usage(FILE* out) {
   std::fprintf(out, "usage: kvbench <command> [options]   (--json for machine-readable output)\n\n");
-  for (const auto& sub : kSubcommands) std::fprintf(out, "  %-10s %s\n", sub.name, sub.summary);
+  for (const auto& sub : kSubcommands) std::fprintf(out, "  %-16s %s\n", sub.name, sub.summary);
 }
 
 }  // namespace

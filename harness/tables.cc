@@ -15,13 +15,27 @@ namespace {
 
 // LongBench v1's categories (`LongBench/README.md`), in the short names of the KV papers' tables.
 const std::vector<std::pair<std::string, std::string>> kLongBench = {
-    {"narrativeqa", "SD-QA"},       {"qasper", "SD-QA"},        {"multifieldqa_en", "SD-QA"},
-    {"multifieldqa_zh", "SD-QA"},   {"hotpotqa", "MD-QA"},      {"2wikimqa", "MD-QA"},
-    {"musique", "MD-QA"},           {"dureader", "MD-QA"},      {"gov_report", "Sum"},
-    {"qmsum", "Sum"},               {"multi_news", "Sum"},      {"vcsum", "Sum"},
-    {"trec", "Few-shot"},           {"triviaqa", "Few-shot"},   {"samsum", "Few-shot"},
-    {"lsht", "Few-shot"},           {"passage_count", "Synth"}, {"passage_retrieval_en", "Synth"},
-    {"passage_retrieval_zh", "Synth"}, {"lcc", "Code"},         {"repobench-p", "Code"}};
+    {"narrativeqa", "SD-QA"},
+    {"qasper", "SD-QA"},
+    {"multifieldqa_en", "SD-QA"},
+    {"multifieldqa_zh", "SD-QA"},
+    {"hotpotqa", "MD-QA"},
+    {"2wikimqa", "MD-QA"},
+    {"musique", "MD-QA"},
+    {"dureader", "MD-QA"},
+    {"gov_report", "Sum"},
+    {"qmsum", "Sum"},
+    {"multi_news", "Sum"},
+    {"vcsum", "Sum"},
+    {"trec", "Few-shot"},
+    {"triviaqa", "Few-shot"},
+    {"samsum", "Few-shot"},
+    {"lsht", "Few-shot"},
+    {"passage_count", "Synth"},
+    {"passage_retrieval_en", "Synth"},
+    {"passage_retrieval_zh", "Synth"},
+    {"lcc", "Code"},
+    {"repobench-p", "Code"}};
 const std::vector<std::string> kLongBenchCategories = {"SD-QA",    "MD-QA", "Sum",
                                                        "Few-shot", "Synth", "Code"};
 
@@ -244,6 +258,7 @@ struct Timing {
       compress.push_back(r.compress_ms);
       ttft.push_back(r.ttft_ms);
       if (r.tokens_out > 1) tpot.push_back(r.tpot_ms);
+      peak.push_back(static_cast<double>(r.peak_bytes));
     }
   }
 };
@@ -273,12 +288,14 @@ std::vector<TextTable> latency_or_memory_tables(const std::vector<StoredRow>& ro
       t.compress.push_back(row.result.compress_ms);
       t.ttft.push_back(row.result.ttft_ms);
       if (row.result.tokens_out > 1) t.tpot.push_back(row.result.tpot_ms);
+      // A cell's own peak (weights + its cache + workspaces) only where it ran alone: a batched
+      // row records the peak of every cache in its batch.
+      t.peak.push_back(static_cast<double>(row.result.peak_bytes));
     } else {
       t.batched.push_back(row.result);
     }
     t.kept.push_back(static_cast<double>(row.result.kept_entries));
     t.kv_bytes.push_back(static_cast<double>(row.result.kv_bytes));
-    t.peak.push_back(static_cast<double>(row.result.peak_bytes));
   }
   for (auto& [key, t] : timing) {
     t.fall_back_to_batched();
@@ -291,13 +308,13 @@ std::vector<TextTable> latency_or_memory_tables(const std::vector<StoredRow>& ro
     TextTable table;
     if (memory) {
       table.title = "Memory, " + model;
-      table.columns = {"Policy", "Budget", "Length", "Prompt mode", "Kept KV entries", "KV MiB",
-                       "KV vs Full", "Peak MiB"};
+      table.columns = {"Policy",          "Budget", "Length",     "Prompt mode",
+                       "Kept KV entries", "KV MiB", "KV vs Full", "Peak MiB"};
     } else {
       table.title = "Latency, " + model;
-      table.columns = {"Policy", "Budget",     "Length",  "Prompt mode", "Samples",
-                       "Prefill ms", "Compress ms", "TTFT ms", "TPOT ms",     "Base",
-                       "TTFT speed-up", "TPOT speed-up"};
+      table.columns = {"Policy",  "Budget",     "Length",        "Prompt mode",
+                       "Samples", "Prefill ms", "Compress ms",   "TTFT ms",
+                       "TPOT ms", "Base",       "TTFT speed-up", "TPOT speed-up"};
     }
     for (const auto& key : model_rows[model].items()) {
       const auto& [policy, label, budget, length, mode] = key;
@@ -305,9 +322,8 @@ std::vector<TextTable> latency_or_memory_tables(const std::vector<StoredRow>& ro
       std::vector<std::string> line = {label, budget_label(budget), std::to_string(length), mode};
       if (memory) {
         const auto full = by_name.find({model, "full", "", length, mode});
-        const double share = full == by_name.end() ? NAN
-                                                   : mean_of(t.kv_bytes) /
-                                                         mean_of(full->second->kv_bytes);
+        const double share =
+            full == by_name.end() ? NAN : mean_of(t.kv_bytes) / mean_of(full->second->kv_bytes);
         line.push_back(fixed(mean_of(t.kept), 0));
         line.push_back(fixed(mean_of(t.kv_bytes) / kMiB, 2));
         line.push_back(std::isfinite(share) ? fixed(100 * share, 1) + "%" : "-");
@@ -346,14 +362,27 @@ std::string escape_latex(const std::string& text) {
   std::string out;
   for (const char c : text) {
     switch (c) {
-      case '_': case '%': case '&': case '#': case '$': case '{': case '}':
+      case '_':
+      case '%':
+      case '&':
+      case '#':
+      case '$':
+      case '{':
+      case '}':
         out += '\\';
         out += c;
         break;
-      case '~': out += "\\textasciitilde{}"; break;
-      case '^': out += "\\textasciicircum{}"; break;
-      case '\\': out += "\\textbackslash{}"; break;
-      default: out += c;
+      case '~':
+        out += "\\textasciitilde{}";
+        break;
+      case '^':
+        out += "\\textasciicircum{}";
+        break;
+      case '\\':
+        out += "\\textbackslash{}";
+        break;
+      default:
+        out += c;
     }
   }
   // The interval's en dash is UTF-8 in the cells; LaTeX gets its own.

@@ -112,8 +112,7 @@ class AdaKvPolicy : public ScoredPolicy {
                                      const AdaKvOptions& options) {
     ScoredSettings settings = scorer.settings();
     settings.name = std::move(name);
-    settings.capture.output_projection |= options.critical;
-    settings.capture.host_keys_values |= options.critical;  // ‖v W_o‖ reads the values
+    settings.capture.projected_value_norms |= options.critical;  // ‖v W_o‖ (criticalkv.cc)
     return settings;
   }
 

@@ -10,6 +10,10 @@
 // terms (the paper's ablations) and stop ("group" | "head") select the readings the paper leaves
 // open; docs/methods.md §13 says which was chosen and why.
 // enabled = false walks every block through the same code (the overhead measurement, p = inf).
+// decision_window (default 0 = anywhere) is a cap: W > 0 lets a walk stop only after walk blocks
+// 0 .. W-1, on the CPU and the GPU alike. Both engines make the sequential decision over the whole
+// walk, so the option is no longer needed for the GPU to stop late; it stays for the ablation and
+// for configs that set it.
 // oracle_tolerance > 0 also traces every walk against the true relative error of the running
 // output (ART Table 4's probe/oracle agreement); the counts land in CachePlan::early_exit_oracle.
 #include "engine/errors.h"

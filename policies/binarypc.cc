@@ -109,20 +109,24 @@ class BinaryPcSelector : public ParamDecodeSelector {
   bool runs_on_device() const override { return true; }
   // The device hashes with the same projection rows: the OPC file's, or fitted here on the
   // prompt's keys with the seeds start() uses, so both engines select from the same codes.
-  std::optional<SparseDecodeConfig> device_config(const KvStore& prompt,
-                                                  int budget_tokens) const override {
-    SparseDecodeConfig config =
-        device_selection(SparseDecodeConfig::Method::kBinaryPc, budget_tokens, dense_layers_);
-    config.eas = eas_;
-    config.err_ratio = err_ratio_;
-    const int d = prompt.head_dim();
+  std::optional<DeviceSelectionSpec> device_selection(const KvStore& prompt,
+                                                      int budget_tokens) const override {
+    DeviceSelectionSpec spec =
+        device_selection_of(DeviceSelectionSpec::Scores::kSignCodes, budget_tokens, dense_layers_);
+    spec.shared_group = true;
+    spec.sign_codes.force_worst_reconstructed = eas_;
+    spec.sign_codes.forced_error_ratio = err_ratio_;
+    // A given projection needs no cache; an online fit reads the prompt's keys (none: no rows).
+    const int n_layers = projection_ ? projection_->n_layers : prompt.n_layers();
+    const int n_kv_heads = projection_ ? projection_->n_kv_heads : prompt.n_kv_heads();
+    const int d = projection_ ? projection_->head_dim : prompt.head_dim();
     const size_t rows = static_cast<size_t>(kBinaryHashBits) * d;
-    config.projection.assign(rows * prompt.n_layers() * prompt.n_kv_heads(), 0.0f);
-    for (int layer = 0; layer < prompt.n_layers(); ++layer) {
+    std::vector<float>& projection = spec.sign_codes.projection;
+    projection.assign(rows * n_layers * n_kv_heads, 0.0f);
+    for (int layer = 0; layer < n_layers; ++layer) {
       if (is_dense_layer(dense_layers_, layer)) continue;
-      for (int h = 0; h < prompt.n_kv_heads(); ++h) {
-        float* out =
-            &config.projection[(static_cast<size_t>(layer) * prompt.n_kv_heads() + h) * rows];
+      for (int h = 0; h < n_kv_heads; ++h) {
+        float* out = &projection[(static_cast<size_t>(layer) * n_kv_heads + h) * rows];
         if (projection_) {
           std::copy_n(projection_->head(layer, h), rows, out);
         } else if (prompt.length(layer, h) > 0) {
@@ -131,7 +135,7 @@ class BinaryPcSelector : public ParamDecodeSelector {
         }
       }
     }
-    return config;
+    return spec;
   }
 
   void select(int layer, const float* query, const KvStore& store, Selection& out) override {

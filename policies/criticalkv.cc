@@ -8,14 +8,14 @@
 //
 // Source: kvpress @8bb29b9 `criticalkv_press.py` (contributed by the CriticalKV first author, PR
 // #46; docs/methods.md §7). Defaults: ρ = first_stage_ratio = 0.5, ε = 1e−4, base scorer SnapKV
-// (its own defaults; "scorer" selects another). Needs W_o (CaptureRequest::output_projection).
+// (its own defaults; "scorer" selects another). Needs ν (CaptureRequest::projected_value_norms:
+// computed beside the prefill on a device, from W_o and the values on the CPU).
 // Budget C per (layer, KV head), uniform, window included. CriticalAdaKV is in adakv.cc.
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu/projected_value_norms.h"
 #include "policies/methods.h"
 #include "policies/selection.h"
 #include "policies/wrapped_scorer.h"
@@ -23,22 +23,26 @@
 namespace kvb {
 
 std::vector<float> projected_value_norms(const LayerPrefillView& layer, int kv_head) {
-  if (!layer.output_projection)
-    throw InputError("CriticalKV needs the output projection W_o (capture output_projection)");
-  const int length = layer.length, d = layer.head_dim, g = layer.group_size();
-  const int hidden = layer.d_model, inputs = layer.n_query_heads * d;
-  std::vector<float> nu(length, 0.0f), projected(static_cast<size_t>(length) * hidden);
-  for (int a = kv_head * g; a < (kv_head + 1) * g; ++a) {
-    // projected[j, o] = Σ_i v_j[i] · W_o[o, a·d + i]
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, length, hidden, d, 1.0f,
-                layer.values[kv_head], d, layer.output_projection + static_cast<int64_t>(a) * d,
-                inputs, 0.0f, projected.data(), hidden);
-    for (int j = 0; j < length; ++j) {
-      float l1 = 0.0f;
-      for (int o = 0; o < hidden; ++o) l1 += std::fabs(projected[static_cast<size_t>(j) * hidden + o]);
-      nu[j] += l1 / static_cast<float>(g);
-    }
+  const int length = layer.length;
+  if (layer.projected_value_norms) {  // computed beside the prefill (a device backend)
+    const float* nu = layer.projected_value_norms + static_cast<int64_t>(kv_head) * length;
+    return std::vector<float>(nu, nu + length);
   }
+  if (!layer.output_projection || !layer.has_keys_values())
+    throw InputError(
+        "CriticalKV needs ‖v W_o‖ (capture projected_value_norms), or W_o and the values");
+  std::vector<float> nu(length);
+  kernels::ProjectedValueNormsArgs args;
+  args.values = layer.values[kv_head];
+  args.output_projection = layer.output_projection;
+  args.n_query_heads = layer.n_query_heads;
+  args.n_kv_heads = layer.n_kv_heads;
+  args.kv_head = kv_head;
+  args.length = length;
+  args.dim = layer.head_dim;
+  args.hidden = layer.d_model;
+  args.norms = nu.data();
+  kernels::projected_value_norms(args);
   return nu;
 }
 
@@ -95,8 +99,7 @@ class CriticalKvPolicy : public ScoredPolicy {
   static ScoredSettings settings_for(const ScoredPolicy& base) {
     ScoredSettings settings = base.settings();
     settings.name = "criticalkv";
-    settings.capture.output_projection = true;
-    settings.capture.host_keys_values = true;  // ‖v W_o‖ reads the values
+    settings.capture.projected_value_norms = true;
     return settings;
   }
   std::shared_ptr<const ScoredPolicy> base_;

@@ -100,13 +100,13 @@ PolicyFactory decode_selector_factory(PolicyInfo info, SelectorBuilder build) {
   return factory;
 }
 
-SparseDecodeConfig device_selection(SparseDecodeConfig::Method method, int budget_tokens,
-                                    const std::vector<int>& dense_layers) {
-  SparseDecodeConfig config;
-  config.method = method;
-  config.token_budget = budget_tokens;
-  config.dense_layers = dense_layers;
-  return config;
+DeviceSelectionSpec device_selection_of(DeviceSelectionSpec::Scores scores, int budget_tokens,
+                                        const std::vector<int>& dense_layers) {
+  DeviceSelectionSpec spec;
+  spec.scores = scores;
+  spec.budget_tokens = budget_tokens;
+  spec.dense_layers = dense_layers;
+  return spec;
 }
 
 }  // namespace kvb

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "engine/cache_policy.h"
-#include "engine/cuda/sparse_decode_config.h"
 #include "policies/decode_selectors.h"
 #include "policies/params.h"
 #include "policies/registry.h"
@@ -31,9 +30,9 @@ double number_at_least(const PolicyParams& params, const std::string& name, doub
 // A list of layer indices >= 0.
 std::vector<int> read_layers(const PolicyParams& params, const std::string& name);
 
-// The device form every decode selector starts from: its method, budget and dense layers.
-SparseDecodeConfig device_selection(SparseDecodeConfig::Method method, int budget_tokens,
-                                    const std::vector<int>& dense_layers);
+// The device form every decode selector starts from: its scores, budget and dense layers.
+DeviceSelectionSpec device_selection_of(DeviceSelectionSpec::Scores scores, int budget_tokens,
+                                        const std::vector<int>& dense_layers);
 
 // Tokens a selector may attend to at a step with `current_length` cached entries: fractions apply
 // to the current length, token counts are fixed; at least 1, at most the current length.

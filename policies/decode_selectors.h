@@ -42,7 +42,8 @@ std::shared_ptr<DescribedDecodeSelector> make_binarypc_selector(
 
 // ART (§13): the early-exit parameters. Params: tau 1e-5, phi 1e-3, patience 2, block_size 64,
 // sink_tokens 4, scale_criterion "norm" | "mass" | "change", terms "both" | "scale" | "direction",
-// stop "group" | "head", decision_window 0 (anywhere), enabled true, oracle_tolerance 0 (off).
+// stop "group" | "head", decision_window 0 (anywhere; W > 0: a cap, stops only after blocks < W),
+// enabled true, oracle_tolerance 0 (off).
 EarlyExitParams make_art_params(const nlohmann::json& params);
 nlohmann::json describe_art_params(const EarlyExitParams& params);
 

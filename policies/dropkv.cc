@@ -1,9 +1,9 @@
 // DropKV (seed 000) — kind A, prefill eviction by the exact single-token output perturbation.
 //
 //   evicting j alone moves query a's output by  Δ_a^(t)(j) = (p/(1−p))² ‖a_a^(t) − v_j‖²
-//   score_h[j] = (1/g) Σ_{a∈group(h)} Σ_{t<W} ω_{a,j}^(t) ‖a_a^(t) − v_j‖²,  ω = (p/(1 − p + 1e−6))²
-//   (rows t = window queries, each seeing keys j ≤ L−W+t; softmax over all of them)
-//   pool over the FULL length (kernel 11, window positions included, so their raw scores spill into
+//   score_h[j] = (1/g) Σ_{a∈group(h)} Σ_{t<W} ω_{a,j}^(t) ‖a_a^(t) − v_j‖²,  ω = (p/(1 − p +
+//   1e−6))² (rows t = window queries, each seeing keys j ≤ L−W+t; softmax over all of them) pool
+//   over the FULL length (kernel 11, window positions included, so their raw scores spill into
 //   neighbouring prefix tokens), then the last w positions are set to max + 1 (protected);
 //   keep_len = max(budget, w, 1) per (layer, KV head), window included; keep the top keep_len.
 //
@@ -11,15 +11,15 @@
 // what run_eval.sh and the paper's results use) and `dropkv_cache.py` (path S, avg_pool1d);
 // Triton scorer `dropkv_triton.py` (docs/methods.md §9). Defaults: w = 8, kernel 11, pooling max
 // (path P), precision "bf16" = match_pytorch_precision (Triton path: bf16 q·k with fp32
-// accumulation ×1/√d, fp32 LSE, a from the unrounded fp32 p rounded to bf16, p rounded to bf16 before
-// ω, ⟨a,v⟩ with bf16 inputs, squared distance clamped at 0); "fp32" = dropkv_scores_reference.
-// No dense layers, no sinks; uniform budget over layers and heads.
-#include <cblas.h>
-
+// accumulation ×1/√d, fp32 LSE, a from the unrounded fp32 p rounded to bf16, p rounded to bf16
+// before ω, ⟨a,v⟩ with bf16 inputs, squared distance clamped at 0); "fp32" =
+// dropkv_scores_reference. No dense layers, no sinks; uniform budget over layers and heads.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/dropkv_scores.h"
 #include "policies/methods.h"
 #include "policies/scored_policy.h"
 #include "policies/selection.h"
@@ -27,111 +27,99 @@
 namespace kvb {
 namespace {
 
-// The head's keys and values as the scorer reads them: bf16-rounded copies in bf16 mode.
-struct HeadTensors {
-  std::vector<float> keys, values, value_norms;  // [L, d], [L, d], [L]
-};
-
-HeadTensors head_tensors(const LayerPrefillView& layer, int h, Precision precision) {
-  const size_t n = static_cast<size_t>(layer.length) * layer.head_dim;
-  HeadTensors out{{layer.keys[h], layer.keys[h] + n}, {layer.values[h], layer.values[h] + n}, {}};
-  for (auto& x : out.keys) x = maybe_bf16(x, precision);
-  for (auto& x : out.values) x = maybe_bf16(x, precision);
-  out.value_norms.resize(layer.length);
-  for (int j = 0; j < layer.length; ++j) {
-    float squared = 0.0f;
-    for (int i = 0; i < layer.head_dim; ++i) squared += out.values[size_t(j) * layer.head_dim + i] *
-                                                        out.values[size_t(j) * layer.head_dim + i];
-    out.value_norms[j] = squared;
-  }
+// Copies of n floats, bf16-rounded in bf16 mode (the Triton scorer reads bf16 q, k, v).
+std::vector<float> copy_at(const float* x, size_t n, Precision precision) {
+  std::vector<float> out(x, x + n);
+  for (auto& value : out) value = maybe_bf16(value, precision);
   return out;
 }
 
-// Adds query head a's score over its W window rows into `scores` (length L).
-void add_query_head_scores(const LayerPrefillView& layer, int a, const HeadTensors& head, int window,
-                           Precision precision, std::vector<double>& scores) {
+// Raw scores [Hkv, L] computed as a device computes them: the window forward over the last W
+// queries (kernels/cpu/attention.h, the twin of flash_attention_prefill), then the scorer
+// (kernels/cpu/dropkv_scores.h, the twin of the fused CUDA scorer).
+std::vector<float> raw_scores(const LayerPrefillView& layer, int window, Precision precision) {
   const int length = layer.length, d = layer.head_dim;
-  const bool bf16 = precision == Precision::kBf16;
-  std::vector<float> queries(static_cast<size_t>(window) * d);
-  std::copy_n(layer.query(a, layer.window - window), queries.size(), queries.begin());
-  for (auto& x : queries) x = maybe_bf16(x, precision);
-  // logits [W, L] = q·k (fp32 accumulation) / sqrt(d), then p = exp(logit − LSE) in fp32.
-  std::vector<float> probs(static_cast<size_t>(window) * length);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, window, length, d,
-              1.0f / std::sqrt(static_cast<float>(d)), queries.data(), d, head.keys.data(), d, 0.0f,
-              probs.data(), length);
-  for (int t = 0; t < window; ++t) {
-    float* row = &probs[static_cast<size_t>(t) * length];
-    const int visible = length - window + t + 1;
-    const float max_logit = *std::max_element(row, row + visible);
-    float total = 0.0f;
-    for (int j = 0; j < visible; ++j) total += std::exp(row[j] - max_logit);
-    const float log_sum = max_logit + std::log(total);
-    for (int j = 0; j < visible; ++j) row[j] = std::clamp(std::exp(row[j] - log_sum), 0.0f, 1.0f);
-    std::fill(row + visible, row + length, 0.0f);
+  const int hq = layer.n_query_heads, hkv = layer.n_kv_heads;
+  const size_t head_size = static_cast<size_t>(length) * d;
+  std::vector<float> keys, values;  // [Hkv, L, d]
+  for (int h = 0; h < hkv; ++h) {
+    const std::vector<float> k = copy_at(layer.keys[h], head_size, precision);
+    const std::vector<float> v = copy_at(layer.values[h], head_size, precision);
+    keys.insert(keys.end(), k.begin(), k.end());
+    values.insert(values.end(), v.begin(), v.end());
   }
-  // True outputs a [W, d] from the unrounded fp32 probabilities (stored as bf16 in bf16 mode).
-  std::vector<float> outputs(static_cast<size_t>(window) * d);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, window, d, length, 1.0f, probs.data(),
-              length, head.values.data(), d, 0.0f, outputs.data(), d);
-  for (auto& x : outputs) x = maybe_bf16(x, precision);
-  // bf16 (Triton) path: ||a − v||² = ||v||² − 2⟨a, v⟩ + ||a||², clamped at 0.
-  std::vector<float> dots;
-  if (bf16) {
-    dots.resize(static_cast<size_t>(window) * length);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, window, length, d, 1.0f, outputs.data(), d,
-                head.values.data(), d, 0.0f, dots.data(), length);
-  }
-  for (int t = 0; t < window; ++t) {
-    const float* output = &outputs[static_cast<size_t>(t) * d];
-    float output_norm = 0.0f;
-    for (int i = 0; i < d; ++i) output_norm += output[i] * output[i];
-    const int visible = length - window + t + 1;
-    for (int j = 0; j < visible; ++j) {
-      const float p = maybe_bf16(probs[static_cast<size_t>(t) * length + j], precision);
-      const float ratio = p / (1.0f - p + 1e-6f);
-      float distance;
-      if (bf16) {
-        distance = std::max(0.0f, head.value_norms[j] -
-                                      2.0f * dots[static_cast<size_t>(t) * length + j] + output_norm);
-      } else {
-        const float* v = &head.values[static_cast<size_t>(j) * d];
-        distance = 0.0f;
-        for (int i = 0; i < d; ++i) distance += (output[i] - v[i]) * (output[i] - v[i]);
-      }
-      scores[j] += static_cast<double>(ratio * ratio * distance);
+  // The window queries as the forward takes them ([W, Hq·d]) and as the scorer does ([Hq, W, d]).
+  std::vector<float> query_rows(static_cast<size_t>(window) * hq * d), queries(query_rows.size());
+  for (int a = 0; a < hq; ++a)
+    for (int t = 0; t < window; ++t) {
+      const std::vector<float> q = copy_at(layer.query(a, layer.window - window + t), d, precision);
+      std::copy(q.begin(), q.end(), &query_rows[(static_cast<size_t>(t) * hq + a) * d]);
+      std::copy(q.begin(), q.end(), &queries[(static_cast<size_t>(a) * window + t) * d]);
     }
+  std::vector<float> output_rows(query_rows.size()), lse(static_cast<size_t>(hq) * window);
+  kernels::CausalAttentionArgs forward;
+  forward.n_query_heads = hq;
+  forward.n_kv_heads = hkv;
+  forward.head_dim = d;
+  forward.n_queries = window;
+  forward.queries = query_rows.data();
+  for (int h = 0; h < hkv; ++h) {
+    forward.keys.push_back(&keys[h * head_size]);
+    forward.values.push_back(&values[h * head_size]);
   }
+  forward.prefix.assign(hkv, length - window);
+  forward.output = output_rows.data();
+  forward.row_log_sum_exp = lse.data();
+  kernels::causal_attention(forward);
+  // y [Hq, W, d], stored as bf16 in bf16 mode (from the unrounded fp32 probabilities).
+  std::vector<float> outputs(output_rows.size());
+  for (int a = 0; a < hq; ++a)
+    for (int t = 0; t < window; ++t)
+      for (int i = 0; i < d; ++i)
+        outputs[(static_cast<size_t>(a) * window + t) * d + i] =
+            maybe_bf16(output_rows[(static_cast<size_t>(t) * hq + a) * d + i], precision);
+  std::vector<float> scores(static_cast<size_t>(hkv) * length);
+  kernels::DropKvScoreArgs args{hq,
+                                hkv,
+                                d,
+                                length,
+                                window,
+                                queries.data(),
+                                outputs.data(),
+                                lse.data(),
+                                keys.data(),
+                                values.data(),
+                                /*round_p_to_bf16=*/precision == Precision::kBf16,
+                                scores.data(),
+                                /*direct_distance=*/precision == Precision::kFp32};
+  kernels::dropkv_scores(args);
+  return scores;
 }
 
 class DropKvPolicy : public ScoredPolicy {
  public:
   DropKvPolicy(ScoredSettings settings, int kernel, Pooling pooling, Precision precision)
-      : ScoredPolicy(std::move(settings)), kernel_(kernel), pooling_(pooling), precision_(precision) {}
+      : ScoredPolicy(std::move(settings)),
+        kernel_(kernel),
+        pooling_(pooling),
+        precision_(precision) {}
 
   std::vector<std::vector<float>> score(const LayerPrefillView& layer) const override {
-    const int window = effective_window(layer, settings().window);
-    const int group = layer.group_size();
+    // Scores a device backend computed (kernels/cuda/dropkv_scores.h), or the same computation on
+    // the host from the prompt's keys and values.
+    std::vector<float> computed;
+    const float* raw = layer.perturbation_for(perturbation_request(settings().window));
+    if (!raw) {
+      require_keys_values(layer, "dropkv", "its perturbation scores");
+      computed = raw_scores(layer, effective_window(layer, settings().window), precision_);
+      raw = computed.data();
+    }
+    // Pooling over the full length (fp32 scores; no bf16 rounding of the pooled values).
     std::vector<std::vector<float>> scores(layer.n_kv_heads);
-    // Scores a device backend computed with the same formula (kernels/cuda/dropkv_scores.h).
-    if (const float* raw = layer.perturbation_for(perturbation_request(settings().window))) {
-      for (int h = 0; h < layer.n_kv_heads; ++h)
-        scores[h] = pool1d(
-            {raw + static_cast<int64_t>(h) * layer.length, static_cast<size_t>(layer.length)},
-            kernel_, pooling_, Precision::kFp32);
-      return scores;
-    }
-    require_keys_values(layer, "dropkv", "its perturbation scores");
-    for (int h = 0; h < layer.n_kv_heads; ++h) {
-      std::vector<double> sum(layer.length, 0.0);
-      const HeadTensors head = head_tensors(layer, h, precision_);
-      for (int a = h * group; a < (h + 1) * group; ++a)
-        add_query_head_scores(layer, a, head, window, precision_, sum);
-      std::vector<float> mean(layer.length);
-      for (int j = 0; j < layer.length; ++j) mean[j] = static_cast<float>(sum[j] / group);
-      // Pooling over the full length (fp32 scores; no bf16 rounding of the pooled values).
-      scores[h] = pool1d(mean, kernel_, pooling_, Precision::kFp32);
-    }
+    for (int h = 0; h < layer.n_kv_heads; ++h)
+      scores[h] =
+          pool1d({raw + static_cast<int64_t>(h) * layer.length, static_cast<size_t>(layer.length)},
+                 kernel_, pooling_, Precision::kFp32);
     return scores;
   }
 

@@ -12,6 +12,7 @@ PolicyFactory full_factory() {
   factory.install = [](const nlohmann::json& params, CachePlan&) {
     PolicyParams("full", params, nlohmann::json::object());  // rejects any parameter
   };
+  factory.keeps_whole_cache = true;
   return factory;
 }
 

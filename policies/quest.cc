@@ -68,15 +68,15 @@ class QuestSelector : public ParamDecodeSelector {
   }
 
   bool runs_on_device() const override { return true; }
-  std::optional<SparseDecodeConfig> device_config(const KvStore&,
-                                                  int budget_tokens) const override {
-    SparseDecodeConfig config =
-        device_selection(SparseDecodeConfig::Method::kQuest, budget_tokens, dense_layers_);
-    config.page_size = page_size_;
-    config.min_pages = min_pages_;
-    config.shared_pages = gqa_ == GqaSelection::kShared;
-    config.keep_last_page = keep_last_page_;
-    return config;
+  std::optional<DeviceSelectionSpec> device_selection(const KvStore&,
+                                                      int budget_tokens) const override {
+    DeviceSelectionSpec spec =
+        device_selection_of(DeviceSelectionSpec::Scores::kPageBounds, budget_tokens, dense_layers_);
+    spec.pages.page_size = page_size_;
+    spec.pages.min_pages = min_pages_;
+    spec.pages.keep_last_page = keep_last_page_;
+    spec.shared_group = gqa_ == GqaSelection::kShared;
+    return spec;
   }
 
   void start(const KvStore& store, int, int budget_tokens) override {

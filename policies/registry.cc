@@ -111,6 +111,22 @@ std::shared_ptr<const BinaryProjectionSet> PlanFiles::binarypc_projection(const 
   return projection;
 }
 
+bool policy_takes_budget(const std::string& spec) {
+  std::vector<std::string> parts;
+  try {
+    parts = split_spec(spec);
+  } catch (const InputError&) {
+    return true;
+  }
+  for (const std::string& part : parts) {
+    const auto factory = std::find_if(factories().begin(), factories().end(),
+                                      [&](const PolicyFactory& f) { return f.info.name == part; });
+    if (factory == factories().end()) return true;
+    if (!factory->keeps_whole_cache && factory->info.kind != PolicyKind::kKernelWalk) return true;
+  }
+  return false;
+}
+
 CachePlan make_cache_plan(const std::string& spec, const nlohmann::json& params,
                           std::optional<Budget> budget, PlanFiles* files) {
   const std::vector<std::string> parts = split_spec(spec);

@@ -55,6 +55,9 @@ struct PolicyFactory {
   std::function<std::shared_ptr<DecodeSelector>(const nlohmann::json& params, const Budget& budget,
                                                 PlanFiles& files)>
       make_selector;
+  // True for the baseline that keeps the whole cache ("full"): it takes no budget, and neither
+  // does its composition with kernel-walk modifiers ("full+art"), which never take one.
+  bool keeps_whole_cache = false;
 };
 
 std::vector<PolicyInfo> list_policies();
@@ -64,6 +67,11 @@ const PolicyFactory& find_policy(const std::string& name);
 
 // A score-based prefill method by name (for wrappers); InputError if `name` is not one.
 std::shared_ptr<const ScoredPolicy> make_scorer(const std::string& name, const nlohmann::json& params);
+
+// Whether the policy spec (a name or a '+'-composition) takes a budget: false when every component
+// keeps the whole cache or is a kernel-walk modifier ("full", "full+art"). A spec with an unknown
+// or empty component counts as taking one; building its plan names the error.
+bool policy_takes_budget(const std::string& spec);
 
 // What one cache plan is built from. `policy` is a name or a '+'-composition; `budget` is absent
 // for budget-less policies ("full", "full+art").

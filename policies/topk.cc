@@ -6,10 +6,13 @@
 // Dense layers {0, 1} (MagicPIG's topk_cache.py).
 // GQA: "per_head" (default; each query head its own set, the union is what is loaded) or "shared"
 // (one set per KV head ranked by the sum of the group's softmax weights).
+// Device form (per_head): exact scores (kernels/cuda/query_key_scores.h, the CPU twin computes the
+// logits here), the same top-k per query head, the budget applied to the current length.
 // Source: Infini-AI-Lab/MagicPIG evaluations/RULER/pred/topk_cache.py; BinaryPC Appendix A.1.
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/query_key_scores.h"
 #include "policies/decode_selector_common.h"
 #include "policies/decode_selectors.h"
 #include "policies/methods.h"
@@ -32,6 +35,19 @@ class TopkOracleSelector : public ParamDecodeSelector {
   void start(const KvStore&, int, int) override {}
   void on_append(const KvStore&, int) override {}
 
+  // Per head, the device ranks the same exact logits; the group-shared form (a sum of softmax
+  // weights over the group) has no device building block and stays on the CPU.
+  bool runs_on_device() const override { return gqa_ == GqaSelection::kPerHead; }
+  std::optional<DeviceSelectionSpec> device_selection(const KvStore&, int) const override {
+    if (!runs_on_device()) return std::nullopt;
+    // The budget applies to the current length at every step, as select() does.
+    DeviceSelectionSpec spec = device_selection_of(
+        DeviceSelectionSpec::Scores::kExactDot,
+        budget_.unit == Budget::Unit::kTokens ? static_cast<int>(budget_.value) : 0, dense_layers_);
+    if (budget_.unit == Budget::Unit::kFraction) spec.budget_fraction = budget_.value;
+    return spec;
+  }
+
   void select(int layer, const float* query, const KvStore& store, Selection& out) override {
     const int group = begin_selection(layer, store, out);
     if (group == 0) return;  // a dense layer
@@ -42,12 +58,8 @@ class TopkOracleSelector : public ParamDecodeSelector {
       const float* keys = store.keys(layer, h);
       std::vector<std::vector<float>> logits(group, std::vector<float>(length));
       for (int g = 0; g < group; ++g) {
-        const float* q = query + static_cast<int64_t>(h * group + g) * d;
-        for (int j = 0; j < length; ++j) {
-          float dot = 0;
-          for (int i = 0; i < d; ++i) dot += q[i] * keys[static_cast<int64_t>(j) * d + i];
-          logits[g][j] = dot;
-        }
+        kernels::query_key_scores(query + static_cast<int64_t>(h * group + g) * d, keys, length, d,
+                                  logits[g].data());
       }
       if (gqa_ == GqaSelection::kPerHead) {
         for (int g = 0; g < group; ++g)

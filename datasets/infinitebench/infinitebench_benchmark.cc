@@ -2,13 +2,16 @@
 // generated at each length in the released record schema (unless "generate": false); the other
 // tasks are loaded from the official "{task}.jsonl" files and middle-truncated to the length minus
 // the task's answer. Prompts follow the configured family's templates; compute_scores.py's scorer
-// per task. One table column per task.
+// per task. One table column per task. Predictions files are InfiniteBench's results/ files,
+// {"prediction"|"pred", "ground_truth"|"label"}.
 #include <algorithm>
 
 #include "datasets/infinitebench/generate.h"
 #include "datasets/infinitebench/loader.h"
 #include "datasets/infinitebench/prompts.h"
 #include "datasets/infinitebench/scorers.h"
+#include "datasets/jsonl_reader.h"
+#include "datasets/prediction_records.h"
 #include "datasets/registry.h"
 #include "engine/errors.h"
 
@@ -26,7 +29,8 @@ std::vector<Sample> generate_group(const TaskGroup& group, const GroupSampleInpu
   // The generators emit records in the released schema; the loader's prompt code does the rest.
   const GenerationRequest request{
       group.task, group.length, group.sample_count, group.spec.seed, {}};
-  const auto records = generate_infinitebench_records(request, group_tokenizer(group, inputs));
+  const auto records =
+      generate_infinitebench_records(request, group_tokenizer(group, inputs), inputs.progress);
   std::vector<Sample> samples;
   for (size_t i = 0; i < records.size(); ++i) {
     Sample sample = infinitebench_sample_from_record(
@@ -64,6 +68,24 @@ std::vector<Sample> group_samples(const TaskGroup& group, const GroupSampleInput
     s.extra["prompt_limit"] = prompt_limit;
   }
   return samples;
+}
+
+// compute_scores.py: the label keeps its JSON type (a list, a string or a number).
+FileScores score_file(const std::string& task, const std::string& path,
+                      const FileScoreOptions& options) {
+  FileScores scores;
+  for_each_prediction_record(path, [&](const nlohmann::json& record, size_t line) {
+    const std::string pred = prediction_of(record, {"prediction", "pred"}, path, line);
+    const nlohmann::json* label = first_field(record, {"ground_truth", "label"});
+    if (!label) throw_record_error(path, line, "record needs \"ground_truth\" or \"label\"");
+    try {
+      scores.per_record.push_back(infinitebench_score_one(task, pred, *label, options.model_name));
+    } catch (const InputError& e) {
+      throw_record_error(path, line, e.what());
+    }
+  });
+  scores.percent = percent_of_mean(scores.per_record);
+  return scores;
 }
 
 }  // namespace
@@ -106,6 +128,7 @@ Benchmark infinitebench_benchmark() {
       return infinitebench_score_one(task, answer, sample.extra["label"]);
     return infinitebench_score_one(task, answer, nlohmann::json(sample.references));
   };
+  b.score_file = score_file;
   return b;
 }
 

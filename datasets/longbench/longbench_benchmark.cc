@@ -1,14 +1,107 @@
 // LongBench v1 (docs/benchmarks.md §3): samples loaded from the official "{dataset}.jsonl" files,
 // prompts middle-truncated as pred.py does (to the config's length, or the model's context minus
 // the dataset's answer and the chat frame); eval.py's metric per dataset. The table groups the
-// datasets by category.
+// datasets by category. Predictions files are LongBench's pred/ files, {"pred", "answers",
+// "all_classes"?, "length"?}; a dataset named "X_e" is LongBench-E and reports the length buckets.
+#include <map>
+
+#include "datasets/jsonl_reader.h"
 #include "datasets/longbench/loader.h"
 #include "datasets/longbench/longbench.h"
+#include "datasets/prediction_records.h"
 #include "datasets/registry.h"
 #include "engine/errors.h"
 
 namespace kvb {
 namespace {
+
+// One line of a pred/ file.
+struct PredictionRow {
+  std::string pred;
+  std::vector<std::string> answers;
+  double length = 0;  // LongBench-E
+  size_t line = 0;
+};
+
+struct PredictionFile {
+  std::vector<PredictionRow> rows;
+  // eval.py keeps all_classes of the last line read (the same list on every line of a dataset).
+  std::vector<std::string> all_classes;
+  bool has_classes = false;
+};
+
+PredictionFile read_predictions(const std::string& path, bool longbench_e) {
+  PredictionFile file;
+  for_each_prediction_record(path, [&](const nlohmann::json& record, size_t line) {
+    PredictionRow row{prediction_of(record, {"pred"}, path, line), {}, 0, line};
+    auto answers = record.find("answers");
+    if (answers == record.end())
+      throw_record_error(path, line, "LongBench record needs \"answers\"");
+    row.answers = strings_of(*answers, path, line, "\"answers\"");
+    if (auto classes = record.find("all_classes"); classes != record.end()) {
+      file.has_classes = !classes->is_null();
+      file.all_classes = file.has_classes ? strings_of(*classes, path, line, "\"all_classes\"")
+                                          : std::vector<std::string>();
+    }
+    if (longbench_e) {
+      auto length = record.find("length");
+      if (length == record.end() || !length->is_number())
+        throw_record_error(path, line, "LongBench-E record needs a numeric \"length\"");
+      row.length = length->get<double>();
+    }
+    file.rows.push_back(std::move(row));
+  });
+  return file;
+}
+
+FuzzBackend code_similarity_backend(const std::string& name) {
+  if (name == "difflib") return FuzzBackend::kDifflib;
+  if (name == "levenshtein") return FuzzBackend::kLevenshtein;
+  throw InputError("--code-sim must be difflib or levenshtein, not '" + name + "'");
+}
+
+// eval.py's scorer_e: round(100 * mean, 2) per length bucket; an empty bucket is NaN there
+// (np.mean of []), null here.
+nlohmann::json length_buckets(const PredictionFile& file, const std::vector<double>& scores) {
+  std::map<std::string, std::pair<double, int>> buckets = {
+      {"0-4k", {0, 0}}, {"4-8k", {0, 0}}, {"8k+", {0, 0}}};
+  for (size_t i = 0; i < scores.size(); ++i) {
+    auto& [sum, count] = buckets[longbench_length_bucket(file.rows[i].length)];
+    sum += scores[i];
+    ++count;
+  }
+  nlohmann::json by_length = nlohmann::json::object();
+  for (const auto& [name, sum_count] : buckets)
+    by_length[name] =
+        sum_count.second ? nlohmann::json(python_round2(100.0 * sum_count.first / sum_count.second))
+                         : nlohmann::json(nullptr);
+  return by_length;
+}
+
+FileScores score_file(const std::string& task, const std::string& path,
+                      const FileScoreOptions& options) {
+  const LongBenchDataset& dataset = longbench_dataset(task);
+  const FuzzBackend backend = code_similarity_backend(options.code_similarity);
+  const bool longbench_e = is_longbench_e_name(task);
+  const PredictionFile file = read_predictions(path, longbench_e);
+  if (dataset.metric == "classification" && !file.has_classes)
+    throw InputError(path + ": " + std::string(dataset.name) +
+                     " is scored against \"all_classes\", which no record carries");
+  FileScores scores;
+  for (const PredictionRow& row : file.rows) {
+    try {
+      scores.per_record.push_back(
+          longbench_score_sample(dataset, row.pred, row.answers, file.all_classes, backend));
+    } catch (const InputError& e) {
+      throw_record_error(path, row.line, e.what());
+    }
+  }
+  scores.percent = percent_of_total(scores.per_record);
+  if (longbench_e)
+    scores.reported.push_back(
+        {"buckets", "LongBench-E length buckets", length_buckets(file, scores.per_record)});
+  return scores;
+}
 
 int frame_tokens(const GroupSampleInputs& inputs) {
   if (!inputs.tokenizer || inputs.frame.empty()) return 0;
@@ -65,6 +158,7 @@ Benchmark longbench_benchmark() {
     return longbench_score_sample(longbench_dataset(task), answer, sample.references,
                                   sample.all_classes);
   };
+  b.score_file = score_file;
   return b;
 }
 

@@ -1,12 +1,15 @@
 // Needle in a Haystack, KVCache-Factory's protocol (docs/benchmarks.md §2): one generated sample
 // per (length, depth), the Paul Graham essays as haystack; the answer is the first non-blank line
 // of the generated text and scores word recall against the expected answer; the substring match is
-// recorded beside it. Rows feed the depth x length heatmaps.
+// recorded beside it. Rows feed the depth x length heatmaps. Predictions files:
+// {"pred"|"prediction"|"response", "answers"|"references"|"outputs"?, "needle"?}, scored with word
+// recall and reporting the substring match and the ROUGE-1 F x10 that KVCache-Factory stores.
 #include <algorithm>
 #include <cctype>
 
 #include "datasets/metrics/string_match.h"
 #include "datasets/niah/niah.h"
+#include "datasets/prediction_records.h"
 #include "datasets/registry.h"
 #include "datasets/ruler/ruler.h"
 #include "engine/errors.h"
@@ -40,6 +43,42 @@ nlohmann::json substring_match(const std::string& answer, const Sample& sample) 
   return metrics;
 }
 
+// The heatmap score: recall of the expected answer's words (the sample's first reference).
+py::Text expected_answer(const Sample& sample) {
+  return sample.references.empty() ? py::Text(kNiahExpectedAnswer) : py::T(sample.references[0]);
+}
+
+double word_recall(const std::string&, const std::string& answer, const Sample& sample) {
+  return niah_word_recall(py::T(answer), expected_answer(sample));
+}
+
+// The three NIAH scores of every record, each a mean over the file.
+FileScores score_file(const std::string& task, const std::string& path, const FileScoreOptions&) {
+  std::vector<double> recall, substring, rouge1_f10;
+  for_each_prediction_record(path, [&](const nlohmann::json& record, size_t line) {
+    const std::string pred = prediction_of(record, {"pred", "prediction", "response"}, path, line);
+    Sample sample;
+    sample.benchmark = "niah";
+    sample.task = task;
+    if (const nlohmann::json* references =
+            first_field(record, {"outputs", "answers", "references"}))
+      sample.references = strings_of(*references, path, line, "the references");
+    recall.push_back(word_recall(task, pred, sample));
+    substring.push_back(niah_substring_match(py::T(pred), expected_answer(sample)));
+    const nlohmann::json* needle = first_field(record, {"needle"});
+    rouge1_f10.push_back(niah_rouge1_f_times_10(py::T(pred), needle && needle->is_string()
+                                                                 ? py::T(needle->get<std::string>())
+                                                                 : py::T(kNiahNeedle)));
+  });
+  FileScores scores;
+  scores.per_record = recall;
+  scores.percent = percent_of_mean(recall);
+  scores.reported = {
+      {"substring_match", "substring match", percent_of_mean(substring)},
+      {"rouge1_f10", "ROUGE-1 F x10 (stored KVCache-Factory score)", rounded_mean(rouge1_f10)}};
+  return scores;
+}
+
 }  // namespace
 
 Benchmark niah_benchmark() {
@@ -71,15 +110,18 @@ Benchmark niah_benchmark() {
     request.depths = group.spec.depths;
     request.essays_dir = ruler_data_paths(inputs.data).essays_dir;
     request.chat_template = group.spec.chat_template;
-    return generate_niah(request, group_tokenizer(group, inputs));
+    return generate_niah(request, group_tokenizer(group, inputs), inputs.progress);
   };
   b.answer = first_answer_line;
-  b.score = [](const std::string&, const std::string& answer, const Sample& sample) {
-    const py::Text expected =
-        sample.references.empty() ? py::Text(kNiahExpectedAnswer) : py::T(sample.references[0]);
-    return niah_word_recall(py::T(answer), expected);
-  };
+  b.score = word_recall;
   b.extra_metrics = substring_match;
+  b.score_file = score_file;
+  // gen-data --num K: KVCache-Factory's depth grid round(linspace(0, 100, K)), default 10.
+  b.set_generated_count = [](BenchmarkSpec& spec, int count) {
+    spec.depths = niah_depths(count);
+    spec.samples = 1;
+  };
+  b.generated_count_default = 10;
   return b;
 }
 

@@ -1,9 +1,12 @@
 // RULER (docs/benchmarks.md §1): generated samples (datasets/ruler/ruler.h), fitted to each length
 // with the model's tokenizer inside its chat frame; scored after RULER's postprocess with
 // string_match_part for the QA tasks and string_match_all otherwise. One table column per task.
+// Predictions files: {"pred"|"prediction"|"response", "outputs"|"answers"|"references"}.
 #include <algorithm>
 
+#include "datasets/jsonl_reader.h"
 #include "datasets/metrics/string_match.h"
+#include "datasets/prediction_records.h"
 #include "datasets/registry.h"
 #include "datasets/ruler/ruler.h"
 #include "datasets/scoring.h"
@@ -24,6 +27,33 @@ void check_ruler_task(const std::string& task) {
   std::string known;
   for (const auto& t : tasks) known += (known.empty() ? "" : ", ") + t;
   throw InputError("unknown RULER task '" + task + "' (known: " + known + ")");
+}
+
+double score_ruler_answer(const std::string& task, const std::string& answer,
+                          const Sample& sample) {
+  check_ruler_task(task);
+  const py::Text prediction = ruler_postprocess(py::T(answer));
+  const auto references = to_texts(sample.references);
+  return ruler_uses_string_match_part(task) ? string_match_part(prediction, references)
+                                            : string_match_all(prediction, references);
+}
+
+// RULER's evaluate.py: the metric per record, then round(100 * mean, 2).
+FileScores score_file(const std::string& task, const std::string& path, const FileScoreOptions&) {
+  FileScores scores;
+  for_each_prediction_record(path, [&](const nlohmann::json& record, size_t line) {
+    const std::string pred = prediction_of(record, {"pred", "prediction", "response"}, path, line);
+    const nlohmann::json* references = first_field(record, {"outputs", "answers", "references"});
+    if (!references)
+      throw_record_error(path, line, "RULER record needs \"outputs\" (the references)");
+    Sample sample;
+    sample.benchmark = "ruler";
+    sample.task = task;
+    sample.references = strings_of(*references, path, line, "the references");
+    scores.per_record.push_back(score_ruler_answer(task, pred, sample));
+  });
+  scores.percent = percent_of_mean(scores.per_record);
+  return scores;
 }
 
 }  // namespace
@@ -66,15 +96,10 @@ Benchmark ruler_benchmark() {
     const GenerationRequest request{
         group.task, group.length, group.spec.samples, group.spec.seed, {}};
     return generate_ruler(request, group_tokenizer(group, inputs), inputs.frame,
-                          ruler_data_paths(inputs.data));
+                          ruler_data_paths(inputs.data), inputs.progress);
   };
-  b.score = [](const std::string& task, const std::string& answer, const Sample& sample) {
-    check_ruler_task(task);
-    const py::Text prediction = ruler_postprocess(py::T(answer));
-    const auto references = to_texts(sample.references);
-    return ruler_uses_string_match_part(task) ? string_match_part(prediction, references)
-                                              : string_match_all(prediction, references);
-  };
+  b.score = score_ruler_answer;
+  b.score_file = score_file;
   return b;
 }
 

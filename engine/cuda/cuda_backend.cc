@@ -5,14 +5,35 @@
 
 #include "engine/errors.h"
 #include "engine/model.h"
+#include "engine/weight_source.h"
 
 namespace kvb {
 
+namespace {
+
+std::unique_ptr<CudaEngine> device_engine_for(const ModelWeights& weights) {
+  if (!weights_live_on_device_only(weights)) return CudaEngine::from_weights(weights);
+  if (weights.config.dummy_weights) return CudaEngine::from_preset(weights.config, kPresetSeed);
+  return CudaEngine::from_source(*open_weight_source(weights.source));
+}
+
+}  // namespace
+
 CudaBackend::CudaBackend(const ModelWeights& weights)
-    : weights_(weights),
-      engine_(weights_live_on_device_only(weights)
-                  ? CudaEngine::from_preset(weights.config, kPresetSeed)
-                  : CudaEngine::from_weights(weights)) {}
+    : weights_(weights), engine_(device_engine_for(weights)) {}
+
+const ModelWeights& CudaBackend::weights_with_output_projection() const {
+  if (!weights_live_on_device_only(weights_)) return weights_;
+  if (!output_projections_) {
+    auto w = std::make_unique<ModelWeights>();
+    w->config = weights_.config;
+    w->source = weights_.source;
+    w->layers.resize(w->config.n_layers);
+    for (int l = 0; l < w->config.n_layers; ++l) w->layers[l].wo = engine_->output_projection(l);
+    output_projections_ = std::move(w);
+  }
+  return *output_projections_;
+}
 
 void CudaBackend::check_plan(const CachePlan& plan) const {
   auto refuse = [&](const std::string& why) {
@@ -20,9 +41,6 @@ void CudaBackend::check_plan(const CachePlan& plan) const {
                      "; run it with \"device\": \"cpu\"");
   };
   if (plan.decode_eviction) refuse("its decode-time eviction runs on the CPU engine only");
-  if (plan.prefill && plan.prefill->capture().output_projection &&
-      weights_live_on_device_only(weights_))
-    refuse("it reads W_o on the host, and this preset's weights live on the device only");
   if (plan.selector && !plan.selector->runs_on_device())
     refuse("its decode selector '" + plan.selector->name() + "' has no device form");
   if (plan.early_exit) {
@@ -76,9 +94,11 @@ KvStore CudaBackend::host_store(int seq) const {
 
 PrefillView CudaBackend::prefill_view(int seq, const PrefillCapture& capture,
                                       const CaptureRequest& request, KvStore& host_copy) const {
-  if (!request.host_keys_values) return make_prefill_view(weights_, nullptr, capture, request);
+  const ModelWeights& weights =
+      request.output_projection ? weights_with_output_projection() : weights_;
+  if (!request.host_keys_values) return make_prefill_view(weights, nullptr, capture, request);
   if (host_copy.n_layers() == 0) host_copy = host_store(seq);
-  return make_prefill_view(weights_, &host_copy, capture, request);
+  return make_prefill_view(weights, &host_copy, capture, request);
 }
 
 void CudaBackend::compact(int seq, const KeptIndices& kept, int) { engine_->compact(seq, kept); }
@@ -146,8 +166,13 @@ void CudaBackend::configure_decode() {
   engine_->set_early_exit(first->early_exit);
   engine_->reset_early_exit_counts();
   if (first->selector) {
-    const std::optional<SparseDecodeConfig> device =
-        first->selector->device_config(host_store(first_seq), budget);
+    // Without the prompt first: only sign codes whose rows are fitted to the prompt's keys (an
+    // empty projection) need a host copy of the cache (every layer's keys and values downloaded).
+    std::optional<DeviceSelectionSpec> device =
+        first->selector->device_selection(KvStore(), budget);
+    if (device && device->scores == DeviceSelectionSpec::Scores::kSignCodes &&
+        device->sign_codes.projection.empty())
+      device = first->selector->device_selection(host_store(first_seq), budget);
     if (!device) throw std::logic_error("CudaBackend: selector without a device form");
     engine_->start_sparse_decode(*device);
   }

@@ -7,11 +7,12 @@
 //   attention sums, output perturbations, key norms) are computed on the device beside the
 //   prefill (engine/cuda/prefill_statistics.h) and only these O(L) numbers per head come down;
 //   the policy's own selection code (pooling, GQA reduction, budgets, top-k) runs on the host.
-//   A policy that reads the prompt's keys and values (host_keys_values: KeyDiff, CriticalKV's
-//   ‖v W_o‖, CAKE, AnDPro, TOVA) gets a host copy of them, made once per prefill and shared by
-//   every cell that replays it.
-// - decode selectors that describe themselves as device operations
-//   (DecodeSelector::device_config: BinaryPC, Quest);
+//   CriticalKV's ‖v W_o‖ is such a statistic too. A policy that reads the prompt's keys and values
+//   (host_keys_values: KeyDiff, CAKE, AnDPro, TOVA) gets a host copy of them, made once per prefill
+//   and shared by every cell that replays it; a request for W_o itself gets the host weights'
+//   W_o, or where the weights live on the device only, W_o downloaded once per layer.
+// - decode selectors that describe themselves as generic device operations
+//   (DecodeSelector::device_selection, engine/device_selection.h);
 // - ART (kind E) with the kernel's 64-entry blocks, no oracle mode;
 // - no decode-time eviction (H2O real-drop, TOVA, CAKE's decode switch).
 // Every sequence of a batch decodes under the same decode-time method (generate_cells groups
@@ -28,9 +29,9 @@ namespace kvb {
 
 class CudaBackend final : public Engine {
  public:
-  // `weights` (host f32, for the policies that read them) must outlive the backend. A preset's
-  // weights without layers (LoadOptions::preset_weights_on_host = false) are generated on the
-  // device instead.
+  // `weights` must outlive the backend. Host f32 weights are uploaded; weights without layers
+  // (LoadOptions::weights_on_host = false) are generated on the device (a preset) or read from
+  // the file at weights.source tensor by tensor (CudaEngine::from_source).
   explicit CudaBackend(const ModelWeights& weights);
 
   const ModelConfig& config() const override { return engine_->config(); }
@@ -68,8 +69,14 @@ class CudaBackend final : public Engine {
   // Sets the batch's decode-time method (selection, ART) from the started plans.
   void configure_decode();
 
+  // The weights a prefill view exposes W_o from: the host weights, or for weights
+  // that live on the device only, each layer's W_o downloaded once (f32, d_model * Hq*d per layer:
+  // 2.1 GB for an 8B model) on the first request.
+  const ModelWeights& weights_with_output_projection() const;
+
   const ModelWeights& weights_;
   std::unique_ptr<CudaEngine> engine_;
+  mutable std::unique_ptr<ModelWeights> output_projections_;
   struct Started {
     CachePlan* plan = nullptr;
     int budget_tokens = 0;

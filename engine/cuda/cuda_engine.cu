@@ -9,8 +9,10 @@
 #include <string>
 
 #include "engine/cuda/cuda_sparse_decode.h"
+#include "engine/cuda/device_weights.h"
 #include "engine/cuda/prefill_statistics.h"
 #include "engine/errors.h"
+#include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_utils.h"
@@ -68,10 +70,6 @@ T* ptr(const DeviceBuffer& buffer) {
 
 }  // namespace
 
-struct CudaLayer {
-  DeviceBuffer attn_norm, wqkv, bqkv, wo, ffn_norm, w_gate_up, w_down;
-};
-
 struct CudaEngine::Impl {
   ModelConfig config;
   kernels::RopePairing pairing = kernels::RopePairing::kHalves;
@@ -103,7 +101,6 @@ struct CudaEngine::Impl {
   DeviceBuffer norm_sums;  // the folded norms' Σv² (kFoldedNormSumsDoubles f64: FoldedNorm)
   int activation_rows = 0;
   std::optional<cuda::EarlyExitDecodeOptions> early_exit;  // ART walk in the decode step
-  int early_exit_window = 0;  // ART's decision_window: the decider's walk blocks (0 = automatic)
   DeviceBuffer walker_state;                               // [B * Hkv * kStateWords] int32
   DeviceBuffer walk_counts;                                // visited, total, loaded (u64)
   std::unique_ptr<CudaSparseDecode> sparse;                // kind-D selection in the decode step
@@ -323,7 +320,6 @@ struct CudaEngine::Impl {
         walk.options = *early_exit;
         walk.walker_state = ptr<int32_t>(walker_state);
         walk.totals = ptr<unsigned long long>(walk_counts);
-        walk.decider_blocks = early_exit_window;  // 0: the automatic layout's window
         cuda::early_exit_decode(walk, stream);
       } else {
         cuda::decode_attention(a, stream);
@@ -373,6 +369,26 @@ std::unique_ptr<CudaEngine> CudaEngine::from_weights(const ModelWeights& weights
     }
   } catch (const cuda::OutOfMemory& e) {
     throw CapacityError(std::string("model weights do not fit on the GPU: ") + e.what());
+  }
+  impl->weight_bytes = static_cast<int64_t>(cuda::device_bytes_in_use()) -
+                       static_cast<int64_t>(impl->cublas_workspace.bytes() + impl->inv_freq.bytes());
+  return std::unique_ptr<CudaEngine>(new CudaEngine(std::move(impl)));
+}
+
+std::unique_ptr<CudaEngine> CudaEngine::from_source(const WeightSource& source) {
+  auto impl = std::make_unique<Impl>();
+  impl->config = source.config();
+  impl->pairing = kernels::RopePairing::kHalves;  // every source un-permutes to (i, i + hd/2)
+  impl->init_runtime();
+  try {
+    DeviceWeights w = upload_weights(source, impl->stream);
+    impl->embedding = std::move(w.embedding);
+    impl->output_norm = std::move(w.output_norm);
+    impl->output = std::move(w.output);
+    impl->tied = impl->output.data() == nullptr;
+    impl->layers = std::move(w.layers);
+  } catch (const cuda::OutOfMemory& e) {
+    throw CapacityError(source.label() + ": model weights do not fit on the GPU: " + e.what());
   }
   impl->weight_bytes = static_cast<int64_t>(cuda::device_bytes_in_use()) -
                        static_cast<int64_t>(impl->cublas_workspace.bytes() + impl->inv_freq.bytes());
@@ -510,7 +526,7 @@ std::vector<float> CudaEngine::prefill_with_captures(int seq, const std::vector<
   }
   DeviceBuffer chunk_ids(chunk * 4, "ids"), chunk_positions(chunk * 4, "positions");
   DeviceBuffer last_logits(int64_t(c.vocab_size) * 4, "logits");
-  PrefillStatistics statistics(c, request, total, chunk, start_length, m.stream);
+  PrefillStatistics statistics(c, request, total, chunk, start_length, m.stream, m.cublas);
   for (int begin = 0; begin < total; begin += chunk) {
     const int n = std::min(chunk, total - begin);
     const int offset = m.host_position[seq];
@@ -547,7 +563,7 @@ std::vector<float> CudaEngine::prefill_with_captures(int seq, const std::vector<
       a.lse = lse;
       cuda::flash_attention_prefill(a, m.stream);
       statistics.after_attention({l, begin, n, a.q, a.q_row_stride, a.out, lse, a.k, a.v,
-                                  a.kv_head_stride});
+                                  a.kv_head_stride, ptr<bf16>(m.layers[l].wo)});
     });
     for (int l = 0; l < c.n_layers; ++l)
       for (int h = 0; h < c.n_kv_heads; ++h) m.host_length[int64_t(l) * hkv + seq * c.n_kv_heads + h] += n;
@@ -605,6 +621,17 @@ int CudaEngine::max_batch(int capacity) const {
   const int64_t headroom = (int64_t(1) << 30) + int64_t(total_bytes) / 20;
   const int64_t usable = int64_t(free_bytes) + cache_now - headroom;
   return static_cast<int>(std::max<int64_t>(0, usable / std::max<int64_t>(per_sequence, 1)));
+}
+
+std::vector<float> CudaEngine::output_projection(int layer) const {
+  const Impl& m = *impl_;
+  const CudaLayer& w = m.layers.at(layer);
+  std::vector<uint16_t> bits(w.wo.bytes() / 2);
+  cuda::check(cudaMemcpy(bits.data(), w.wo.data(), w.wo.bytes(), cudaMemcpyDeviceToHost),
+              "W_o download");
+  std::vector<float> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) out[i] = bf16_to_f32(bits[i]);
+  return out;
 }
 
 int CudaEngine::next_position(int seq) const { return impl_->host_position.at(seq); }
@@ -714,7 +741,7 @@ void CudaEngine::decode_step(bool use_graph) {
     longest = std::max(longest, length + 1);
   }
   m.fit_decode_length_bound(longest);
-  if (m.sparse) {  // Quest's page budget is fixed in a captured step: re-capture when it moves
+  if (m.sparse) {  // a moving step budget is fixed in a captured step: re-capture when it moves
     const int key = m.sparse->prepare_step(m.host_length[0] + 1);
     if (key != m.sparse_capture_key) m.drop_graph();
     m.sparse_capture_key = key;
@@ -776,9 +803,9 @@ void CudaEngine::set_early_exit(const std::optional<EarlyExitParams>& params) {
                                                                   : cuda::EarlyExitScale::kMass;
   options.use_scale = params->use_scale;
   options.use_direction = params->use_direction;
+  options.decision_window = params->decision_window;
   options.enabled = params->enabled;
   m.early_exit = options;
-  m.early_exit_window = params->decision_window;
 }
 
 CudaEngine::EarlyExitCounts CudaEngine::early_exit_counts() const {
@@ -796,7 +823,7 @@ void CudaEngine::reset_early_exit_counts() {
 }
 
 // Decode-time selection (kind D); the work is in engine/cuda/cuda_sparse_decode.cu.
-void CudaEngine::start_sparse_decode(const SparseDecodeConfig& config) {
+void CudaEngine::start_sparse_decode(const DeviceSelectionSpec& spec) {
   Impl& m = *impl_;
   m.drop_graph();
   m.sparse.reset();
@@ -810,7 +837,7 @@ void CudaEngine::start_sparse_decode(const SparseDecodeConfig& config) {
   view.capacity = m.capacity;
   view.length = m.host_length[0];
   for (const auto& k : m.k_cache) view.keys.push_back(k.as<bf16>());
-  m.sparse = std::make_unique<CudaSparseDecode>(config, view, m.stream);
+  m.sparse = std::make_unique<CudaSparseDecode>(spec, view, m.stream);
 }
 
 void CudaEngine::stop_sparse_decode() {

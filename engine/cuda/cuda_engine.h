@@ -1,6 +1,7 @@
 // The engine on the GPU: the same model definitions as the CPU engine (ModelConfig, ModelWeights,
-// RoPE pairing) in bf16 with f32 accumulation. Weights come from a loaded model (converted to bf16
-// at load) or a dummy preset (random bf16 generated on the device, labelled as such).
+// RoPE pairing) in bf16 with f32 accumulation. Weights come from a model file read tensor by tensor
+// (from_source), from host weights already loaded (converted to bf16 at upload) or from a dummy
+// preset (random bf16 generated on the device, labelled as such).
 //
 // KV layout mirrors KvStore: per layer one K and one V buffer; (sequence b, KV head h) owns rows
 // offset[l][b*Hkv+h] .. + capacity, of which length[l][b*Hkv+h] are live. Compaction is a gather.
@@ -14,9 +15,10 @@
 #include <vector>
 
 #include "engine/cache_policy.h"
-#include "engine/cuda/sparse_decode_config.h"
+#include "engine/device_selection.h"
 #include "engine/model_config.h"
 #include "engine/prefill_capture.h"
+#include "engine/weight_source.h"
 #include "engine/weights.h"
 
 namespace kvb {
@@ -26,10 +28,17 @@ class CudaEngine {
   // RoPE pairing follows the config (ModelConfig::rope_interleaved_pairs), as on the CPU.
   static std::unique_ptr<CudaEngine> from_weights(const ModelWeights& weights);
   static std::unique_ptr<CudaEngine> from_preset(const ModelConfig& config, uint64_t seed);
+  // Uploads the file's tensors one at a time through a bounded pinned buffer
+  // (engine/cuda/device_weights.h): no host copy of the model; progress and the final load time
+  // and peak host RSS go to stderr.
+  static std::unique_ptr<CudaEngine> from_source(const WeightSource& source);
   ~CudaEngine();
 
   const ModelConfig& config() const;
   int64_t weight_bytes() const;
+  // The layer's output projection W_o as f32 [d_model, Hq*d] (out x in), downloaded from the
+  // device (the bf16 weights the engine runs on).
+  std::vector<float> output_projection(int layer) const;
 
   // Allocates the cache for `batch` sequences with room for `capacity` entries per (layer, head);
   // frees any previous cache. Throws CapacityError naming the batch and context on OOM.
@@ -83,15 +92,16 @@ class CudaEngine {
   EarlyExitCounts early_exit_counts() const;
   void reset_early_exit_counts();
 
-  // Decode-time selection (kind D: BinaryPC, Quest; engine/cuda/cuda_sparse_decode.h): builds the
-  // selectors' metadata from the cache as it is now (every sequence at the same length, e.g. after
-  // prefill); from then on each decode step selects per layer and attends to the selection, still
-  // capturable as one graph. Anything that rewrites the cache (allocate_cache, prefill, compact,
-  // fill_cache_random) or stop_sparse_decode returns to dense attention.
-  void start_sparse_decode(const SparseDecodeConfig& config);
+  // Decode-time selection (kind D) from a policy's generic operations (engine/device_selection.h,
+  // engine/cuda/cuda_sparse_decode.h): builds the selection's metadata from the cache as it is now
+  // (every sequence at the same length, e.g. after prefill); from then on each decode step selects
+  // per layer and attends to the selection, still capturable as one graph. Anything that rewrites
+  // the cache (allocate_cache, prefill, compact, fill_cache_random) or stop_sparse_decode returns
+  // to dense attention.
+  void start_sparse_decode(const DeviceSelectionSpec& spec);
   void stop_sparse_decode();
   // The entries query head q_head of sequence seq attended to at `layer` in the last decode step
-  // (empty for dense layers); with config.record_queries also that step's queries ([Hq, head_dim]).
+  // (empty for dense layers); with spec.record_queries also that step's queries ([Hq, head_dim]).
   std::vector<int32_t> sparse_selection(int layer, int seq, int q_head) const;
   std::vector<float> sparse_query(int layer, int seq) const;
   // The live keys of one (layer, sequence, KV head), [length, head_dim] (tests).

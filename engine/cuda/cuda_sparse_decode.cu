@@ -5,7 +5,8 @@
 #include "engine/errors.h"
 #include "kernels/cuda/binary_hash.h"
 #include "kernels/cuda/cuda_utils.h"
-#include "kernels/cuda/quest_pages.h"
+#include "kernels/cuda/page_bounds.h"
+#include "kernels/cuda/query_key_scores.h"
 #include "kernels/cuda/topk_select.h"
 
 namespace kvb {
@@ -17,12 +18,14 @@ namespace {
 
 constexpr int kSparseChunk = 64;  // keys per block of the index-list attention
 
-// Per selecting layer: what the method keeps across steps, and the lists of the last step.
+using Scores = DeviceSelectionSpec::Scores;
+
+// Per selecting layer: the metadata kept across steps, and the lists of the last step.
 struct LayerState {
-  DeviceBuffer projection;          // BinaryPC [slots, 64, d] f32
-  DeviceBuffer codes;               // BinaryPC [slots, L] u64
-  DeviceBuffer forced_mask;         // BinaryPC [slots, words] (EAS)
-  DeviceBuffer page_min, page_max;  // Quest [slots, max_pages * d] bf16
+  DeviceBuffer projection;          // sign codes: [slots, 64, d] f32
+  DeviceBuffer codes;               // sign codes: [slots, L] u64
+  DeviceBuffer forced_mask;         // sign codes: [slots, words], the forced entries
+  DeviceBuffer page_min, page_max;  // page bounds: [slots, max_pages * d] bf16
   DeviceBuffer indices;             // [lists, index_stride] int32
   DeviceBuffer index_offset;        // [B * Hq] int64
   DeviceBuffer index_count;         // [B * Hq] int32
@@ -32,25 +35,37 @@ struct LayerState {
 }  // namespace
 
 struct CudaSparseDecode::State {
-  SparseDecodeConfig config;
+  DeviceSelectionSpec spec;
   ModelConfig model;
   int batch = 0, capacity = 0, prompt_length = 0;
   int slots = 0, group = 0;
   std::vector<const bf16*> keys;
   std::vector<bool> selecting;
   std::vector<LayerState> layers;
-  // BinaryPC.
-  int k = 0;                 // prompt tokens chosen per slot
-  int64_t index_stride = 0;  // k + the longest decode tail
+  // Sign codes.
+  int k = 0;                 // prompt entries chosen per slot
+  int64_t index_stride = 0;  // k + the longest tail (sign codes), the largest k (exact scores)
   int mask_words = 0;
   DeviceBuffer planes, score_keys;
-  // Quest.
+  // Page bounds.
   int max_pages = 0, page_cap = 0, page_budget = 0, lists = 0;
   DeviceBuffer page_scores, page_ids;
+  // Exact scores: k of the next step (the step budget); the scores of one layer at a time.
+  int step_k = 0;
+  DeviceBuffer exact_scores;
   DeviceBuffer topk_workspace;
 
   int64_t key_slot_stride() const { return int64_t(capacity) * model.head_dim; }
-  bool binarypc() const { return config.method == SparseDecodeConfig::Method::kBinaryPc; }
+  bool sign_codes() const { return spec.scores == Scores::kSignCodes; }
+  // One list per KV head serves the whole group.
+  bool shared_lists() const { return sign_codes() || spec.shared_group; }
+
+  // Entries a list keeps at a step with `length` cached entries (DeviceSelectionSpec's rule).
+  int step_budget(int length) const {
+    const int tokens =
+        spec.budget_fraction > 0 ? int(spec.budget_fraction * length) : spec.budget_tokens;
+    return std::clamp(tokens, std::min(1, length), length);
+  }
 
   void check_shapes() const {
     const int d = model.head_dim;
@@ -62,52 +77,59 @@ struct CudaSparseDecode::State {
                        " has " + std::to_string(model.n_query_heads) + " / " +
                        std::to_string(model.n_kv_heads));
     if (prompt_length < 1) throw InputError("GPU decode selection: start it after prefill");
-    if (config.token_budget < 1)
+    if (spec.budget_fraction <= 0 && spec.budget_tokens < 1)
       throw InputError("GPU decode selection: the token budget must be >= 1");
+    if (spec.scores == Scores::kExactDot && spec.shared_group)
+      throw InputError(
+          "GPU decode selection: exact scores select per query head; a list shared by the GQA "
+          "group has no device form (select per head, or run on the CPU engine)");
   }
 
-  void build_binarypc(cudaStream_t stream) {
+  void build_sign_codes(cudaStream_t stream) {
     const int d = model.head_dim;
     const int64_t per_sequence =
-        int64_t(model.n_layers) * model.n_kv_heads * cuda::kBinaryPcBits * d;
-    const size_t given = config.projection.size();
+        int64_t(model.n_layers) * model.n_kv_heads * cuda::kSignCodeBits * d;
+    const std::vector<float>& projection = spec.sign_codes.projection;
+    const size_t given = projection.size();
     if (given != size_t(per_sequence) && given != size_t(per_sequence * batch))
-      throw InputError("binarypc on the GPU: the projection holds " + std::to_string(given) +
+      throw InputError("GPU sign codes: the projection holds " + std::to_string(given) +
                        " floats; expected n_layers x Hkv x 64 x d = " +
                        std::to_string(per_sequence) + " (or that per sequence of the batch)");
     const bool per_prompt = given != size_t(per_sequence);
-    k = std::min(config.token_budget, prompt_length);
+    k = step_budget(prompt_length);
     index_stride = k + (capacity - prompt_length);
     mask_words = (prompt_length + 31) / 32;
-    const int err_k = std::min(std::max(int(config.err_ratio * k), 1), prompt_length);
-    planes =
-        DeviceBuffer(size_t(batch) * model.n_query_heads * cuda::kBinaryPcPlanes * 8, "BPC planes");
-    score_keys = DeviceBuffer(size_t(slots) * prompt_length * 2, "BPC scores");
+    const bool forced = spec.sign_codes.force_worst_reconstructed;
+    const int err_k =
+        std::min(std::max(int(spec.sign_codes.forced_error_ratio * k), 1), prompt_length);
+    planes = DeviceBuffer(size_t(batch) * model.n_query_heads * cuda::kSignCodePlanes * 8,
+                          "query planes");
+    score_keys = DeviceBuffer(size_t(slots) * prompt_length * 2, "code scores");
     topk_workspace =
         DeviceBuffer(cuda::topk_select_workspace_bytes(slots, prompt_length), "top-k workspace");
-    DeviceBuffer errors, eas;
-    if (config.eas) {
-      errors = DeviceBuffer(size_t(slots) * prompt_length * 4, "BPC errors");
-      eas = DeviceBuffer(size_t(slots) * err_k * 4, "EAS set");
+    DeviceBuffer errors, forced_set;
+    if (forced) {
+      errors = DeviceBuffer(size_t(slots) * prompt_length * 4, "code errors");
+      forced_set = DeviceBuffer(size_t(slots) * err_k * 4, "forced set");
     }
-    const int64_t head_floats = int64_t(cuda::kBinaryPcBits) * d;
+    const int64_t head_floats = int64_t(cuda::kSignCodeBits) * d;
     std::vector<float> rows(size_t(slots) * head_floats);
     for (int l = 0; l < model.n_layers; ++l) {
       if (!selecting[l]) continue;
       LayerState& layer = layers[l];
       for (int b = 0; b < batch; ++b)
         for (int h = 0; h < model.n_kv_heads; ++h) {
-          const float* source = config.projection.data() + (per_prompt ? b * per_sequence : 0) +
+          const float* source = projection.data() + (per_prompt ? b * per_sequence : 0) +
                                 (int64_t(l) * model.n_kv_heads + h) * head_floats;
           std::copy(source, source + head_floats,
                     rows.begin() + (int64_t(b) * model.n_kv_heads + h) * head_floats);
         }
-      layer.projection = DeviceBuffer(rows.size() * 4, "BPC projection");
+      layer.projection = DeviceBuffer(rows.size() * 4, "code projection");
       cuda::check(cudaMemcpyAsync(layer.projection.data(), rows.data(), rows.size() * 4,
                                   cudaMemcpyHostToDevice, stream),
                   "projection upload");
-      layer.codes = DeviceBuffer(size_t(slots) * prompt_length * 8, "BPC codes");
-      layer.forced_mask = DeviceBuffer(size_t(slots) * mask_words * 4, "EAS mask");
+      layer.codes = DeviceBuffer(size_t(slots) * prompt_length * 8, "sign codes");
+      layer.forced_mask = DeviceBuffer(size_t(slots) * mask_words * 4, "forced mask");
       cuda::check(cudaMemsetAsync(layer.forced_mask.data(), 0, layer.forced_mask.bytes(), stream),
                   "memset");
       cuda::BinaryHashKeysArgs hash;
@@ -120,63 +142,78 @@ struct CudaSparseDecode::State {
       hash.end = prompt_length;
       hash.codes = layer.codes.as<uint64_t>();
       hash.code_slot_stride = prompt_length;
-      hash.reconstruction_error = config.eas ? errors.as<float>() : nullptr;
+      hash.reconstruction_error = forced ? errors.as<float>() : nullptr;
       cuda::binary_hash_keys(hash, stream);
-      if (config.eas) {
+      if (forced) {
         cuda::TopkSelectArgs top;
         top.scores = errors.as<float>();
         top.key_stride = prompt_length;
         top.n_lists = slots;
         top.length = prompt_length;
         top.k = err_k;
-        top.indices = eas.as<int32_t>();
+        top.indices = forced_set.as<int32_t>();
         top.index_stride = err_k;
         top.workspace = topk_workspace.data();
         cuda::topk_select(top, stream);
-        cuda::binary_mark_tokens(eas.as<int32_t>(), err_k, slots, err_k,
+        cuda::binary_mark_tokens(forced_set.as<int32_t>(), err_k, slots, err_k,
                                  layer.forced_mask.as<uint32_t>(), mask_words, stream);
       }
-      layer.indices = DeviceBuffer(size_t(slots) * index_stride * 4, "BPC lists");
+      layer.indices = DeviceBuffer(size_t(slots) * index_stride * 4, "code lists");
       allocate_list_heads(layer);
       // The temporaries above die at the end of this function: finish with them first.
-      cuda::check(cudaStreamSynchronize(stream), "BinaryPC start");
+      cuda::check(cudaStreamSynchronize(stream), "sign codes start");
     }
   }
 
-  void build_quest(cudaStream_t stream) {
-    const int d = model.head_dim, P = config.page_size;
-    if (P < 1 || config.min_pages < 1)
-      throw InputError("quest on the GPU: page_size and min_pages must be >= 1");
+  void build_page_bounds(cudaStream_t stream) {
+    const int d = model.head_dim, P = spec.pages.page_size;
+    if (P < 1 || spec.pages.min_pages < 1)
+      throw InputError("GPU page bounds: page_size and min_pages must be >= 1");
     max_pages = (capacity + P - 1) / P;
-    page_cap = cuda::quest_page_budget(capacity, config.token_budget, P, config.min_pages);
-    lists = config.shared_pages ? slots : batch * model.n_query_heads;
-    page_scores = DeviceBuffer(size_t(lists) * max_pages * 4, "Quest page scores");
-    page_ids = DeviceBuffer(size_t(lists) * page_cap * 4, "Quest pages");
+    page_cap = cuda::pages_for_budget(capacity, step_budget(capacity), P, spec.pages.min_pages);
+    lists = spec.shared_group ? slots : batch * model.n_query_heads;
+    page_scores = DeviceBuffer(size_t(lists) * max_pages * 4, "page scores");
+    page_ids = DeviceBuffer(size_t(lists) * page_cap * 4, "chosen pages");
     topk_workspace =
         DeviceBuffer(cuda::topk_select_workspace_bytes(lists, max_pages), "top-k workspace");
     for (int l = 0; l < model.n_layers; ++l) {
       if (!selecting[l]) continue;
       LayerState& layer = layers[l];
-      layer.page_min = DeviceBuffer(size_t(slots) * max_pages * d * 2, "Quest page min");
-      layer.page_max = DeviceBuffer(size_t(slots) * max_pages * d * 2, "Quest page max");
-      cuda::QuestPagesArgs pages = quest_pages_of(layer);
+      layer.page_min = DeviceBuffer(size_t(slots) * max_pages * d * 2, "page min");
+      layer.page_max = DeviceBuffer(size_t(slots) * max_pages * d * 2, "page max");
+      cuda::PageBoundsArgs pages = page_bounds_of(layer);
       pages.begin = 0;
       pages.end = prompt_length;
-      cuda::quest_update_pages(pages, stream);
-      layer.indices = DeviceBuffer(size_t(lists) * page_cap * P * 4, "Quest lists");
+      cuda::update_page_bounds(pages, stream);
+      layer.indices = DeviceBuffer(size_t(lists) * page_cap * P * 4, "page lists");
       allocate_list_heads(layer);
     }
-    cuda::check(cudaStreamSynchronize(stream), "Quest start");
+    cuda::check(cudaStreamSynchronize(stream), "page bounds start");
+  }
+
+  // Nothing to build: every step scores the whole cache. The lists hold at most the budget at
+  // the capacity (the budget never shrinks as the cache grows).
+  void build_exact_scores() {
+    lists = batch * model.n_query_heads;
+    index_stride = step_budget(capacity);
+    exact_scores = DeviceBuffer(size_t(lists) * capacity * 4, "exact scores");
+    topk_workspace =
+        DeviceBuffer(cuda::topk_select_workspace_bytes(lists, capacity), "top-k workspace");
+    for (int l = 0; l < model.n_layers; ++l) {
+      if (!selecting[l]) continue;
+      layers[l].indices = DeviceBuffer(size_t(lists) * index_stride * 4, "exact lists");
+      allocate_list_heads(layers[l]);
+    }
   }
 
   void allocate_list_heads(LayerState& layer) {
     const size_t heads = size_t(batch) * model.n_query_heads;
     layer.index_offset = DeviceBuffer(heads * 8, "list offsets");
     layer.index_count = DeviceBuffer(heads * 4, "list counts");
-    if (config.record_queries) layer.query = DeviceBuffer(heads * model.head_dim * 2, "queries");
+    if (spec.record_queries) layer.query = DeviceBuffer(heads * model.head_dim * 2, "queries");
   }
 
-  void attend_binarypc(LayerState& layer, cuda::DecodeAttentionArgs& a, cudaStream_t stream) {
+  void attend_sign_codes(LayerState& layer, cuda::DecodeAttentionArgs& a, cudaStream_t stream) {
     cuda::BinaryPackQueriesArgs pack;
     pack.projection = layer.projection.as<float>();
     pack.q = a.q;
@@ -218,12 +255,12 @@ struct CudaSparseDecode::State {
     a.max_kv_length = int(index_stride);
   }
 
-  void attend_quest(LayerState& layer, cuda::DecodeAttentionArgs& a, cudaStream_t stream) {
-    const int d = model.head_dim, P = config.page_size;
-    cuda::QuestPagesArgs pages = quest_pages_of(layer);
+  void attend_page_bounds(LayerState& layer, cuda::DecodeAttentionArgs& a, cudaStream_t stream) {
+    const int d = model.head_dim, P = spec.pages.page_size;
+    cuda::PageBoundsArgs pages = page_bounds_of(layer);
     pages.lengths = a.kv_length;
-    cuda::quest_update_pages(pages, stream);
-    cuda::QuestScoreArgs scores;
+    cuda::update_page_bounds(pages, stream);
+    cuda::PageScoreArgs scores;
     scores.q = a.q;
     scores.q_seq_stride = a.q_seq_stride;
     scores.batch = batch;
@@ -235,13 +272,13 @@ struct CudaSparseDecode::State {
     scores.page_slot_stride = int64_t(max_pages) * d;
     scores.max_pages = max_pages;
     scores.n_pages = max_pages;
-    scores.shared = config.shared_pages;
-    scores.keep_last_page = config.keep_last_page;
+    scores.shared = spec.shared_group;
+    scores.keep_last_page = spec.pages.keep_last_page;
     scores.scores = page_scores.as<float>();
     scores.score_stride = max_pages;
     scores.lengths = a.kv_length;
     scores.page_size = P;
-    cuda::quest_page_scores(scores, stream);
+    cuda::page_bound_scores(scores, stream);
     cuda::TopkSelectArgs top;
     top.scores = page_scores.as<float>();
     top.key_stride = max_pages;
@@ -252,34 +289,64 @@ struct CudaSparseDecode::State {
     top.index_stride = page_cap;
     top.workspace = topk_workspace.data();
     cuda::topk_select(top, stream);
-    cuda::QuestExpandArgs expand;
+    cuda::ExpandPagesArgs expand;
     expand.pages = page_ids.as<int32_t>();
     expand.page_stride = page_cap;
     expand.n_lists = lists;
     expand.n_selected = page_budget;
     expand.page_size = P;
     expand.lengths = a.kv_length;
-    expand.lists_per_slot = config.shared_pages ? 1 : group;
+    expand.lists_per_slot = spec.shared_group ? 1 : group;
     expand.indices = layer.indices.as<int32_t>();
     expand.index_stride = int64_t(page_cap) * P;
-    expand.heads_per_list = config.shared_pages ? group : 1;
+    expand.heads_per_list = spec.shared_group ? group : 1;
     expand.index_offset = layer.index_offset.as<int64_t>();
     expand.index_count = layer.index_count.as<int32_t>();
-    cuda::quest_expand_pages(expand, stream);
+    cuda::expand_pages(expand, stream);
     a.max_kv_length = page_budget * P;
+  }
+
+  void attend_exact_scores(LayerState& layer, cuda::DecodeAttentionArgs& a, cudaStream_t stream) {
+    cuda::QueryKeyScoresArgs scores;
+    scores.q = a.q;
+    scores.q_seq_stride = a.q_seq_stride;
+    scores.keys = keys_of(layer);
+    scores.key_slot_stride = key_slot_stride();
+    scores.batch = batch;
+    scores.n_query_heads = model.n_query_heads;
+    scores.n_kv_heads = model.n_kv_heads;
+    scores.head_dim = model.head_dim;
+    scores.lengths = a.kv_length;
+    scores.width = capacity;
+    scores.scores = exact_scores.as<float>();
+    scores.score_stride = capacity;
+    cuda::query_key_scores(scores, stream);
+    cuda::TopkSelectArgs top;
+    top.scores = exact_scores.as<float>();
+    top.key_stride = capacity;
+    top.n_lists = lists;
+    top.length = capacity;
+    top.k = step_k;  // <= the entries every slot holds, so no absent (-inf) entry is chosen
+    top.indices = layer.indices.as<int32_t>();
+    top.index_stride = index_stride;
+    top.index_offset = layer.index_offset.as<int64_t>();
+    top.index_count = layer.index_count.as<int32_t>();
+    top.workspace = topk_workspace.data();
+    cuda::topk_select(top, stream);
+    a.max_kv_length = step_k;
   }
 
   const bf16* keys_of(const LayerState& layer) const { return keys[&layer - layers.data()]; }
 
   // The page bounds of `layer` over its keys; the caller names the tokens to fold in (a range
   // after prefill, the device lengths in a decode step).
-  cuda::QuestPagesArgs quest_pages_of(LayerState& layer) const {
-    cuda::QuestPagesArgs pages;
+  cuda::PageBoundsArgs page_bounds_of(LayerState& layer) const {
+    cuda::PageBoundsArgs pages;
     pages.keys = keys_of(layer);
     pages.key_slot_stride = key_slot_stride();
     pages.n_slots = slots;
     pages.head_dim = model.head_dim;
-    pages.page_size = config.page_size;
+    pages.page_size = spec.pages.page_size;
     pages.page_min = layer.page_min.as<bf16>();
     pages.page_max = layer.page_max.as<bf16>();
     pages.page_slot_stride = int64_t(max_pages) * model.head_dim;
@@ -288,11 +355,11 @@ struct CudaSparseDecode::State {
   }
 };
 
-CudaSparseDecode::CudaSparseDecode(SparseDecodeConfig config, const SparseCacheView& cache,
+CudaSparseDecode::CudaSparseDecode(DeviceSelectionSpec spec, const SparseCacheView& cache,
                                    cudaStream_t stream)
     : state_(std::make_unique<State>()) {
   State& s = *state_;
-  s.config = std::move(config);
+  s.spec = std::move(spec);
   s.model = *cache.config;
   s.batch = cache.batch;
   s.capacity = cache.capacity;
@@ -302,14 +369,21 @@ CudaSparseDecode::CudaSparseDecode(SparseDecodeConfig config, const SparseCacheV
   s.keys = cache.keys;
   s.check_shapes();
   s.selecting.assign(s.model.n_layers, true);
-  for (int layer : s.config.dense_layers)
+  for (int layer : s.spec.dense_layers)
     if (layer >= 0 && layer < s.model.n_layers) s.selecting[layer] = false;
   s.layers.resize(s.model.n_layers);
   try {
-    if (s.binarypc())
-      s.build_binarypc(stream);
-    else
-      s.build_quest(stream);
+    switch (s.spec.scores) {
+      case Scores::kSignCodes:
+        s.build_sign_codes(stream);
+        break;
+      case Scores::kPageBounds:
+        s.build_page_bounds(stream);
+        break;
+      case Scores::kExactDot:
+        s.build_exact_scores();
+        break;
+    }
   } catch (const cuda::OutOfMemory& e) {
     throw CapacityError(std::string("decode selection metadata does not fit on the GPU: ") +
                         e.what());
@@ -323,24 +397,38 @@ bool CudaSparseDecode::selects(int layer) const { return state_->selecting[layer
 
 int CudaSparseDecode::prepare_step(int length) {
   State& s = *state_;
-  if (s.binarypc()) return 0;
-  s.page_budget = cuda::quest_page_budget(length, s.config.token_budget, s.config.page_size,
-                                          s.config.min_pages);
-  return s.page_budget;
+  switch (s.spec.scores) {
+    case Scores::kSignCodes:
+      return 0;
+    case Scores::kPageBounds:
+      s.page_budget = cuda::pages_for_budget(length, s.step_budget(length), s.spec.pages.page_size,
+                                             s.spec.pages.min_pages);
+      return s.page_budget;
+    case Scores::kExactDot:
+      s.step_k = s.step_budget(length);
+      return s.step_k;
+  }
+  return 0;
 }
 
 void CudaSparseDecode::attend(int layer, cuda::DecodeAttentionArgs a, cudaStream_t stream) {
   State& s = *state_;
   LayerState& state = s.layers[layer];
-  if (s.binarypc())
-    s.attend_binarypc(state, a, stream);
-  else
-    s.attend_quest(state, a, stream);
+  switch (s.spec.scores) {
+    case Scores::kSignCodes:
+      s.attend_sign_codes(state, a, stream);
+      break;
+    case Scores::kPageBounds:
+      s.attend_page_bounds(state, a, stream);
+      break;
+    case Scores::kExactDot:
+      s.attend_exact_scores(state, a, stream);
+      break;
+  }
   a.indices = state.indices.as<int32_t>();
   a.index_offset = state.index_offset.as<int64_t>();
   a.index_count = state.index_count.as<int32_t>();
-  // BinaryPC's lists, and Quest's shared pages, serve the whole GQA group.
-  a.shared_group_lists = s.binarypc() || s.config.shared_pages;
+  a.shared_group_lists = s.shared_lists();
   // A list of ~2K gathered rows per query head: chunks of 64 keys put ~1K blocks in flight, each
   // with two dependent gather rounds, instead of ~300 blocks walking 256 keys (the automatic
   // choice), which left the step waiting on gather latency. Shared lists: one 64-key tile per
@@ -349,7 +437,7 @@ void CudaSparseDecode::attend(int layer, cuda::DecodeAttentionArgs a, cudaStream
   cuda::decode_attention(a, stream);
   // After the attention (the queries stay in place until the output projection), so that the
   // selection kernels, launched overlapped, follow kernels only.
-  if (s.config.record_queries)
+  if (s.spec.record_queries)
     cuda::check(
         cudaMemcpy2DAsync(state.query.data(), size_t(s.model.n_query_heads) * s.model.head_dim * 2,
                           a.q, size_t(a.q_seq_stride) * 2,

@@ -1,16 +1,19 @@
-// Decode-time selection (kind D) inside CudaEngine's decode step: BinaryPC and Quest with the
-// kernels of kernels/cuda/{binary_hash,topk_select,quest_pages}.h, then the index-list form of
-// decode_attention. CPU twins: policies/binarypc.cc and policies/quest.cc (same selections on the
-// same keys and queries; tests/cuda/cuda_sparse_engine_test.cc).
+// Decode-time selection (kind D) inside CudaEngine's decode step, from the generic operations a
+// policy asks for (engine/device_selection.h): scores of the cached entries (sign codes, page
+// bounds or exact q.k; kernels/cuda/{binary_hash,page_bounds,query_key_scores}.h), a per-list
+// top-k (kernels/cuda/topk_select.h), then the index-list form of decode_attention. Each policy's
+// CPU selector is the twin: tests/cuda/cuda_sparse_engine_test.cc compares their lists on the
+// same keys and queries.
 //
-// Built once from the cache after prefill (every slot at the same length L): BinaryPC hashes the
-// L prompt keys of every selecting layer (codes, EAS mask); decode tokens are never hashed (the CPU
-// selector's rule) and join every selection as a forced tail L .. T-1. Quest builds the page
-// bounds of the L keys and updates the page of each appended token in the step itself.
-// Every launch of a step has fixed sizes; what grows with the cache (the tail, Quest's pages and
-// their lengths) is read from the device lengths, so one captured decode graph serves every step.
-// The one exception is Quest's page budget while the cache is shorter than the token budget:
-// capture_key() changes then and the engine re-captures.
+// Built once from the cache after prefill (every slot at the same length L): sign codes cover the
+// L prompt keys of every selecting layer (codes, the forced worst-reconstructed set); later
+// entries are never coded and join every list as a forced tail L .. T-1. Page bounds cover the L
+// keys and the step updates the page of each appended entry. Exact scores need no metadata.
+// Every launch of a step has fixed sizes; what grows with the cache (the tail, the pages and
+// their lengths, the exact scores) is read from the device lengths, so one captured decode graph
+// serves every step. The exception is a budget that still moves with the cache (pages while the
+// cache is shorter than the budget, a fraction of the length): prepare_step()'s key changes and the
+// engine re-captures.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -19,7 +22,7 @@
 #include <memory>
 #include <vector>
 
-#include "engine/cuda/sparse_decode_config.h"
+#include "engine/device_selection.h"
 #include "engine/model_config.h"
 #include "kernels/cuda/attention.h"
 
@@ -38,8 +41,9 @@ struct SparseCacheView {
 class CudaSparseDecode {
  public:
   // Builds the per-layer metadata on `stream` (returns once it is done). InputError for a
-  // projection of the wrong size, an empty cache or an unsupported head dimension / GQA group.
-  CudaSparseDecode(SparseDecodeConfig config, const SparseCacheView& cache, cudaStream_t stream);
+  // projection of the wrong size, an empty cache, an unsupported head dimension / GQA group or a
+  // combination of building blocks the device does not run.
+  CudaSparseDecode(DeviceSelectionSpec spec, const SparseCacheView& cache, cudaStream_t stream);
   ~CudaSparseDecode();
 
   bool selects(int layer) const;
@@ -52,7 +56,7 @@ class CudaSparseDecode {
 
   // The list query head a of sequence b attended to at `layer` in the last step (synchronises).
   std::vector<int32_t> selection(int layer, int seq, int q_head, cudaStream_t stream) const;
-  // With record_queries: that step's post-RoPE queries of sequence b, [Hq, head_dim].
+  // With spec.record_queries: that step's post-RoPE queries of sequence b, [Hq, head_dim].
   std::vector<float> recorded_query(int layer, int seq, cudaStream_t stream) const;
 
  private:

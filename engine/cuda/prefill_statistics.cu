@@ -6,6 +6,7 @@
 #include "engine/errors.h"
 #include "kernels/cuda/attention_column_sums.h"
 #include "kernels/cuda/dropkv_scores.h"
+#include "kernels/cuda/projected_value_norms.h"
 #include "kernels/cuda/row_norms.h"
 
 namespace kvb {
@@ -43,15 +44,17 @@ std::vector<std::vector<float>> download_per_layer(const std::vector<DeviceBuffe
 }  // namespace
 
 PrefillStatistics::PrefillStatistics(const ModelConfig& config, const CaptureRequest& request,
-                                     int total, int chunk, int start_length, cudaStream_t stream)
-    : config_(config), request_(request), total_(total), stream_(stream) {
+                                     int total, int chunk, int start_length, cudaStream_t stream,
+                                     cublasHandle_t cublas)
+    : config_(config), request_(request), total_(total), stream_(stream), cublas_(cublas) {
   const ModelConfig& c = config_;
   query_window_ = std::clamp(request.window_queries, 0, total);
   if (query_window_ > 0)
     window_rows_.assign(c.n_layers,
                         std::vector<bf16>(size_t(query_window_) * c.n_query_heads * c.head_dim));
   const bool statistics = request.attention_column_sums || !request.window_attention_sums.empty() ||
-                          !request.output_perturbations.empty() || request.key_norms;
+                          !request.output_perturbations.empty() || request.key_norms ||
+                          request.projected_value_norms;
   if (!statistics) return;
   if (start_length != 0)
     throw InputError(
@@ -68,6 +71,11 @@ PrefillStatistics::PrefillStatistics(const ModelConfig& config, const CaptureReq
     perturbations_.push_back(
         zeroed_per_layer(c.n_layers, hkv_total, "perturbation scores", stream));
   if (request.key_norms) key_norms_ = zeroed_per_layer(c.n_layers, hkv_total, "key norms", stream);
+  if (request.projected_value_norms) {
+    value_norms_ = zeroed_per_layer(c.n_layers, hkv_total, "projected value norms", stream);
+    projection_workspace_ = DeviceBuffer(
+        cuda::projected_value_norms_workspace_floats(c.d_model) * 4, "projected value workspace");
+  }
   row_lse_ = DeviceBuffer(int64_t(c.n_query_heads) * chunk * 4, "row lse");
   int widest = 0;
   for (int w : request.window_attention_sums) widest = std::max(widest, window_of(w));
@@ -126,6 +134,7 @@ void PrefillStatistics::after_attention(const ChunkAttention& chunk) {
   window_sums(chunk);
   perturbations(chunk);
   key_norms(chunk);
+  projected_value_norms(chunk);
 }
 
 void PrefillStatistics::copy_window_rows(const ChunkAttention& chunk, int window) {
@@ -205,6 +214,22 @@ void PrefillStatistics::key_norms(const ChunkAttention& chunk) {
   cuda::row_norms(a, stream_);
 }
 
+void PrefillStatistics::projected_value_norms(const ChunkAttention& chunk) {
+  if (value_norms_.empty()) return;
+  cuda::ProjectedValueNormsArgs a;
+  a.values = chunk.v;
+  a.head_stride = chunk.kv_head_stride;
+  a.output_projection = chunk.output_projection;
+  a.n_query_heads = config_.n_query_heads;
+  a.n_kv_heads = config_.n_kv_heads;
+  a.length = total_;
+  a.dim = config_.head_dim;
+  a.hidden = config_.d_model;
+  a.norms = value_norms_[chunk.layer].as<float>();
+  a.workspace = projection_workspace_.as<float>();
+  cuda::projected_value_norms(cublas_, a, stream_);
+}
+
 void PrefillStatistics::download(PrefillCapture& capture) const {
   const ModelConfig& c = config_;
   capture.length = total_;
@@ -230,6 +255,7 @@ void PrefillStatistics::download(PrefillCapture& capture) const {
     capture.output_perturbations.push_back(
         {request_.output_perturbations[i], download_per_layer(perturbations_[i])});
   capture.key_norms = download_per_layer(key_norms_);
+  capture.projected_value_norms = download_per_layer(value_norms_);
 }
 
 }  // namespace kvb

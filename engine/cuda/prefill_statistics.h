@@ -5,11 +5,13 @@
 // - window attention sums Σ_{t<w} p(t -> j): the same kernel over the last w queries only;
 // - output-perturbation scores of a window (kernels/cuda/dropkv_scores.h), from the window rows'
 //   attention output and log-sum-exp the prefill has just computed;
-// - key norms (kernels/cuda/row_norms.h).
+// - key norms (kernels/cuda/row_norms.h);
+// - CriticalKV's value norms (1/g) Σ_a ‖v_j W_o^a‖₁ (kernels/cuda/projected_value_norms.h).
 // Statistics other than the window queries need a prefill that starts on an empty sequence and
 // whose last chunk holds every window row (prefill_chunk_size arranges that).
 #pragma once
 
+#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -39,6 +41,7 @@ struct ChunkAttention {
   const __nv_bfloat16* k = nullptr;    // the sequence's cache: head h at k + h * kv_head_stride
   const __nv_bfloat16* v = nullptr;
   int64_t kv_head_stride = 0;
+  const __nv_bfloat16* output_projection = nullptr;  // the layer's W_o [d_model, Hq * d]
 };
 
 class PrefillStatistics {
@@ -46,7 +49,7 @@ class PrefillStatistics {
   // Allocates what `request` needs for a prefill of `total` tokens in chunks of `chunk` rows,
   // starting at `start_length` cached entries (InputError when a statistic needs an empty start).
   PrefillStatistics(const ModelConfig& config, const CaptureRequest& request, int total, int chunk,
-                    int start_length, cudaStream_t stream);
+                    int start_length, cudaStream_t stream, cublasHandle_t cublas);
 
   // Where flash attention should write the chunk's row log-sum-exp, or nullptr when no statistic
   // reads it.
@@ -63,12 +66,14 @@ class PrefillStatistics {
   void window_sums(const ChunkAttention& chunk);
   void perturbations(const ChunkAttention& chunk);
   void key_norms(const ChunkAttention& chunk);
+  void projected_value_norms(const ChunkAttention& chunk);
 
   const ModelConfig& config_;
   CaptureRequest request_;
   int total_ = 0;
   int query_window_ = 0;  // window queries downloaded
   cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
   std::vector<std::vector<__nv_bfloat16>> window_rows_;    // per layer [w, Hq * d], host
   cuda::DeviceBuffer row_lse_;                             // [Hq, chunk]
   cuda::DeviceBuffer window_lse_, window_q_, window_out_;  // the last chunk's window rows, compact
@@ -76,6 +81,8 @@ class PrefillStatistics {
   std::vector<std::vector<cuda::DeviceBuffer>> window_sums_;    // [window][layer] [Hq, total]
   std::vector<std::vector<cuda::DeviceBuffer>> perturbations_;  // [request][layer] [Hkv, total]
   std::vector<cuda::DeviceBuffer> key_norms_;                   // per layer [Hkv, total]
+  std::vector<cuda::DeviceBuffer> value_norms_;                 // per layer [Hkv, total]
+  cuda::DeviceBuffer projection_workspace_;
 };
 
 }  // namespace kvb

@@ -1,8 +1,11 @@
 #include "kernels/cpu/dropkv_scores.h"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace kvb::kernels {
 namespace {
@@ -17,43 +20,67 @@ float round_to_bf16(float x) {
   return out;
 }
 
-}  // namespace
+float squared_norm(const float* x, int d) {
+  float total = 0;
+  for (int i = 0; i < d; ++i) total += x[i] * x[i];
+  return total;
+}
 
-void dropkv_raw_scores(const DropKvScoreArgs& args) {
+float squared_distance(const float* x, const float* y, int d) {
+  float total = 0;
+  for (int i = 0; i < d; ++i) total += (x[i] - y[i]) * (x[i] - y[i]);
+  return total;
+}
+
+// One KV head: its group's g·W window rows against its L keys and values.
+void score_kv_head(const DropKvScoreArgs& args, int h, std::vector<float>& logits,
+                   std::vector<float>& dots) {
   const int d = args.head_dim, L = args.length, W = args.window;
   const int group = args.n_query_heads / args.n_kv_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  for (int h = 0; h < args.n_kv_heads; ++h) {
-    const float* keys = args.keys + static_cast<int64_t>(h) * L * d;
-    const float* values = args.values + static_cast<int64_t>(h) * L * d;
-    float* scores = args.scores + static_cast<int64_t>(h) * L;
-    for (int j = 0; j < L; ++j) {
-      const float* k = keys + static_cast<int64_t>(j) * d;
-      const float* v = values + static_cast<int64_t>(j) * d;
-      float v_norm = 0;
-      for (int i = 0; i < d; ++i) v_norm += v[i] * v[i];
-      double total = 0;
-      for (int a = h * group; a < (h + 1) * group; ++a) {
-        for (int t = 0; t < W; ++t) {
-          if (j > L - W + t) continue;
-          const float* q = args.queries + (static_cast<int64_t>(a) * W + t) * d;
-          const float* y = args.outputs + (static_cast<int64_t>(a) * W + t) * d;
-          float logit = 0, y_dot_v = 0, y_norm = 0;
-          for (int i = 0; i < d; ++i) {
-            logit += q[i] * k[i];
-            y_dot_v += y[i] * v[i];
-            y_norm += y[i] * y[i];
-          }
-          float p = std::exp(logit * scale - args.lse[a * W + t]);
-          p = std::clamp(p, 0.0f, 1.0f);
-          if (args.round_p_to_bf16) p = round_to_bf16(p);
-          const float weight = (p / (1.0f - p + 1e-6f)) * (p / (1.0f - p + 1e-6f));
-          total += weight * std::max(0.0f, y_norm + v_norm - 2.0f * y_dot_v);
-        }
-      }
-      scores[j] = static_cast<float>(total / group);
+  const int rows = group * W;  // row r = (a − h·g)·W + t, as the [Hq, W, d] layout lies
+  const float* queries = args.queries + static_cast<int64_t>(h) * rows * d;
+  const float* outputs = args.outputs + static_cast<int64_t>(h) * rows * d;
+  const float* lse = args.lse + static_cast<int64_t>(h) * rows;
+  const float* keys = args.keys + static_cast<int64_t>(h) * L * d;
+  const float* values = args.values + static_cast<int64_t>(h) * L * d;
+  logits.resize(static_cast<size_t>(rows) * L);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, L, d,
+              1.0f / std::sqrt(static_cast<float>(d)), queries, d, keys, d, 0.0f, logits.data(), L);
+  if (!args.direct_distance) {
+    dots.resize(static_cast<size_t>(rows) * L);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, L, d, 1.0f, outputs, d, values, d,
+                0.0f, dots.data(), L);
+  }
+  std::vector<float> value_norms(L);
+  for (int j = 0; j < L; ++j)
+    value_norms[j] = squared_norm(values + static_cast<int64_t>(j) * d, d);
+  std::vector<double> total(L, 0.0);
+  for (int r = 0; r < rows; ++r) {
+    const int t = r % W;
+    const float* y = outputs + static_cast<int64_t>(r) * d;
+    const float y_norm = squared_norm(y, d);
+    const int visible = L - W + t + 1;  // row t sees keys j <= L − W + t
+    for (int j = 0; j < std::min(visible, L); ++j) {
+      float p = std::exp(logits[static_cast<size_t>(r) * L + j] - lse[r]);
+      p = std::clamp(p, 0.0f, 1.0f);
+      if (args.round_p_to_bf16) p = round_to_bf16(p);
+      const float ratio = p / (1.0f - p + 1e-6f);
+      const float distance = args.direct_distance
+                                 ? squared_distance(y, values + static_cast<int64_t>(j) * d, d)
+                                 : std::max(0.0f, y_norm + value_norms[j] -
+                                                      2.0f * dots[static_cast<size_t>(r) * L + j]);
+      total[j] += static_cast<double>(ratio * ratio * distance);
     }
   }
+  float* scores = args.scores + static_cast<int64_t>(h) * L;
+  for (int j = 0; j < L; ++j) scores[j] = static_cast<float>(total[j] / group);
+}
+
+}  // namespace
+
+void dropkv_scores(const DropKvScoreArgs& args) {
+  std::vector<float> logits, dots;
+  for (int h = 0; h < args.n_kv_heads; ++h) score_kv_head(args, h, logits, dots);
 }
 
 }  // namespace kvb::kernels

@@ -1,12 +1,17 @@
-// DropKV raw token scores for one layer, before pooling (docs/methods.md §9.2): the contract the
-// fused CUDA scorer (kernels/cuda/dropkv_scores.cu) is checked against.
+// DropKV raw token scores for one layer, before pooling (docs/methods.md §9.2). CUDA twin:
+// kernels/cuda/dropkv_scores.h (same name; tests/cuda/dropkv_scores_test.cc compares them).
 //
-//   score_h[j] = (1/g) Σ_{a∈group(h)} Σ_{t<W} ω_{a,j}^(t) · max(0, ‖y_a^(t)‖² + ‖v_j‖² − 2⟨y_a^(t), v_j⟩)
-//   ω = (p/(1 − p + 1e−6))²,  p = exp(q_a^(t)·k_j/√d − LSE_a^(t)) clamped to [0,1], and 0 for j > L−W+t
+//   score_h[j] = (1/g) Σ_{a∈group(h)} Σ_{t<W} ω_{a,j}^(t) · D(y_a^(t), v_j)
+//   ω = (p/(1 − p + 1e−6))²,  p = exp(q_a^(t)·k_j/√d − LSE_a^(t)) clamped to [0,1], and 0 for j >
+//   L−W+t D = max(0, ‖y‖² + ‖v‖² − 2⟨y, v⟩)   (the Triton scorer's expansion, what the CUDA twin
+//   computes) D = Σ_i (y_i − v_i)²                  (direct_distance: the fp32
+//   dropkv_scores_reference)
 //
-// y_a^(t) and LSE_a^(t) are the window rows' attention output and log-sum-exp (from the window
-// forward). With round_p_to_bf16 (the Triton path's match_pytorch_precision) p is rounded to bf16
-// before ω is formed.
+// y_a^(t) and LSE_a^(t) are the window rows' attention output and log-sum-exp (the window forward:
+// causal_attention over the last W queries, kernels/cpu/attention.h). With round_p_to_bf16 (the
+// Triton path's match_pytorch_precision) p is rounded to bf16 before ω is formed. The q·k and ⟨y,
+// v⟩ products of one KV head's group are two sgemms; the rest is one pass over the W·g × L
+// products.
 #pragma once
 
 #include <cstdint>
@@ -25,9 +30,10 @@ struct DropKvScoreArgs {
   const float* keys = nullptr;     // [Hkv, L, d]
   const float* values = nullptr;   // [Hkv, L, d]
   bool round_p_to_bf16 = true;
-  float* scores = nullptr;         // [Hkv, L]
+  float* scores = nullptr;  // [Hkv, L]
+  bool direct_distance = false;
 };
 
-void dropkv_raw_scores(const DropKvScoreArgs& args);
+void dropkv_scores(const DropKvScoreArgs& args);
 
 }  // namespace kvb::kernels

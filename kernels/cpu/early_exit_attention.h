@@ -48,8 +48,9 @@ struct EarlyExitOptions {
   bool use_scale = true;      // false: d_scale is not tested (the paper's ablation)
   bool use_direction = true;  // false: d_direction is not tested
   bool per_head = false;      // true: each head stops on its own; the walk ends when all have
-  // > 0: a stop may only happen after walk blocks 0 .. decision_window-1 (the GPU decider's
-  // window, kernels/cuda/early_exit_decode.h); a walk that would stop later walks every block.
+  // > 0: a cap: a stop may only happen after walk blocks 0 .. decision_window-1 (the GPU walk
+  // takes the same option, kernels/cuda/early_exit_decode.h); a walk that would stop later walks
+  // every block. 0: anywhere (the method).
   int decision_window = 0;
   bool enabled = true;
 };

@@ -22,10 +22,10 @@ constexpr int kKeysPerBlock = kHashThreads / kLanesPerKey;
 template <int D, bool kErrors>
 __global__ void __launch_bounds__(kHashThreads) hash_keys_kernel(BinaryHashKeysArgs args) {
   constexpr int E = D / kLanesPerKey;
-  __shared__ float s_projection[kBinaryPcBits * D];
+  __shared__ float s_projection[kSignCodeBits * D];
   const int slot = blockIdx.y;
-  const float* projection = args.projection + int64_t(slot) * kBinaryPcBits * D;
-  for (int i = threadIdx.x; i < kBinaryPcBits * D; i += kHashThreads)
+  const float* projection = args.projection + int64_t(slot) * kSignCodeBits * D;
+  for (int i = threadIdx.x; i < kSignCodeBits * D; i += kHashThreads)
     s_projection[i] = projection[i];
   __syncthreads();
 
@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(kHashThreads) hash_keys_kernel(BinaryHashKeysA
   for (int e = 0; e < (kErrors ? E : 1); ++e) reconstruction[e] = 0.0;
 
   uint64_t code = 0;
-  for (int i = 0; i < kBinaryPcBits; ++i) {
+  for (int i = 0; i < kSignCodeBits; ++i) {
     const float* row = s_projection + i * D;
     float dot = 0.f, magnitude = 0.f;
 #pragma unroll
@@ -109,7 +109,7 @@ template <int D>
 __global__ void pack_queries_kernel(BinaryPackQueriesArgs args) {
   extern __shared__ float smem[];
   float* s_projection = smem;                   // [64][D + 1]: no bank conflicts per bit
-  float* s_q = smem + kBinaryPcBits * (D + 1);  // [group][D]
+  float* s_q = smem + kSignCodeBits * (D + 1);  // [group][D]
   __shared__ float s_warp_max[32];
   const int slot = blockIdx.x;
   const int b = slot / args.n_kv_heads, h = slot % args.n_kv_heads;
@@ -117,8 +117,8 @@ __global__ void pack_queries_kernel(BinaryPackQueriesArgs args) {
   // All loads of P issued before any store: one memory round trip instead of one per element
   // (this kernel is latency-bound; P is usually cold in L2 at a decode step).
   const float4* projection =
-      reinterpret_cast<const float4*>(args.projection + int64_t(slot) * kBinaryPcBits * D);
-  constexpr int kVectors = kBinaryPcBits * D / 4;
+      reinterpret_cast<const float4*>(args.projection + int64_t(slot) * kSignCodeBits * D);
+  constexpr int kVectors = kSignCodeBits * D / 4;
   for (int base = 0; base < kVectors; base += kPackBatch * blockDim.x) {
     float4 batch[kPackBatch];
 #pragma unroll
@@ -146,7 +146,7 @@ __global__ void pack_queries_kernel(BinaryPackQueriesArgs args) {
   for (int i = threadIdx.x; i < group * D; i += blockDim.x) s_q[i] = __bfloat162float(q[i]);
   __syncthreads();
 
-  const int head = threadIdx.x / kBinaryPcBits, bit = threadIdx.x % kBinaryPcBits;
+  const int head = threadIdx.x / kSignCodeBits, bit = threadIdx.x % kSignCodeBits;
   // Sequential f64 sum of exact products: the CPU reference's order, so p is the same float.
   double sum = 0.0;
   for (int t = 0; t < D; ++t)
@@ -171,12 +171,12 @@ __global__ void pack_queries_kernel(BinaryPackQueriesArgs args) {
   const int magnitude = value < 0 ? -value : value;
 
   uint32_t* out = reinterpret_cast<uint32_t*>(
-      args.planes + (int64_t(b) * args.n_query_heads + h * group + head) * kBinaryPcPlanes);
+      args.planes + (int64_t(b) * args.n_query_heads + h * group + head) * kSignCodePlanes);
   const int half = bit / 32;  // low or high 32 bits of each little-endian 64-bit plane
   const unsigned sign = __ballot_sync(kFullMask, value < 0);
   if (lane == 0) out[half] = sign;
 #pragma unroll
-  for (int m = 1; m < kBinaryPcPlanes; ++m) {
+  for (int m = 1; m < kSignCodePlanes; ++m) {
     const unsigned plane = __ballot_sync(kFullMask, (magnitude >> (m - 1)) & 1);
     if (lane == 0) out[2 * m + half] = plane;
   }
@@ -212,12 +212,12 @@ struct ScoreQueries {
 
 template <int G>
 __device__ void stage_queries(const uint64_t* planes, ScoreQueries& out) {
-  for (int idx = threadIdx.x; idx < G * kBinaryPcBits; idx += kScoreWarps * 32) {
-    const int a = idx / kBinaryPcBits, bit = idx % kBinaryPcBits;
-    const uint64_t* head = planes + a * kBinaryPcPlanes;
+  for (int idx = threadIdx.x; idx < G * kSignCodeBits; idx += kScoreWarps * 32) {
+    const int a = idx / kSignCodeBits, bit = idx % kSignCodeBits;
+    const uint64_t* head = planes + a * kSignCodePlanes;
     int magnitude = 0;
 #pragma unroll
-    for (int m = 1; m < kBinaryPcPlanes; ++m) magnitude |= int((head[m] >> bit) & 1) << (m - 1);
+    for (int m = 1; m < kSignCodePlanes; ++m) magnitude |= int((head[m] >> bit) & 1) << (m - 1);
     const int value = (head[0] >> bit) & 1 ? -magnitude : magnitude;
     const int w = bit / 32, r = bit % 32;
     const int word = ((a * 2 + w) * 2 + (r % 8) / 4) * 4 + r % 4;
@@ -307,8 +307,8 @@ __device__ __forceinline__ void score_tiles(const BinaryScoreKeysArgs& args, con
     const int j = first + 16 * r + 8 * t;
     if (t < 2 && j < args.length)
       keys[j] = (in.forced >> r) & 1u
-                    ? kBinaryPcForced
-                    : static_cast<uint16_t>((t == 0 ? best[0] : best[1]) + kBinaryPcScoreOffset);
+                    ? kSignCodeForced
+                    : static_cast<uint16_t>((t == 0 ? best[0] : best[1]) + kSignCodeScoreOffset);
   }
 }
 
@@ -327,7 +327,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32) score_keys_kernel(BinaryScor
   WarpCodes current = load_batch(args, codes, mask, blockIdx.x, warp_offset, t);
   wait_for_predecessor();
   allow_successor_launch();
-  stage_queries<G>(args.planes + (int64_t(b) * args.n_query_heads + h * G) * kBinaryPcPlanes,
+  stage_queries<G>(args.planes + (int64_t(b) * args.n_query_heads + h * G) * kSignCodePlanes,
                    queries);
   const LaneQueries q = lane_queries<G>(queries, g, t);
   uint16_t* keys = args.keys + slot * args.key_slot_stride;
@@ -387,9 +387,9 @@ void binary_pack_queries(const BinaryPackQueriesArgs& args, cudaStream_t stream)
   const int group = args.n_query_heads / args.n_kv_heads;
   if (group < 1 || group > 16 || group * args.n_kv_heads != args.n_query_heads)
     throw std::invalid_argument("binary_pack_queries: needs Hq = g * Hkv with g <= 16");
-  const int threads = group * kBinaryPcBits;
+  const int threads = group * kSignCodeBits;
   const size_t smem =
-      (size_t(kBinaryPcBits) * (args.head_dim + 1) + size_t(group) * args.head_dim) * sizeof(float);
+      (size_t(kSignCodeBits) * (args.head_dim + 1) + size_t(group) * args.head_dim) * sizeof(float);
   const int slots = args.batch * args.n_kv_heads;
   if (args.head_dim == 128)
     launch_overlapped(pack_queries_kernel<128>, slots, threads, smem, stream, "pack_queries_kernel",

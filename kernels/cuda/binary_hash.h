@@ -28,10 +28,10 @@
 
 namespace kvb::cuda {
 
-inline constexpr int kBinaryPcBits = 64;
-inline constexpr int kBinaryPcPlanes = 8;  // sign plane + 7 magnitude planes per query head
-inline constexpr uint16_t kBinaryPcForced = 0xFFFF;
-inline constexpr int kBinaryPcScoreOffset = 32768;
+inline constexpr int kSignCodeBits = 64;
+inline constexpr int kSignCodePlanes = 8;  // sign plane + 7 magnitude planes per query head
+inline constexpr uint16_t kSignCodeForced = 0xFFFF;
+inline constexpr int kSignCodeScoreOffset = 32768;
 
 // Algorithm 2 for tokens [begin, end) of every slot, bf16 keys, f32 residual: bit i of code j is 1
 // when r . P[i] < 0; the residual moves by -sign(r . P[i]) P[i] only when the product is nonzero
@@ -65,7 +65,7 @@ void binary_pack_queries(const BinaryPackQueriesArgs& args, cudaStream_t stream)
 
 // Score of tokens [0, length) of every slot: max over the group of sum_i p^_{a,i} h_{j,i},
 // stored as score + 32768; tokens flagged in `forced_mask` (bit j % 32 of word j / 32) and the
-// first `sink_tokens` tokens get kBinaryPcForced instead.
+// first `sink_tokens` tokens get kSignCodeForced instead.
 struct BinaryScoreKeysArgs {
   const uint64_t* planes = nullptr;  // from binary_pack_queries
   const uint64_t* codes = nullptr;

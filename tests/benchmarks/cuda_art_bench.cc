@@ -1,19 +1,15 @@
 // ART decode kernel (kernels/cuda/early_exit_decode.h) against the plain flash-decoding kernel
-// (decode_attention) at Llama-3.1-8B shapes: Hq 32, Hkv 8, d 128, batch 1, one layer's cache.
+// (decode_attention) in the same run, one layer's cache at batch 1, at two model shapes:
+// Llama-3.1-8B (Hq 32, Hkv 8, d 128) and Qwen2.5-0.5B (Hq 14, Hkv 2, d 64: group 7).
 // Run on the GPU machine: ./cuda_art_bench --benchmark_counters_tabular=true
 //
-// BM_ArtOverhead/n/decider/chunk/same_splits: termination disabled (the same walk and the
-//   stability test after every block of the deciding split, never acted on) vs decode_attention
-//   on random K/V; decider
-//   and chunk are the walk layout's blocks (0/0 = automatic, what the engine runs; the explicit
-//   rows compare other layouts); same_splits = 1 runs the plain kernel over the walk's split count.
-//   Counters: plain_us, art_us, overhead_pct = art/plain - 1 (target < 2%; the ART paper reports
-//   1.3%), window (the decider's blocks), chunk, splits, plain_splits (0 = automatic).
-// BM_ArtTermination/n/decider: termination on (defaults tau 1e-5, phi 1e-3, patience 2, 4 sinks)
-//   on a sink-and-recent-dominated profile; decider = the decision window in walk blocks (0 =
-//   automatic), the other chunks automatic. Counters: plain_us (same inputs), art_us, speedup =
-//   plain/art, skipped = 1 - visited/total blocks (what the output ignores), work_skipped =
-//   1 - loaded/total (tiles never fetched), window, chunk, splits.
+// BM_Art/model/n/mode: model 0 = Llama-3.1-8B shapes, 1 = Qwen2.5-0.5B shapes; n = cache entries;
+//   mode 0 = stop off (enabled = false: the whole walk and the decision of every block, never
+//   acted on; random K/V), 1 = stop on over the same random K/V (diffuse attention: nothing
+//   stops, the cost of a live decision), 2 = stop on over a sink-and-recent profile (stops).
+//   Counters: plain_us, art_us, ratio = art/plain (1.00 = the plain kernel's speed), skipped =
+//   1 - visited/total blocks, chunk and splits (the walk's layout), segment and segments (the
+//   decision's).
 // Profile (synthetic, documented): per KV group a shared query direction c (q_a = c + 5% noise);
 //   key j = uniform(-0.5, 0.5) noise + lambda_j c sqrt(d)/|c|^2, so its logit is about lambda_j:
 //   16 for the 4 sink entries, 10 for the 48 most recent, ~0 (±0.2) for every other entry — the
@@ -39,7 +35,12 @@ namespace kvb {
 namespace {
 
 using bf16 = __nv_bfloat16;
-constexpr int kHq = 32, kHkv = 8, kD = 128, kRepeats = 20;
+constexpr int kRepeats = 20;
+
+struct Shape {
+  int hq, hkv, d;
+};
+constexpr Shape kShapes[] = {{32, 8, 128}, {14, 2, 64}};  // Llama-3.1-8B, Qwen2.5-0.5B
 
 uint16_t bf16_bits(float x) {
   const bf16 value = __float2bfloat16(x);
@@ -49,59 +50,64 @@ uint16_t bf16_bits(float x) {
 }
 
 struct Setup {
+  Shape shape;
   int n = 0, copies = 1;
-  cuda::DeviceBuffer q, k, v, out, workspace, offsets, lengths, state;
+  cuda::DeviceBuffer q, k, v, out, workspace, offsets, lengths, state, totals;
   std::vector<cuda::DecodeAttentionArgs> plain;
   std::vector<cuda::EarlyExitDecodeArgs> art;
 
-  Setup(int length, bool realistic) : n(length) {
-    const size_t copy_bytes = size_t(kHkv) * n * kD * 2 * 2;
+  Setup(Shape s, int length, bool profile) : shape(s), n(length) {
+    const size_t copy_bytes = size_t(s.hkv) * n * s.d * 2 * 2;
     copies = std::max<int>(1, int((size_t(200) << 20) / copy_bytes) + 1);
-    const size_t rows = size_t(copies) * kHkv * n;
-    q = cuda::DeviceBuffer(size_t(kHq) * kD * 2);
-    k = cuda::DeviceBuffer(rows * kD * 2);
-    v = cuda::DeviceBuffer(rows * kD * 2);
-    out = cuda::DeviceBuffer(size_t(kHq) * kD * 2);
-    workspace = cuda::DeviceBuffer(
-        std::max(cuda::decode_attention_workspace_floats(1, kHq, kD, n),
-                 cuda::early_exit_decode_workspace_floats(1, kHq, kD, n)) * 4);
-    cuda::fill_random_bf16(k.as<bf16>(), rows * kD, 2, realistic ? 0.5f : 1.f, nullptr);
-    cuda::fill_random_bf16(v.as<bf16>(), rows * kD, 3, 1.f, nullptr);
-    if (realistic) {
+    const size_t rows = size_t(copies) * s.hkv * n;
+    q = cuda::DeviceBuffer(size_t(s.hq) * s.d * 2);
+    k = cuda::DeviceBuffer(rows * s.d * 2);
+    v = cuda::DeviceBuffer(rows * s.d * 2);
+    out = cuda::DeviceBuffer(size_t(s.hq) * s.d * 2);
+    workspace =
+        cuda::DeviceBuffer(std::max(cuda::decode_attention_workspace_floats(1, s.hq, s.d, n),
+                                    cuda::early_exit_decode_workspace_floats(1, s.hq, s.d, n)) *
+                           4);
+    cuda::fill_random_bf16(k.as<bf16>(), rows * s.d, 2, profile ? 0.5f : 1.f, nullptr);
+    cuda::fill_random_bf16(v.as<bf16>(), rows * s.d, 3, 1.f, nullptr);
+    if (profile) {
       shape_profile();
     } else {
-      cuda::fill_random_bf16(q.as<bf16>(), size_t(kHq) * kD, 1, 1.f, nullptr);
+      cuda::fill_random_bf16(q.as<bf16>(), size_t(s.hq) * s.d, 1, 1.f, nullptr);
     }
-    std::vector<int64_t> offset(size_t(copies) * kHkv);
+    std::vector<int64_t> offset(size_t(copies) * s.hkv);
     for (size_t i = 0; i < offset.size(); ++i) offset[i] = int64_t(i) * n;
     offsets = cuda::DeviceBuffer(offset.size() * 8);
     offsets.upload(offset.data(), offset.size() * 8);
-    std::vector<int32_t> length_of(kHkv, n);
+    std::vector<int32_t> length_of(s.hkv, n);
     lengths = cuda::DeviceBuffer(length_of.size() * 4);
     lengths.upload(length_of.data(), length_of.size() * 4);
-    state = cuda::DeviceBuffer(size_t(kHkv) * cuda::kStateWords * 4);
+    state = cuda::DeviceBuffer(size_t(s.hkv) * cuda::kStateWords * 4);
     cuda::check(cudaMemset(state.data(), 0, state.bytes()), "memset");
+    totals = cuda::DeviceBuffer(3 * 8);
+    cuda::check(cudaMemset(totals.data(), 0, totals.bytes()), "memset");
     for (int c = 0; c < copies; ++c) {
       cuda::DecodeAttentionArgs a;
       a.q = q.as<bf16>();
-      a.q_seq_stride = kHq * kD;
+      a.q_seq_stride = s.hq * s.d;
       a.k = k.as<bf16>();
       a.v = v.as<bf16>();
-      a.kv_offset = offsets.as<int64_t>() + c * kHkv;
+      a.kv_offset = offsets.as<int64_t>() + c * s.hkv;
       a.kv_length = lengths.as<int32_t>();
       a.max_kv_length = n;
       a.out = out.as<bf16>();
-      a.out_seq_stride = kHq * kD;
+      a.out_seq_stride = s.hq * s.d;
       a.batch = 1;
-      a.n_query_heads = kHq;
-      a.n_kv_heads = kHkv;
-      a.head_dim = kD;
-      a.scale = 1.f / std::sqrt(float(kD));
+      a.n_query_heads = s.hq;
+      a.n_kv_heads = s.hkv;
+      a.head_dim = s.d;
+      a.scale = 1.f / std::sqrt(float(s.d));
       a.workspace = workspace.as<float>();
       plain.push_back(a);
       cuda::EarlyExitDecodeArgs e;
       e.attention = a;
       e.walker_state = state.as<int32_t>();
+      e.totals = totals.as<unsigned long long>();
       art.push_back(e);
     }
     cuda::check(cudaDeviceSynchronize(), "setup");
@@ -109,31 +115,32 @@ struct Setup {
 
   // Queries along a shared direction per group; sink and recent keys of every copy along it.
   void shape_profile() {
+    const int d = shape.d, group = shape.hq / shape.hkv;
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> unit(-1.f, 1.f);
-    std::vector<uint16_t> q_bits(size_t(kHq) * kD);
-    for (int h = 0; h < kHkv; ++h) {
-      std::vector<float> c(kD);
+    std::vector<uint16_t> q_bits(size_t(shape.hq) * d);
+    for (int h = 0; h < shape.hkv; ++h) {
+      std::vector<float> c(d);
       double norm2 = 0;
       for (auto& x : c) {
         x = unit(rng);
         norm2 += x * x;
       }
-      for (int a = h * 4; a < h * 4 + 4; ++a)
-        for (int i = 0; i < kD; ++i) q_bits[size_t(a) * kD + i] = bf16_bits(c[i] + 0.05f * unit(rng));
+      for (int a = h * group; a < (h + 1) * group; ++a)
+        for (int i = 0; i < d; ++i) q_bits[size_t(a) * d + i] = bf16_bits(c[i] + 0.05f * unit(rng));
       auto key_row = [&](float lambda) {
-        std::vector<uint16_t> row(kD);
-        for (int i = 0; i < kD; ++i)
-          row[i] = bf16_bits(0.5f * unit(rng) + lambda * c[i] * std::sqrt(float(kD)) / float(norm2));
+        std::vector<uint16_t> row(d);
+        for (int i = 0; i < d; ++i)
+          row[i] = bf16_bits(0.5f * unit(rng) + lambda * c[i] * std::sqrt(float(d)) / float(norm2));
         return row;
       };
       for (int copy = 0; copy < copies; ++copy) {
-        const size_t first_row = (size_t(copy) * kHkv + h) * n;
+        const size_t first_row = (size_t(copy) * shape.hkv + h) * n;
         for (int j = 0; j < n; ++j) {
           const bool sink = j < 4, recent = j >= n - 48;
           if (!sink && !recent) continue;
           const auto row = key_row(sink ? 16.f : 10.f);
-          k.upload(row.data(), kD * 2, (first_row + j) * kD * 2);
+          k.upload(row.data(), d * 2, (first_row + j) * d * 2);
         }
       }
     }
@@ -161,77 +168,19 @@ double time_us(Setup& setup, Launch launch) {
   return elapsed_ms(start, stop) * 1e3 / kRepeats;
 }
 
-void set_layout_counters(benchmark::State& state, const cuda::EarlyExitDecodeArgs& args) {
-  state.counters["window"] = cuda::early_exit_decider_blocks(args);
-  state.counters["chunk"] = cuda::early_exit_chunk_blocks(args);
-  state.counters["splits"] = cuda::early_exit_splits(args);
-}
-
-// Args: n, decider_blocks, chunk_blocks (0 = automatic, the layout the engine uses).
-void BM_ArtOverhead(benchmark::State& state) {
+// Args: model (index into kShapes), n, mode (0 stop off, 1 stop on over random K/V, 2 stop on
+// over the profile).
+void BM_Art(benchmark::State& state) {
   if (!cuda::device_available()) return state.SkipWithError("no CUDA device");
-  Setup setup(static_cast<int>(state.range(0)), false);
-  for (auto& e : setup.art) {
-    e.options.enabled = false;
-    e.decider_blocks = static_cast<int>(state.range(1));
-    e.chunk_blocks = static_cast<int>(state.range(2));
-  }
-  const int art_splits = cuda::early_exit_splits(setup.art[0]);
-  if (state.range(3) != 0)  // the plain kernel over as many splits as the walk
-    for (auto& a : setup.plain) a.chunk_size = (setup.n + art_splits - 1) / art_splits;
-  state.counters["plain_splits"] =
-      setup.plain[0].chunk_size > 0
-          ? (setup.n + setup.plain[0].chunk_size - 1) / setup.plain[0].chunk_size
-          : 0;
+  const int mode = static_cast<int>(state.range(2));
+  Setup setup(kShapes[state.range(0)], static_cast<int>(state.range(1)), mode == 2);
+  for (auto& e : setup.art) e.options.enabled = mode != 0;
   auto plain = [&](int c) { cuda::decode_attention(setup.plain[c], nullptr); };
   auto art = [&](int c) { cuda::early_exit_decode(setup.art[c], nullptr); };
   time_us(setup, plain);  // warm-up (and kernel attributes)
   time_us(setup, art);
-  double plain_total = 0, art_total = 0;
-  int iterations = 0;
-  for (auto _ : state) {
-    const double p = time_us(setup, plain);
-    const double a = time_us(setup, art);
-    plain_total += p;
-    art_total += a;
-    ++iterations;
-    state.SetIterationTime(a / 1e6);
-  }
-  state.counters["plain_us"] = plain_total / iterations;
-  state.counters["art_us"] = art_total / iterations;
-  state.counters["overhead_pct"] = (art_total / plain_total - 1.0) * 100.0;
-  set_layout_counters(state, setup.art[0]);
-}
-// The automatic layout first; then the same against the plain kernel run over as many splits as the
-// walk (33 at batch 1): at n = 32K exactly, 32 chunks of 1,024 keys serve the plain kernel, while
-// the walk's separate sink block makes 513 walk blocks and one split more, and a kernel whose
-// blocks take every resident slot is measurably slower (results/gpu-kernel-tuning.md §7.5; the
-// engine's caches, with room for the steps to come, give the plain kernel 33 splits too). Then
-// explicit layouts: the decider as large as the other chunks (which needs one split more than fits
-// at once), and a smaller decider.
-BENCHMARK(BM_ArtOverhead)
-    ->Args({4096, 0, 0, 0})
-    ->Args({32768, 0, 0, 0})
-    ->Args({131072, 0, 0, 0})
-    ->Args({32768, 0, 0, 1})
-    ->Args({131072, 0, 0, 1})
-    ->Args({4096, 2, 2, 0})
-    ->Args({32768, 16, 16, 0})
-    ->Args({32768, 4, 16, 0})
-    ->Args({131072, 64, 64, 0})
-    ->Args({131072, 16, 64, 0})
-    ->Iterations(100)
-    ->UseManualTime()
-    ->Unit(benchmark::kMicrosecond);
-
-void BM_ArtTermination(benchmark::State& state) {
-  if (!cuda::device_available()) return state.SkipWithError("no CUDA device");
-  Setup setup(static_cast<int>(state.range(0)), true);
-  for (auto& e : setup.art) e.decider_blocks = static_cast<int>(state.range(1));
-  auto plain = [&](int c) { cuda::decode_attention(setup.plain[c], nullptr); };
-  auto art = [&](int c) { cuda::early_exit_decode(setup.art[c], nullptr); };
-  time_us(setup, plain);
-  time_us(setup, art);
+  cuda::check(cudaDeviceSynchronize(), "warm-up");
+  cuda::check(cudaMemset(setup.totals.data(), 0, setup.totals.bytes()), "memset");
   double plain_total = 0, art_total = 0;
   int iterations = 0;
   for (auto _ : state) {
@@ -243,28 +192,20 @@ void BM_ArtTermination(benchmark::State& state) {
     state.SetIterationTime(a / 1e6);
   }
   cuda::check(cudaDeviceSynchronize(), "bench");
-  std::vector<int32_t> words(size_t(kHkv) * cuda::kStateWords);
-  setup.state.download(words.data(), words.size() * 4);
-  double visited = 0, total = 0, loaded = 0;
-  for (int h = 0; h < kHkv; ++h) {
-    visited += words[h * cuda::kStateWords + cuda::kBlocksVisited];
-    total += words[h * cuda::kStateWords + cuda::kBlocksTotal];
-    loaded += words[h * cuda::kStateWords + cuda::kBlocksLoaded];
-  }
+  unsigned long long words[3] = {0, 0, 0};
+  setup.totals.download(words, sizeof(words));
+  const cuda::EarlyExitDecodeArgs& layout = setup.art[0];
   state.counters["plain_us"] = plain_total / iterations;
   state.counters["art_us"] = art_total / iterations;
-  state.counters["speedup"] = plain_total / art_total;
-  state.counters["skipped"] = 1.0 - visited / total;
-  state.counters["work_skipped"] = 1.0 - loaded / total;
-  set_layout_counters(state, setup.art[0]);
+  state.counters["ratio"] = art_total / plain_total;
+  state.counters["skipped"] = words[1] > 0 ? 1.0 - double(words[0]) / double(words[1]) : 0.0;
+  state.counters["chunk"] = cuda::early_exit_chunk_blocks(layout);
+  state.counters["splits"] = cuda::early_exit_splits(layout);
+  state.counters["segment"] = cuda::early_exit_segment_blocks(layout);
+  state.counters["segments"] = cuda::early_exit_segments(layout);
 }
-BENCHMARK(BM_ArtTermination)
-    ->Args({4096, 0})
-    ->Args({4096, 8})
-    ->Args({32768, 0})
-    ->Args({32768, 16})
-    ->Args({131072, 0})
-    ->Args({131072, 64})
+BENCHMARK(BM_Art)
+    ->ArgsProduct({{0, 1}, {4096, 32768, 131072}, {0, 1, 2}})
     ->Iterations(100)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);

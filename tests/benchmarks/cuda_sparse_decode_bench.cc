@@ -23,7 +23,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/binary_hash.h"
 #include "kernels/cuda/cuda_utils.h"
-#include "kernels/cuda/quest_pages.h"
+#include "kernels/cuda/page_bounds.h"
 #include "kernels/cuda/topk_select.h"
 #include "kernels/cuda/transformer_ops.h"
 
@@ -105,11 +105,11 @@ struct Layer {
         out(size_t(kHq) * kD * 2),
         kv_offset(kHkv * 8),
         kv_length(kHkv * 4),
-        projection(size_t(kHkv) * cuda::kBinaryPcBits * kD * 4),
+        projection(size_t(kHkv) * cuda::kSignCodeBits * kD * 4),
         codes(size_t(kHkv) * length * 8),
         errors(size_t(kHkv) * length * 4),
         mask(size_t(kHkv) * words() * 4),
-        planes(size_t(kHq) * cuda::kBinaryPcPlanes * 8),
+        planes(size_t(kHq) * cuda::kSignCodePlanes * 8),
         score_keys(size_t(kHkv) * length * 2),
         bpc_indices(size_t(kHkv) * budget * 4),
         index_offset(kHq * 8),
@@ -134,7 +134,7 @@ struct Layer {
     kv_length.upload(lengths.data(), lengths.size() * 4);
     std::mt19937 rng(7);
     std::normal_distribution<float> gaussian(0.f, 1.f / std::sqrt(float(kD)));
-    std::vector<float> rows(size_t(kHkv) * cuda::kBinaryPcBits * kD);
+    std::vector<float> rows(size_t(kHkv) * cuda::kSignCodeBits * kD);
     for (float& x : rows) x = gaussian(rng);
     projection.upload(rows.data(), rows.size() * 4);
   }
@@ -221,7 +221,7 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
     cuda::binary_mark_tokens(eas.as<int32_t>(), err_k, kHkv, err_k, layer.mask.as<uint32_t>(),
                              layer.words(), nullptr);
   });
-  cuda::QuestPagesArgs pages;
+  cuda::PageBoundsArgs pages;
   pages.keys = layer.k.as<bf16>();
   pages.key_slot_stride = int64_t(length) * kD;
   pages.n_slots = kHkv;
@@ -233,13 +233,13 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
   pages.page_max = layer.page_max.as<bf16>();
   pages.page_slot_stride = int64_t(layer.pages()) * kD;
   pages.max_pages = layer.pages();
-  row.pages_prefill = time_once([&] { cuda::quest_update_pages(pages, nullptr); });
+  row.pages_prefill = time_once([&] { cuda::update_page_bounds(pages, nullptr); });
   // One appended token (its code and its page), as each decode step does per layer.
   hash.reconstruction_error = nullptr;
   hash.begin = length - 1;
   row.hash_append = time_once([&] { cuda::binary_hash_keys(hash, nullptr); });
   pages.begin = length - 1;
-  row.page_append = time_once([&] { cuda::quest_update_pages(pages, nullptr); });
+  row.page_append = time_once([&] { cuda::update_page_bounds(pages, nullptr); });
 
   cuda::BinaryPackQueriesArgs pack;
   pack.projection = layer.projection.as<float>();
@@ -283,10 +283,10 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
   bpc_attention.chunk_size = 64;            // as the engine's
   bpc_attention.workspace = layer.sparse_workspace.as<float>();
 
-  const int page_budget = cuda::quest_page_budget(length, options.budget, kPage, 3);
+  const int page_budget = cuda::pages_for_budget(length, options.budget, kPage, 3);
   auto quest_step = [&](bool shared, StepTimer* timer) {
     const int lists = shared ? kHkv : kHq;
-    cuda::QuestScoreArgs scores;
+    cuda::PageScoreArgs scores;
     scores.q = layer.q.as<bf16>();
     scores.q_seq_stride = kHq * kD;
     scores.batch = 1;
@@ -310,7 +310,7 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
     top.indices = layer.page_ids.as<int32_t>();
     top.index_stride = page_budget;
     top.workspace = layer.topk_workspace.data();
-    cuda::QuestExpandArgs expand;
+    cuda::ExpandPagesArgs expand;
     expand.pages = layer.page_ids.as<int32_t>();
     expand.page_stride = page_budget;
     expand.n_lists = lists;
@@ -331,11 +331,11 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
     attention.shared_group_lists = shared;  // as the engine
     attention.chunk_size = 64;
     timer->mark(0);
-    cuda::quest_page_scores(scores, nullptr);
+    cuda::page_bound_scores(scores, nullptr);
     timer->mark(1);
     cuda::topk_select(top, nullptr);
     timer->mark(2);
-    cuda::quest_expand_pages(expand, nullptr);
+    cuda::expand_pages(expand, nullptr);
     timer->mark(3);
     cuda::decode_attention(attention, nullptr);
     timer->mark(4);

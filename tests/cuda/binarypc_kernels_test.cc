@@ -117,7 +117,7 @@ std::vector<uint64_t> gpu_planes(const std::vector<float>& projection, const std
                                  int batch, int hq, int hkv, int d) {
   auto d_projection = test::to_device(projection);
   auto d_q = test::to_device_bf16(q);
-  cuda::DeviceBuffer d_planes(size_t(batch) * hq * cuda::kBinaryPcPlanes * 8);
+  cuda::DeviceBuffer d_planes(size_t(batch) * hq * cuda::kSignCodePlanes * 8);
   cuda::BinaryPackQueriesArgs args;
   args.projection = d_projection.as<float>();
   args.q = d_q.as<__nv_bfloat16>();
@@ -129,7 +129,7 @@ std::vector<uint64_t> gpu_planes(const std::vector<float>& projection, const std
   args.planes = d_planes.as<uint64_t>();
   cuda::binary_pack_queries(args, nullptr);
   cuda::check(cudaDeviceSynchronize(), "sync");
-  std::vector<uint64_t> planes(size_t(batch) * hq * cuda::kBinaryPcPlanes);
+  std::vector<uint64_t> planes(size_t(batch) * hq * cuda::kSignCodePlanes);
   d_planes.download(planes.data(), planes.size() * 8);
   return planes;
 }
@@ -244,7 +244,7 @@ void expect_gpu_scores_equal_cpu(const std::vector<uint64_t>& codes,
     for (int j = 0; j < length; ++j) {
       const bool forced = j < 3 || (s == 1 && (j == 7 || j == 100 || j == length - 1));
       const uint16_t want =
-          forced ? cuda::kBinaryPcForced : uint16_t(expected[j] + cuda::kBinaryPcScoreOffset);
+          forced ? cuda::kSignCodeForced : uint16_t(expected[j] + cuda::kSignCodeScoreOffset);
       mismatches += got[int64_t(s) * length + j] != want;
     }
     EXPECT_EQ(mismatches, 0) << "slot " << s << " of batch " << batch << ", Hq " << hq << ", Hkv "
@@ -439,7 +439,7 @@ TEST_P(BinaryPcSelectionTest, IndexListsAndAttentionMatchCpuSelector) {
     cuda::binary_mark_tokens(d_eas.as<int32_t>(), err_k, hkv, err_k, d_mask.as<uint32_t>(), words,
                              nullptr);
   }
-  cuda::DeviceBuffer d_planes(size_t(hq) * cuda::kBinaryPcPlanes * 8),
+  cuda::DeviceBuffer d_planes(size_t(hq) * cuda::kSignCodePlanes * 8),
       d_scores(size_t(hkv) * capacity * 2);
   cuda::BinaryPackQueriesArgs pack;
   pack.projection = d_projection.as<float>();

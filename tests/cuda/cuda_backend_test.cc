@@ -4,11 +4,12 @@
 //   the CPU's (Jaccard per (layer, KV head)). The GPU's keys, values and queries are bf16 and the
 //   CPU's f32, so tokens near a head's cut-off trade places (results/gpu-sweeps.md has the
 //   measured figures; the bounds below sit under them); the GPU scores from the statistics its
-//   prefill computed, and only CriticalKV gets a host copy of the prompt's keys and values;
+//   prefill computed (CriticalKV's ‖v W_o‖ too), and none gets a host copy of the prompt's keys
+//   and values;
 // - the window queries the GPU prefill hands down are the CPU's (bf16 tolerance);
 // - a sample's cells decoded together on the GPU give the ids each gives decoded alone (batch 1),
 //   and the GPU's greedy answers are the CPU's for most cells;
-// - plans the device cannot run are refused, naming the method.
+// - plans the device cannot run are refused, naming the method (TOPK per head runs there).
 #include "engine/cuda/cuda_backend.h"
 
 #include <gtest/gtest.h>
@@ -74,6 +75,47 @@ KeptIndices kept_on(Engine& engine, const std::vector<TokenId>& ids, CachePlan& 
   return kept;
 }
 
+// The same selection code fed the GPU's own prefill — its keys, values and window queries copied
+// to the host — instead of the statistics the device computed beside the prefill. Against
+// kept_on(gpu, ...) this isolates the device statistics and selection from the forward pass,
+// whose bf16 weights and activations the CPU's f32 forward cannot match token for token.
+KeptIndices kept_on_host_copy(Engine& engine, const std::vector<TokenId>& ids, CachePlan& plan) {
+  CaptureRequest request = plan.prefill->capture();
+  request.window_attention_sums.clear();
+  request.output_perturbations.clear();
+  request.key_norms = false;
+  request.host_keys_values = true;
+  engine.reserve(1, static_cast<int>(ids.size()) + 8);
+  PrefillCapture captured;
+  engine.prefill(0, ids, request, captured);
+  KvStore host_copy;
+  return select_kept(
+      plan, captured,
+      [&](const PrefillCapture& captures, const CaptureRequest&) {
+        return engine.prefill_view(0, captures, request, host_copy);
+      },
+      engine.config(), budget_tokens_for(plan, static_cast<int>(ids.size())));
+}
+
+struct JaccardSummary {
+  double mean = 0, worst = 1;
+  int heads = 0;
+};
+
+JaccardSummary compare_kept(const KeptIndices& a, const KeptIndices& b) {
+  JaccardSummary s;
+  double sum = 0;
+  for (size_t l = 0; l < a.size(); ++l)
+    for (size_t h = 0; h < a[l].size(); ++h) {
+      const double j = jaccard(a[l][h], b[l][h]);
+      s.worst = std::min(s.worst, j);
+      sum += j;
+      ++s.heads;
+    }
+  s.mean = sum / s.heads;
+  return s;
+}
+
 struct RealModel {
   LoadedModel model;
   std::vector<TokenId> prompt;
@@ -104,23 +146,25 @@ TEST(CudaBackend, PrefillPolicyKeptSetsMatchCpuOnARealPrompt) {
     const KeptIndices on_cpu = kept_on(cpu, m.prompt, plan);
     bool copied_keys = true;
     const KeptIndices on_gpu = kept_on(gpu, m.prompt, plan, &copied_keys);
-    // Only CriticalKV (‖v W_o‖) reads the prompt's keys and values on the host; the others score
-    // from the statistics the device computed.
-    EXPECT_EQ(copied_keys, policy == "criticalkv");
+    // None of them reads the prompt's keys and values on the host: each scores from statistics
+    // the device computed (CriticalKV's ‖v W_o‖ included).
+    EXPECT_FALSE(copied_keys);
     ASSERT_EQ(on_cpu.size(), on_gpu.size());
-    double worst = 1.0, sum = 0;
-    int heads = 0;
-    for (size_t l = 0; l < on_cpu.size(); ++l)
-      for (size_t h = 0; h < on_cpu[l].size(); ++h) {
-        const double j = jaccard(on_cpu[l][h], on_gpu[l][h]);
-        worst = std::min(worst, j);
-        sum += j;
-        ++heads;
-      }
-    std::printf("[ jaccard  ] %-12s mean %.4f, worst (layer, head) %.4f over %d heads\n",
-                policy.c_str(), sum / heads, worst, heads);
-    EXPECT_GE(sum / heads, 0.97);
-    EXPECT_GE(worst, 0.8);
+    // End to end: the f32 CPU forward and its selection against the bf16 GPU forward and the
+    // device statistics. Near-ties between tokens flip with the forward's rounding.
+    const JaccardSummary end_to_end = compare_kept(on_cpu, on_gpu);
+    // Selection alone: the CPU's selection code on the GPU's own prefill against the kept set the
+    // device statistics give (issue 17's ≥ 0.98 per (layer, head)).
+    const KeptIndices on_gpu_prefill = kept_on_host_copy(gpu, m.prompt, plan);
+    const JaccardSummary selection = compare_kept(on_gpu_prefill, on_gpu);
+    std::printf(
+        "[ jaccard  ] %-12s CPU forward: mean %.4f, worst (layer, head) %.4f; same prefill: mean "
+        "%.4f, worst %.4f; over %d heads\n",
+        policy.c_str(), end_to_end.mean, end_to_end.worst, selection.mean, selection.worst,
+        end_to_end.heads);
+    EXPECT_GE(end_to_end.mean, 0.97);
+    EXPECT_GE(end_to_end.worst, 0.8);
+    EXPECT_GE(selection.worst, 0.98);
   }
 }
 
@@ -159,7 +203,8 @@ TEST(CudaBackend, CellsTogetherEqualCellsAloneAndTrackTheCpu) {
   const std::vector<std::pair<std::string, std::string>> cells = {
       {"full", ""},        {"snapkv", "20%"}, {"snapkv", "50%"},     {"streamingllm", "20%"},
       {"dropkv", "20%"},   {"adakv", "20%"},  {"knorm", "50%"},      {"pyramidkv", "20%"},
-      {"binarypc", "20%"}, {"quest", "20%"},  {"snapkv+art", "20%"}, {"full+art", ""}};
+      {"binarypc", "20%"}, {"quest", "20%"},  {"topk", "20%"},       {"snapkv+art", "20%"},
+      {"full+art", ""}};
   auto run = [&](Engine& engine, bool together) {
     std::vector<CachePlan> plans;
     for (const auto& [policy, budget] : cells)
@@ -225,8 +270,13 @@ TEST(CudaBackend, RefusesPlansItCannotRunNamingTheMethod) {
   const ModelConfig config = test::small_random_model("refuse", 2, 64, 16, 96, 100);
   const std::shared_ptr<ModelWeights> weights = random_weights(config, 3);
   CudaBackend gpu(*weights);
-  for (const char* policy : {"h2o_decode", "tova", "topk", "magicpig"}) {
-    const CachePlan plan = make_cache_plan(policy, nlohmann::json::object(), Budget::parse("50%"));
+  const std::vector<std::pair<std::string, nlohmann::json>> refused = {
+      {"h2o_decode", nlohmann::json::object()},
+      {"tova", nlohmann::json::object()},
+      {"magicpig", nlohmann::json::object()},
+      {"topk", {{"gqa", "shared"}}}};  // per head it runs on the device; shared over the group not
+  for (const auto& [policy, params] : refused) {
+    const CachePlan plan = make_cache_plan(policy, params, Budget::parse("50%"));
     try {
       gpu.check_plan(plan);
       ADD_FAILURE() << policy << " was accepted";
@@ -235,6 +285,7 @@ TEST(CudaBackend, RefusesPlansItCannotRunNamingTheMethod) {
     }
   }
   EXPECT_NO_THROW(gpu.check_plan(make_cache_plan("snapkv+art", {}, Budget::parse("50%"))));
+  EXPECT_NO_THROW(gpu.check_plan(make_cache_plan("topk", {}, Budget::parse("50%"))));
 }
 
 }  // namespace

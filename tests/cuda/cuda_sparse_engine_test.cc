@@ -1,5 +1,6 @@
-// The GPU engine's decode with BinaryPC and Quest selection (engine/cuda/cuda_sparse_decode.h)
-// against the CPU selectors (policies/binarypc.cc, policies/quest.cc) and the CPU engine, on a
+// The GPU engine's decode with the device selections of BinaryPC, Quest and TOPK
+// (DecodeSelector::device_selection run by engine/cuda/cuda_sparse_decode.h) against the CPU
+// selectors (policies/binarypc.cc, policies/quest.cc, policies/topk.cc) and the CPU engine, on a
 // small random model: at every decode step and selecting layer the GPU's lists equal what the CPU
 // selector picks from the same keys (the GPU cache) and queries; the CPU engine attending to those
 // lists gives the GPU's logits within bf16 tolerance and the same greedy tokens. Steps after the
@@ -14,7 +15,6 @@
 #include "engine/cuda/cuda_engine.h"
 #include "engine/errors.h"
 #include "engine/presets.h"
-#include "harness/gpu_selection.h"
 #include "policies/binarypc_projection.h"
 #include "policies/decode_selectors.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -85,7 +85,7 @@ std::shared_ptr<BinaryProjectionSet> fit_projections(const CudaEngine& gpu, cons
 using SelectorFactory = std::function<std::shared_ptr<DescribedDecodeSelector>(
     const Budget&, std::shared_ptr<const BinaryProjectionSet>)>;
 
-void check_against_cpu(const SelectorFactory& make_selector, int budget_tokens) {
+void check_against_cpu(const SelectorFactory& make_selector, const Budget& budget) {
   const ModelConfig c = small_config();
   auto weights = random_weights(c, 42);
   const std::vector<int32_t> prompt = prompt_ids();
@@ -93,13 +93,15 @@ void check_against_cpu(const SelectorFactory& make_selector, int budget_tokens) 
   gpu->allocate_cache(1, kPromptLength + kSteps + 4);
   const std::vector<float> prefill_logits = gpu->prefill(0, prompt);
 
-  const Budget budget = Budget::parse(std::to_string(budget_tokens));
   std::shared_ptr<const BinaryProjectionSet> projection = fit_projections(*gpu, c);
   auto cpu_selector = make_selector(budget, projection);
-  SparseDecodeConfig config = gpu_selection_config(*cpu_selector, budget_tokens, projection.get());
-  config.record_queries = true;
-  gpu->start_sparse_decode(config);
   KvStore mirror = mirror_of(*gpu, c);
+  const int budget_tokens = budget.tokens_for(kPromptLength);
+  ASSERT_TRUE(cpu_selector->runs_on_device());
+  std::optional<DeviceSelectionSpec> spec = cpu_selector->device_selection(mirror, budget_tokens);
+  ASSERT_TRUE(spec.has_value());
+  spec->record_queries = true;
+  gpu->start_sparse_decode(*spec);
   cpu_selector->start(mirror, kPromptLength, budget_tokens);
 
   CpuEngine cpu(*weights);
@@ -171,7 +173,7 @@ TEST(CudaSparseEngine, BinaryPcMatchesCpuSelector) {
       [](const Budget& budget, std::shared_ptr<const BinaryProjectionSet> projection) {
         return make_binarypc_selector({{"dense_layers", {0}}}, budget, projection);
       },
-      64);
+      Budget::parse("64"));
 }
 
 TEST(CudaSparseEngine, QuestPerHeadMatchesCpuSelector) {
@@ -180,7 +182,7 @@ TEST(CudaSparseEngine, QuestPerHeadMatchesCpuSelector) {
       [](const Budget& budget, std::shared_ptr<const BinaryProjectionSet>) {
         return make_quest_selector({{"dense_layers", {0}}}, budget);
       },
-      64);
+      Budget::parse("64"));
 }
 
 // A budget above the prompt: the page budget grows with the cache (re-captured graph), shared
@@ -192,7 +194,28 @@ TEST(CudaSparseEngine, QuestSharedGrowingBudgetMatchesCpuSelector) {
         return make_quest_selector(
             {{"dense_layers", {0}}, {"gqa", "shared"}, {"keep_last_page", true}}, budget);
       },
-      512);
+      Budget::parse("512"));
+}
+
+// TOPK (the oracle): exact q.k per query head, the budget's best entries of the whole cache.
+TEST(CudaSparseEngine, TopkMatchesCpuSelector) {
+  KVB_REQUIRE_GPU();
+  check_against_cpu(
+      [](const Budget& budget, std::shared_ptr<const BinaryProjectionSet>) {
+        return make_topk_selector({{"dense_layers", {0}}}, budget);
+      },
+      Budget::parse("48"));
+}
+
+// A fraction of the current length: k grows with the cache (int(0.33 * T): 99 up to T = 303, 100
+// from T = 304), so the step budget moves inside the run and the graph is re-captured.
+TEST(CudaSparseEngine, TopkFractionBudgetMatchesCpuSelector) {
+  KVB_REQUIRE_GPU();
+  check_against_cpu(
+      [](const Budget& budget, std::shared_ptr<const BinaryProjectionSet>) {
+        return make_topk_selector({{"dense_layers", {0}}}, budget);
+      },
+      Budget::parse("33%"));
 }
 
 // Two sequences with the same prompt in one batch: every step each selects what the other does and
@@ -211,7 +234,7 @@ TEST(CudaSparseEngine, BatchOfTwoSelectsPerSequence) {
     auto selector =
         quest ? make_quest_selector({{"dense_layers", {0}}}, Budget::parse("64"))
               : make_binarypc_selector({{"dense_layers", {0}}}, Budget::parse("64"), projection);
-    gpu->start_sparse_decode(gpu_selection_config(*selector, 64, projection.get()));
+    gpu->start_sparse_decode(*selector->device_selection(KvStore(), 64));
     const int position = gpu->length(0, 0, 0);
     gpu->set_next_tokens({token, token}, {position, position});
     for (int step = 0; step < 3; ++step) {
@@ -230,10 +253,14 @@ TEST(CudaSparseEngine, BatchOfTwoSelectsPerSequence) {
   }
 }
 
+// Selectors whose building blocks the device lacks say so before any cache exists.
 TEST(CudaSparseEngine, RefusesSelectorsWithoutGpuPath) {
-  auto topk = make_topk_selector(nlohmann::json::object(), Budget::parse("64"));
-  EXPECT_THROW(gpu_selection_config(*topk, 64), InputError);
-  EXPECT_FALSE(gpu_selects_for("magicpig"));
+  auto shared_topk = make_topk_selector({{"gqa", "shared"}}, Budget::parse("64"));
+  EXPECT_FALSE(shared_topk->runs_on_device());
+  EXPECT_FALSE(shared_topk->device_selection(KvStore(), 64).has_value());
+  auto magicpig = make_magicpig_selector(nlohmann::json::object(), Budget::parse("64"));
+  EXPECT_FALSE(magicpig->runs_on_device());
+  EXPECT_FALSE(magicpig->device_selection(KvStore(), 64).has_value());
 }
 
 }  // namespace

@@ -1,16 +1,23 @@
 // The ART decode kernel (kernels/cuda/early_exit_decode.h) against the CPU walk
 // (kernels/cpu/early_exit_attention.h) on bf16-representable inputs.
 //
-// The GPU semantics: only the decider split (walk blocks 0 .. W-1, W its window) may stop. So the expectation of
-// a walker is the CPU walk when that walk stops at a block < C, and full attention over every
-// block otherwise (expected_walk below); the tests choose inputs where walkers stop inside the
-// window, exactly at its last block, beyond it and never.
+// The GPU semantics are the CPU's: the sequential decision over the whole walk, decision_window a
+// cap in both. So every walker's blocks_visited must equal the CPU walk's exactly, and its output
+// the CPU walk's within bf16 rounding, for walks that stop early, late (hundreds of blocks in, far
+// beyond the old decider's window) and never; over head_dim 64 / 128, GQA groups 1 / 4 / 7 / 8,
+// walks of 1 to 2,000 blocks, batch 1 and 4 (ragged lengths), forced layouts (chunks and decision
+// segments of a few blocks, so that many chunks and segments meet) and the automatic one, index
+// lists, the fused append, and CUDA-graph replays (the counters must leave every call clean).
 //
 // Attention profile of the "sink and recent dominate" inputs (make_profile): the query heads of a
-// KV group share a direction c (q_a = c + small noise); key j = noise + lambda_j * c * sqrt(d)/|c|^2,
-// so its logit is about lambda_j: 16 for the 4 sink entries, 10 for the 48 most recent ones, ~0
-// elsewhere; a "bump" puts 16 entries of logit 10 inside one chosen walk block (which resets the
-// counters there), and a group without sinks has no dominant entries at all.
+// KV group share a direction c (q_a = c + small noise); key j = noise + lambda_j * c *
+// sqrt(d)/|c|^2, so its logit is about lambda_j: 16 for the 4 sink entries, 10 for the 48 most
+// recent ones, ~0 elsewhere. A "bump" puts 16 entries of logit 10 inside one walk block, which
+// resets the heads' counters there; with patience 2 a walk whose last bump is at block L stops
+// after block L + 2 (visited L + 3), and with no bump after block 3. A group without sinks has no
+// dominant entries and never stops.
+#include "kernels/cuda/early_exit_decode.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,15 +26,10 @@
 #include <random>
 #include <string>
 
-#include "engine/cpu/forward.h"
-#include "engine/cuda/cuda_engine.h"
-#include "engine/errors.h"
-#include "engine/presets.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/early_exit_attention.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/attention.h"
-#include "kernels/cuda/early_exit_decode.h"
 #include "kernels/cuda/transformer_ops.h"
 #include "tests/cuda/append_check.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -42,6 +44,13 @@ struct GroupProfile {
   std::vector<int> bump_walk_blocks;  // walk blocks holding 16 extra entries of logit 10
 };
 
+// Bumps at walk blocks 3, 5, ..., last (odd): the walk stops after block last + 2.
+GroupProfile stopping_after(int last_bump) {
+  GroupProfile p;
+  for (int w = 3; w <= last_bump; w += 2) p.bump_walk_blocks.push_back(w);
+  return p;
+}
+
 // Cache of one sequence: per KV head n entries, stored head after head.
 struct Inputs {
   int d = 128, hq = 32, hkv = 8, n = 0;
@@ -50,12 +59,13 @@ struct Inputs {
 
 // Entries [begin, end) of walk block w with 4 sinks and 64-entry blocks (the CPU walk's order).
 std::pair<int, int> block_entries(int w, int n) {
-  if (w == 0) return {0, 4};
+  if (w == 0) return {0, std::min(4, n)};
   const int end = n - (w - 1) * 64;
   return {std::max(4, end - 64), end};
 }
 
-Inputs make_profile(int d, int hq, int hkv, int n, const std::vector<GroupProfile>& groups, uint32_t seed) {
+Inputs make_profile(int d, int hq, int hkv, int n, const std::vector<GroupProfile>& groups,
+                    uint32_t seed) {
   Inputs in;
   in.d = d;
   in.hq = hq;
@@ -83,7 +93,9 @@ Inputs make_profile(int d, int hq, int hkv, int n, const std::vector<GroupProfil
       for (int j = 0; j < std::min(4, n); ++j) lambda[j] = 16.f;
       for (int j = std::max(4, n - 48); j < n; ++j) lambda[j] = 10.f;
     }
+    const int blocks = kernels::early_exit_block_count(n, kernels::EarlyExitOptions{});
     for (const int bump : p.bump_walk_blocks) {
+      if (bump >= blocks) continue;
       const auto [begin, end] = block_entries(bump, n);
       for (int j = begin; j < std::min(end, begin + 16); ++j) lambda[j] = 10.f;
     }
@@ -121,6 +133,7 @@ kernels::EarlyExitOptions cpu_options(const cuda::EarlyExitDecodeOptions& o) {
                           : kernels::EarlyExitScaleCriterion::kMass;
   c.use_scale = o.use_scale;
   c.use_direction = o.use_direction;
+  c.decision_window = o.decision_window;
   c.enabled = o.enabled;
   return c;
 }
@@ -128,12 +141,11 @@ kernels::EarlyExitOptions cpu_options(const cuda::EarlyExitDecodeOptions& o) {
 struct Walk {
   std::vector<float> output;  // [heads, d]
   int visited = 0, total = 0;
-  bool cpu_stopped_beyond_window = false;
 };
 
-// The CPU walk under the GPU's semantics: it may stop only at a walk block < window.
-Walk expected_walk(kernels::EarlyExitAttentionArgs args, const cuda::EarlyExitDecodeOptions& options,
-                   int window) {
+// The CPU walk: the GPU's expectation, exactly.
+Walk expected_walk(kernels::EarlyExitAttentionArgs args,
+                   const cuda::EarlyExitDecodeOptions& options) {
   Walk walk;
   walk.output.resize(size_t(args.n_heads) * args.head_dim);
   args.output = walk.output.data();
@@ -141,14 +153,27 @@ Walk expected_walk(kernels::EarlyExitAttentionArgs args, const cuda::EarlyExitDe
   kernels::early_exit_attention(args, cpu_options(options), &stats);
   walk.total = static_cast<int>(stats.blocks_total);
   walk.visited = static_cast<int>(stats.blocks_visited);
-  if (walk.visited > window) {
-    walk.cpu_stopped_beyond_window = walk.visited < walk.total;
-    kernels::EarlyExitOptions all = cpu_options(options);
-    all.enabled = false;
-    kernels::early_exit_attention(args, all, nullptr);
-    walk.visited = walk.total;
-  }
   return walk;
+}
+
+// Dense walks: one CPU walk per KV group, sequence after sequence.
+std::vector<Walk> expected_dense(const std::vector<Inputs>& batch,
+                                 const cuda::EarlyExitDecodeOptions& options) {
+  std::vector<Walk> walks;
+  for (const Inputs& in : batch) {
+    const int group = in.hq / in.hkv;
+    for (int h = 0; h < in.hkv; ++h) {
+      kernels::EarlyExitAttentionArgs args;
+      args.queries = in.q.data() + size_t(h) * group * in.d;
+      args.n_heads = group;
+      args.keys = in.k.data() + size_t(h) * in.n * in.d;
+      args.values = in.v.data() + size_t(h) * in.n * in.d;
+      args.n_entries = in.n;
+      args.head_dim = in.d;
+      walks.push_back(expected_walk(args, options));
+    }
+  }
+  return walks;
 }
 
 struct IndexLists {
@@ -159,32 +184,55 @@ struct IndexLists {
 };
 
 struct GpuResult {
-  std::vector<float> output;  // [hq, d]
-  std::vector<int32_t> state;  // [walkers, 4]
+  std::vector<float> output;   // [batch, hq, d]
+  std::vector<int32_t> state;  // [walkers, kStateWords]
   unsigned long long totals[3] = {0, 0, 0};
-  int chunk_blocks = 0, window = 0, splits = 0;  // the layout the call used (window: the decider's)
+  int chunk_blocks = 0, splits = 0, segment_blocks = 0, segments = 0;  // the layout the call used
 };
 
-// chunk_blocks / decider_blocks as in EarlyExitDecodeArgs (0 = automatic).
-GpuResult run_gpu(const Inputs& in, const cuda::EarlyExitDecodeOptions& options, int chunk_blocks,
-                  const IndexLists* lists, int decider_blocks = 0) {
-  auto d_q = test::to_device_bf16(in.q), d_k = test::to_device_bf16(in.k), d_v = test::to_device_bf16(in.v);
-  std::vector<int64_t> offset(in.hkv);
-  std::vector<int32_t> length(in.hkv, in.n);
-  for (int h = 0; h < in.hkv; ++h) offset[h] = int64_t(h) * in.n;
+struct Layout {
+  int chunk_blocks = 0, segment_blocks = 0;  // 0 = automatic
+};
+
+// One call on a batch of sequences (same shape, any lengths), then two replays of a CUDA graph
+// holding the same call, each of which must give the same words and outputs, bit for bit (the
+// counters reset themselves; nothing in the call waits on the host).
+GpuResult run_gpu(const std::vector<Inputs>& batch, const cuda::EarlyExitDecodeOptions& options,
+                  Layout layout, const IndexLists* lists = nullptr) {
+  const Inputs& first = batch.front();
+  const int d = first.d, hq = first.hq, hkv = first.hkv, n_seq = static_cast<int>(batch.size());
+  std::vector<float> q, k, v;
+  std::vector<int64_t> offset;
+  std::vector<int32_t> length;
+  int max_n = 1;
+  for (const Inputs& in : batch) {
+    q.insert(q.end(), in.q.begin(), in.q.end());
+    for (int h = 0; h < hkv; ++h) {
+      offset.push_back(static_cast<int64_t>(k.size() / d));
+      length.push_back(in.n);
+      k.insert(k.end(), in.k.begin() + size_t(h) * in.n * d,
+               in.k.begin() + size_t(h + 1) * in.n * d);
+      v.insert(v.end(), in.v.begin() + size_t(h) * in.n * d,
+               in.v.begin() + size_t(h + 1) * in.n * d);
+    }
+    max_n = std::max(max_n, in.n);
+  }
+  if (k.empty()) k.assign(size_t(d), 0.f), v.assign(size_t(d), 0.f);  // empty caches need a pointer
+  auto d_q = test::to_device_bf16(q), d_k = test::to_device_bf16(k), d_v = test::to_device_bf16(v);
   auto d_offset = test::to_device(offset), d_length = test::to_device(length);
-  cuda::DeviceBuffer d_out(size_t(in.hq) * in.d * 2);
-  cuda::DeviceBuffer workspace(cuda::early_exit_decode_workspace_floats(1, in.hq, in.d, in.n) * 4);
+  const size_t out_values = size_t(n_seq) * hq * d;
+  cuda::DeviceBuffer d_out(out_values * 2);
+  cuda::DeviceBuffer workspace(cuda::early_exit_decode_workspace_floats(n_seq, hq, d, max_n) * 4);
   cuda::DeviceBuffer d_indices, d_bias, d_index_offset, d_index_count;
   cuda::EarlyExitDecodeArgs ea;
   cuda::DecodeAttentionArgs& a = ea.attention;
   a.q = d_q.as<__nv_bfloat16>();
-  a.q_seq_stride = int64_t(in.hq) * in.d;
+  a.q_seq_stride = int64_t(hq) * d;
   a.k = d_k.as<__nv_bfloat16>();
   a.v = d_v.as<__nv_bfloat16>();
   a.kv_offset = d_offset.as<int64_t>();
   a.kv_length = d_length.as<int32_t>();
-  a.max_kv_length = in.n;
+  a.max_kv_length = max_n;
   if (lists) {
     d_indices = test::to_device(lists->indices);
     d_bias = test::to_device(lists->bias);
@@ -196,12 +244,12 @@ GpuResult run_gpu(const Inputs& in, const cuda::EarlyExitDecodeOptions& options,
     a.index_count = d_index_count.as<int32_t>();
   }
   a.out = d_out.as<__nv_bfloat16>();
-  a.out_seq_stride = int64_t(in.hq) * in.d;
-  a.batch = 1;
-  a.n_query_heads = in.hq;
-  a.n_kv_heads = in.hkv;
-  a.head_dim = in.d;
-  a.scale = 1.f / std::sqrt(float(in.d));
+  a.out_seq_stride = int64_t(hq) * d;
+  a.batch = n_seq;
+  a.n_query_heads = hq;
+  a.n_kv_heads = hkv;
+  a.head_dim = d;
+  a.scale = 1.f / std::sqrt(float(d));
   a.workspace = workspace.as<float>();
   const int walkers = cuda::early_exit_walkers(a);
   cuda::DeviceBuffer state(size_t(walkers) * cuda::kStateWords * 4), totals(3 * 8);
@@ -210,50 +258,81 @@ GpuResult run_gpu(const Inputs& in, const cuda::EarlyExitDecodeOptions& options,
   ea.options = options;
   ea.walker_state = state.as<int32_t>();
   ea.totals = totals.as<unsigned long long>();
-  ea.chunk_blocks = chunk_blocks;
-  ea.decider_blocks = decider_blocks;
+  ea.chunk_blocks = layout.chunk_blocks;
+  ea.segment_blocks = layout.segment_blocks;
   GpuResult result;
   result.chunk_blocks = cuda::early_exit_chunk_blocks(ea);
-  result.window = cuda::early_exit_decider_blocks(ea);
   result.splits = cuda::early_exit_splits(ea);
+  result.segment_blocks = cuda::early_exit_segment_blocks(ea);
+  result.segments = cuda::early_exit_segments(ea);
   cuda::early_exit_decode(ea, nullptr);
   cuda::check(cudaDeviceSynchronize(), "early_exit_decode");
-  result.output = test::from_device_bf16(d_out, size_t(in.hq) * in.d);
+  result.output = test::from_device_bf16(d_out, out_values);
   result.state.resize(size_t(walkers) * cuda::kStateWords);
   state.download(result.state.data(), result.state.size() * 4);
   totals.download(result.totals, 3 * 8);
+
+  cudaStream_t stream;
+  cuda::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  cuda::check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "capture");
+  cuda::early_exit_decode(ea, stream);
+  cuda::check(cudaStreamEndCapture(stream, &graph), "capture");
+  cuda::check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  for (int replay = 0; replay < 2; ++replay) {
+    cuda::check(cudaMemsetAsync(d_out.data(), 0, d_out.bytes(), stream), "memset");
+    cuda::check(cudaGraphLaunch(exec, stream), "replay");
+    cuda::check(cudaStreamSynchronize(stream), "replay");
+    std::vector<int32_t> words(result.state.size());
+    state.download(words.data(), words.size() * 4);
+    EXPECT_EQ(words, result.state) << "graph replay " << replay;
+    EXPECT_EQ(test::max_abs_diff(test::from_device_bf16(d_out, out_values), result.output), 0.0)
+        << "graph replay " << replay;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
   return result;
 }
 
-// Dense walks: one CPU walk per KV group.
-std::vector<Walk> expected_dense(const Inputs& in, const cuda::EarlyExitDecodeOptions& options, int window) {
-  std::vector<Walk> walks;
-  const int group = in.hq / in.hkv;
-  for (int h = 0; h < in.hkv; ++h) {
-    kernels::EarlyExitAttentionArgs args;
-    args.queries = in.q.data() + size_t(h) * group * in.d;
-    args.n_heads = group;
-    args.keys = in.k.data() + size_t(h) * in.n * in.d;
-    args.values = in.v.data() + size_t(h) * in.n * in.d;
-    args.n_entries = in.n;
-    args.head_dim = in.d;
-    walks.push_back(expected_walk(args, options, window));
-  }
-  return walks;
-}
-
-void expect_matches(const std::vector<Walk>& walks, const GpuResult& gpu, int heads_per_walker, int d) {
+// Walker w's words and output (heads_per_walker query heads) against the CPU walk.
+void expect_matches(const std::vector<Walk>& walks, const GpuResult& gpu, int heads_per_walker,
+                    int d) {
+  unsigned long long visited = 0, total = 0;
   for (size_t w = 0; w < walks.size(); ++w) {
-    SCOPED_TRACE("walker " + std::to_string(w));
+    SCOPED_TRACE("walker " + std::to_string(w) + " (CPU visits " +
+                 std::to_string(walks[w].visited) + " of " + std::to_string(walks[w].total) + ")");
     EXPECT_EQ(gpu.state[w * cuda::kStateWords + cuda::kBlocksVisited], walks[w].visited);
     EXPECT_EQ(gpu.state[w * cuda::kStateWords + cuda::kBlocksTotal], walks[w].total);
-    const int loaded = gpu.state[w * cuda::kStateWords + cuda::kBlocksLoaded];
-    EXPECT_GE(loaded, walks[w].visited);
-    EXPECT_LE(loaded, walks[w].total);
+    EXPECT_EQ(gpu.state[w * cuda::kStateWords + cuda::kBlocksLoaded], walks[w].total);
+    EXPECT_EQ(gpu.state[w * cuda::kStateWords + cuda::kDecideArrivals], 0);
+    for (int s = 0; s < cuda::kMaxSegments; ++s)
+      ASSERT_EQ(gpu.state[w * cuda::kStateWords + cuda::kSegmentArrivals + s], 0)
+          << "segment " << s;
     const std::vector<float> got(gpu.output.begin() + w * heads_per_walker * d,
                                  gpu.output.begin() + (w + 1) * heads_per_walker * d);
     EXPECT_LT(test::max_abs_diff(got, walks[w].output), 1e-2);
+    visited += walks[w].visited;
+    total += walks[w].total;
   }
+  EXPECT_EQ(gpu.totals[0], visited);
+  EXPECT_EQ(gpu.totals[1], total);
+  EXPECT_EQ(gpu.totals[2], total);
+}
+
+// The inputs must exercise what the test is about, or it proves nothing.
+struct Coverage {
+  int stopped = 0, late = 0, never = 0;
+};
+Coverage coverage(const std::vector<Walk>& walks, int late_block) {
+  Coverage c;
+  for (const Walk& w : walks) {
+    c.stopped += w.visited < w.total;
+    c.late += w.visited < w.total && w.visited > late_block;
+    c.never += w.visited == w.total;
+  }
+  return c;
 }
 
 TEST(EarlyExitDecodeTest, ZeroThresholdsEqualFullAttentionAndDecodeAttention) {
@@ -261,13 +340,14 @@ TEST(EarlyExitDecodeTest, ZeroThresholdsEqualFullAttentionAndDecodeAttention) {
   struct Shape {
     int d, hq, hkv, n;
   };
-  for (const Shape s : {Shape{128, 32, 8, 3001}, Shape{64, 9, 3, 130}, Shape{128, 4, 4, 3}, Shape{64, 8, 1, 700}}) {
+  for (const Shape s : {Shape{128, 32, 8, 3001}, Shape{64, 9, 3, 130}, Shape{128, 4, 4, 3},
+                        Shape{64, 8, 1, 700}, Shape{64, 14, 2, 4100}}) {
     SCOPED_TRACE("d " + std::to_string(s.d) + " n " + std::to_string(s.n));
     const Inputs in = make_random(s.d, s.hq, s.hkv, s.n, 21);
     cuda::EarlyExitDecodeOptions options;
     options.tau = 0.f;
     options.phi = 0.f;
-    const GpuResult gpu = run_gpu(in, options, 0, nullptr);
+    const GpuResult gpu = run_gpu({in}, options, {});
     const int group = s.hq / s.hkv;
     std::vector<float> full(size_t(s.hq) * s.d);
     for (int a = 0; a < s.hq; ++a) {
@@ -291,10 +371,12 @@ TEST(EarlyExitDecodeTest, ZeroThresholdsEqualFullAttentionAndDecodeAttention) {
     EXPECT_EQ(gpu.totals[1], static_cast<unsigned long long>(blocks) * s.hkv);
 
     // The plain flash-decoding kernel on the same inputs.
-    auto d_q = test::to_device_bf16(in.q), d_k = test::to_device_bf16(in.k), d_v = test::to_device_bf16(in.v);
+    auto d_q = test::to_device_bf16(in.q), d_k = test::to_device_bf16(in.k),
+         d_v = test::to_device_bf16(in.v);
     std::vector<int64_t> offset(s.hkv);
     for (int h = 0; h < s.hkv; ++h) offset[h] = int64_t(h) * s.n;
-    auto d_offset = test::to_device(offset), d_length = test::to_device(std::vector<int32_t>(s.hkv, s.n));
+    auto d_offset = test::to_device(offset),
+         d_length = test::to_device(std::vector<int32_t>(s.hkv, s.n));
     cuda::DeviceBuffer d_out(full.size() * 2);
     cuda::DeviceBuffer workspace(cuda::decode_attention_workspace_floats(1, s.hq, s.d, s.n) * 4);
     cuda::DecodeAttentionArgs plain;
@@ -319,40 +401,114 @@ TEST(EarlyExitDecodeTest, ZeroThresholdsEqualFullAttentionAndDecodeAttention) {
   }
 }
 
-// Groups (patience 2): stops at block 3 (visited 4); bump at block 3 -> stops at block 5 (the
-// window's last, visited 6); bumps at blocks 3 and 5 -> the CPU stops at block 7, beyond the
-// window: full attention; no dominant entries: never stops.
-const std::vector<GroupProfile> kMixedGroups = {{true, {}}, {true, {3}}, {true, {3, 5}}, {false, {}}};
+// The three kinds of walks of a profile cache of `blocks` walk blocks: a stop after block 3, a late
+// stop (bumps up to about 60% of the walk, so beyond block 128 on long walks), no stop at all.
+enum Kind { kEarly = 0, kLate = 1, kNever = 2 };
+GroupProfile profile_of(Kind kind, int blocks) {
+  if (kind == kNever) return GroupProfile{false, {}};
+  int last_bump = std::max(3, (blocks * 3 / 5) | 1);
+  if (kind == kEarly || last_bump + 2 >= blocks - 1) last_bump = 0;  // short walks: an early stop
+  return last_bump > 0 ? stopping_after(last_bump) : GroupProfile{};
+}
+
+struct TableCase {
+  int d, hq, hkv;
+  std::vector<int> lengths;  // one per sequence of the batch
+  Layout layout;
+  Kind first_kind;  // walker w (sequence after sequence) gets kind (first_kind + w) % 3
+  int patience = 2;
+};
+
+// The table of the brief: head_dim 64 / 128, groups 1 / 4 / 7 / 8, 1 .. 2,000 blocks, batch 1 and
+// 4 (ragged), forced and automatic layouts.
+TEST(EarlyExitDecodeTest, LateAndNeverStoppingWalksMatchTheCpuWalk) {
+  KVB_REQUIRE_GPU();
+  const int long_walk = 64 * 1998 + 4 + 30;  // 2,000 walk blocks
+  const std::vector<int> ragged_qwen = {64 * 300 + 9, 64 * 150 + 4, 5, 64 * 40};
+  const std::vector<TableCase> table = {
+      {64, 14, 2, {long_walk}, {}, kLate},
+      {64, 14, 2, {long_walk}, {3, 7}, kEarly},
+      {64, 14, 2, ragged_qwen, {}, kEarly},
+      {64, 14, 2, ragged_qwen, {2, 2}, kLate},
+      {128, 32, 8, {64 * 260 + 17}, {}, kEarly},
+      {128, 32, 8, {64 * 260 + 17}, {1, 1}, kLate, 3},
+      {128, 32, 8, {3, 68, 64 * 9 + 5, 64 * 200 + 33}, {4, 9}, kEarly},
+      {128, 8, 8, {64 * 180 + 1}, {}, kEarly},
+      {128, 8, 8, {64 * 180 + 1, 64 * 10 + 63, 70, 64 * 179}, {5, 5}, kNever},
+      {64, 8, 1, {long_walk}, {}, kLate},
+      {64, 8, 1, {64 * 500 + 2}, {16, 16}, kNever, 3},
+      {64, 8, 1, {64 * 500 + 2, 64 * 499, 64 * 260}, {}, kEarly, 3},
+      {128, 16, 2, {64 * 700 + 40, 64, 64 * 131 + 4, 1}, {}, kEarly},
+      {128, 16, 2, {64 * 700 + 40}, {6, 50}, kLate},
+  };
+  for (size_t c = 0; c < table.size(); ++c) {
+    const TableCase& t = table[c];
+    SCOPED_TRACE("case " + std::to_string(c) + ": d " + std::to_string(t.d) + " group " +
+                 std::to_string(t.hq / t.hkv) + " batch " + std::to_string(t.lengths.size()) +
+                 " chunk " + std::to_string(t.layout.chunk_blocks) + " segment " +
+                 std::to_string(t.layout.segment_blocks));
+    std::vector<Inputs> batch;
+    std::vector<Kind> kinds;  // per walker
+    std::vector<int> walk_blocks;
+    for (size_t s = 0; s < t.lengths.size(); ++s) {
+      const int n = t.lengths[s];
+      const int blocks = kernels::early_exit_block_count(n, kernels::EarlyExitOptions{});
+      std::vector<GroupProfile> groups;
+      for (int h = 0; h < t.hkv; ++h) {
+        kinds.push_back(static_cast<Kind>((t.first_kind + kinds.size()) % 3));
+        walk_blocks.push_back(blocks);
+        groups.push_back(profile_of(kinds.back(), blocks));
+      }
+      batch.push_back(make_profile(t.d, t.hq, t.hkv, n, groups, 100 + c * 10 + s));
+    }
+    cuda::EarlyExitDecodeOptions options;  // tau 1e-5, phi 1e-3, 4 sinks, d_scale by norm
+    options.patience = t.patience;
+    const std::vector<Walk> walks = expected_dense(batch, options);
+    // The inputs must give the walks their kind, or the case proves less than it says.
+    for (size_t w = 0; w < walks.size(); ++w) {
+      SCOPED_TRACE("walker " + std::to_string(w) + " of " + std::to_string(walk_blocks[w]) +
+                   " blocks, CPU visits " + std::to_string(walks[w].visited));
+      if (kinds[w] == kNever || walk_blocks[w] <= 2) {
+        ASSERT_EQ(walks[w].visited, walks[w].total);
+      }
+      if (kinds[w] != kNever && walk_blocks[w] > 12) {
+        ASSERT_LT(walks[w].visited, walks[w].total);
+      }
+      if (kinds[w] == kLate && walk_blocks[w] > 250) {
+        ASSERT_GT(walks[w].visited, 128);
+      }
+    }
+    const GpuResult gpu = run_gpu(batch, options, t.layout);
+    SCOPED_TRACE("layout: chunk " + std::to_string(gpu.chunk_blocks) + " x " +
+                 std::to_string(gpu.splits) + ", segment " + std::to_string(gpu.segment_blocks) +
+                 " x " + std::to_string(gpu.segments));
+    if (t.layout.chunk_blocks > 0) {
+      ASSERT_EQ(gpu.chunk_blocks, t.layout.chunk_blocks);
+    }
+    ASSERT_EQ(gpu.segment_blocks % gpu.chunk_blocks, 0);
+    ASSERT_LE(gpu.segments, cuda::kMaxSegments);
+    expect_matches(walks, gpu, t.hq / t.hkv, t.d);
+  }
+}
 
 class EarlyExitCriterionTest : public ::testing::TestWithParam<cuda::EarlyExitScale> {};
 
-TEST_P(EarlyExitCriterionTest, DefaultsMatchTheCpuWalk) {
+TEST_P(EarlyExitCriterionTest, EveryScaleCriterionMatchesTheCpuWalk) {
   KVB_REQUIRE_GPU();
-  cuda::EarlyExitDecodeOptions options;  // tau 1e-5, phi 1e-3, patience 2, 4 sinks
+  cuda::EarlyExitDecodeOptions options;
   options.scale_criterion = GetParam();
-  const int window = 6;
-  const Inputs in = make_profile(128, 32, 8, 64 * 40 + 21, kMixedGroups, 5);
-  const std::vector<Walk> walks = expected_dense(in, options, window);
-  // The inputs must exercise every case, or the test proves nothing.
-  int stopped = 0, beyond = 0, at_window_end = 0;
-  for (const Walk& w : walks) {
-    stopped += w.visited < w.total;
-    beyond += w.cpu_stopped_beyond_window;
-    at_window_end += w.visited == window;
-  }
-  ASSERT_GT(stopped, 0);
-  ASSERT_GT(beyond, 0);
-  ASSERT_GT(at_window_end, 0);
-  ASSERT_LT(stopped, static_cast<int>(walks.size()));
-  // The other splits' chunk equal to, smaller and larger than the decider's window.
-  for (const int chunk : {window, 4, 11}) {
-    SCOPED_TRACE("chunk " + std::to_string(chunk));
-    const GpuResult gpu = run_gpu(in, options, chunk, nullptr, window);
-    ASSERT_EQ(gpu.window, window);
-    ASSERT_EQ(gpu.chunk_blocks, chunk);
-    const int blocks = walks[0].total;
-    ASSERT_EQ(gpu.splits, 1 + (blocks - window + chunk - 1) / chunk);
-    expect_matches(walks, gpu, 4, in.d);
+  const int n = 64 * 400 + 21;
+  const Inputs in = make_profile(
+      128, 32, 8, n,
+      {GroupProfile{}, stopping_after(201), stopping_after(9), GroupProfile{false, {}}}, 5);
+  const std::vector<Walk> walks = expected_dense({in}, options);
+  const Coverage cover = coverage(walks, 128);
+  ASSERT_GT(cover.late, 0);
+  ASSERT_GT(cover.never, 0);
+  for (const Layout layout : {Layout{}, Layout{4, 4}, Layout{11, 30}}) {
+    SCOPED_TRACE("chunk " + std::to_string(layout.chunk_blocks) + " segment " +
+                 std::to_string(layout.segment_blocks));
+    expect_matches(walks, run_gpu({in}, options, layout), 4, in.d);
   }
 }
 
@@ -360,64 +516,55 @@ INSTANTIATE_TEST_SUITE_P(MassNormChange, EarlyExitCriterionTest,
                          ::testing::Values(cuda::EarlyExitScale::kMass, cuda::EarlyExitScale::kNorm,
                                            cuda::EarlyExitScale::kChange));
 
-// Automatic chunks after an explicit decider window (the layout is uneven: the window is smaller
-// than the other chunks), then the fully automatic layout.
-TEST(EarlyExitDecodeTest, AutomaticChunksOnALongCacheMatchTheCpuWalk) {
+// decision_window is a cap on both sides: a walk that would stop at or past it walks every block.
+TEST(EarlyExitDecodeTest, DecisionWindowCapsTheStop) {
   KVB_REQUIRE_GPU();
-  cuda::EarlyExitDecodeOptions options;
-  options.scale_criterion =
-      cuda::EarlyExitScale::kMass;  // the profile's stops were designed under it
-  options.patience = 3;
-  const Inputs in = make_profile(128, 32, 8, 20000, kMixedGroups, 9);
-  const int window = 5;  // the clean groups stop at walk block 4
-  const GpuResult probe = run_gpu(in, options, 0, nullptr, window);
-  const std::vector<Walk> walks = expected_dense(in, options, window);
-  ASSERT_EQ(probe.window, window);
-  ASSERT_GT(probe.chunk_blocks, window);  // 314 blocks over ~50 splits
-  expect_matches(walks, probe, 4, in.d);
-  unsigned long long visited = 0, total = 0;
-  for (const Walk& w : walks) {
-    visited += w.visited;
-    total += w.total;
+  const Inputs in =
+      make_profile(64, 14, 2, 64 * 300 + 7, {GroupProfile{}, stopping_after(151)}, 31);
+  const std::vector<Walk> uncapped = expected_dense({in}, cuda::EarlyExitDecodeOptions{});
+  ASSERT_LT(uncapped[0].visited, uncapped[0].total);
+  ASSERT_LT(uncapped[1].visited, uncapped[1].total);
+  const int early = uncapped[0].visited - 1, late = uncapped[1].visited - 1;  // the stop blocks
+  ASSERT_GT(late, 128);
+  for (const int window : {0, early, early + 1, late, late + 1}) {
+    SCOPED_TRACE("window " + std::to_string(window));
+    cuda::EarlyExitDecodeOptions options;
+    options.decision_window = window;
+    const std::vector<Walk> walks = expected_dense({in}, options);
+    for (int h = 0; h < 2; ++h) {
+      const bool stops = window == 0 || uncapped[h].visited - 1 < window;
+      EXPECT_EQ(walks[h].visited, stops ? uncapped[h].visited : uncapped[h].total);
+    }
+    expect_matches(walks, run_gpu({in}, options, {}), 7, in.d);
   }
-  EXPECT_EQ(probe.totals[0], visited);
-  EXPECT_EQ(probe.totals[1], total);
-  EXPECT_LT(visited, total);
-
-  const GpuResult automatic = run_gpu(in, options, 0, nullptr);
-  SCOPED_TRACE("automatic window " + std::to_string(automatic.window));
-  ASSERT_GE(automatic.window, 1);
-  ASSERT_LE(automatic.window, automatic.chunk_blocks);
-  expect_matches(expected_dense(in, options, automatic.window), automatic, 4, in.d);
 }
 
 TEST(EarlyExitDecodeTest, DisabledVisitsEveryBlock) {
   KVB_REQUIRE_GPU();
+  const Inputs in =
+      make_profile(128, 32, 8, 64 * 300 + 5, {GroupProfile{}, stopping_after(141)}, 13);
   cuda::EarlyExitDecodeOptions options;
-  options.scale_criterion =
-      cuda::EarlyExitScale::kMass;  // the profile's stops were designed under it
-  const Inputs in = make_profile(128, 32, 8, 64 * 30 + 5, {{true, {}}}, 13);
   // With termination on every group stops early (so the disabled run has something to ignore).
-  const GpuResult on = run_gpu(in, options, 8, nullptr);
+  const GpuResult on = run_gpu({in}, options, {});
   for (int h = 0; h < in.hkv; ++h)
     ASSERT_LT(on.state[h * cuda::kStateWords + cuda::kBlocksVisited],
               on.state[h * cuda::kStateWords + cuda::kBlocksTotal]);
   options.enabled = false;
-  const GpuResult off = run_gpu(in, options, 8, nullptr);
-  const std::vector<Walk> walks = expected_dense(in, options, 8);
-  for (int h = 0; h < in.hkv; ++h) {
-    EXPECT_EQ(off.state[h * cuda::kStateWords + cuda::kBlocksVisited], walks[h].total);
-    EXPECT_EQ(off.state[h * cuda::kStateWords + cuda::kBlocksLoaded], walks[h].total);
-  }
-  expect_matches(walks, off, 4, in.d);
+  const std::vector<Walk> walks = expected_dense({in}, options);
+  for (const Walk& w : walks) ASSERT_EQ(w.visited, w.total);
+  expect_matches(walks, run_gpu({in}, options, {}), 4, in.d);
+  expect_matches(walks, run_gpu({in}, options, {8, 8}), 4, in.d);
 }
 
-// Index lists: each query head walks its own ascending list (the 4 sinks except for every fourth
-// head, a third of the middle, the last 40 entries) with a logit bias; the CPU walks the gathered
-// entries of that head alone.
+// Index lists: each query head walks its own ascending list with a logit bias; the CPU walks the
+// gathered entries of that head alone. Heads 0 and 1 of every group list the whole cache (their
+// walks stop where the dense profile's do, late for the bumped groups); the others list the 4
+// sinks (except every fourth head), a third of the middle and the last 40 entries.
 TEST(EarlyExitDecodeTest, IndexListsMatchTheCpuWalkOverTheSelection) {
   KVB_REQUIRE_GPU();
-  const Inputs in = make_profile(128, 32, 8, 3000, kMixedGroups, 17);
+  const int n = 64 * 260 + 3;
+  const Inputs in = make_profile(
+      128, 32, 8, n, {GroupProfile{}, stopping_after(161), GroupProfile{false, {}}}, 17);
   const int group = in.hq / in.hkv;
   IndexLists lists;
   std::mt19937 rng(3);
@@ -425,9 +572,9 @@ TEST(EarlyExitDecodeTest, IndexListsMatchTheCpuWalkOverTheSelection) {
     lists.offset.push_back(static_cast<int64_t>(lists.indices.size()));
     int count = 0;
     for (int j = 0; j < in.n; ++j)
-      if ((j < 4 && a % 4 != 3) || j >= in.n - 40 || rng() % 3 == 0) {
+      if (a % group < 2 || (j < 4 && a % 4 != 3) || j >= in.n - 40 || rng() % 3 == 0) {
         lists.indices.push_back(j);
-        lists.bias.push_back(float(int(rng() % 21) - 10) / 100.f);
+        lists.bias.push_back(a % group < 2 ? 0.f : float(int(rng() % 21) - 10) / 100.f);
         ++count;
       }
     lists.count.push_back(count);
@@ -435,18 +582,17 @@ TEST(EarlyExitDecodeTest, IndexListsMatchTheCpuWalkOverTheSelection) {
   for (const bool zero_thresholds : {false, true}) {
     SCOPED_TRACE(zero_thresholds ? "tau = phi = 0" : "defaults");
     cuda::EarlyExitDecodeOptions options;
-    options.scale_criterion =
-        cuda::EarlyExitScale::kMass;  // the profile's stops were designed under it
     if (zero_thresholds) options.tau = options.phi = 0.f;
-    const int window = 5;
     std::vector<Walk> walks;
     for (int a = 0; a < in.hq; ++a) {
       const int m = lists.count[a];
       std::vector<float> keys(size_t(m) * in.d), values(keys.size());
       for (int i = 0; i < m; ++i) {
         const int j = lists.indices[lists.offset[a] + i];
-        std::copy_n(in.k.data() + (size_t(a / group) * in.n + j) * in.d, in.d, keys.data() + size_t(i) * in.d);
-        std::copy_n(in.v.data() + (size_t(a / group) * in.n + j) * in.d, in.d, values.data() + size_t(i) * in.d);
+        std::copy_n(in.k.data() + (size_t(a / group) * in.n + j) * in.d, in.d,
+                    keys.data() + size_t(i) * in.d);
+        std::copy_n(in.v.data() + (size_t(a / group) * in.n + j) * in.d, in.d,
+                    values.data() + size_t(i) * in.d);
       }
       kernels::EarlyExitAttentionArgs args;
       args.queries = in.q.data() + size_t(a) * in.d;
@@ -456,42 +602,45 @@ TEST(EarlyExitDecodeTest, IndexListsMatchTheCpuWalkOverTheSelection) {
       args.logit_bias = lists.bias.data() + lists.offset[a];
       args.n_entries = m;
       args.head_dim = in.d;
-      walks.push_back(expected_walk(args, options, window));
+      walks.push_back(expected_walk(args, options));
     }
-    int stopped = 0;
-    for (const Walk& w : walks) stopped += w.visited < w.total;
+    const Coverage cover = coverage(walks, 128);
     if (zero_thresholds) {
-      EXPECT_EQ(stopped, 0);
+      EXPECT_EQ(cover.stopped, 0);
     } else {
-      ASSERT_GT(stopped, 0);
-      ASSERT_LT(stopped, in.hq);
+      ASSERT_GT(cover.stopped, 0);
+      ASSERT_GT(cover.late, 0);
+      ASSERT_GT(cover.never, 0);
     }
-    const GpuResult gpu = run_gpu(in, options, window, &lists);
-    expect_matches(walks, gpu, 1, in.d);
+    for (const Layout layout : {Layout{}, Layout{5, 10}}) {
+      SCOPED_TRACE("chunk " + std::to_string(layout.chunk_blocks));
+      expect_matches(walks, run_gpu({in}, options, layout, &lists), 1, in.d);
+    }
   }
 }
 
 // The walk with the step's append (DecodeAppend) against rope_append_kv_decode followed by the
 // plain walk, bit for bit over three chained steps: outputs, both caches, lengths and the walkers'
 // state words. A profile cache (position 0: RoPE is the identity, the new keys copy a recent one)
-// stops early with an 8-block window (the new entry in the decider); with a one-block window the
-// new entry is in the first later split (and no stop is possible: patience 2 needs 3 blocks).
-// Random caches of 2 entries (within the sinks; automatic layout) and 700 walk every block, with a
-// QKV bias and a real rotation.
+// stops early (automatic layout) and late (bumps to block 101); with one-block chunks the new
+// entry is in the second chunk (walk block 1). Random caches of 2 entries (within the sinks) and
+// 700 walk every block, with a QKV bias and a real rotation.
 TEST(EarlyExitDecodeTest, FusedAppendMatchesSeparateAppend) {
   KVB_REQUIRE_GPU();
   struct Case {
     int n;
     bool profile;
-    int decider_blocks;
+    int last_bump;  // profile: 0 = a stop after block 3
+    int chunk_blocks;
   };
-  for (const Case c : {Case{5000, true, 8}, Case{5000, true, 1}, Case{2, false, 0},
-                       Case{700, false, 1}}) {
-    SCOPED_TRACE("n " + std::to_string(c.n) + " window " + std::to_string(c.decider_blocks));
+  for (const Case c : {Case{5000, true, 0, 0}, Case{64 * 150, true, 101, 0}, Case{5000, true, 0, 1},
+                       Case{2, false, 0, 0}, Case{700, false, 0, 1}}) {
+    SCOPED_TRACE("n " + std::to_string(c.n) + " chunk " + std::to_string(c.chunk_blocks));
     const int d = 128, hq = 32, hkv = 8, steps = 3, capacity = c.n + steps;
     const int width = (hq + 2 * hkv) * d;
-    const Inputs in = c.profile ? make_profile(d, hq, hkv, c.n, {GroupProfile{}}, 71)
-                                : make_random(d, hq, hkv, c.n, 72);
+    const GroupProfile profile = c.last_bump > 0 ? stopping_after(c.last_bump) : GroupProfile{};
+    const Inputs in =
+        c.profile ? make_profile(d, hq, hkv, c.n, {profile}, 71) : make_random(d, hq, hkv, c.n, 72);
     std::vector<float> k_cache(size_t(hkv) * capacity * d, 0.f), v_cache(k_cache.size(), 0.f);
     for (int h = 0; h < hkv; ++h)
       for (size_t i = 0; i < size_t(c.n) * d; ++i) {
@@ -557,14 +706,14 @@ TEST(EarlyExitDecodeTest, FusedAppendMatchesSeparateAppend) {
                         .append = {}},
           .options = {},
           .walker_state = r.state.as<int32_t>(),
-          .decider_blocks = c.decider_blocks};
+          .chunk_blocks = c.chunk_blocks};
     };
     Run fused = make_run(), separate = make_run();
     for (int step = 0; step < steps; ++step) {
       cuda::EarlyExitDecodeArgs ea = walk_for(fused, step);
-      ea.attention.append = cuda::decode_append_for(rope, fused.k.as<__nv_bfloat16>(),
-                                                    fused.v.as<__nv_bfloat16>(),
-                                                    fused.lengths.as<int32_t>());
+      ea.attention.append =
+          cuda::decode_append_for(rope, fused.k.as<__nv_bfloat16>(), fused.v.as<__nv_bfloat16>(),
+                                  fused.lengths.as<int32_t>());
       cuda::early_exit_decode(ea, nullptr);
 
       test::append_separately(rope, separate.qkv[step], d_offsets, separate.lengths, separate.k,
@@ -572,15 +721,18 @@ TEST(EarlyExitDecodeTest, FusedAppendMatchesSeparateAppend) {
       cuda::early_exit_decode(walk_for(separate, step), nullptr);
     }
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const test::AppendedRun got = test::expect_same_appends(fused, separate, hkv, k_cache.size(),
-                                                            size_t(steps) * hq * d);
+    const test::AppendedRun got =
+        test::expect_same_appends(fused, separate, hkv, k_cache.size(), size_t(steps) * hq * d);
     EXPECT_EQ(got.lengths[0], c.n + steps);
     std::vector<int32_t> fused_state(size_t(hkv) * cuda::kStateWords), separate_state(fused_state);
     fused.state.download(fused_state.data(), fused_state.size() * 4);
     separate.state.download(separate_state.data(), separate_state.size() * 4);
     EXPECT_EQ(fused_state, separate_state);
-    if (c.profile && c.decider_blocks >= 3) {  // stopped before the end: the stop path ran
+    if (c.profile) {  // stopped before the end: the stop path ran
       EXPECT_LT(fused_state[cuda::kBlocksVisited], fused_state[cuda::kBlocksTotal]);
+      if (c.last_bump > 0) {
+        EXPECT_GT(fused_state[cuda::kBlocksVisited], 100);
+      }
     }
   }
 }
@@ -596,66 +748,9 @@ TEST(EarlyExitDecodeTest, RejectsUnsupportedOptions) {
   ea.attention.n_kv_heads = 8;
   ea.options.sink_tokens = 65;
   EXPECT_THROW(cuda::early_exit_decode(ea, nullptr), std::invalid_argument);
-}
-
-// The engine's decode step with ART (graph-captured): with zero thresholds the logits equal the
-// plain kernel's and every block is walked; with the defaults they stay close to the CPU engine
-// running the same "full+art" plan (a random model's attention is diffuse, so neither stops).
-TEST(EarlyExitDecodeTest, CudaEngineDecodeStepUsesTheWalk) {
-  KVB_REQUIRE_GPU();
-  const ModelConfig config = test::small_random_model("random-art", 2, 256, 64, 512, 1000);
-  auto weights = random_weights(config, 7);
-  const std::vector<int32_t> prompt = test::strided_token_ids(700, 53, 5, 1000);
-  const std::vector<int32_t> continuation = {3, 500, 77};
-
-  auto run = [&](const std::optional<EarlyExitParams>& art) {
-    auto gpu = CudaEngine::from_weights(*weights);
-    gpu->allocate_cache(1, static_cast<int>(prompt.size() + continuation.size()) + 4);
-    gpu->prefill(0, prompt);
-    gpu->set_early_exit(art);
-    std::vector<std::vector<float>> logits;
-    for (size_t step = 0; step < continuation.size(); ++step) {
-      gpu->set_next_tokens({continuation[step]}, {static_cast<int>(prompt.size() + step)});
-      gpu->decode_step(/*use_graph=*/true);
-      logits.push_back(gpu->last_logits(0));
-    }
-    return std::make_pair(logits, gpu->early_exit_counts());
-  };
-  const auto [plain, no_counts] = run(std::nullopt);
-  EXPECT_EQ(no_counts.total, 0);
-  EarlyExitParams zero;
-  zero.tau = zero.phi = 0.f;
-  const auto [walked, counts] = run(zero);
-  int64_t blocks = 0;
-  for (size_t step = 0; step < continuation.size(); ++step)
-    blocks += kernels::early_exit_block_count(static_cast<int>(prompt.size() + step + 1), {});
-  blocks *= config.n_layers * config.n_kv_heads;
-  EXPECT_EQ(counts.total, blocks);
-  EXPECT_EQ(counts.visited, blocks);
-  EXPECT_EQ(counts.loaded, blocks);
-  for (size_t step = 0; step < plain.size(); ++step)
-    EXPECT_LT(test::max_abs_diff(walked[step], plain[step]), 2e-2) << "step " << step;
-
-  const auto [defaults, default_counts] = run(EarlyExitParams{});
-  EXPECT_EQ(default_counts.total, blocks);
-  CpuEngine cpu(*weights);
-  KvStore store(config.n_layers, config.n_kv_heads, config.head_dim);
-  cpu.forward_chunk(prompt, store, CaptureRequest{}, nullptr);
-  CachePlan plan;
-  plan.early_exit = EarlyExitParams{};
-  for (size_t step = 0; step < continuation.size(); ++step) {
-    const auto expected = cpu.decode_step(continuation[step], static_cast<int>(prompt.size() + step),
-                                          static_cast<int>(step), store, plan);
-    double scale = 0;
-    for (float x : expected) scale = std::max(scale, double(std::abs(x)));
-    EXPECT_LT(test::max_abs_diff(defaults[step], expected), 0.05 * scale) << "step " << step;
-  }
-  EXPECT_EQ(plan.early_exit_stats.blocks_total, blocks);
-
-  EarlyExitParams wide_blocks;
-  wide_blocks.block_size = 128;
-  auto gpu = CudaEngine::from_weights(*weights);
-  EXPECT_THROW(gpu->set_early_exit(wide_blocks), InputError);
+  ea.options.sink_tokens = 4;
+  ea.options.decision_window = -1;
+  EXPECT_THROW(cuda::early_exit_decode(ea, nullptr), std::invalid_argument);
 }
 
 }  // namespace

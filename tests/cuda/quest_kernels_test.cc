@@ -1,4 +1,4 @@
-// Quest's GPU kernels (kernels/cuda/quest_pages.h) against the CPU twins in policies/quest.*:
+// Quest's GPU kernels (kernels/cuda/page_bounds.h) against the CPU twins in policies/quest.*:
 // page min/max built after prefill and kept current token by token equal QuestPageBounds exactly,
 // page upper bounds equal (same f32 summation order), the selected token lists equal the CPU
 // QuestSelector's (per_head / shared GQA, keep_last_page off / on, budgets under 3 pages and above
@@ -11,7 +11,7 @@
 #include "engine/kv_store.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cuda/attention.h"
-#include "kernels/cuda/quest_pages.h"
+#include "kernels/cuda/page_bounds.h"
 #include "kernels/cuda/topk_select.h"
 #include "policies/decode_selectors.h"
 #include "policies/quest.h"
@@ -48,17 +48,17 @@ struct DevicePages {
     for (int p = 0; p < n_pages; ++p)
       for (int t = 0; t < d; ++t)
         out[size_t(p) * d + t] =
-            all[slot * args.page_slot_stride + cuda::quest_bound_offset(p, t, max_pages)];
+            all[slot * args.page_slot_stride + cuda::page_bound_offset(p, t, max_pages)];
     return out;
   }
   void add(int begin, int end) {
     args.begin = begin;
     args.end = end;
-    cuda::quest_update_pages(args, nullptr);
+    cuda::update_page_bounds(args, nullptr);
   }
   int max_pages;
   cuda::DeviceBuffer minimum, maximum;
-  cuda::QuestPagesArgs args;
+  cuda::PageBoundsArgs args;
 };
 
 std::vector<float> page_scores(const DevicePages& pages, const std::vector<float>& q, int hq,
@@ -66,7 +66,7 @@ std::vector<float> page_scores(const DevicePages& pages, const std::vector<float
   auto d_q = test::to_device_bf16(q);
   const int lists = shared ? hkv : hq;
   cuda::DeviceBuffer d_scores(size_t(lists) * n_pages * 4);
-  cuda::QuestScoreArgs args;
+  cuda::PageScoreArgs args;
   args.q = d_q.as<__nv_bfloat16>();
   args.q_seq_stride = int64_t(hq) * d;
   args.batch = 1;
@@ -82,7 +82,7 @@ std::vector<float> page_scores(const DevicePages& pages, const std::vector<float
   args.keep_last_page = keep_last_page;
   args.scores = d_scores.as<float>();
   args.score_stride = n_pages;
-  cuda::quest_page_scores(args, nullptr);
+  cuda::page_bound_scores(args, nullptr);
   cuda::check(cudaDeviceSynchronize(), "sync");
   std::vector<float> scores(size_t(lists) * n_pages);
   d_scores.download(scores.data(), scores.size() * 4);
@@ -166,12 +166,12 @@ TEST_P(QuestSelectionTest, IndexListsAndAttentionMatchCpuSelector) {
   selector->select(0, q.data(), store, cpu);
 
   const int n_pages = (length + kPage - 1) / kPage;
-  const int page_budget = cuda::quest_page_budget(length, c.budget, kPage, 3);
+  const int page_budget = cuda::pages_for_budget(length, c.budget, kPage, 3);
   const int lists = c.shared ? hkv : hq;
   auto d_q = test::to_device_bf16(q);
   cuda::DeviceBuffer d_scores(size_t(lists) * n_pages * 4),
       d_pages(size_t(lists) * page_budget * 4);
-  cuda::QuestScoreArgs score;
+  cuda::PageScoreArgs score;
   score.q = d_q.as<__nv_bfloat16>();
   score.q_seq_stride = int64_t(hq) * d;
   score.batch = 1;
@@ -187,7 +187,7 @@ TEST_P(QuestSelectionTest, IndexListsAndAttentionMatchCpuSelector) {
   score.keep_last_page = c.keep_last_page;
   score.scores = d_scores.as<float>();
   score.score_stride = n_pages;
-  cuda::quest_page_scores(score, nullptr);
+  cuda::page_bound_scores(score, nullptr);
   cuda::TopkSelectArgs top;
   top.scores = d_scores.as<float>();
   top.key_stride = n_pages;
@@ -200,7 +200,7 @@ TEST_P(QuestSelectionTest, IndexListsAndAttentionMatchCpuSelector) {
   const int list_capacity = page_budget * kPage;
   cuda::DeviceBuffer d_indices(size_t(lists) * list_capacity * 4), d_offset(size_t(hq) * 8),
       d_count(size_t(hq) * 4);
-  cuda::QuestExpandArgs expand;
+  cuda::ExpandPagesArgs expand;
   expand.pages = d_pages.as<int32_t>();
   expand.page_stride = page_budget;
   expand.n_lists = lists;
@@ -212,7 +212,7 @@ TEST_P(QuestSelectionTest, IndexListsAndAttentionMatchCpuSelector) {
   expand.heads_per_list = c.shared ? group : 1;
   expand.index_offset = d_offset.as<int64_t>();
   expand.index_count = d_count.as<int32_t>();
-  cuda::quest_expand_pages(expand, nullptr);
+  cuda::expand_pages(expand, nullptr);
 
   test::DeviceSelection gpu{&d_indices, &d_offset, &d_count, lists, list_capacity};
   test::expect_sparse_attention_matches_cpu(q, d_q, d_k, d_v, store, hq, hkv, d, length, capacity, gpu,

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "engine/errors.h"
+#include "tests/test_paths.h"
 
 namespace kvb {
 namespace {
@@ -161,6 +162,99 @@ TEST(BenchmarkRegistry, RulerScoresAgainstItsReferences) {
   EXPECT_DOUBLE_EQ(score_answer("It is PARIS.", sample).score, 1.0);
   sample.task = "not_a_task";
   EXPECT_THROW(score_answer("x", sample), InputError);
+}
+
+// `kvbench score` reaches every benchmark through the registry: each scores a predictions file in
+// its own record layout or refuses with an InputError naming itself; an unknown task is refused
+// before the file is read, an empty file is an error, not a NaN score.
+TEST(BenchmarkRegistry, EveryBenchmarkScoresFilesOrRefusesClearly) {
+  const std::filesystem::path dir = test::fresh_temp_dir("kvb_registry_score_files");
+  // One correct record carrying every layout's fields (pred/prediction, answers/outputs/
+  // ground_truth): each benchmark reads its own and scores it 1.
+  const std::string record =
+      R"({"pred": "123", "answers": ["123"], "outputs": ["123"], "ground_truth": ["123"]})";
+  std::ofstream(dir / "one.jsonl") << record << "\n\n" << record << "\n";
+  std::ofstream(dir / "empty.jsonl") << "\n";
+  for (const Benchmark& b : list_benchmarks()) {
+    SCOPED_TRACE(b.name);
+    const std::string task = b.table_tasks.front();
+    if (!b.score_file) {
+      try {
+        score_predictions_file(b, task, (dir / "one.jsonl").string(), {});
+        ADD_FAILURE() << "expected an InputError";
+      } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find(b.name), std::string::npos) << e.what();
+      }
+      continue;
+    }
+    const FileScores scores = score_predictions_file(b, task, (dir / "one.jsonl").string(), {});
+    EXPECT_EQ(scores.per_record, (std::vector<double>{1.0, 1.0}));  // the blank line is no record
+    EXPECT_DOUBLE_EQ(scores.percent, 100.0);
+    try {
+      score_predictions_file(b, "no_such_task", (dir / "absent.jsonl").string(), {});
+      ADD_FAILURE() << "expected an InputError";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("no_such_task"), std::string::npos) << e.what();
+    }
+    try {
+      score_predictions_file(b, task, (dir / "empty.jsonl").string(), {});
+      ADD_FAILURE() << "expected an InputError";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("no records"), std::string::npos) << e.what();
+    }
+  }
+  Benchmark unscored;
+  unscored.name = "toybench";
+  try {
+    score_predictions_file(unscored, "t", (dir / "one.jsonl").string(), {});
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("toybench does not score predictions files"),
+              std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// LongBench's table has an "X_e" column for every dataset; 13 of them exist.
+bool is_known_task(const Benchmark& b, const std::string& task) {
+  try {
+    if (b.check_task) b.check_task(task);
+    return true;
+  } catch (const InputError&) {
+    return false;
+  }
+}
+
+// `kvbench gen-data` asks the registry too: a task read from data files is refused before any
+// model is loaded, with a message naming the benchmark and the task.
+TEST(BenchmarkRegistry, GenDataRefusesTasksLoadedFromFiles) {
+  int refused = 0;
+  for (const Benchmark& b : list_benchmarks()) {
+    BenchmarkSpec spec;
+    spec.benchmark = b.name;
+    for (const std::string& task : b.table_tasks) {
+      if (!loads_from_files(spec, task) || !is_known_task(b, task)) continue;
+      SCOPED_TRACE(b.name + " " + task);
+      ++refused;
+      try {
+        check_generated_task(b, spec, task, DataSearch());
+        ADD_FAILURE() << "expected an InputError";
+      } catch (const InputError& e) {
+        EXPECT_NE(
+            std::string(e.what()).find(b.name + " " + task + " is loaded from its data files"),
+            std::string::npos)
+            << e.what();
+      }
+    }
+  }
+  EXPECT_GT(refused, 0);  // LongBench's datasets and InfiniteBench's loaded tasks
+  // NIAH's gen-data count is its depth grid: --num 3 gives depths 0, 50, 100, one sample each.
+  const Benchmark& niah = find_benchmark("niah");
+  BenchmarkSpec spec;
+  niah.set_generated_count(spec, 3);
+  EXPECT_EQ(spec.depths, (std::vector<double>{0, 50, 100}));
+  EXPECT_EQ(niah.generated_count_default, 10);
 }
 
 }  // namespace

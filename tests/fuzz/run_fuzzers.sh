@@ -22,8 +22,9 @@ if ! "$clangxx" -fsanitize=fuzzer,address "$probe" -o "$work/probe" 2>/dev/null;
 fi
 
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$src")
-sources=("$src/engine/gguf.cc" "$src/engine/weights_loader.cc" "$src/engine/hf_config.cc"
-         "$src/engine/safetensors.cc" "$src/engine/weight_matrix.cc" "$src/kernels/cpu/dequantize.cc"
+sources=("$src/engine/gguf.cc" "$src/engine/weights_loader.cc" "$src/engine/weight_source.cc"
+         "$src/engine/hf_config.cc" "$src/engine/safetensors.cc" "$src/engine/weight_matrix.cc"
+         "$src/kernels/cpu/dequantize.cc"
          "$src/kernels/cpu/quantized_matmul.cc" "$src/kernels/cpu/quantized_dot_scalar.cc"
          "$src/kernels/cpu/quantized_dot_avx2.cc" "$src/kernels/cpu/matmul.cc")
 # The weight matrices' kernels (kernels/cpu/quantized_matmul.cc) reach OpenBLAS.
@@ -33,7 +34,7 @@ fuzzer="$work/gguf_fuzz"
 rebuild=0
 [ -x "$fuzzer" ] || rebuild=1
 for f in "${sources[@]}" "$src/tests/fuzz/gguf_fuzz.cc" "$src/engine/gguf.h" "$src/kernels/cpu/dequantize.h" \
-         "$src/engine/weight_matrix.h" "$src/engine/weights.h"; do
+         "$src/engine/weight_matrix.h" "$src/engine/weights.h" "$src/engine/weight_source.h"; do
   [ "$f" -nt "$fuzzer" ] && rebuild=1
 done
 if [ "$rebuild" = 1 ]; then

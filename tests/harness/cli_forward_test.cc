@@ -8,6 +8,8 @@
 #include <sstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/cpu/forward.h"
 #include "engine/model.h"
@@ -109,8 +111,71 @@ TEST(CliBench, GpuPolicyListNamesThePolicyItCannotHold) {
   const CliRun run = kvbench("bench --device cuda --preset llama-3.1-8b --dummy --policy full,full+art");
   EXPECT_EQ(run.exit_code, 2) << run.out;
   if (run.out.find("without CUDA") == std::string::npos) {
-    EXPECT_NE(run.out.find("'full+art' is not one of them"), std::string::npos) << run.out;
+    EXPECT_NE(run.out.find("'full+art' is neither"), std::string::npos) << run.out;
     EXPECT_NE(run.out.find("run it with its own --policy"), std::string::npos) << run.out;
+  }
+}
+
+// The GPU bench builds the sweep's plan from --policy: what has no device form is named, with the
+// fix, before the GPU is touched.
+TEST(CliBench, GpuRefusesPlansWithoutDeviceFormByName) {
+  KVB_REQUIRE_FILE(test::kvbench_binary());
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"h2o_decode --budget 5%", "'h2o_decode' evicts during decode"},
+      {"magicpig", "decode selector 'magicpig'"},
+      {"full,magicpig", "decode selector 'magicpig'"}};
+  for (const auto& [policy, message] : refused) {
+    const CliRun run =
+        kvbench("bench --device cuda --preset llama-3.1-8b --dummy --policy " + policy);
+    EXPECT_EQ(run.exit_code, 2) << policy << ": " << run.out;
+    if (run.out.find("without CUDA") == std::string::npos) {
+      EXPECT_NE(run.out.find(message), std::string::npos) << run.out;
+      EXPECT_NE(run.out.find("--device cpu"), std::string::npos) << run.out;
+    }
+  }
+}
+
+// One set of flags on both devices: the CPU takes a list of contexts, and names the flags only the
+// GPU measures.
+TEST(CliBench, CpuTakesTheSameFlagsAndNamesTheGpuOnlyOnes) {
+  KVB_REQUIRE_FILE(test::kvbench_binary());
+  const CliRun run =
+      kvbench("bench --device cpu --preset tiny-llama --context 32,64 --decode-tokens 4 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  const auto json = nlohmann::json::parse(run.out);
+  ASSERT_EQ(json["prefill"].size(), 2u);
+  EXPECT_EQ(json["prefill"][1]["tokens"], 64);
+  EXPECT_EQ(json["decode"]["context"], 32);
+  for (const std::string flag : {"--max-batch", "--no-graphs", "--prefill-chunk 512"}) {
+    const CliRun refused = kvbench("bench --device cpu --preset tiny-llama " + flag);
+    EXPECT_EQ(refused.exit_code, 2) << flag;
+    EXPECT_NE(refused.out.find(flag.substr(0, flag.find(' ')) + " is measured on the CUDA engine"),
+              std::string::npos)
+        << refused.out;
+  }
+  const CliRun list = kvbench("bench --device cpu --preset tiny-llama --policy full,quest");
+  EXPECT_EQ(list.exit_code, 2) << list.out;
+  EXPECT_NE(list.out.find("timed on the GPU only"), std::string::npos) << list.out;
+}
+
+// The CPU engine's own options belong to the same flag set; the GPU names them before it is
+// touched.
+TEST(CliBench, CpuOptionsAreInTheFlagSetAndTheGpuNamesThem) {
+  KVB_REQUIRE_FILE(test::kvbench_binary());
+  const CliRun run = kvbench(
+      "bench --device cpu --preset tiny-llama --context 32 --decode-tokens 4 --threads 1 "
+      "--weights f32 --no-ceilings --json");
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  const auto json = nlohmann::json::parse(run.out);
+  EXPECT_EQ(json["threads"], 1);
+  EXPECT_EQ(json["measured_read_gbps"], 0.0);  // --no-ceilings
+  for (const std::string flag : {"--threads 2", "--weights f32", "--no-ceilings"}) {
+    const CliRun refused = kvbench("bench --device cuda --preset llama-3.1-8b --dummy " + flag);
+    EXPECT_EQ(refused.exit_code, 2) << flag << ": " << refused.out;
+    if (refused.out.find("without CUDA") == std::string::npos)
+      EXPECT_NE(refused.out.find(flag.substr(0, flag.find(' ')) + " is an option of the CPU"),
+                std::string::npos)
+          << refused.out;
   }
 }
 

@@ -68,7 +68,8 @@ TEST(Tables, RulerPerTaskWithAverageAndInterval) {
   ASSERT_EQ(tables.size(), 2u);  // 1024 and 2048
   const TextTable& t = tables[0];
   // Official order puts niah_single_1 before vt.
-  EXPECT_EQ(t.columns, (std::vector<std::string>{"Policy", "Budget", "niah_single_1", "vt", "Avg"}));
+  EXPECT_EQ(t.columns,
+            (std::vector<std::string>{"Policy", "Budget", "niah_single_1", "vt", "Avg"}));
   ASSERT_EQ(t.rows.size(), 2u);
   // snapkv: niah 100 (n=1), vt mean 50 of 2 samples: n shown, no interval (t(1) would give
   // +-635 points, wider than the score range).
@@ -122,6 +123,27 @@ TEST(Tables, NiahGridLatencyAndMemory) {
 
   const auto memory = build_tables(rows, "memory");
   EXPECT_EQ(memory[0].rows[2][6], "10.0%");
+}
+
+// A cell's peak is what it held alone (decode_batch 1): a batched row's peak is its whole batch's.
+// Without rows measured alone the batched rows stand in, as for the timings.
+TEST(Tables, PeakMemoryComesFromRowsMeasuredAlone) {
+  constexpr int64_t kMiB = 1 << 20;
+  auto with_peak = [](StoredRow r, int64_t peak, int decode_batch) {
+    r.result.peak_bytes = peak;
+    r.result.extra["decode_batch"] = decode_batch;
+    return r;
+  };
+  std::vector<StoredRow> rows = {
+      with_peak(row("ruler", "vt", 1024, "snapkv", "10%", 1.0), 100 * kMiB, 1),
+      with_peak(row("ruler", "vt", 1024, "snapkv", "10%", 1.0), 900 * kMiB, 10),
+      with_peak(row("ruler", "vt", 1024, "full", "", 1.0), 700 * kMiB, 10),
+  };
+  const auto memory = build_tables(rows, "memory");
+  ASSERT_EQ(memory.size(), 1u);
+  ASSERT_EQ(memory[0].rows.size(), 2u);
+  EXPECT_EQ(memory[0].rows[0][7], "100.0");  // snapkv: its row alone
+  EXPECT_EQ(memory[0].rows[1][7], "700.0");  // full: only batched rows
 }
 
 TEST(Tables, FormatsAndErrors) {

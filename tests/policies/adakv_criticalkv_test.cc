@@ -139,11 +139,11 @@ TEST(CriticalKv, TwoStageSelection) {
             (std::vector<int32_t>{0, 1, 3, 4}));
   test::SyntheticPrefill prefill(1, 4, 2, 64, 8, 32, 61);
   const CachePlan plan = make_cache_plan("criticalkv", {{"window", 8}}, Budget::parse("16"));
-  EXPECT_TRUE(plan.prefill->capture().output_projection);
+  EXPECT_TRUE(plan.prefill->capture().projected_value_norms);
   const KeptIndices kept = plan.prefill->select(prefill.view, 16);
   for (const auto& head : kept[0]) EXPECT_EQ(head.size(), 16u);
   const CachePlan ada = make_cache_plan("criticaladakv", {}, Budget::parse("40"));
-  EXPECT_TRUE(ada.prefill->capture().output_projection);
+  EXPECT_TRUE(ada.prefill->capture().projected_value_norms);
   const KeptIndices ada_kept = ada.prefill->select(prefill.view, 40);
   // official AdaKV rounding: Σ B_h = Σ round(c_h·0.8 + ⌊0.2·8⌋) ≈ 0.8·16 + 2 = 14.8 (+ window 2·32)
   EXPECT_NEAR(double(ada_kept[0][0].size() + ada_kept[0][1].size()), 64 + 14.8, 1.0);

@@ -1,7 +1,8 @@
 // The device statistics of CaptureRequest (engine/cache_policy.h): a prefill view that holds only
 // the statistics a policy asks for, computed here by brute force in double precision (the truth
 // a device backend approximates), picks the kept sets the same policy picks from the prompt's keys
-// and values. Also the requests themselves: which policies may run without the keys on a device.
+// and values (CriticalKV's ‖v W_o‖ included). Also the requests themselves: which policies may run
+// without the keys on a device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -61,6 +62,7 @@ struct LayerStatistics {
   std::vector<float> window_sums;    // [Hq, L]
   std::vector<float> perturbations;  // [Hkv, L]
   std::vector<float> key_norms;      // [Hkv, L]
+  std::vector<float> value_norms;    // [Hkv, L]: (1/g) Σ_a ‖v_j W_o^a‖₁
 };
 
 LayerStatistics statistics_of(const LayerPrefillView& layer, int window) {
@@ -103,7 +105,7 @@ LayerStatistics statistics_of(const LayerPrefillView& layer, int window) {
                                 values.data(),
                                 /*round_p_to_bf16=*/false,
                                 s.perturbations.data()};
-  kernels::dropkv_raw_scores(args);
+  kernels::dropkv_scores(args);
   s.key_norms.assign(size_t(layer.n_kv_heads) * L, 0.0f);
   for (int h = 0; h < layer.n_kv_heads; ++h)
     for (int j = 0; j < L; ++j) {
@@ -111,6 +113,21 @@ LayerStatistics statistics_of(const LayerPrefillView& layer, int window) {
       for (int i = 0; i < d; ++i)
         squared += double(layer.keys[h][int64_t(j) * d + i]) * layer.keys[h][int64_t(j) * d + i];
       s.key_norms[size_t(h) * L + j] = static_cast<float>(std::sqrt(squared));
+    }
+  const int g = layer.group_size(), inputs = hq * d;
+  s.value_norms.assign(size_t(layer.n_kv_heads) * L, 0.0f);
+  for (int h = 0; h < layer.n_kv_heads; ++h)
+    for (int j = 0; j < L; ++j) {
+      double nu = 0;
+      for (int a = h * g; a < (h + 1) * g; ++a)
+        for (int o = 0; o < layer.d_model; ++o) {
+          double dot = 0;
+          for (int i = 0; i < d; ++i)
+            dot += double(layer.values[h][int64_t(j) * d + i]) *
+                   layer.output_projection[int64_t(o) * inputs + a * d + i];
+          nu += std::abs(dot) / g;
+        }
+      s.value_norms[size_t(h) * L + j] = static_cast<float>(nu);
     }
   return s;
 }
@@ -131,9 +148,11 @@ PrefillView statistics_view(const test::SyntheticPrefill& prefill,
     for (const PerturbationRequest& p : request.output_perturbations)
       layer.output_perturbations.push_back({p, owned[l].perturbations.data()});
     if (request.key_norms) layer.key_norms = owned[l].key_norms.data();
+    if (request.projected_value_norms) layer.projected_value_norms = owned[l].value_norms.data();
     if (!request.host_keys_values) {
       layer.keys.clear();
       layer.values.clear();
+      layer.output_projection = nullptr;
     }
   }
   return view;
@@ -167,6 +186,8 @@ TEST(DeviceStatistics, PoliciesKeepTheSameTokensFromTheirStatisticsAsFromTheKeys
       {"adadropkv", fp32_window},
       {"knorm", nlohmann::json::object()},
       {"streamingllm", nlohmann::json::object()},
+      {"criticalkv", fp32_window},
+      {"criticaladakv", fp32_window},
   };
   for (const auto& [policy, params] : cases) {
     SCOPED_TRACE(policy);
@@ -183,11 +204,16 @@ TEST(DeviceStatistics, PoliciesKeepTheSameTokensFromTheirStatisticsAsFromTheKeys
 }
 
 TEST(DeviceStatistics, PoliciesThatReadTheKeysSayWhatTheyRead) {
-  for (const std::string policy :
-       {"keydiff", "criticalkv", "criticaladakv", "cake", "andpro", "tova"}) {
+  for (const std::string policy : {"keydiff", "cake", "andpro", "tova"}) {
     SCOPED_TRACE(policy);
     const CachePlan plan = make_cache_plan(policy, nlohmann::json::object(), Budget::parse("25%"));
     EXPECT_TRUE(plan.prefill->capture().host_keys_values);
+  }
+  for (const std::string policy : {"criticalkv", "criticaladakv"}) {  // ‖v W_o‖ as a statistic
+    SCOPED_TRACE(policy);
+    const CachePlan plan = make_cache_plan(policy, nlohmann::json::object(), Budget::parse("25%"));
+    EXPECT_TRUE(plan.prefill->capture().projected_value_norms);
+    EXPECT_FALSE(plan.prefill->capture().host_keys_values);
   }
   const CachePlan snapkv =
       make_cache_plan("snapkv", nlohmann::json::object(), Budget::parse("25%"));

@@ -51,6 +51,26 @@ TEST(Registry, EvictingPolicyNeedsABudgetAndFullDoesNot) {
   EXPECT_EQ(snap.label, "snapkv");
 }
 
+// The sweep config asks the registry which policies take budgets (harness/config.cc): the same
+// answer make_cache_plan gives, without building a plan.
+TEST(Registry, WhichPolicySpecsTakeABudget) {
+  EXPECT_FALSE(policy_takes_budget("full"));
+  EXPECT_FALSE(policy_takes_budget("full+art"));
+  EXPECT_FALSE(policy_takes_budget("art"));  // a kernel-walk modifier alone keeps the whole cache
+  EXPECT_TRUE(policy_takes_budget("snapkv"));
+  EXPECT_TRUE(policy_takes_budget("snapkv+art"));
+  EXPECT_TRUE(policy_takes_budget("binarypc"));
+  EXPECT_TRUE(policy_takes_budget("fulll"));  // unknown: building the plan names it
+  EXPECT_TRUE(policy_takes_budget("full+"));
+  for (const PolicyInfo& info : list_policies()) {
+    SCOPED_TRACE(info.name);
+    if (policy_takes_budget(info.name))
+      EXPECT_THROW(make_cache_plan(info.name, nlohmann::json::object(), std::nullopt), InputError);
+    else
+      EXPECT_NO_THROW(make_cache_plan(info.name, nlohmann::json::object(), std::nullopt));
+  }
+}
+
 TEST(Registry, BudgetParsingRejectsNonPositive) {
   EXPECT_THROW(Budget::parse("0"), InputError);
   EXPECT_THROW(Budget::parse("-5"), InputError);

@@ -1,4 +1,6 @@
-#include "engine/cuda/cuda_bench.h"
+// Everything here needs the CUDA engine; a CPU-only build compiles this file empty.
+#ifdef KVB_HAVE_CUDA
+#include "harness/bench_cuda.h"
 
 #include <algorithm>
 #include <chrono>
@@ -11,6 +13,7 @@
 #include "engine/errors.h"
 #include "engine/model.h"
 #include "engine/presets.h"
+#include "engine/weight_source.h"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/transformer_ops.h"
 
@@ -43,7 +46,7 @@ int32_t argmax_token(const std::vector<float>& logits) {
 
 // Tokens kept per head after prefill compression (the window counts inside the budget).
 int kept_tokens(const CudaBenchOptions& options, int context) {
-  if (!options.budget || options.policy == "full") return context;
+  if (!options.budget || !options.compress_prefill) return context;
   return std::max(1, std::min(context, options.budget->tokens_for(context)));
 }
 
@@ -125,18 +128,19 @@ nlohmann::json measure_selector(CudaEngine& engine, const CudaBenchOptions& opti
                                 int context, int keep, double full_tpot_ms) {
   const int batch = engine.batch();
   reset_cache();
-  SparseDecodeConfig config = selector.config;
-  config.token_budget = std::max(1, std::min(keep, selector.budget.tokens_for(keep)));
-  const bool random_rows =
-      config.method == SparseDecodeConfig::Method::kBinaryPc && config.projection.empty();
-  if (random_rows) config.projection = random_projection(engine.config());
+  DeviceSelectionSpec spec = selector.spec;
+  const int budget_tokens = std::max(1, std::min(keep, selector.budget.tokens_for(keep)));
+  if (spec.budget_fraction == 0) spec.budget_tokens = budget_tokens;
+  const bool random_rows = spec.scores == DeviceSelectionSpec::Scores::kSignCodes &&
+                           spec.sign_codes.projection.empty();
+  if (random_rows) spec.sign_codes.projection = random_projection(engine.config());
   const auto start = Clock::now();
-  engine.start_sparse_decode(config);
+  engine.start_sparse_decode(spec);
   const double start_ms = ms_since(start);
   const double tpot_ms = time_decode(engine, options.decode_steps, options.use_graphs);
   engine.stop_sparse_decode();
   nlohmann::json row{{"policy", selector.policy},
-                     {"budget_tokens", config.token_budget},
+                     {"budget_tokens", budget_tokens},
                      {"start_ms", start_ms},
                      {"tpot_ms", tpot_ms},
                      {"tpot_full_ms", full_tpot_ms},
@@ -145,7 +149,7 @@ nlohmann::json measure_selector(CudaEngine& engine, const CudaBenchOptions& opti
   std::fprintf(stderr,
                "[bench] ctx %d batch %d %s (budget %d): TPOT %.3f ms vs Full %.3f ms (%.2fx), "
                "start %.1f ms\n",
-               context, batch, selector.policy.c_str(), config.token_budget, tpot_ms, full_tpot_ms,
+               context, batch, selector.policy.c_str(), budget_tokens, tpot_ms, full_tpot_ms,
                full_tpot_ms / tpot_ms, start_ms);
   return row;
 }
@@ -168,8 +172,9 @@ nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
   if (!options.preset.empty()) {
     engine = CudaEngine::from_preset(preset_config(options.preset), 1234);
   } else {
-    LoadedModel model = load_model(options.model);
-    engine = CudaEngine::from_weights(*model.weights);
+    // The tokenizer and config on the host, the weights straight from the file to the device.
+    LoadedModel model = load_model(options.model, {.weights_on_host = false});
+    engine = CudaEngine::from_source(*open_weight_source(options.model));
     if (!options.prompt_text.empty()) {
       const auto tokens = model.tokenizer->encode(options.prompt_text, false);
       prompt_ids.assign(tokens.begin(), tokens.end());
@@ -186,7 +191,7 @@ nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
   const ModelConfig& config = engine->config();
   out["model"] = {{"name", config.name}, {"dummy_weights", config.dummy_weights},
                   {"weight_bytes", engine->weight_bytes()}, {"dtype", "bf16"}};
-  out["policy"] = options.early_exit ? options.policy + "+art" : options.policy;
+  out["policy"] = options.label;
   for (const SparseDecodeBench& selector : options.selectors)
     out["policy"] = out["policy"].get<std::string>() + "," + selector.policy;
   out["budget"] = options.budget ? options.budget->to_string() : "";
@@ -284,3 +289,5 @@ nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
 }
 
 }  // namespace kvb
+
+#endif  // KVB_HAVE_CUDA

@@ -1,18 +1,18 @@
-// Quest on the GPU (docs/methods.md §10). CPU twin: policies/quest.{h,cc} (QuestPageBounds and
-// the selector). Test: tests/cuda/quest_kernels_test.cc.
+// Page min/max bounds on the GPU (Quest's page metadata, docs/methods.md §10). CPU twin:
+// policies/quest.{h,cc} (QuestPageBounds and the selector). Test: tests/cuda/quest_kernels_test.cc.
 //
 // A "slot" is one (sequence, KV head) pair, slot = b * Hkv + h. Page p of a slot holds tokens
 // p*P .. p*P+P-1 (P = page_size, 16 by default; the last page may be partial).
-//   quest_update_pages   elementwise min/max of the keys of every page that tokens [begin, end)
+//   update_page_bounds   elementwise min/max of the keys of every page that tokens [begin, end)
 //                        touch, recomputed from the page's first token: after prefill over [0, L),
 //                        after each decode token over [T-1, T) (equal to the incremental update);
 //                        bf16 like the keys, so the bounds are exact; stored chunk-major (below) so
 //                        that threads scoring consecutive pages read consecutive 16-byte words;
-//   quest_page_scores    U(page) = sum_i max(q_i m_i, q_i M_i), summed in f32 in dimension order
+//   page_bound_scores    U(page) = sum_i max(q_i m_i, q_i M_i), summed in f32 in dimension order
 //                        (the CPU's order, so the scores are equal); per query head ("per_head",
 //                        the reference) or the max over the group ("shared");
 //   topk_select          (kernels/cuda/topk_select.h) over the page scores, K_p pages per list;
-//   quest_expand_pages   selected pages -> token index lists for decode_attention.
+//   expand_pages   selected pages -> token index lists for decode_attention.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -22,14 +22,14 @@
 
 namespace kvb::cuda {
 
-// Bounds layout: slot s, page p, dimension t at  s * page_slot_stride + quest_bound_offset(p, t,
+// Bounds layout: slot s, page p, dimension t at  s * page_slot_stride + page_bound_offset(p, t,
 // max_pages) with page_slot_stride >= max_pages * head_dim (max_pages: the page capacity of a
 // slot).
-__host__ __device__ inline int64_t quest_bound_offset(int page, int dim, int max_pages) {
+__host__ __device__ inline int64_t page_bound_offset(int page, int dim, int max_pages) {
   return (int64_t(dim / 8) * max_pages + page) * 8 + dim % 8;
 }
 
-struct QuestPagesArgs {
+struct PageBoundsArgs {
   const __nv_bfloat16* keys =
       nullptr;  // slot s, token j: keys + s * key_slot_stride + j * head_dim
   int64_t key_slot_stride = 0;
@@ -37,7 +37,7 @@ struct QuestPagesArgs {
   int head_dim = 0;
   int page_size = 16;
   int begin = 0, end = 0;  // the tokens added; pages touched are rebuilt from their first token
-  __nv_bfloat16* page_min = nullptr;  // layout: quest_bound_offset
+  __nv_bfloat16* page_min = nullptr;  // layout: page_bound_offset
   __nv_bfloat16* page_max = nullptr;
   int64_t page_slot_stride = 0;
   int max_pages = 0;
@@ -45,9 +45,9 @@ struct QuestPagesArgs {
   // (begin / end ignored), the decode-step form that stays valid in a captured CUDA graph.
   const int32_t* lengths = nullptr;
 };
-void quest_update_pages(const QuestPagesArgs& args, cudaStream_t stream);
+void update_page_bounds(const PageBoundsArgs& args, cudaStream_t stream);
 
-struct QuestScoreArgs {
+struct PageScoreArgs {
   const __nv_bfloat16* q = nullptr;  // [B, Hq, head_dim] with q_seq_stride between sequences
   int64_t q_seq_stride = 0;
   int batch = 0, n_query_heads = 0, n_kv_heads = 0, head_dim = 0;  // head_dim % 8 == 0, group <= 16
@@ -67,12 +67,12 @@ struct QuestScoreArgs {
   const int32_t* lengths = nullptr;
   int page_size = 16;
 };
-void quest_page_scores(const QuestScoreArgs& args, cudaStream_t stream);
+void page_bound_scores(const PageScoreArgs& args, cudaStream_t stream);
 
 // For each list l, expands the `n_selected` pages at pages + l * page_stride (ascending, from
 // topk_select) into their tokens (< length), written at indices + l * index_stride, and fills
 // decode_attention's index_offset / index_count for the heads_per_list query heads of list l.
-struct QuestExpandArgs {
+struct ExpandPagesArgs {
   const int32_t* pages = nullptr;
   int64_t page_stride = 0;
   int n_lists = 0;
@@ -88,11 +88,11 @@ struct QuestExpandArgs {
   const int32_t* lengths = nullptr;
   int lists_per_slot = 1;
 };
-void quest_expand_pages(const QuestExpandArgs& args, cudaStream_t stream);
+void expand_pages(const ExpandPagesArgs& args, cudaStream_t stream);
 
 // The page budget of one step as the CPU selector computes it: min(max(min_pages, B / P), n_pages)
 // with B = min(length, token_budget).
-inline int quest_page_budget(int length, int token_budget, int page_size, int min_pages) {
+inline int pages_for_budget(int length, int token_budget, int page_size, int min_pages) {
   const int n_pages = (length + page_size - 1) / page_size;
   const int budget = length < token_budget ? length : token_budget;
   const int pages = budget / page_size > min_pages ? budget / page_size : min_pages;

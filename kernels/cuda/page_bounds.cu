@@ -1,18 +1,18 @@
-// Quest kernels: page min/max, page upper bounds, page -> token expansion. Contracts:
-// kernels/cuda/quest_pages.h; CPU twin: policies/quest.cc.
+// Page bound kernels: page min/max, page upper bounds, page -> token expansion. Contracts:
+// kernels/cuda/page_bounds.h; CPU twin: policies/quest.cc.
 #include <cuda_bf16.h>
 
 #include <stdexcept>
 
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/launch.cuh"
-#include "kernels/cuda/quest_pages.h"
+#include "kernels/cuda/page_bounds.h"
 
 namespace kvb::cuda {
 namespace {
 
 // Block (touched page, slot), thread = dimension.
-__global__ void update_pages_kernel(QuestPagesArgs args) {
+__global__ void update_pages_kernel(PageBoundsArgs args) {
   wait_for_predecessor();  // launched with launch_overlapped: nothing read before this
   allow_successor_launch();
   const int slot = blockIdx.y;
@@ -30,7 +30,7 @@ __global__ void update_pages_kernel(QuestPagesArgs args) {
       lo = fminf(lo, x);
       hi = fmaxf(hi, x);
     }
-    const int64_t at = slot * args.page_slot_stride + quest_bound_offset(page, t, args.max_pages);
+    const int64_t at = slot * args.page_slot_stride + page_bound_offset(page, t, args.max_pages);
     args.page_min[at] = __float2bfloat16(lo);  // exact: lo and hi are bf16 values
     args.page_max[at] = __float2bfloat16(hi);
   }
@@ -48,7 +48,7 @@ struct alignas(16) Bf16x8 {
 // next chunk's loads are issued before the current chunk's arithmetic. G: the GQA group when it is
 // a compile-time constant (common models), 0 for any group up to kMaxGroup.
 template <int D, int G>
-__global__ void __launch_bounds__(kScoreThreads) page_scores_kernel(QuestScoreArgs args) {
+__global__ void __launch_bounds__(kScoreThreads) page_scores_kernel(PageScoreArgs args) {
   constexpr int kSlots = G > 0 ? G : kMaxGroup;
   extern __shared__ float s_q[];  // [group][D]
   wait_for_predecessor();         // launched with launch_overlapped: nothing read before this
@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(kScoreThreads) page_scores_kernel(QuestScoreAr
 }
 
 template <int D>
-void launch_page_scores(const QuestScoreArgs& args, dim3 grid, size_t smem, cudaStream_t stream) {
+void launch_page_scores(const PageScoreArgs& args, dim3 grid, size_t smem, cudaStream_t stream) {
   switch (args.n_query_heads / args.n_kv_heads) {
     case 3:
       launch_overlapped(page_scores_kernel<D, 3>, grid, kScoreThreads, smem, stream, "page_scores",
@@ -142,7 +142,7 @@ void launch_page_scores(const QuestScoreArgs& args, dim3 grid, size_t smem, cuda
 
 // Block = list. Ascending pages: only the last page of the cache can be partial and it comes last,
 // so selected page r starts at position r * P.
-__global__ void expand_pages_kernel(QuestExpandArgs args) {
+__global__ void expand_pages_kernel(ExpandPagesArgs args) {
   wait_for_predecessor();  // launched with launch_overlapped: nothing read before this
   allow_successor_launch();
   const int list = blockIdx.x;
@@ -167,35 +167,35 @@ __global__ void expand_pages_kernel(QuestExpandArgs args) {
 
 }  // namespace
 
-void quest_update_pages(const QuestPagesArgs& args, cudaStream_t stream) {
+void update_page_bounds(const PageBoundsArgs& args, cudaStream_t stream) {
   if (args.lengths) {  // one page per slot, chosen on the device
     if (args.n_slots <= 0) return;
     if (args.page_size < 1 || args.head_dim % 8 != 0)
-      throw std::invalid_argument("quest_update_pages: page_size >= 1 and head_dim % 8 == 0");
+      throw std::invalid_argument("update_page_bounds: page_size >= 1 and head_dim % 8 == 0");
     launch_overlapped(update_pages_kernel, dim3(1, args.n_slots), std::min(args.head_dim, 256), 0,
                       stream, "update_pages_kernel", args);
     return;
   }
   if (args.end <= args.begin || args.n_slots <= 0) return;
-  if (args.page_size < 1) throw std::invalid_argument("quest_update_pages: page_size must be >= 1");
+  if (args.page_size < 1) throw std::invalid_argument("update_page_bounds: page_size must be >= 1");
   if (args.head_dim % 8 != 0 || (args.end + args.page_size - 1) / args.page_size > args.max_pages)
     throw std::invalid_argument(
-        "quest_update_pages: head_dim must be a multiple of 8 and the pages fit max_pages");
+        "update_page_bounds: head_dim must be a multiple of 8 and the pages fit max_pages");
   const int first_page = args.begin / args.page_size, last_page = (args.end - 1) / args.page_size;
   const dim3 grid(last_page - first_page + 1, args.n_slots);
   update_pages_kernel<<<grid, std::min(args.head_dim, 256), 0, stream>>>(args);
   check(cudaGetLastError(), "update_pages_kernel launch");
 }
 
-void quest_page_scores(const QuestScoreArgs& args, cudaStream_t stream) {
+void page_bound_scores(const PageScoreArgs& args, cudaStream_t stream) {
   if (args.n_pages <= 0 || args.batch <= 0) return;
   const int group = args.n_query_heads / args.n_kv_heads;
   if (group < 1 || group > kMaxGroup || group * args.n_kv_heads != args.n_query_heads)
-    throw std::invalid_argument("quest_page_scores: needs Hq = g * Hkv with g <= 16");
+    throw std::invalid_argument("page_bound_scores: needs Hq = g * Hkv with g <= 16");
   if (args.n_pages > args.max_pages)
-    throw std::invalid_argument("quest_page_scores: n_pages > max_pages");
+    throw std::invalid_argument("page_bound_scores: n_pages > max_pages");
   if (args.lengths && args.page_size < 1)
-    throw std::invalid_argument("quest_page_scores: page_size must be >= 1");
+    throw std::invalid_argument("page_bound_scores: page_size must be >= 1");
   const dim3 grid((args.n_pages + kScoreThreads - 1) / kScoreThreads, args.batch * args.n_kv_heads);
   const size_t smem = size_t(group) * args.head_dim * sizeof(float);
   if (args.head_dim == 128)
@@ -203,14 +203,14 @@ void quest_page_scores(const QuestScoreArgs& args, cudaStream_t stream) {
   else if (args.head_dim == 64)
     launch_page_scores<64>(args, grid, smem, stream);
   else
-    throw std::invalid_argument("quest_page_scores: head_dim must be 64 or 128");
+    throw std::invalid_argument("page_bound_scores: head_dim must be 64 or 128");
   check(cudaGetLastError(), "page_scores_kernel launch");
 }
 
-void quest_expand_pages(const QuestExpandArgs& args, cudaStream_t stream) {
+void expand_pages(const ExpandPagesArgs& args, cudaStream_t stream) {
   if (args.n_lists <= 0) return;
   if (args.heads_per_list > 256 || args.lists_per_slot < 1)
-    throw std::invalid_argument("quest_expand_pages: heads_per_list <= 256, lists_per_slot >= 1");
+    throw std::invalid_argument("expand_pages: heads_per_list <= 256, lists_per_slot >= 1");
   launch_overlapped(expand_pages_kernel, args.n_lists, 256, 0, stream, "expand_pages_kernel", args);
   check(cudaGetLastError(), "expand_pages_kernel launch");
 }

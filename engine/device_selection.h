@@ -1,0 +1,60 @@
+// A decode-time selection (kind D) as the generic operations a device engine runs inside its decode
+// step: score the cached entries, keep the best per list (top-k), gather them into the index-list
+// attention. A selector (policies/) fills this from its own parameters
+// (DecodeSelector::device_selection); the engine reads only these building blocks and never learns
+// which method asked for them. Plain C++ so that the policy layer can build it without CUDA.
+#pragma once
+
+#include <vector>
+
+namespace kvb {
+
+struct DeviceSelectionSpec {
+  // What ranks the cached entries of a (layer, head) at a decode step.
+  enum class Scores {
+    // 64-bit sign codes of the prompt's keys under a projection [64, d] per (layer, KV head); the
+    // group's projected queries are quantised to bit-planes (one scale per group) and every prompt
+    // key gets the exact integer dot product of code and planes, maximised over the group. Entries
+    // appended after the prompt are never coded: they join every list after the k chosen prompt
+    // entries, k = min(budget, prompt length). One list per KV head serves its whole group.
+    kSignCodes,
+    // Pages of page_size entries, aligned from the first, with the elementwise minimum and maximum
+    // of their keys; a page scores sum_i max(q_i min_i, q_i max_i) >= q.k of any of its keys.
+    // With B = min(T, budget) of the T cached entries, n = min(max(min_pages, B / page_size),
+    // pages present) pages are kept, each whole.
+    kPageBounds,
+    // The exact q.k of every cached entry per query head; the budget's best entries are kept.
+    kExactDot,
+  };
+  Scores scores = Scores::kExactDot;
+
+  // Entries kept per list at a step with T cached entries: budget_tokens, or, when
+  // budget_fraction > 0, int(budget_fraction * T); clamped to [1, T] (kExactDot, kPageBounds's B).
+  int budget_tokens = 2048;
+  double budget_fraction = 0;
+  std::vector<int> dense_layers = {0, 1};  // these layers attend to everything
+  // One list per KV head from the group's maximum score (true), or one list per query head.
+  // kSignCodes always shares.
+  bool shared_group = false;
+
+  struct SignCodes {
+    // [n_layers, Hkv, 64, d] shared by every sequence, or [batch, n_layers, Hkv, 64, d] (one set
+    // of rows per sequence). Rows of dense layers are unused. Empty: the caller has none yet.
+    std::vector<float> projection;
+    // Whether the prompt entries whose keys the codes reconstruct worst, ||k - sum_i h_i P_i||,
+    // are always kept (inside k): min(max(int(forced_error_ratio * k), 1), prompt length) of them.
+    bool force_worst_reconstructed = false;
+    double forced_error_ratio = 0.1;
+  } sign_codes;
+
+  struct Pages {
+    int page_size = 16;
+    int min_pages = 3;
+    bool keep_last_page = false;  // the cache's last page always counts inside the page budget
+  } pages;
+
+  // Keep each selecting layer's last decode query (tests compare the lists with a CPU twin).
+  bool record_queries = false;
+};
+
+}  // namespace kvb
