@@ -91,6 +91,8 @@ struct LayerPrefillView {
   std::vector<const float*> values;      // per KV head [L, d]
   const float* column_sums = nullptr;    // [Hq, L] or nullptr
   const float* output_projection = nullptr;  // [d_model, Hq*d] row-major (out x in) or nullptr
+  // Owns what output_projection points at when the weights are not f32 (shared by view copies).
+  std::shared_ptr<const std::vector<float>> output_projection_storage;
   // Device statistics (CaptureRequest), each present only where the backend computed it.
   struct WindowSums {
     int window = 0;               // as requested; the sums cover min(window, L) queries

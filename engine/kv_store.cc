@@ -58,9 +58,18 @@ void KvStore::relayout(int layer_index, const std::vector<int32_t>& new_capacity
   layer.capacity = new_capacity;
 }
 
+namespace {
+
+// A full head grows by an eighth (at least 16 slots), not twice: a prompt's cache is reserved to
+// its length, and doubling it on the first decode token doubled the engine's memory. Appends stay
+// amortised O(1) (a relayout every capacity / 8 tokens).
+int32_t grown_capacity(int32_t capacity) { return capacity + std::max(16, capacity / 8); }
+
+}  // namespace
+
 void KvStore::grow_head(int layer, int head, int min_capacity) {
   std::vector<int32_t> capacity = layers_[layer].capacity;
-  capacity[head] = std::max(min_capacity, std::max(16, capacity[head] * 2));
+  capacity[head] = std::max(min_capacity, grown_capacity(capacity[head]));
   relayout(layer, capacity);
 }
 
@@ -82,7 +91,7 @@ void KvStore::append(int layer, int32_t position, const float* k, const float* v
   if (full) {
     std::vector<int32_t> capacity = l.capacity;
     for (int h = 0; h < n_kv_heads_; ++h)
-      if (l.length[h] == capacity[h]) capacity[h] = std::max(16, capacity[h] * 2);
+      if (l.length[h] == capacity[h]) capacity[h] = grown_capacity(capacity[h]);
     relayout(layer, capacity);
   }
   for (int h = 0; h < n_kv_heads_; ++h)

@@ -128,8 +128,9 @@ LoadedModel load_model(const std::string& path_or_preset, const LoadOptions& opt
   const std::filesystem::path path(path_or_preset);
   require_exists(path);
   if (is_hf_folder(path)) {
-    model.weights = options.weights_on_host ? load_weights(*hf_weight_source(path))
-                                            : weights_metadata(*hf_weight_source(path));
+    const auto source = hf_weight_source(path);
+    model.weights = options.weights_on_host ? load_weights(*source, options.weight_format)
+                                            : weights_metadata(*source);
     model.tokenizer = tokenizer_from_hf_folder(path.string());
     model.chat_template = chat_template_name_for(hf_chat_template(path), architecture_name(model.weights->config.architecture),
                                                  model.weights->config.name);
@@ -137,10 +138,11 @@ LoadedModel load_model(const std::string& path_or_preset, const LoadOptions& opt
     return model;
   }
   {
-    // The mapping lives only inside this scope: weights are f32 copies, the tokenizer copies strings.
+    // The mapping lives only inside this scope: weights are copies, the tokenizer copies strings.
     const auto gguf = GgufFile::open(path);
     const auto source = gguf_weight_source(*gguf);
-    model.weights = options.weights_on_host ? load_weights(*source) : weights_metadata(*source);
+    model.weights = options.weights_on_host ? load_weights(*source, options.weight_format)
+                                            : weights_metadata(*source);
     model.tokenizer = tokenizer_from_gguf(*gguf);
     model.chat_template = chat_template_name_for(*gguf);
   }

@@ -27,11 +27,14 @@ struct LoadOptions {
   // (CudaEngine::from_preset) and uploads a file's tensors one at a time from its memory map
   // (CudaEngine::from_source), so an 8B model costs no 32 GB f32 copy on the host.
   bool weights_on_host = true;
+  // On the host, weight matrices in the file's encoding (the CPU engine computes on GGUF blocks,
+  // f16 and bf16) or dequantised to f32 (the reference the NumPy tests compare against).
+  WeightFormat weight_format = WeightFormat::kAsStored;
 };
 
-// Loads weights (dequantised to f32 unless options say otherwise) and tokenizer. The GGUF mapping
-// is released before returning. Errors: InputError (missing path, unknown preset or
-// architecture), FormatError (malformed file, or a tensor missing or of the wrong shape).
+// Loads weights (in options.weight_format, or none on the host: weights_on_host) and tokenizer.
+// The GGUF mapping is released before returning. Errors: InputError (missing path, unknown preset
+// or architecture), FormatError (malformed file, or a tensor missing or of the wrong shape).
 LoadedModel load_model(const std::string& path_or_preset, const LoadOptions& options = {});
 
 // Whether `weights` hold no tensors on the host (LoadOptions::weights_on_host = false): only a

@@ -32,7 +32,13 @@ PrefillView make_prefill_view(const ModelWeights& weights, const KvStore* store,
                          weights.source +
                          "' has its weights on the device only; run it with "
                          "\"device\": \"cpu\" or choose a policy without W_o");
-      layer.output_projection = weights.layers[l].wo.data();
+      const WeightMatrix& wo = weights.layers[l].wo;
+      if (wo.is_f32()) {
+        layer.output_projection = wo.f32().data();
+      } else {  // encoded weights: the view keeps an f32 copy of this layer's W_o
+        layer.output_projection_storage = std::make_shared<const std::vector<float>>(wo.to_f32());
+        layer.output_projection = layer.output_projection_storage->data();
+      }
     }
     for (const auto& sums : capture.window_attention_sums)
       layer.window_attention_sums.push_back({sums.window, sums.per_layer[l].data()});

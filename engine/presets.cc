@@ -42,6 +42,12 @@ void fill_uniform(std::vector<float>& out, size_t n, float std_dev, uint64_t str
   });
 }
 
+void fill_uniform(WeightMatrix& out, size_t n, float std_dev, uint64_t stream) {
+  std::vector<float> values;
+  fill_uniform(values, n, std_dev, stream);
+  out = WeightMatrix(std::move(values));
+}
+
 }  // namespace
 
 uint64_t splitmix64(uint64_t x) {

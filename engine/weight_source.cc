@@ -10,6 +10,7 @@
 #include <cctype>
 #include <cstring>
 #include <map>
+#include <stdexcept>
 
 #include "engine/errors.h"
 #include "engine/hf_config.h"
@@ -283,6 +284,24 @@ void WeightSource::read_rows_bf16(const WeightTensor& tensor, int64_t first_row,
   std::vector<float> f32(static_cast<size_t>(rows * tensor.cols));
   read_rows(tensor, first_row, rows, f32.data());
   for (size_t i = 0; i < f32.size(); ++i) out[i] = f32_to_bf16(f32[i]);
+}
+
+int64_t WeightSource::stored_row_bytes(const WeightTensor& tensor) const {
+  return static_cast<int64_t>(stored_bytes(tensor).size()) / tensor.rows;
+}
+
+void WeightSource::read_stored_rows(const WeightTensor& tensor, int64_t first_row, int64_t rows,
+                                    uint8_t* out) const {
+  if (first_row < 0 || rows < 0 || first_row + rows > tensor.rows)
+    throw std::logic_error("WeightSource::read_stored_rows: rows outside " + tensor.name);
+  const std::span<const uint8_t> all = stored_bytes(tensor);
+  const size_t row_bytes = all.size() / static_cast<size_t>(tensor.rows);
+  if (tensor.rope_heads == 0) {  // contiguous: one copy
+    std::memcpy(out, all.data() + first_row * row_bytes, rows * row_bytes);
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(out + r * row_bytes, stored_row(all, tensor, first_row + r).data(), row_bytes);
 }
 
 void WeightSource::prefetch(const WeightTensor& tensor) const {

@@ -1,7 +1,8 @@
 // The weights of a model file, one tensor at a time: the single mapping from GGUF (llama.cpp) and
 // HF safetensors tensor names to the engine's tensors (engine/weights.h), read from the file's
-// memory map into a caller's buffer as f32 or bf16. The host loader (weights_loader.h) fills
-// ModelWeights through it; a device engine uploads through it without an f32 copy of the model.
+// memory map into a caller's buffer as f32, bf16 or the stored encoding. The host loader
+// (weights_loader.h) fills ModelWeights through it, keeping weight matrices in the stored encoding
+// for the CPU engine; a device engine uploads through it without an f32 copy of the model.
 //
 // Every tensor comes out in the engine's layout: row-major [rows, cols] = [out, in] for a linear
 // weight, [n, 1] for a vector, Q/K rows in HF rotate_half order (a llama.cpp GGUF's adjacent-pair
@@ -54,6 +55,14 @@ class WeightSource {
   void read_rows(const WeightTensor& tensor, int64_t first_row, int64_t rows, float* out) const;
   void read_rows_bf16(const WeightTensor& tensor, int64_t first_row, int64_t rows,
                       uint16_t* out) const;
+  // Bytes of one row of `tensor` in its stored encoding (stored_type: f32, f16, bf16 or whole
+  // GGUF blocks).
+  int64_t stored_row_bytes(const WeightTensor& tensor) const;
+  // Rows [first_row, first_row + rows) of `tensor` as stored, not decoded, copied into `out`
+  // (rows * stored_row_bytes(tensor) bytes) in the engine's row order: what the CPU engine keeps
+  // to compute on the file's blocks (engine/weight_matrix.h).
+  void read_stored_rows(const WeightTensor& tensor, int64_t first_row, int64_t rows,
+                        uint8_t* out) const;
   // Memory-map hints for a load that reads each tensor once: prefetch() asks the kernel to start
   // reading a tensor's pages ahead of read_rows; release() drops the stored pages of rows
   // [first_row, first_row + rows) (rows < 0: to the end) from this process's resident set once

@@ -10,6 +10,7 @@
 #include "engine/hf_config.h"
 #include "engine/weight_source.h"
 #include "kernels/cpu/dequantize.h"
+#include "kernels/cpu/quantized_matmul.h"
 
 namespace kvb {
 namespace {
@@ -179,56 +180,84 @@ void unpermute_rope_rows(std::vector<float>& rows, int n_heads, int head_dim, in
 
 namespace {
 
+// Where a tensor goes in ModelWeights: a weight matrix, or an f32 vector (a norm or a bias).
+struct HostSlot {
+  WeightMatrix* matrix = nullptr;
+  std::vector<float>* vector = nullptr;
+};
+
 // One line per case: the table reads at a glance.
 // clang-format off
-std::vector<float>& host_tensor(ModelWeights& w, const WeightTensor& t) {
+HostSlot host_slot(ModelWeights& w, const WeightTensor& t) {
   if (t.layer < 0) {
-    if (t.role == WeightRole::kTokenEmbedding) return w.token_embedding;
-    return t.role == WeightRole::kOutputNorm ? w.output_norm : w.output;
+    if (t.role == WeightRole::kTokenEmbedding) return {.matrix = &w.token_embedding};
+    if (t.role == WeightRole::kOutput) return {.matrix = &w.output};
+    return {.vector = &w.output_norm};
   }
   LayerWeights& layer = w.layers.at(t.layer);
   switch (t.role) {
-    case WeightRole::kAttnNorm: return layer.attn_norm;
-    case WeightRole::kWq: return layer.wq;
-    case WeightRole::kWk: return layer.wk;
-    case WeightRole::kWv: return layer.wv;
-    case WeightRole::kBq: return layer.bq;
-    case WeightRole::kBk: return layer.bk;
-    case WeightRole::kBv: return layer.bv;
-    case WeightRole::kWo: return layer.wo;
-    case WeightRole::kFfnNorm: return layer.ffn_norm;
-    case WeightRole::kWGate: return layer.w_gate;
-    case WeightRole::kWUp: return layer.w_up;
-    case WeightRole::kWDown: return layer.w_down;
+    case WeightRole::kAttnNorm: return {.vector = &layer.attn_norm};
+    case WeightRole::kWq: return {.matrix = &layer.wq};
+    case WeightRole::kWk: return {.matrix = &layer.wk};
+    case WeightRole::kWv: return {.matrix = &layer.wv};
+    case WeightRole::kBq: return {.vector = &layer.bq};
+    case WeightRole::kBk: return {.vector = &layer.bk};
+    case WeightRole::kBv: return {.vector = &layer.bv};
+    case WeightRole::kWo: return {.matrix = &layer.wo};
+    case WeightRole::kFfnNorm: return {.vector = &layer.ffn_norm};
+    case WeightRole::kWGate: return {.matrix = &layer.w_gate};
+    case WeightRole::kWUp: return {.matrix = &layer.w_up};
+    case WeightRole::kWDown: return {.matrix = &layer.w_down};
     default: break;
   }
-  throw std::logic_error("host_tensor: model-level role " + t.name + " given a layer");
+  throw std::logic_error("host_slot: model-level role " + t.name + " given a layer");
 }
 // clang-format on
 
+std::vector<float> read_f32(const WeightSource& source, const WeightTensor& t) {
+  std::vector<float> values(static_cast<size_t>(t.elements()));
+  source.read_rows(t, 0, t.rows, values.data());
+  return values;
+}
+
+// A weight matrix: its stored blocks (f16, bf16, GGUF blocks) when the format asks for them and
+// the matrix kernels compute on them (rows of whole blocks), else decoded to f32.
+WeightMatrix read_matrix(const WeightSource& source, const WeightTensor& t, WeightFormat format) {
+  if (format == WeightFormat::kAsStored && t.stored_type != 0 &&
+      kernels::stored_matmul_supported(t.stored_type, t.cols)) {
+    std::vector<uint8_t> bytes(static_cast<size_t>(t.rows * source.stored_row_bytes(t)));
+    source.read_stored_rows(t, 0, t.rows, bytes.data());
+    return WeightMatrix::encoded(t.stored_type, std::move(bytes), t.elements());
+  }
+  return read_f32(source, t);
+}
+
 }  // namespace
 
-std::shared_ptr<ModelWeights> load_weights(const WeightSource& source) {
+std::shared_ptr<ModelWeights> load_weights(const WeightSource& source, WeightFormat format) {
   auto w = std::make_shared<ModelWeights>();
   w->config = source.config();
   w->source = source.label();
   w->layers.resize(w->config.n_layers);
   for (const WeightTensor& t : source.tensors()) {
-    std::vector<float>& slot = host_tensor(*w, t);
-    slot.resize(static_cast<size_t>(t.elements()));
-    source.read_rows(t, 0, t.rows, slot.data());
-    source.release(t);  // the f32 copy is what stays resident, not also the file's pages
+    const HostSlot slot = host_slot(*w, t);
+    if (slot.matrix != nullptr)
+      *slot.matrix = read_matrix(source, t, format);
+    else
+      *slot.vector = read_f32(source, t);
+    source.release(t);  // the copy is what stays resident, not also the file's pages
   }
   w->weight_dtypes = source.dtypes();
   return w;
 }
 
-std::shared_ptr<ModelWeights> load_weights_from_gguf(const GgufFile& gguf) {
-  return load_weights(*gguf_weight_source(gguf));
+std::shared_ptr<ModelWeights> load_weights_from_gguf(const GgufFile& gguf, WeightFormat format) {
+  return load_weights(*gguf_weight_source(gguf), format);
 }
 
-std::shared_ptr<ModelWeights> load_weights_from_hf_folder(const std::filesystem::path& folder) {
-  return load_weights(*hf_weight_source(folder));
+std::shared_ptr<ModelWeights> load_weights_from_hf_folder(const std::filesystem::path& folder,
+                                                          WeightFormat format) {
+  return load_weights(*hf_weight_source(folder), format);
 }
 
 }  // namespace kvb

@@ -1,6 +1,8 @@
-// Loading ModelWeights (engine/weights.h) from model files: a GGUF file (dequantised to f32 at load)
-// or an HF folder (config.json + *.safetensors). Shapes are checked against the config; a tensor
-// that is missing or has the wrong shape is a FormatError naming the file and the tensor.
+// Loading ModelWeights (engine/weights.h) from model files: a GGUF file or an HF folder
+// (config.json + *.safetensors), through the tensor mapping of engine/weight_source.h. Weight
+// matrices keep the file's encoding (WeightFormat::kAsStored) or are dequantised to f32 (kF32);
+// norms and biases are always f32. Shapes are checked against the config; a tensor that is missing
+// or has the wrong shape is a FormatError naming the file and the tensor.
 #pragma once
 
 #include <filesystem>
@@ -19,15 +21,18 @@ namespace kvb {
 // qwen2; anything else is an InputError naming the architecture and the supported ones).
 ModelConfig model_config_from_gguf(const GgufFile& gguf);
 
-// Every weight of `source` in f32 (engine/weight_source.h: the name mapping and RoPE row order);
-// each tensor's file pages leave the resident set once decoded.
-std::shared_ptr<ModelWeights> load_weights(const WeightSource& source);
+// Every weight of `source` (engine/weight_source.h: the name mapping and RoPE row order), weight
+// matrices in `format`; each tensor's file pages leave the resident set once copied.
+std::shared_ptr<ModelWeights> load_weights(const WeightSource& source,
+                                           WeightFormat format = WeightFormat::kAsStored);
 
-// Every weight of a GGUF model in f32, RoPE rows in the layout documented in engine/weights.h.
-std::shared_ptr<ModelWeights> load_weights_from_gguf(const GgufFile& gguf);
+// Every weight of a GGUF model, RoPE rows in the layout documented in engine/weights.h.
+std::shared_ptr<ModelWeights> load_weights_from_gguf(const GgufFile& gguf,
+                                                     WeightFormat format = WeightFormat::kAsStored);
 
-// Every weight of an HF folder (config.json, model.safetensors or a sharded index) in f32.
-std::shared_ptr<ModelWeights> load_weights_from_hf_folder(const std::filesystem::path& folder);
+// Every weight of an HF folder (config.json, model.safetensors or a sharded index).
+std::shared_ptr<ModelWeights> load_weights_from_hf_folder(
+    const std::filesystem::path& folder, WeightFormat format = WeightFormat::kAsStored);
 
 // One GGUF tensor decoded to f32 in ggml order (ne[0] fastest).
 std::vector<float> dequantize_tensor(const GgufFile& gguf, const GgufTensorInfo& info);

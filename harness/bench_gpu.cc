@@ -18,9 +18,9 @@ namespace kvb {
 
 const std::set<std::string>& bench_flags() {
   static const std::set<std::string> flags = {
-      "device",    "model",     "preset",      "dummy",         "context",
-      "batch",     "policy",    "budget",      "params",        "decode-tokens",
-      "max-batch", "no-graphs", "prompt-file", "prefill-chunk", "json"};
+      "device",      "model",         "preset", "dummy",         "context",   "batch",
+      "policy",      "budget",        "params", "decode-tokens", "max-batch", "no-graphs",
+      "prompt-file", "prefill-chunk", "json",   "threads",       "weights",   "no-ceilings"};
   return flags;
 }
 
@@ -154,6 +154,11 @@ int run_gpu_bench(const Args& args) {
       "with nvcc)");
 #else
   args.allow_only(bench_flags());
+  // The CPU engine's options: its thread pool, its weight encoding and its measured ceilings.
+  for (const char* flag : {"threads", "weights", "no-ceilings"})
+    if (args.has(flag))
+      throw InputError(std::string("kvbench bench: --") + flag +
+                       " is an option of the CPU engine only (--device cpu)");
   CudaBenchOptions options;
   options.preset = args.get_or("preset", "");
   options.model = args.get_or("model", "");

@@ -7,12 +7,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 
-#include "engine/chat_template.h"
 #include "engine/batch_generation.h"
+#include "engine/chat_template.h"
 #include "engine/engine_factory.h"
 #include "engine/errors.h"
 #include "engine/generation.h"
@@ -20,6 +20,7 @@
 #include "engine/model.h"
 #include "harness/args.h"
 #include "harness/cli.h"
+#include "harness/cpu_options.h"
 #include "policies/registry.h"
 
 namespace kvb::cli {
@@ -86,8 +87,9 @@ std::vector<TokenId> encode(const Tokenizer& tokenizer, const std::string& text,
 
 int generate(const std::vector<std::string>& argv) {
   Args args("generate", argv, {"json", "chat"});
-  args.allow_only({"model", "prompt", "prompt-file", "chat", "system", "max-new-tokens", "policy", "budget",
-                   "params", "question", "stop", "device", "json"});
+  args.allow_only({"model", "prompt", "prompt-file", "chat", "system", "max-new-tokens", "policy",
+                   "budget", "params", "question", "stop", "device", "json", "threads", "weights"});
+  const ThreadLimit threads(args);
   GenerationOptions options;
   options.max_new_tokens = args.get_int("max-new-tokens", 64);
   if (options.max_new_tokens < 1) throw InputError("kvbench generate: --max-new-tokens must be >= 1");
@@ -106,7 +108,9 @@ int generate(const std::vector<std::string>& argv) {
 
   const std::string device = resolve_device(args.get_or("device", "auto"));
   // On the GPU the weights go from the file to the device, with no f32 copy on the host.
-  const LoadedModel model = load_model(args.get("model"), {.weights_on_host = device != "cuda"});
+  const LoadedModel model = load_model(
+      args.get("model"),
+      {.weights_on_host = device != "cuda", .weight_format = weight_format_option(args)});
   const std::shared_ptr<const Tokenizer> tokenizer = tokenizer_for(args.get("model"), model);
   const PromptText prompt = render_prompt(args, model);
   const bool chat = args.flag("chat");

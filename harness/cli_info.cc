@@ -1,7 +1,8 @@
 // kvbench info --model PATH [--json] [--load DEVICE]: what a model file holds, read from metadata
 // only (no dequantisation): architecture and shapes, tokenizer kind, chat template, tensor dtypes,
 // sizes. With --load (cpu, cuda, auto) it also loads the weights the way `kvbench run` does on that
-// device (host f32, or tensor by tensor to the GPU) and reports the load time and peak host RSS.
+// device (on the host in the file's encoding, or tensor by tensor to the GPU) and reports the load
+// time and peak host RSS.
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -99,7 +100,7 @@ void print_human(const ModelSummary& s) {
 
 struct LoadFigures {
   std::string device;
-  double model_seconds = 0;   // load_model: config, tokenizer, SHA-256 (+ f32 weights on the CPU)
+  double model_seconds = 0;   // load_model: config, tokenizer, SHA-256 (+ weights on the CPU)
   double engine_seconds = 0;  // the engine: weights uploaded to the GPU, or wrapped on the CPU
   int64_t weight_bytes = 0;
   int64_t peak_host_rss_bytes = 0;
@@ -146,7 +147,7 @@ int info(const std::vector<std::string>& argv) {
           "load           %s: %s of weights; model files %.1f s (tokenizer, SHA-256%s), "
           "engine %.1f s; peak host RSS %s\n",
           load->device.c_str(), human_bytes(double(load->weight_bytes)).c_str(),
-          load->model_seconds, load->device == "cuda" ? "" : ", f32 weights", load->engine_seconds,
+          load->model_seconds, load->device == "cuda" ? "" : ", weights", load->engine_seconds,
           human_bytes(double(load->peak_host_rss_bytes)).c_str());
   }
   return 0;

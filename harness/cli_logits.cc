@@ -10,6 +10,7 @@
 #include "engine/model.h"
 #include "harness/args.h"
 #include "harness/cli.h"
+#include "harness/cpu_options.h"
 
 namespace kvb::cli {
 namespace {
@@ -39,17 +40,21 @@ std::string token_text(const Tokenizer* tokenizer, int id) {
 
 int logits(const std::vector<std::string>& argv) {
   Args args("logits", argv, {"json", "all"});
-  args.allow_only({"model", "ids", "top-k", "all", "device", "json"});
+  args.allow_only({"model", "ids", "top-k", "all", "device", "json", "threads", "weights"});
+  const ThreadLimit threads(args);
   const std::vector<TokenId> ids = parse_ids(args.get("ids"));
   const int top_k = args.get_int("top-k", 10);
   if (top_k < 1) throw InputError("kvbench logits: --top-k must be >= 1");
   const std::string device = resolve_device(args.get_or("device", "cpu"));
   // On the GPU the weights go from the file to the device, with no f32 copy on the host.
-  const LoadedModel model = load_model(args.get("model"), {.weights_on_host = device != "cuda"});
+  const LoadedModel model = load_model(
+      args.get("model"),
+      {.weights_on_host = device != "cuda", .weight_format = weight_format_option(args)});
   // The loader may leave a GGUF's tokenizer out; the token texts are only for display.
   std::shared_ptr<const Tokenizer> tokenizer = model.tokenizer;
   if (!tokenizer && args.get("model").rfind("preset:", 0) != 0) tokenizer = tokenizer_from_path(args.get("model"));
-  // The CPU engine is the f32 reference by default; --device cuda gives the GPU's bf16 logits.
+  // The CPU engine by default (--weights f32: the f32 reference); --device cuda gives the GPU's
+  // bf16 logits.
   const std::unique_ptr<Engine> engine = make_engine(device, *model.weights);
   engine->reserve(1, static_cast<int>(ids.size()));
   PrefillCapture unused;

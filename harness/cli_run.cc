@@ -21,6 +21,7 @@
 #include "harness/benchmark_data.h"
 #include "harness/cli.h"
 #include "harness/config.h"
+#include "harness/cpu_options.h"
 #include "harness/engine_backend.h"
 #include "harness/report.h"
 #include "harness/run_info.h"
@@ -116,7 +117,8 @@ std::filesystem::path default_report_dir(const std::string& db) {
 int run(const std::vector<std::string>& argv) {
   Args args("run", argv, {"resume", "no-prefill-reuse", "no-batch-cells", "no-report", "json"});
   args.allow_only({"config", "db", "resume", "shard", "no-prefill-reuse", "no-batch-cells",
-                   "device", "report", "no-report", "lock-timeout", "json"});
+                   "device", "report", "no-report", "lock-timeout", "json", "threads", "weights"});
+  const ThreadLimit threads(args);
   const std::string config_path = args.get("config");
   const std::string db_path = args.get("db");
   const Shard shard = args.has("shard") ? Shard::parse(args.get("shard")) : Shard{};
@@ -135,6 +137,7 @@ int run(const std::vector<std::string>& argv) {
   engine_options.device = args.get_or("device", config.device);
   engine_options.batch_cells = !args.flag("no-batch-cells");
   engine_options.latency_samples = config.latency_samples;
+  engine_options.weight_format = weight_format_option(args);
   EngineBackend backend(config, data, json ? nullptr : stderr, engine_options);
   backend.check_cells(plan.groups);
   check_group_data(plan.groups, data);

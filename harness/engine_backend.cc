@@ -76,7 +76,8 @@ const LoadedModel& EngineBackend::model(const std::string& path) {
     state->path = path;
     // On the GPU the weights go straight to the device (a preset's generated there, a file's
     // uploaded tensor by tensor): no f32 host copy of an 8B model.
-    state->loaded = load_model(path, {.weights_on_host = device_ != "cuda"});
+    state->loaded = load_model(
+        path, {.weights_on_host = device_ != "cuda", .weight_format = options_.weight_format});
     if (!state->loaded.tokenizer && path.size() > 5 && path.substr(path.size() - 5) == ".gguf")
       state->loaded.tokenizer = tokenizer_from_gguf(*GgufFile::open(path));
     if (!state->loaded.tokenizer)

@@ -25,6 +25,7 @@ struct EngineBackendOptions {
   std::string device = "auto";  // cpu | cuda | auto
   bool batch_cells = true;      // false: each cell decoded on its own at batch 1
   int latency_samples = 3;      // samples (per group) whose cells all run alone, for latency
+  WeightFormat weight_format = WeightFormat::kAsStored;  // how the CPU engine holds the weights
 };
 
 class EngineBackend : public SweepBackend {

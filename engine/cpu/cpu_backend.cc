@@ -13,13 +13,16 @@ CpuBackend::CpuBackend(const ModelWeights& weights) : engine_(weights) {}
 
 int64_t CpuBackend::weight_bytes() const {
   const ModelWeights& w = weights();
-  int64_t floats =
-      static_cast<int64_t>(w.token_embedding.size() + w.output_norm.size() + w.output.size());
-  for (const LayerWeights& l : w.layers)
-    for (const auto* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.wo,
-                          &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
-      floats += static_cast<int64_t>(t->size());
-  return floats * static_cast<int64_t>(sizeof(float));
+  constexpr int64_t kFloat = sizeof(float);
+  int64_t bytes = w.token_embedding.storage_bytes() + w.output.storage_bytes() +
+                  static_cast<int64_t>(w.output_norm.size()) * kFloat;
+  for (const LayerWeights& l : w.layers) {
+    for (const WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+      bytes += m->storage_bytes();
+    for (const auto* t : {&l.attn_norm, &l.bq, &l.bk, &l.bv, &l.ffn_norm})
+      bytes += static_cast<int64_t>(t->size()) * kFloat;
+  }
+  return bytes;
 }
 
 void CpuBackend::reserve(int sequences, int) {

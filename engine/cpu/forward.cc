@@ -9,7 +9,7 @@
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/early_exit_attention.h"
-#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quantized_matmul.h"
 #include "kernels/cpu/rmsnorm.h"
 
 namespace kvb {
@@ -24,6 +24,31 @@ int max_head_length(const KvStore& store) {
   for (int l = 0; l < store.n_layers(); ++l)
     for (int h = 0; h < store.n_kv_heads(); ++h) longest = std::max(longest, store.length(l, h));
   return longest;
+}
+
+// y[rows, out] = x[rows, in] · W^T (+ bias), on W as stored: a matrix-vector product for one row
+// (decode), a GEMM for a chunk (prefill).
+void project(const WeightMatrix& w, int64_t out, int64_t in, const float* x, int rows,
+             const float* bias, float* y) {
+  const kernels::WeightView view = w.view(out, in);
+  if (rows == 1) {
+    kernels::matvec(view, x, bias, y);
+  } else {
+    kernels::matmul(x, rows, view, bias, y);
+  }
+}
+
+// Decode: several products of one row in one parallel loop (kernels::matvec over targets).
+struct Projection {
+  const WeightMatrix* w;
+  int64_t out;
+  const float* bias;
+  float* y;
+};
+void project_one_row(std::initializer_list<Projection> projections, int64_t in, const float* x) {
+  std::vector<kernels::MatvecTarget> targets;
+  for (const Projection& p : projections) targets.push_back({p.w->view(p.out, in), p.bias, p.y});
+  kernels::matvec(targets, x);
 }
 
 void add_in_place(std::vector<float>& x, const std::vector<float>& delta) {
@@ -110,34 +135,41 @@ std::vector<float> CpuEngine::output_logits(const float* hidden) const {
   kernels::rmsnorm(hidden, weights_.output_norm.data(), 1, c.d_model, c.rms_norm_eps,
                    normed.data());
   std::vector<float> logits(c.vocab_size);
-  kernels::matvec(weights_.output_matrix().data(), c.vocab_size, c.d_model, normed.data(), nullptr,
-                  logits.data());
+  project(weights_.output_matrix(), c.vocab_size, c.d_model, normed.data(), 1, nullptr,
+          logits.data());
   return logits;
 }
 
-// x += W_down · swiglu(W_gate · rmsnorm(x), W_up · rmsnorm(x)) for `rows` rows of x.
+// x += W_down · swiglu(W_gate · rmsnorm(x), W_up · rmsnorm(x)) for `rows` rows of x, in chunks
+// of at most 512 rows: the FFN's temporaries (two [rows, ffn] products) then stay a few MB at any
+// prompt length, while each chunk is still a large enough GEMM.
 void CpuEngine::feed_forward_rows(const LayerWeights& layer, int rows,
                                   std::vector<float>& x) const {
+  constexpr int kChunkRows = 512;
+  for (int first = 0; first < rows; first += kChunkRows)
+    feed_forward_chunk(layer, std::min(kChunkRows, rows - first),
+                       x.data() + static_cast<size_t>(first) * config().d_model);
+}
+
+void CpuEngine::feed_forward_chunk(const LayerWeights& layer, int rows, float* x) const {
   const ModelConfig& c = config();
-  std::vector<float> normed(x.size());
-  kernels::rmsnorm(x.data(), layer.ffn_norm.data(), rows, c.d_model, c.rms_norm_eps, normed.data());
+  const size_t x_size = static_cast<size_t>(rows) * c.d_model;
+  std::vector<float> normed(x_size);
+  kernels::rmsnorm(x, layer.ffn_norm.data(), rows, c.d_model, c.rms_norm_eps, normed.data());
   std::vector<float> gate(static_cast<size_t>(rows) * c.ffn_dim), up(gate.size());
-  std::vector<float> down(x.size());
   if (rows == 1) {
-    kernels::matvec(layer.w_gate.data(), c.ffn_dim, c.d_model, normed.data(), nullptr, gate.data());
-    kernels::matvec(layer.w_up.data(), c.ffn_dim, c.d_model, normed.data(), nullptr, up.data());
-    kernels::swiglu(gate.data(), up.data(), c.ffn_dim, gate.data());
-    kernels::matvec(layer.w_down.data(), c.d_model, c.ffn_dim, gate.data(), nullptr, down.data());
+    project_one_row({{&layer.w_gate, c.ffn_dim, nullptr, gate.data()},
+                     {&layer.w_up, c.ffn_dim, nullptr, up.data()}},
+                    c.d_model, normed.data());
   } else {
-    kernels::matmul(normed.data(), rows, c.d_model, layer.w_gate.data(), c.ffn_dim, nullptr,
-                    gate.data());
-    kernels::matmul(normed.data(), rows, c.d_model, layer.w_up.data(), c.ffn_dim, nullptr,
-                    up.data());
-    kernels::swiglu(gate.data(), up.data(), static_cast<int64_t>(gate.size()), gate.data());
-    kernels::matmul(gate.data(), rows, c.ffn_dim, layer.w_down.data(), c.d_model, nullptr,
-                    down.data());
+    project(layer.w_gate, c.ffn_dim, c.d_model, normed.data(), rows, nullptr, gate.data());
+    project(layer.w_up, c.ffn_dim, c.d_model, normed.data(), rows, nullptr, up.data());
   }
-  add_in_place(x, down);
+  kernels::swiglu(gate.data(), up.data(), static_cast<int64_t>(gate.size()), gate.data());
+  up = {};
+  std::vector<float>& down = normed;  // the normed input is read; its room takes the output
+  project(layer.w_down, c.d_model, c.ffn_dim, gate.data(), rows, nullptr, down.data());
+  for (size_t i = 0; i < x_size; ++i) x[i] += down[i];
 }
 
 std::vector<float> CpuEngine::forward_chunk(std::span<const TokenId> ids, KvStore& store,
@@ -154,8 +186,7 @@ std::vector<float> CpuEngine::forward_chunk(std::span<const TokenId> ids, KvStor
 
   std::vector<float> x(static_cast<size_t>(T) * D);
   for (int t = 0; t < T; ++t)
-    std::copy_n(weights_.token_embedding.begin() + static_cast<int64_t>(ids[t]) * D, D,
-                x.begin() + static_cast<int64_t>(t) * D);
+    weights_.token_embedding.row_to_f32(ids[t], D, &x[static_cast<size_t>(t) * D]);
   store.reserve(max_head_length(store) + T);
 
   const bool capturing = capture != nullptr;
@@ -172,9 +203,9 @@ std::vector<float> CpuEngine::forward_chunk(std::span<const TokenId> ids, KvStor
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& layer = weights_.layers[l];
     kernels::rmsnorm(x.data(), layer.attn_norm.data(), T, D, c.rms_norm_eps, normed.data());
-    kernels::matmul(normed.data(), T, D, layer.wq.data(), q_width, bias_or_null(layer.bq), q.data());
-    kernels::matmul(normed.data(), T, D, layer.wk.data(), kv_width, bias_or_null(layer.bk), k.data());
-    kernels::matmul(normed.data(), T, D, layer.wv.data(), kv_width, bias_or_null(layer.bv), v.data());
+    project(layer.wq, q_width, D, normed.data(), T, bias_or_null(layer.bq), q.data());
+    project(layer.wk, kv_width, D, normed.data(), T, bias_or_null(layer.bk), k.data());
+    project(layer.wv, kv_width, D, normed.data(), T, bias_or_null(layer.bv), v.data());
     tbb::parallel_for(0, T, [&](int t) {
       kernels::apply_rope(&q[t * q_width], Hq, d, d, p0 + t, inv_freq_.data(), rope_pairing_);
       kernels::apply_rope(&k[t * kv_width], Hkv, d, d, p0 + t, inv_freq_.data(), rope_pairing_);
@@ -207,7 +238,7 @@ std::vector<float> CpuEngine::forward_chunk(std::span<const TokenId> ids, KvStor
       }
     }
     kernels::causal_attention(attention);
-    kernels::matmul(attended.data(), T, q_width, layer.wo.data(), D, nullptr, projected.data());
+    project(layer.wo, D, q_width, attended.data(), T, nullptr, projected.data());
     add_in_place(x, projected);
     feed_forward_rows(layer, T, x);
   }
@@ -301,8 +332,8 @@ std::vector<float> CpuEngine::decode_step(TokenId token, int position, int step,
   check_context(position, 1);
   const int D = c.d_model, d = c.head_dim, Hq = c.n_query_heads, Hkv = c.n_kv_heads;
   const int64_t q_width = static_cast<int64_t>(Hq) * d, kv_width = static_cast<int64_t>(Hkv) * d;
-  std::vector<float> x(weights_.token_embedding.begin() + static_cast<int64_t>(token) * D,
-                       weights_.token_embedding.begin() + static_cast<int64_t>(token + 1) * D);
+  std::vector<float> x(D);
+  weights_.token_embedding.row_to_f32(token, D, x.data());
   std::vector<float> normed(D), q(q_width), k(kv_width), v(kv_width), attended(q_width);
   std::vector<float> projected(D);
   std::vector<std::vector<float>> probabilities(plan.decode_eviction ? Hq : 0);
@@ -310,9 +341,10 @@ std::vector<float> CpuEngine::decode_step(TokenId token, int position, int step,
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& layer = weights_.layers[l];
     kernels::rmsnorm(x.data(), layer.attn_norm.data(), 1, D, c.rms_norm_eps, normed.data());
-    kernels::matvec(layer.wq.data(), q_width, D, normed.data(), bias_or_null(layer.bq), q.data());
-    kernels::matvec(layer.wk.data(), kv_width, D, normed.data(), bias_or_null(layer.bk), k.data());
-    kernels::matvec(layer.wv.data(), kv_width, D, normed.data(), bias_or_null(layer.bv), v.data());
+    project_one_row({{&layer.wq, q_width, bias_or_null(layer.bq), q.data()},
+                     {&layer.wk, kv_width, bias_or_null(layer.bk), k.data()},
+                     {&layer.wv, kv_width, bias_or_null(layer.bv), v.data()}},
+                    D, normed.data());
     kernels::apply_rope(q.data(), Hq, d, d, position, inv_freq_.data(), rope_pairing_);
     kernels::apply_rope(k.data(), Hkv, d, d, position, inv_freq_.data(), rope_pairing_);
     store.append(l, position, k.data(), v.data());
@@ -352,7 +384,7 @@ std::vector<float> CpuEngine::decode_step(TokenId token, int position, int step,
       for (const auto& p : probabilities) view.probabilities.push_back(p.data());
       plan.decode_eviction->after_step(view, store);
     }
-    kernels::matvec(layer.wo.data(), D, q_width, attended.data(), nullptr, projected.data());
+    project(layer.wo, D, q_width, attended.data(), 1, nullptr, projected.data());
     add_in_place(x, projected);
     feed_forward_rows(layer, 1, x);
   }

@@ -1,6 +1,8 @@
-// The CPU forward pass in f32 (Llama family: RMSNorm, RoPE, GQA, SwiGLU, optional QKV bias, tied
-// embeddings). Prefill multiplies the whole chunk with OpenBLAS sgemm; decode uses TBB-threaded
-// matrix-vector products; attention is threaded over heads (kernels/cpu/attention.h).
+// The CPU forward pass (Llama family: RMSNorm, RoPE, GQA, SwiGLU, optional QKV bias, tied
+// embeddings), activations in f32, weight matrices as loaded (GGUF blocks, f16, bf16 or f32).
+// Prefill multiplies the whole chunk with OpenBLAS sgemm (on dequantised tiles of encoded
+// weights); decode uses TBB-threaded matrix-vector products on the stored blocks
+// (kernels/cpu/quantized_matmul.h); attention is threaded over heads (kernels/cpu/attention.h).
 #pragma once
 
 #include <memory>
@@ -34,6 +36,7 @@ class CpuEngine final : public InferenceEngine {
   void check_token(TokenId id) const;
   void check_context(int first_position, int n_tokens) const;
   void feed_forward_rows(const LayerWeights& layer, int rows, std::vector<float>& x) const;
+  void feed_forward_chunk(const LayerWeights& layer, int rows, float* x) const;
   std::vector<float> output_logits(const float* hidden) const;
   // Attention of one query head at one decode step: the single place where the decode path
   // chooses how a head attends (dense, a selection, or a kernel-level walk such as ART).

@@ -48,6 +48,21 @@ DeviceBuffer concat_bf16(const std::vector<const std::vector<float>*>& parts, co
   return upload_bf16(all, label);
 }
 
+// Host matrices may be GGUF blocks or 16-bit: dequantised to f32 one tensor at a time.
+DeviceBuffer upload_bf16(const WeightMatrix& host, const char* label) {
+  return upload_bf16(host.to_f32(), label);
+}
+
+DeviceBuffer concat_matrices_bf16(const std::vector<const WeightMatrix*>& parts,
+                                  const char* label) {
+  std::vector<float> all;
+  for (const auto* part : parts) {
+    const std::vector<float> values = part->to_f32();
+    all.insert(all.end(), values.begin(), values.end());
+  }
+  return upload_bf16(all, label);
+}
+
 template <typename T>
 T* ptr(const DeviceBuffer& buffer) {
   return buffer.as<T>();
@@ -344,11 +359,11 @@ std::unique_ptr<CudaEngine> CudaEngine::from_weights(const ModelWeights& weights
     for (const LayerWeights& lw : weights.layers) {
       CudaLayer layer;
       layer.attn_norm = upload_bf16(lw.attn_norm, "attn norm");
-      layer.wqkv = concat_bf16({&lw.wq, &lw.wk, &lw.wv}, "wqkv");
+      layer.wqkv = concat_matrices_bf16({&lw.wq, &lw.wk, &lw.wv}, "wqkv");
       if (!lw.bq.empty()) layer.bqkv = concat_bf16({&lw.bq, &lw.bk, &lw.bv}, "qkv bias");
       layer.wo = upload_bf16(lw.wo, "wo");
       layer.ffn_norm = upload_bf16(lw.ffn_norm, "ffn norm");
-      layer.w_gate_up = concat_bf16({&lw.w_gate, &lw.w_up}, "gate/up");
+      layer.w_gate_up = concat_matrices_bf16({&lw.w_gate, &lw.w_up}, "gate/up");
       layer.w_down = upload_bf16(lw.w_down, "down");
       impl->layers.push_back(std::move(layer));
     }

@@ -48,16 +48,19 @@ fi
 
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
-# kvbench has no --threads yet: its TBB pool follows the CPU affinity mask, OpenBLAS the variable.
-kvb=(env OPENBLAS_NUM_THREADS="$threads" taskset -c "0-$((threads - 1))" "$kvbench")
+# kvbench's --threads sets its TBB pool and OpenBLAS; taskset pins it to as many cores as
+# llama-bench's -t uses.
+kvb=(taskset -c "0-$((threads - 1))" "$kvbench")
 peak_kb() { /usr/bin/time -f %M -o "$out/rss" "$@" >/dev/null 2>&1; cat "$out/rss"; }
 for r in $(seq 1 "$rounds"); do
   echo "[compare] round $r of $rounds: llama.cpp"
   "$bench" -m "$model" -t "$threads" -p 512,2048 -n 128 -r 1 -o json >"$out/llama.$r.json" 2>/dev/null
   echo "$(peak_kb "$bench" -m "$model" -t "$threads" -p 0 -n 0 -pg 2048,64 -r 1)" >"$out/llama.$r.rss"
   echo "[compare] round $r of $rounds: kvbench"
-  "${kvb[@]}" bench --model "$model" --decode-tokens 128 --json >"$out/kvb.$r.json"
-  echo "$(peak_kb "${kvb[@]}" bench --model "$model" --context 2048 --decode-tokens 64)" >"$out/kvb.$r.rss"
+  "${kvb[@]}" bench --model "$model" --threads "$threads" --decode-tokens 128 --json >"$out/kvb.$r.json"
+  # --no-ceilings: without the bandwidth probe's 512 MiB buffer, the peak is the engine's own.
+  echo "$(peak_kb "${kvb[@]}" bench --model "$model" --threads "$threads" --context 2048 \
+    --decode-tokens 64 --no-ceilings)" >"$out/kvb.$r.rss"
 done
 
 python3 - "$out" "$rounds" "$model" "$threads" <<'PY'

@@ -82,17 +82,6 @@ void block_q8_0(const uint8_t* b, float* y) {
   for (int j = 0; j < kQK; ++j) y[j] = static_cast<float>(qs[j]) * d;
 }
 
-// The 6-bit scale and min of sub-block j of a Q4_K block, packed in 12 bytes.
-void scale_min_k4(int j, const uint8_t* s, uint8_t* scale, uint8_t* min) {
-  if (j < 4) {
-    *scale = s[j] & 63;
-    *min = s[j + 4] & 63;
-  } else {
-    *scale = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-    *min = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
-}
-
 // Q4_K: half d; half dmin; uint8 scales[12]; uint8 qs[128]. Each 64-element chunk uses 32 bytes of
 // qs: low nibbles for its first 32 outputs (sub-block 2c), high nibbles for the next 32 (2c + 1).
 // Q5_K: half d; half dmin; uint8 scales[12]; uint8 qh[32]; uint8 qs[128]: the same plus a fifth bit
@@ -104,9 +93,9 @@ void k_quant_4_or_5_bits(const uint8_t* b, const uint8_t* qh, const uint8_t* q, 
   const uint8_t* scales = b + 4;
   for (int chunk = 0; chunk < kQK_K / 64; ++chunk) {
     uint8_t sc, m;
-    scale_min_k4(2 * chunk, scales, &sc, &m);
+    k_quant_scale_min(2 * chunk, scales, &sc, &m);
     const float d1 = d * sc, m1 = dmin * m;
-    scale_min_k4(2 * chunk + 1, scales, &sc, &m);
+    k_quant_scale_min(2 * chunk + 1, scales, &sc, &m);
     const float d2 = d * sc, m2 = dmin * m;
     for (int l = 0; l < 32; ++l) {
       const int high1 = qh ? ((qh[l] >> (2 * chunk)) & 1) << 4 : 0;
@@ -192,6 +181,16 @@ const Codec* codec(uint32_t type) {
 
 }  // namespace
 
+void k_quant_scale_min(int j, const uint8_t* scales, uint8_t* scale, uint8_t* min) {
+  if (j < 4) {
+    *scale = scales[j] & 63;
+    *min = scales[j + 4] & 63;
+  } else {
+    *scale = (scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4);
+    *min = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
+  }
+}
+
 bool dequantize_block_geometry(uint32_t ggml_type, int64_t* block_elements, int64_t* block_bytes) {
   const Codec* c = codec(ggml_type);
   if (c == nullptr) return false;
@@ -202,28 +201,51 @@ bool dequantize_block_geometry(uint32_t ggml_type, int64_t* block_elements, int6
 
 bool dequantize_supported(uint32_t ggml_type) { return codec(ggml_type) != nullptr; }
 
-void dequantize(uint32_t ggml_type, const uint8_t* src, float* dst, int64_t n) {
+namespace {
+
+// The codec of `ggml_type` after checking that `n` is a whole number of its blocks.
+const Codec& checked_codec(uint32_t ggml_type, int64_t n) {
   const Codec* c = codec(ggml_type);
   if (c == nullptr)
     throw std::invalid_argument("dequantize: unsupported ggml type " + std::to_string(ggml_type));
   if (n < 0 || n % c->block_elements != 0)
     throw std::invalid_argument("dequantize: " + std::to_string(n) +
                                 " elements is not a whole number of blocks");
+  return *c;
+}
+
+void decode_blocks(const Codec& c, const uint8_t* src, float* dst, int64_t first, int64_t last) {
+  for (int64_t i = first; i < last; ++i)
+    c.decode(src + i * c.block_bytes, dst + i * c.block_elements);
+}
+
+}  // namespace
+
+void dequantize(uint32_t ggml_type, const uint8_t* src, float* dst, int64_t n) {
+  const Codec& c = checked_codec(ggml_type, n);
   // An empty tensor may come with null buffers; memcpy with a null pointer is undefined even for 0
   // bytes.
   if (n == 0) return;
-  const int64_t n_blocks = n / c->block_elements;
-  if (c->block_elements == 1 && ggml_type == 0) {
+  if (ggml_type == 0) {
     std::memcpy(dst, src, static_cast<size_t>(n) * 4);
     return;
   }
   // ~64K elements per task keeps the task overhead negligible and small tensors single-threaded.
-  const int64_t grain = std::max<int64_t>(1, 65536 / c->block_elements);
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_blocks, grain),
+  const int64_t grain = std::max<int64_t>(1, 65536 / c.block_elements);
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n / c.block_elements, grain),
                     [&](const tbb::blocked_range<int64_t>& r) {
-                      for (int64_t i = r.begin(); i < r.end(); ++i)
-                        c->decode(src + i * c->block_bytes, dst + i * c->block_elements);
+                      decode_blocks(c, src, dst, r.begin(), r.end());
                     });
+}
+
+void dequantize_serial(uint32_t ggml_type, const uint8_t* src, float* dst, int64_t n) {
+  const Codec& c = checked_codec(ggml_type, n);
+  if (n == 0) return;
+  if (ggml_type == 0) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+    return;
+  }
+  decode_blocks(c, src, dst, 0, n / c.block_elements);
 }
 
 float fp16_to_f32(uint16_t h) {

@@ -18,6 +18,12 @@ bool dequantize_supported(uint32_t ggml_type);
 // an unsupported type or a partial block. Large inputs are split across threads (oneTBB).
 void dequantize(uint32_t ggml_type, const uint8_t* src, float* dst, int64_t n);
 
+// Decodes `n` elements on the calling thread only (for callers already inside a parallel task).
+void dequantize_serial(uint32_t ggml_type, const uint8_t* src, float* dst, int64_t n);
+
+// The 6-bit scale and min of sub-block j (0-7) of a Q4_K / Q5_K block, packed in its 12 bytes.
+void k_quant_scale_min(int j, const uint8_t* scales, uint8_t* scale, uint8_t* min);
+
 // Scalar conversions (IEEE binary16 with subnormals, inf and NaN; bfloat16 = upper half of f32).
 float fp16_to_f32(uint16_t h);
 uint16_t f32_to_fp16(float f);  // round to nearest even; used by tests and writers

@@ -45,5 +45,6 @@ SingleThreadedBlas::SingleThreadedBlas() : previous_threads_(openblas_get_num_th
 SingleThreadedBlas::~SingleThreadedBlas() { openblas_set_num_threads(previous_threads_); }
 
 int blas_threads() { return openblas_get_num_threads(); }
+void set_blas_threads(int threads) { openblas_set_num_threads(threads); }
 
 }  // namespace kvb::kernels

@@ -30,7 +30,8 @@ class SingleThreadedBlas {
   int previous_threads_;
 };
 
-// Threads OpenBLAS uses for large products (reported by `kvbench bench`).
+// Threads OpenBLAS uses for large products (reported by `kvbench bench`), and setting them.
 int blas_threads();
+void set_blas_threads(int threads);
 
 }  // namespace kvb::kernels

@@ -126,7 +126,7 @@ struct RealModel {
 RealModel real_model() {
   RealModel m;
   const std::string path = test::default_model_path().string();
-  m.model = load_model(path);
+  m.model = load_model(path, {.weight_format = WeightFormat::kF32});  // the CPU: the f32 reference
   const ChatTemplate& chat = chat_template(chat_template_name_for(*GgufFile::open(path)));
   m.prompt = m.model.tokenizer->encode(apply_chat_template(chat, long_prompt()), false, true);
   return m;

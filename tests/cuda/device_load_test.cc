@@ -64,17 +64,24 @@ std::vector<uint16_t> bf16_bits(std::initializer_list<const std::vector<float>*>
   return bits;
 }
 
+std::vector<uint16_t> bf16_bits(std::initializer_list<const WeightMatrix*> parts) {
+  std::vector<uint16_t> bits;
+  for (const auto* part : parts)
+    for (float x : part->to_f32()) bits.push_back(f32_to_bf16(x));
+  return bits;
+}
+
 TEST(DeviceLoad, SyntheticCheckpointUploadsLikeTheHostWeights) {
   KVB_REQUIRE_GPU();
   for (Architecture arch : {Architecture::kLlama, Architecture::kQwen2}) {
     SCOPED_TRACE(architecture_name(arch));
     const fs::path dir = test::fresh_temp_dir("kvb_device_load");
     write_synthetic_checkpoint(synthetic_config(arch), dir, {.seed = 11});
-    const LoadedModel host = load_model(dir.string());
+    const LoadedModel host = load_model(dir.string(), {.weight_format = WeightFormat::kF32});
     const auto from_file = CudaEngine::from_source(*open_weight_source(dir));
     const auto from_host = CudaEngine::from_weights(*host.weights);
     for (int l = 0; l < host.weights->config.n_layers; ++l)
-      EXPECT_EQ(from_file->output_projection(l), host.weights->layers[l].wo);
+      EXPECT_EQ(from_file->output_projection(l), host.weights->layers[l].wo.f32());
 
     const std::vector<int32_t> prompt = test::strided_token_ids(150, 37, 11, 1000);
     for (CudaEngine* gpu : {from_file.get(), from_host.get()}) gpu->allocate_cache(1, 160);
@@ -96,7 +103,7 @@ TEST(DeviceLoad, AStagingBufferSmallerThanATensorUploadsTheSameBits) {
   KVB_REQUIRE_GPU();
   const fs::path dir = test::fresh_temp_dir("kvb_device_staging");
   write_synthetic_checkpoint(synthetic_config(Architecture::kQwen2), dir, {.seed = 5});
-  const LoadedModel host = load_model(dir.string());
+  const LoadedModel host = load_model(dir.string(), {.weight_format = WeightFormat::kF32});
   const ModelWeights& w = *host.weights;
   cudaStream_t stream = nullptr;
   cuda::check(cudaStreamCreate(&stream), "cudaStreamCreate");
@@ -137,7 +144,7 @@ TEST(DeviceLoad, CriticalKvRunsOnWeightsThatLiveOnTheDeviceOnly) {
   KVB_REQUIRE_GPU();
   const fs::path dir = test::fresh_temp_dir("kvb_device_criticalkv");
   write_synthetic_checkpoint(synthetic_config(Architecture::kLlama), dir, {.seed = 2});
-  const LoadedModel host = load_model(dir.string());
+  const LoadedModel host = load_model(dir.string(), {.weight_format = WeightFormat::kF32});
   const LoadedModel device_only = load_model(dir.string(), {.weights_on_host = false});
   ASSERT_TRUE(weights_live_on_device_only(*device_only.weights));
   CudaBackend with_host_weights(*host.weights), with_device_weights(*device_only.weights);
@@ -157,7 +164,7 @@ TEST(DeviceLoad, CriticalKvRunsOnWeightsThatLiveOnTheDeviceOnly) {
   KvStore unused;
   const PrefillView view = with_device_weights.prefill_view(0, captured, wants_wo, unused);
   for (int l = 0; l < host.weights->config.n_layers; ++l) {
-    const std::vector<float>& wo = host.weights->layers[l].wo;
+    const std::vector<float>& wo = host.weights->layers[l].wo.f32();
     ASSERT_NE(view.layers[l].output_projection, nullptr);
     EXPECT_TRUE(std::equal(wo.begin(), wo.end(), view.layers[l].output_projection)) << l;
   }

@@ -1,7 +1,10 @@
 // Comparing CpuEngine's last-position logits with the independent NumPy reference
 // (tests/engine/reference/numpy_forward.py: float64, the gguf package's reader and dequantiser).
 // Criterion (issue 2): the same top-1 token, and every compared logit within 1e-3 of the largest
-// reference logit's magnitude. Shared by reference_logits_test.cc (SmolLM2) and tests/long_model/.
+// reference logit's magnitude. The engine runs in the f32 reference mode (WeightFormat::kF32,
+// `kvbench logits --weights f32`); the engine on the stored blocks is compared with that mode
+// (expect_stored_weights_close_to_f32). Shared by reference_logits_test.cc (SmolLM2) and
+// tests/long_model/.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -45,14 +48,15 @@ inline std::string run_command(const std::string& command) {
   return output;
 }
 
-// A fixture whose test suite loads the model at Path() once; null when the file is absent (the
-// tests check for it and skip first).
+// A fixture whose test suite loads the model at Path() once, in the f32 reference mode; null when
+// the file is absent (the tests check for it and skip first).
 template <std::filesystem::path (*Path)()>
 class SharedModelTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (std::filesystem::exists(Path()))
-      model_ = std::make_unique<LoadedModel>(load_model(Path().string()));
+      model_ = std::make_unique<LoadedModel>(
+          load_model(Path().string(), {.weight_format = WeightFormat::kF32}));
   }
   static void TearDownTestSuite() { model_.reset(); }
   static inline std::unique_ptr<LoadedModel> model_;
@@ -115,8 +119,8 @@ inline void expect_live_reference_matches_kvbench(const std::filesystem::path& m
       nlohmann::json::parse(run_command(python.string() + " " + script.string() + " --model " +
                                         model.string() + " --ids " + ids + " --all"));
   const nlohmann::json ours = nlohmann::json::parse(
-      run_command(kvbench_binary().string() + " logits --model " + model.string() + " --ids " +
-                  ids + " --top-k 1 --all --json"));
+      run_command(kvbench_binary().string() + " logits --weights f32 --model " + model.string() +
+                  " --ids " + ids + " --top-k 1 --all --json"));
   const std::vector<double> expected = reference["logits"];
   const std::vector<float> actual = ours["logits"];
   ASSERT_EQ(actual.size(), expected.size());
@@ -130,6 +134,54 @@ inline void expect_live_reference_matches_kvbench(const std::filesystem::path& m
       "[ reference ] live: max |diff| over %zu logits %.2e = %.2e of the largest logit (tolerance "
       "%.2e)\n",
       expected.size(), worst, worst / largest, tolerance);
+}
+
+// The last position's logits with every token but the last prefilled (GEMM on dequantised tiles)
+// and the last one decoded (matrix-vector products on the blocks with q8 activations).
+inline std::vector<float> prefill_then_decode_logits(const LoadedModel& model,
+                                                     const std::vector<TokenId>& ids) {
+  CpuEngine engine(*model.weights);
+  KvStore store = engine.make_store();
+  const int n = static_cast<int>(ids.size());
+  engine.forward_chunk(std::span(ids).first(n - 1), store, CaptureRequest{}, nullptr, 0);
+  CachePlan plan;
+  return engine.decode_step(ids.back(), n - 1, 0, store, plan);
+}
+
+// The engine on the stored blocks against the f32 reference mode on every prompt of a golden file
+// (prefill of all but the last token, then one decode step): every logit within `tolerance` of the
+// largest f32 logit's magnitude (relative), and the same top-1 token where the f32 margin between
+// its first two logits exceeds twice that.
+inline void expect_stored_weights_close_to_f32(const LoadedModel& f32_model,
+                                               const std::filesystem::path& model_path,
+                                               const std::filesystem::path& golden_path,
+                                               double tolerance) {
+  const LoadedModel stored = load_model(model_path.string());
+  ASSERT_FALSE(stored.weights->layers[0].w_gate.is_f32());
+  std::ifstream file(golden_path);
+  const nlohmann::json golden = nlohmann::json::parse(file);
+  for (const auto& prompt : golden["prompts"]) {
+    const std::vector<TokenId> ids = prompt["ids"];
+    const std::vector<float> reference = cpu_engine_logits(f32_model, ids);
+    const std::vector<float> ours = prefill_then_decode_logits(stored, ids);
+    ASSERT_EQ(ours.size(), reference.size());
+    double largest = 0, worst = 0;
+    for (size_t i = 0; i < reference.size(); ++i) {
+      largest = std::max(largest, std::abs(double(reference[i])));
+      worst = std::max(worst, std::abs(double(ours[i]) - reference[i]));
+    }
+    EXPECT_LE(worst, tolerance * largest) << ids.size() << " tokens";
+    std::vector<float> sorted = reference;
+    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
+    if (sorted[0] - sorted[1] > 2 * tolerance * largest) {
+      EXPECT_EQ(argmax(ours), argmax(reference));
+    }
+    std::printf(
+        "[ stored    ] %zu tokens: top-1 %s, max |diff| %.3e = %.3e of the largest logit "
+        "(tolerance %.1e)\n",
+        ids.size(), argmax(ours) == argmax(reference) ? "equal" : "DIFFERENT", worst,
+        worst / largest, tolerance);
+  }
 }
 
 }  // namespace kvb::test

@@ -103,8 +103,9 @@ inline std::vector<std::vector<double>> reference_logits(const ModelWeights& w,
     for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * g[i];
     return y;
   };
-  auto linear = [&](const std::vector<float>& W, const std::vector<float>& b, int out,
+  auto linear = [&](const WeightMatrix& matrix, const std::vector<float>& b, int out,
                     const std::vector<double>& x) {
+    const std::vector<float> W = matrix.to_f32();
     std::vector<double> y(out);
     for (int r = 0; r < out; ++r) {
       double s = b.empty() ? 0.0 : b[r];
@@ -140,8 +141,9 @@ inline std::vector<std::vector<double>> reference_logits(const ModelWeights& w,
     }
   };
   std::vector<std::vector<double>> x(T, std::vector<double>(D));
+  const std::vector<float> embedding = w.token_embedding.to_f32();
   for (int t = 0; t < T; ++t)
-    for (int i = 0; i < D; ++i) x[t][i] = w.token_embedding[size_t(ids[t]) * D + i];
+    for (int i = 0; i < D; ++i) x[t][i] = embedding[size_t(ids[t]) * D + i];
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w.layers[l];
     std::vector<std::vector<double>> q(T), k(T), v(T);

@@ -103,7 +103,7 @@ TEST(SyntheticCheckpoint, TinyFolderLoadsLikeAnIndependentReadingWithTheSameLogi
       shards += entry.path().extension() == ".safetensors";
     EXPECT_GE(shards, 3);
 
-    const LoadedModel loaded = load_model(dir.string());
+    const LoadedModel loaded = load_model(dir.string(), {.weight_format = WeightFormat::kF32});
     const ModelWeights& w = *loaded.weights;
     EXPECT_EQ(w.config.n_layers, config.n_layers);
     EXPECT_EQ(w.config.qkv_bias, config.qkv_bias);
@@ -122,13 +122,34 @@ TEST(SyntheticCheckpoint, TinyFolderLoadsLikeAnIndependentReadingWithTheSameLogi
     }
     // Norm gains around 1, linear weights within ±sqrt(3 / fan_in): the roles got their ranges.
     for (float g : truth.layers[0].attn_norm) EXPECT_TRUE(g >= 0.74f && g <= 1.26f) << g;
-    for (float x : truth.layers[1].w_down) EXPECT_LE(std::abs(x), std::sqrt(3.0f / 96) * 1.01f);
+    for (float x : truth.layers[1].w_down.f32())
+      EXPECT_LE(std::abs(x), std::sqrt(3.0f / 96) * 1.01f);
 
     const std::vector<TokenId> ids = loaded.tokenizer->encode("Hi there!", true);
     ASSERT_EQ(ids.size(), 10u);
     EXPECT_EQ(ids[0], config.vocab_size - 2);  // BOS at the top of the vocabulary
     EXPECT_EQ(ids[1], 'H');
     EXPECT_EQ(last_logits(w, ids), last_logits(truth, ids));
+
+    // The CPU engine's default keeps the matrices' stored bf16 through the same table: the same
+    // values with no f32 copy, and logits within the stored path's tolerance of the f32 ones.
+    const LoadedModel stored = load_model(dir.string());
+    const ModelWeights& s = *stored.weights;
+    EXPECT_EQ(s.weight_dtypes, w.weight_dtypes);
+    EXPECT_EQ(s.token_embedding.type(), static_cast<uint32_t>(GgmlType::kBF16));
+    EXPECT_EQ(s.token_embedding.to_f32(), truth.token_embedding.f32());
+    for (int l = 0; l < config.n_layers; ++l) {
+      EXPECT_EQ(s.layers[l].wq.type(), static_cast<uint32_t>(GgmlType::kBF16));
+      EXPECT_EQ(s.layers[l].wq.to_f32(), truth.layers[l].wq.f32());
+      EXPECT_EQ(s.layers[l].wk.to_f32(), truth.layers[l].wk.f32());
+      EXPECT_EQ(s.layers[l].w_down.to_f32(), truth.layers[l].w_down.f32());
+      EXPECT_EQ(s.layers[l].bk, truth.layers[l].bk);
+    }
+    const std::vector<float> reference = last_logits(truth, ids), got = last_logits(s, ids);
+    ASSERT_EQ(got.size(), reference.size());
+    float scale = 0;
+    for (float x : reference) scale = std::max(scale, std::abs(x));
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], reference[i], 0.05f * scale) << i;
   }
 }
 
@@ -153,8 +174,9 @@ TEST(SyntheticCheckpoint, RefusesAVocabularyWithoutRoomForTheByteTokens) {
                InputError);
 }
 
-// Chunked reads of every tensor (bf16 and f32) against one whole read: the row mapping, including
-// the un-permutation of a llama.cpp GGUF's Q/K rows, does not depend on where a chunk starts.
+// Chunked reads of every tensor (bf16, f32 and as stored) against one whole read: the row mapping,
+// including the un-permutation of a llama.cpp GGUF's Q/K rows, does not depend on where a chunk
+// starts.
 void expect_chunked_reads_match(const WeightSource& source, int64_t chunk_rows) {
   for (const WeightTensor& t : source.tensors()) {
     SCOPED_TRACE(t.name);
@@ -171,6 +193,12 @@ void expect_chunked_reads_match(const WeightSource& source, int64_t chunk_rows) 
         ASSERT_EQ(f32[i], expected) << "element " << i << " of rows from " << first;
         ASSERT_EQ(bf16[i], f32_to_bf16(expected)) << "element " << i << " of rows from " << first;
       }
+      // The same rows undecoded (what the CPU engine keeps), decoded here: the same row mapping.
+      std::vector<uint8_t> stored(static_cast<size_t>(rows * source.stored_row_bytes(t)));
+      source.read_stored_rows(t, first, rows, stored.data());
+      std::vector<float> decoded(f32.size());
+      dequantize(t.stored_type, stored.data(), decoded.data(), rows * t.cols);
+      ASSERT_EQ(decoded, f32) << "rows from " << first;
     }
   }
 }

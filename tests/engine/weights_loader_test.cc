@@ -17,6 +17,13 @@
 namespace kvb {
 namespace {
 
+// Element `index` of a row-major matrix with `cols` columns, decoded from its row.
+float element(const WeightMatrix& m, int64_t index, int64_t cols) {
+  std::vector<float> row(static_cast<size_t>(cols));
+  m.row_to_f32(index / cols, cols, row.data());
+  return row[index % cols];
+}
+
 using test::tiny_gguf;
 using test::tiny_value;
 using test::TinyGgufOptions;
@@ -86,19 +93,21 @@ TEST(WeightsLoaderTest, MapsEveryTensorOfATinyLlama) {
   EXPECT_EQ(&w->output_matrix(), &w->token_embedding);
   // Tensor ids in tiny_gguf order: 1 token_embd, 2 output_norm, then 9 per layer.
   ASSERT_EQ(w->token_embedding.size(), 80u);
-  EXPECT_FLOAT_EQ(w->token_embedding[8 * 3 + 2], tiny_value(1, 26));  // [vocab, d]: row 3, col 2
+  EXPECT_FLOAT_EQ(w->token_embedding.f32()[8 * 3 + 2],
+                  tiny_value(1, 26));  // [vocab, d]: row 3, col 2
   const LayerWeights& l1 = w->layers[1];
   const int base = 2 + 9;  // layer 1's first id minus one (9 tensors per layer)
   EXPECT_FLOAT_EQ(l1.attn_norm[5], tiny_value(base + 1, 5));
-  EXPECT_FLOAT_EQ(l1.wv[4 * 8 - 1], tiny_value(base + 4, 31));
-  EXPECT_FLOAT_EQ(l1.wo[9], tiny_value(base + 5, 9));
-  EXPECT_FLOAT_EQ(l1.w_down[16 * 8 - 1], tiny_value(base + 9, 127));
+  EXPECT_FLOAT_EQ(l1.wv.f32()[4 * 8 - 1], tiny_value(base + 4, 31));
+  EXPECT_FLOAT_EQ(l1.wo.f32()[9], tiny_value(base + 5, 9));
+  EXPECT_FLOAT_EQ(l1.w_down.f32()[16 * 8 - 1], tiny_value(base + 9, 127));
   EXPECT_EQ(l1.w_down.size(), 128u);
   // Q: GGUF head 1 row 2i+j holds HF row j*2+i (head_dim 4): GGUF row 1 (i=0,j=1) is HF row 2.
-  EXPECT_FLOAT_EQ(l1.wq[(4 + 2) * 8 + 0], tiny_value(base + 2, (4 + 1) * 8));
-  EXPECT_FLOAT_EQ(l1.wq[(4 + 1) * 8 + 3], tiny_value(base + 2, (4 + 2) * 8 + 3));
-  EXPECT_FLOAT_EQ(l1.wk[3 * 8], tiny_value(base + 3, 3 * 8));  // rows 0 and 3 are fixed points
-  EXPECT_FLOAT_EQ(l1.wk[2 * 8], tiny_value(base + 3, 1 * 8));
+  EXPECT_FLOAT_EQ(l1.wq.f32()[(4 + 2) * 8 + 0], tiny_value(base + 2, (4 + 1) * 8));
+  EXPECT_FLOAT_EQ(l1.wq.f32()[(4 + 1) * 8 + 3], tiny_value(base + 2, (4 + 2) * 8 + 3));
+  EXPECT_FLOAT_EQ(l1.wk.f32()[3 * 8],
+                  tiny_value(base + 3, 3 * 8));  // rows 0 and 3 are fixed points
+  EXPECT_FLOAT_EQ(l1.wk.f32()[2 * 8], tiny_value(base + 3, 1 * 8));
   EXPECT_EQ(w->weight_dtypes, "f32 x 20");
 }
 
@@ -109,10 +118,10 @@ TEST(WeightsLoaderTest, Qwen2KeepsRowOrderAndLoadsBiases) {
   EXPECT_TRUE(w->config.qkv_bias);
   EXPECT_FALSE(w->config.tied_embeddings);
   ASSERT_EQ(w->output.size(), 80u);
-  EXPECT_FLOAT_EQ(w->output[7], tiny_value(3, 7));
+  EXPECT_FLOAT_EQ(w->output.f32()[7], tiny_value(3, 7));
   const LayerWeights& l0 = w->layers[0];
   // ids: 1 embd, 2 norm, 3 output, 4 attn_norm, 5 q, 6 k, 7 v, 8 bq, 9 bk, 10 bv.
-  EXPECT_FLOAT_EQ(l0.wq[1 * 8], tiny_value(5, 8));  // unpermuted
+  EXPECT_FLOAT_EQ(l0.wq.f32()[1 * 8], tiny_value(5, 8));  // unpermuted
   ASSERT_EQ(l0.bq.size(), 8u);
   EXPECT_FLOAT_EQ(l0.bq[1], tiny_value(8, 1));
   EXPECT_FLOAT_EQ(l0.bk[3], tiny_value(9, 3));
@@ -173,14 +182,34 @@ TEST(WeightsLoaderTest, LoadsTheDefaultModel) {
   EXPECT_EQ(model.sha256, "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53");
   ASSERT_EQ(w.token_embedding.size(), 49152u * 576u);
   // tests/goldens/dequantize_goldens.json: token_embd.weight[1234567] and output_norm.weight[575].
-  EXPECT_NEAR(w.token_embedding[1234567], 0.2870464324951172, 1e-7);
+  EXPECT_NEAR(element(w.token_embedding, 1234567, 576), 0.2870464324951172, 1e-7);
   EXPECT_NEAR(w.output_norm[575], 1.984375, 1e-7);
   // blk.0.attn_q.weight goldens are in GGUF (permuted) order. Index 17 = GGUF row 0, a fixed point.
   // Index 100000 = GGUF row 173, column 352: head 2, in-head row 45 = 2*22 + 1 -> HF row 2*64 + 32 + 22.
-  EXPECT_NEAR(w.layers[0].wq[17], 0.2841796875, 1e-7);
-  EXPECT_NEAR(w.layers[0].wq[(2 * 64 + 32 + 22) * 576 + 352], -0.12225341796875, 1e-7);
+  EXPECT_NEAR(element(w.layers[0].wq, 17, 576), 0.2841796875, 1e-7);
+  EXPECT_NEAR(element(w.layers[0].wq, (2 * 64 + 32 + 22) * 576 + 352, 576), -0.12225341796875,
+              1e-7);
   ASSERT_EQ(w.layers.size(), 30u);
   EXPECT_EQ(w.layers[29].w_down.size(), 576u * 1536u);
+  // The matrices keep the file's blocks: q4_1 (20 bytes per 32 values), the embedding q8_0.
+  EXPECT_EQ(w.layers[29].w_down.type(), 3u);
+  EXPECT_EQ(w.layers[29].w_down.storage_bytes(), 576 * 1536 / 32 * 20);
+  EXPECT_EQ(w.token_embedding.type(), 8u);
+}
+
+TEST(WeightsLoaderTest, F32FormatHoldsTheStoredBlocksDequantised) {
+  const auto path = test::default_model_path();
+  KVB_REQUIRE_FILE(path);
+  const auto gguf = GgufFile::open(path);
+  const auto stored = load_weights_from_gguf(*gguf, WeightFormat::kAsStored);
+  const auto f32 = load_weights_from_gguf(*gguf, WeightFormat::kF32);
+  EXPECT_TRUE(f32->layers[3].wq.is_f32());
+  // Row-permuted (Q), plain (down) and the tied embedding: the same values either way.
+  EXPECT_EQ(stored->layers[3].wq.to_f32(), f32->layers[3].wq.f32());
+  EXPECT_EQ(stored->layers[3].w_down.to_f32(), f32->layers[3].w_down.f32());
+  std::vector<float> row(576);
+  stored->token_embedding.row_to_f32(4321, 576, row.data());
+  EXPECT_TRUE(std::equal(row.begin(), row.end(), f32->token_embedding.f32().begin() + 4321 * 576));
 }
 
 // Writes `w` as an HF folder (two shards + index, config.json) and as a GGUF file the way llama.cpp's
@@ -197,27 +226,27 @@ void write_hf_folder(const ModelWeights& w, const std::filesystem::path& dir) {
   std::ofstream(dir / "config.json") << cfg.dump();
   const int64_t d = c.d_model, q = int64_t{c.n_query_heads} * c.head_dim, kv = int64_t{c.n_kv_heads} * c.head_dim, f = c.ffn_dim;
   F32Tensors first, second;
-  first["model.embed_tokens.weight"] = {{c.vocab_size, d}, w.token_embedding};
+  first["model.embed_tokens.weight"] = {{c.vocab_size, d}, w.token_embedding.f32()};
   second["model.norm.weight"] = {{d}, w.output_norm};
-  if (!c.tied_embeddings) second["lm_head.weight"] = {{c.vocab_size, d}, w.output};
+  if (!c.tied_embeddings) second["lm_head.weight"] = {{c.vocab_size, d}, w.output.f32()};
   for (int l = 0; l < c.n_layers; ++l) {
     F32Tensors& shard = l == 0 ? first : second;
     const LayerWeights& L = w.layers[l];
     const std::string p = "model.layers." + std::to_string(l) + ".";
     shard[p + "input_layernorm.weight"] = {{d}, L.attn_norm};
-    shard[p + "self_attn.q_proj.weight"] = {{q, d}, L.wq};
-    shard[p + "self_attn.k_proj.weight"] = {{kv, d}, L.wk};
-    shard[p + "self_attn.v_proj.weight"] = {{kv, d}, L.wv};
+    shard[p + "self_attn.q_proj.weight"] = {{q, d}, L.wq.f32()};
+    shard[p + "self_attn.k_proj.weight"] = {{kv, d}, L.wk.f32()};
+    shard[p + "self_attn.v_proj.weight"] = {{kv, d}, L.wv.f32()};
     if (c.qkv_bias) {
       shard[p + "self_attn.q_proj.bias"] = {{q}, L.bq};
       shard[p + "self_attn.k_proj.bias"] = {{kv}, L.bk};
       shard[p + "self_attn.v_proj.bias"] = {{kv}, L.bv};
     }
-    shard[p + "self_attn.o_proj.weight"] = {{d, q}, L.wo};
+    shard[p + "self_attn.o_proj.weight"] = {{d, q}, L.wo.f32()};
     shard[p + "post_attention_layernorm.weight"] = {{d}, L.ffn_norm};
-    shard[p + "mlp.gate_proj.weight"] = {{f, d}, L.w_gate};
-    shard[p + "mlp.up_proj.weight"] = {{f, d}, L.w_up};
-    shard[p + "mlp.down_proj.weight"] = {{d, f}, L.w_down};
+    shard[p + "mlp.gate_proj.weight"] = {{f, d}, L.w_gate.f32()};
+    shard[p + "mlp.up_proj.weight"] = {{f, d}, L.w_up.f32()};
+    shard[p + "mlp.down_proj.weight"] = {{d, f}, L.w_down.f32()};
   }
   nlohmann::json map;
   for (const auto& [name, t] : first) map[name] = "model-00001-of-00002.safetensors";
@@ -242,26 +271,30 @@ test::GgufBuilder gguf_like_llama_cpp(const ModelWeights& w) {
       .f32(a + ".rope.freq_base", c.rope_theta)
       .f32(a + ".attention.layer_norm_rms_epsilon", c.rms_norm_eps);
   const int64_t d = c.d_model, q = int64_t{c.n_query_heads} * c.head_dim, kv = int64_t{c.n_kv_heads} * c.head_dim, f = c.ffn_dim;
-  b.f32_tensor("token_embd.weight", {d, c.vocab_size}, w.token_embedding);
+  b.f32_tensor("token_embd.weight", {d, c.vocab_size}, w.token_embedding.f32());
   b.f32_tensor("output_norm.weight", {d}, w.output_norm);
-  if (!c.tied_embeddings) b.f32_tensor("output.weight", {d, c.vocab_size}, w.output);
+  if (!c.tied_embeddings) b.f32_tensor("output.weight", {d, c.vocab_size}, w.output.f32());
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w.layers[l];
     const std::string p = "blk." + std::to_string(l) + ".";
     b.f32_tensor(p + "attn_norm.weight", {d}, L.attn_norm);
-    b.f32_tensor(p + "attn_q.weight", {d, q}, permute ? llama_cpp_permute(L.wq, c.n_query_heads, c.head_dim, c.d_model) : L.wq);
-    b.f32_tensor(p + "attn_k.weight", {d, kv}, permute ? llama_cpp_permute(L.wk, c.n_kv_heads, c.head_dim, c.d_model) : L.wk);
-    b.f32_tensor(p + "attn_v.weight", {d, kv}, L.wv);
+    b.f32_tensor(p + "attn_q.weight", {d, q},
+                 permute ? llama_cpp_permute(L.wq.f32(), c.n_query_heads, c.head_dim, c.d_model)
+                         : L.wq.f32());
+    b.f32_tensor(
+        p + "attn_k.weight", {d, kv},
+        permute ? llama_cpp_permute(L.wk.f32(), c.n_kv_heads, c.head_dim, c.d_model) : L.wk.f32());
+    b.f32_tensor(p + "attn_v.weight", {d, kv}, L.wv.f32());
     if (c.qkv_bias) {
       b.f32_tensor(p + "attn_q.bias", {q}, permute ? llama_cpp_permute(L.bq, c.n_query_heads, c.head_dim, 1) : L.bq);
       b.f32_tensor(p + "attn_k.bias", {kv}, permute ? llama_cpp_permute(L.bk, c.n_kv_heads, c.head_dim, 1) : L.bk);
       b.f32_tensor(p + "attn_v.bias", {kv}, L.bv);
     }
-    b.f32_tensor(p + "attn_output.weight", {q, d}, L.wo);
+    b.f32_tensor(p + "attn_output.weight", {q, d}, L.wo.f32());
     b.f32_tensor(p + "ffn_norm.weight", {d}, L.ffn_norm);
-    b.f32_tensor(p + "ffn_gate.weight", {d, f}, L.w_gate);
-    b.f32_tensor(p + "ffn_up.weight", {d, f}, L.w_up);
-    b.f32_tensor(p + "ffn_down.weight", {f, d}, L.w_down);
+    b.f32_tensor(p + "ffn_gate.weight", {d, f}, L.w_gate.f32());
+    b.f32_tensor(p + "ffn_up.weight", {d, f}, L.w_up.f32());
+    b.f32_tensor(p + "ffn_down.weight", {f, d}, L.w_down.f32());
   }
   return b;
 }
@@ -359,7 +392,7 @@ TEST(PresetsTest, RandomWeightsAreDeterministicAndShaped) {
   EXPECT_EQ(a->layers[0].wk.size(), 32u * 64u);
   EXPECT_EQ(a->output.size(), 256u * 64u);
   double sum_sq = 0;
-  for (float v : a->layers[0].w_up) sum_sq += double(v) * v;
+  for (float v : a->layers[0].w_up.f32()) sum_sq += double(v) * v;
   EXPECT_NEAR(std::sqrt(sum_sq / a->layers[0].w_up.size()), 1.0 / 8.0, 0.01);  // std 1/sqrt(64)
   const LoadedModel m = load_model("preset:tiny-llama");
   EXPECT_EQ(m.weights->source, "preset:tiny-llama");

@@ -22,18 +22,25 @@ if ! "$clangxx" -fsanitize=fuzzer,address "$probe" -o "$work/probe" 2>/dev/null;
 fi
 
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$src")
-sources=("$src/engine/gguf.cc" "$src/engine/weights_loader.cc" "$src/engine/hf_config.cc"
-         "$src/engine/safetensors.cc" "$src/kernels/cpu/dequantize.cc")
+sources=("$src/engine/gguf.cc" "$src/engine/weights_loader.cc" "$src/engine/weight_source.cc"
+         "$src/engine/hf_config.cc" "$src/engine/safetensors.cc" "$src/engine/weight_matrix.cc"
+         "$src/kernels/cpu/dequantize.cc"
+         "$src/kernels/cpu/quantized_matmul.cc" "$src/kernels/cpu/quantized_dot_scalar.cc"
+         "$src/kernels/cpu/quantized_dot_avx2.cc" "$src/kernels/cpu/matmul.cc")
+# The weight matrices' kernels (kernels/cpu/quantized_matmul.cc) reach OpenBLAS.
+blas=($(pkg-config --cflags --libs openblas))
 fuzzer="$work/gguf_fuzz"
 # Rebuild only when a source is newer than the binary (the compile takes a minute on a busy box).
 rebuild=0
 [ -x "$fuzzer" ] || rebuild=1
-for f in "${sources[@]}" "$src/tests/fuzz/gguf_fuzz.cc" "$src/engine/gguf.h" "$src/kernels/cpu/dequantize.h"; do
+for f in "${sources[@]}" "$src/tests/fuzz/gguf_fuzz.cc" "$src/engine/gguf.h" "$src/kernels/cpu/dequantize.h" \
+         "$src/engine/weight_matrix.h" "$src/engine/weights.h" "$src/engine/weight_source.h"; do
   [ "$f" -nt "$fuzzer" ] && rebuild=1
 done
 if [ "$rebuild" = 1 ]; then
   echo "building $fuzzer"
-  "$clangxx" "${flags[@]}" "$src/tests/fuzz/gguf_fuzz.cc" "${sources[@]}" -ltbb -o "$fuzzer"
+  "$clangxx" "${flags[@]}" "$src/tests/fuzz/gguf_fuzz.cc" "${sources[@]}" "${blas[@]}" -ltbb \
+    -o "$fuzzer"
 fi
 "$clangxx" -std=c++20 -O1 -I"$src" "$src/tests/fuzz/make_gguf_seeds.cc" -o "$work/make_gguf_seeds"
 

@@ -158,6 +158,27 @@ TEST(CliBench, CpuTakesTheSameFlagsAndNamesTheGpuOnlyOnes) {
   EXPECT_NE(list.out.find("timed on the GPU only"), std::string::npos) << list.out;
 }
 
+// The CPU engine's own options belong to the same flag set; the GPU names them before it is
+// touched.
+TEST(CliBench, CpuOptionsAreInTheFlagSetAndTheGpuNamesThem) {
+  KVB_REQUIRE_FILE(test::kvbench_binary());
+  const CliRun run = kvbench(
+      "bench --device cpu --preset tiny-llama --context 32 --decode-tokens 4 --threads 1 "
+      "--weights f32 --no-ceilings --json");
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  const auto json = nlohmann::json::parse(run.out);
+  EXPECT_EQ(json["threads"], 1);
+  EXPECT_EQ(json["measured_read_gbps"], 0.0);  // --no-ceilings
+  for (const std::string flag : {"--threads 2", "--weights f32", "--no-ceilings"}) {
+    const CliRun refused = kvbench("bench --device cuda --preset llama-3.1-8b --dummy " + flag);
+    EXPECT_EQ(refused.exit_code, 2) << flag << ": " << refused.out;
+    if (refused.out.find("without CUDA") == std::string::npos)
+      EXPECT_NE(refused.out.find(flag.substr(0, flag.find(' ')) + " is an option of the CPU"),
+                std::string::npos)
+          << refused.out;
+  }
+}
+
 TEST(CliGenerate, SmolLm2AnswersParis) {
   KVB_REQUIRE_FILE(test::default_model_path());
   KVB_REQUIRE_FILE(test::kvbench_binary());

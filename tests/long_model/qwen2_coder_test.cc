@@ -50,6 +50,15 @@ TEST_F(Qwen2CoderModel, GoldenPromptsMatchNumpyReference) {
       *model_, test::source_dir() / "tests/goldens/qwen2.5-coder-0.5b_reference_logits.json", 4);
 }
 
+// The engine on the q4_K/q5_0/q6_K/q8_0 blocks against the f32 reference mode (issue 22): 5% of
+// the largest logit, as for SmolLM2 (tests/engine/reference_logits_test.cc).
+TEST_F(Qwen2CoderModel, StoredBlocksStayCloseToTheF32Reference) {
+  KVB_REQUIRE_LONG_MODEL();
+  test::expect_stored_weights_close_to_f32(
+      *model_, test::long_model_path(),
+      test::source_dir() / "tests/goldens/qwen2.5-coder-0.5b_reference_logits.json", 0.05);
+}
+
 TEST_F(Qwen2CoderModel, LivePythonReferenceMatchesKvbenchLogits) {
   KVB_REQUIRE_LONG_MODEL();
   // "<|im_start|>user\nHi 12345<|im_end|>\n": special tokens, digits, a newline.
