@@ -4,21 +4,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <vector>
+
+#include "kernels/cpu/dequantize.h"
 
 namespace kvb::kernels {
 namespace {
 
-float round_to_bf16(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, 4);
-  bits += 0x7fff + ((bits >> 16) & 1);
-  bits &= 0xffff0000u;
-  float out;
-  std::memcpy(&out, &bits, 4);
-  return out;
-}
+// p as the Triton scorer rounds it (round to nearest even), with the project's one bf16 rounding.
+float round_to_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
 float squared_norm(const float* x, int d) {
   float total = 0;
