@@ -1,7 +1,8 @@
 // The decode step's products: for n <= 4 rows (a decode batch) a bandwidth-bound GEMV kernel with
-// fused epilogues (SwiGLU, argmax, the residual add) and the RMSNorms folded in (FoldedNorm);
-// cuBLAS otherwise. Declared in transformer_ops.h. CPU twins: kernels/cpu/matmul.h, rmsnorm.h,
-// activations.h. Tests: tests/cuda/transformer_ops_test.cc.
+// fused epilogues (SwiGLU, argmax, the residual add) and the RMSNorms folded in (FoldedNorm); for
+// 5 to 16 rows a tensor-core kernel with a plain store; cuBLAS otherwise. Declared in
+// transformer_ops.h. CPU twins: kernels/cpu/matmul.h, rmsnorm.h, activations.h. Tests:
+// tests/cuda/transformer_ops_test.cc.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -339,6 +340,150 @@ void launch_gemv(const GemvParams<Out>& params, int n, int weight_rows, cudaStre
                     stream, "gemv_kernel", p);
 }
 
+// Decode batches of 5 to 16 rows (a sample's cells decoded together) on the tensor cores: the
+// products stay bandwidth-bound, but 16 rows of FMAs per weight on the CUDA cores would not (an 8B
+// model's 8e9 weights x 16 rows is ~4 ms of f32 FMA on an H100, above the ~3.3 ms its weights take
+// to stream), and cuBLAS's GEMMs leave a large part of the bandwidth unused at this shape.
+// One warp computes a 16-row tile of W against every x row (mma m16n8k16, one 8-column n-tile per
+// 8 x rows); `splits` warps of a block share a tile, each streaming a contiguous slice of k, and
+// the block adds the slices in a fixed order. The fragments are read straight from global memory
+// in 16-byte loads: lane 4g + c loads k = 8c .. 8c+7 of W rows g and g+8 and of x row g, and the
+// two mmas of a 32-wide k step take those eight k as (8c, 8c+1 | 8c+2, 8c+3) and (8c+4, 8c+5 |
+// 8c+6, 8c+7) in place of the fragment's (2c, 2c+1 | 2c+8, 2c+9). A and B are permuted alike, so
+// every product term is still W[row, k] x[col, k] exactly once.
+constexpr int kSkinnyMinRows = kDecodeGemvMaxRows + 1;
+constexpr int kSkinnyUnroll = 4;  // 32-wide k steps per round (two rounds of 8 16-byte loads a lane)
+
+__device__ __forceinline__ uint32_t word(int value) { return static_cast<uint32_t>(value); }
+
+template <int NT, typename Out>
+__global__ void __launch_bounds__(256)
+    skinny_mma_kernel(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int n,
+                      int in_features, int out_features, int splits) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, c = lane % 4;
+  const int tile = blockIdx.x * (8 / splits) + warp / splits;
+  const int part = warp % splits;
+  const int row0 = tile * 16;
+  const bool active = row0 < out_features;  // the same for every lane of the warp
+  const int chunks = in_features / 8;
+  const int per_part = (chunks + splits - 1) / splits;
+  const int begin = part * per_part, end = min(chunks, begin + per_part);
+  const bool lo_valid = row0 + g < out_features, hi_valid = row0 + g + 8 < out_features;
+  const int4* w_lo =
+      reinterpret_cast<const int4*>(w + int64_t(lo_valid ? row0 + g : 0) * in_features);
+  const int4* w_hi =
+      reinterpret_cast<const int4*>(w + int64_t(hi_valid ? row0 + g + 8 : 0) * in_features);
+  // Two rounds of weights in flight: the next round's loads leave before this round's mmas, and
+  // each 32-wide step u adds into accumulators of its own, so the mmas of a round do not wait on
+  // one another (one accumulator chain made the kernel slower than cuBLAS at 10 rows and more).
+  struct Round {
+    int4 lo[kSkinnyUnroll], hi[kSkinnyUnroll];
+  };
+  auto load = [&](Round& round, int base) {
+#pragma unroll
+    for (int u = 0; u < kSkinnyUnroll; ++u) {
+      const int chunk = base + 4 * u + c;
+      const bool in_slice = active && chunk < end;
+      round.lo[u] = in_slice && lo_valid ? load_streamed(w_lo + chunk) : make_int4(0, 0, 0, 0);
+      round.hi[u] = in_slice && hi_valid ? load_streamed(w_hi + chunk) : make_int4(0, 0, 0, 0);
+    }
+  };
+  Round even, odd;
+  load(even, begin);  // weights are constant: the first round leaves before the wait
+  allow_successor_launch();
+  wait_for_predecessor();
+  const int4* x_row[NT];
+  bool x_valid[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    x_valid[t] = g + 8 * t < n;
+    x_row[t] = reinterpret_cast<const int4*>(x + int64_t(x_valid[t] ? g + 8 * t : 0) * in_features);
+  }
+  float acc[kSkinnyUnroll][NT][4] = {};
+  auto multiply = [&](const Round& round, int base) {
+#pragma unroll
+    for (int u = 0; u < kSkinnyUnroll; ++u) {
+      if (base + 4 * u >= end) break;  // the same for every lane
+      const int chunk = base + 4 * u + c;
+      const int4 &lo = round.lo[u], &hi = round.hi[u];
+      const uint32_t first[4] = {word(lo.x), word(hi.x), word(lo.y), word(hi.y)};
+      const uint32_t second[4] = {word(lo.z), word(hi.z), word(lo.w), word(hi.w)};
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const int4 xv = x_valid[t] && chunk < end ? __ldg(x_row[t] + chunk) : make_int4(0, 0, 0, 0);
+        mma_bf16(acc[u][t], first, word(xv.x), word(xv.y));
+        mma_bf16(acc[u][t], second, word(xv.z), word(xv.w));
+      }
+    }
+  };
+  constexpr int kRound = 4 * kSkinnyUnroll;  // chunks per round
+  for (int base = begin; active && base < end; base += 2 * kRound) {
+    if (base + kRound < end) load(odd, base + kRound);
+    multiply(even, base);
+    if (base + 2 * kRound < end) load(even, base + 2 * kRound);
+    if (base + kRound < end) multiply(odd, base + kRound);
+  }
+#pragma unroll
+  for (int u = 1; u < kSkinnyUnroll; ++u)
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[0][t][i] += acc[u][t][i];
+  __shared__ float slices[8][NT][4][32];
+#pragma unroll
+  for (int t = 0; t < NT; ++t)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) slices[warp][t][i][lane] = acc[0][t][i];
+  __syncthreads();
+  if (!active || part != 0) return;
+#pragma unroll
+  for (int t = 0; t < NT; ++t)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // C fragment: rows g (i < 2) and g + 8, columns 2c + (i & 1)
+      const int row = row0 + g + (i < 2 ? 0 : 8), col = 8 * t + 2 * c + (i & 1);
+      if (row >= out_features || col >= n) continue;
+      float sum = 0.f;
+      for (int q = 0; q < splits; ++q) sum += slices[warp + q][t][i][lane];
+      if constexpr (std::is_same_v<Out, float>)
+        y[int64_t(col) * out_features + row] = sum;
+      else
+        y[int64_t(col) * out_features + row] = __float2bfloat16(sum);
+    }
+}
+
+// Warps per tile: enough blocks to fill the GPU about twice, while each warp keeps at least two
+// rounds of loads over its slice.
+int skinny_splits(int in_features, int tiles) {
+  constexpr int kTargetBlocks = 1024;
+  const int steps = in_features / 32;  // a warp's 32-wide k steps over the whole row
+  int splits = 1;
+  while (splits < 8 && (tiles + 8 / splits - 1) / (8 / splits) < kTargetBlocks &&
+         steps / (2 * splits) >= 2 * kSkinnyUnroll)
+    splits *= 2;
+  return splits;
+}
+
+bool skinny_mma_enabled() {  // KVB_CUDA_SKINNY_MMA=0: cuBLAS for 5 to 16 rows (A/B timing)
+  static const bool enabled = env_switch_on("KVB_CUDA_SKINNY_MMA");
+  return enabled;
+}
+
+template <typename Out>
+bool try_skinny_mma(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int n, int in_features,
+                    int out_features, cudaStream_t stream) {
+  if (n < kSkinnyMinRows || n > kSkinnyMaxRows || in_features % 8 != 0 || !skinny_mma_enabled())
+    return false;
+  const int tiles = (out_features + 15) / 16;
+  const int splits = skinny_splits(in_features, tiles);
+  const int tiles_per_block = 8 / splits;
+  const dim3 grid((tiles + tiles_per_block - 1) / tiles_per_block);
+  auto kernel = n <= 8 ? skinny_mma_kernel<1, Out> : skinny_mma_kernel<2, Out>;
+  launch_overlapped(kernel, grid, 256, 0, stream, "skinny_mma_kernel", x, w, y, n, in_features,
+                    out_features, splits);
+  return true;
+}
+
 template <typename Out>
 bool try_gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int n, int in_features,
               int out_features, cudaStream_t stream) {
@@ -379,6 +524,7 @@ template <typename Out>
 void product(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int n,
              int in_features, int out_features, cudaStream_t stream) {
   if (try_gemv(x, w, y, n, in_features, out_features, stream)) return;
+  if (try_skinny_mma(x, w, y, n, in_features, out_features, stream)) return;
   constexpr bool kF32 = std::is_same_v<Out, float>;
   const float one = 1.f, zero = 0.f;
   check_cublas(cublasSetStream(handle, stream), "cublasSetStream");

@@ -82,7 +82,7 @@ void fill_random_bf16(__nv_bfloat16* out, size_t count, uint64_t seed, float sca
                       cudaStream_t stream);
 
 // y[n, out] = x[n, in] · w[out, in]^T, bf16 in/out, f32 accumulation: a bandwidth-bound GEMV
-// kernel for n <= 4 (decode), cuBLAS otherwise.
+// kernel for n <= 4 (decode), a tensor-core one for n <= kSkinnyMaxRows, cuBLAS otherwise.
 void gemm_bf16(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w,
                __nv_bfloat16* y, int n, int in_features, int out_features, cudaStream_t stream);
 // Same with f32 output (logits).
@@ -104,8 +104,10 @@ void lm_head_argmax(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bf
                     float* logits, int n, int in_features, int vocab, unsigned long long* best,
                     int32_t* next, cudaStream_t stream);
 
-// The most rows the decode GEMV takes (the products below it go to cuBLAS).
+// The most rows the decode GEMV takes; up to kSkinnyMaxRows a tensor-core kernel streams the
+// weights once for every row (a sample's cells decoded as one batch); cuBLAS above.
 constexpr int kDecodeGemvMaxRows = 4;
+constexpr int kSkinnyMaxRows = 16;
 
 // The decode step's RMSNorms folded into the products around them, for the GEMV's n <= 4 rows
 // (norms_fold says whether every product of the step takes it; KVB_CUDA_FUSED_NORM=0 says no). The

@@ -1,5 +1,8 @@
 // Element-wise CUDA kernels against their CPU twins: RMSNorm (with the residual add), RoPE (both
-// pairings, llama3-scaled frequencies, QKV bias), SwiGLU, and the bf16 GEMM against kernels::matmul.
+// pairings, llama3-scaled frequencies, QKV bias), SwiGLU, and the bf16 GEMM against
+// kernels::matmul.
+#include "kernels/cuda/transformer_ops.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,7 +16,6 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
-#include "kernels/cuda/transformer_ops.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace kvb {
@@ -38,8 +40,8 @@ TEST(CudaOps, AddRmsNormMatchesCpu) {
     auto d_res = test::to_device(residual);
     auto d_delta = test::to_device_bf16(delta), d_weight = test::to_device_bf16(weight);
     cuda::DeviceBuffer d_out(rows * dim * 2);
-    cuda::add_rmsnorm(d_res.as<float>(), d_delta.as<__nv_bfloat16>(), d_weight.as<__nv_bfloat16>(), rows,
-                      dim, 1e-5f, d_out.as<__nv_bfloat16>(), nullptr);
+    cuda::add_rmsnorm(d_res.as<float>(), d_delta.as<__nv_bfloat16>(), d_weight.as<__nv_bfloat16>(),
+                      rows, dim, 1e-5f, d_out.as<__nv_bfloat16>(), nullptr);
     auto got = test::from_device_bf16(d_out, rows * dim);
     std::vector<float> got_residual(rows * dim);
     d_res.download(got_residual.data(), got_residual.size() * 4);
@@ -58,7 +60,8 @@ TEST_P(CudaRopeTest, MatchesCpu) {
   auto bias_values = random_bf16_values(width, 5);
   const auto freq = llama3 ? kernels::rope_inverse_frequencies_llama3(d, 500000.f, {})
                            : kernels::rope_inverse_frequencies(d, 10000.f);
-  const auto pairing = interleaved ? kernels::RopePairing::kInterleavedPairs : kernels::RopePairing::kHalves;
+  const auto pairing =
+      interleaved ? kernels::RopePairing::kInterleavedPairs : kernels::RopePairing::kHalves;
   std::vector<int32_t> positions = {0, 1, 5, 100, 4095, 30000, 131000};
   std::vector<float> expected = qkv;
   for (int r = 0; r < rows; ++r) {
@@ -88,7 +91,8 @@ TEST_P(CudaRopeTest, MatchesCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, CudaRopeTest,
-                         ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Bool()));
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool(),
+                                            ::testing::Bool()));
 
 // 16-byte path (ffn a multiple of 8), the one-value path (ffn = 1001), and more rows than a grid's
 // y extent (70,000 > 65,535) so the row loop wraps.
@@ -98,7 +102,8 @@ TEST(CudaOps, SwigluMatchesCpu) {
     auto gate_up = random_bf16_values(size_t(rows) * 2 * ffn, 6, 4.0f);
     std::vector<float> expected(size_t(rows) * ffn);
     for (int r = 0; r < rows; ++r)
-      kernels::swiglu(gate_up.data() + size_t(r) * 2 * ffn, gate_up.data() + size_t(r) * 2 * ffn + ffn, ffn,
+      kernels::swiglu(gate_up.data() + size_t(r) * 2 * ffn,
+                      gate_up.data() + size_t(r) * 2 * ffn + ffn, ffn,
                       expected.data() + size_t(r) * ffn);
     auto d_in = test::to_device_bf16(gate_up);
     cuda::DeviceBuffer d_out(expected.size() * 2);
@@ -135,7 +140,8 @@ TEST(CudaOps, AppendKvPlacesPrefillRowsInTheCache) {
     cudaMemset(d_k.data(), 0, d_k.bytes());
     cudaMemset(d_v.data(), 0, d_v.bytes());
     cuda::append_kv(d_qkv.as<__nv_bfloat16>(), rows, rows, hq, hkv, d, d_offsets.as<int64_t>(),
-                    d_lengths.as<int32_t>(), d_k.as<__nv_bfloat16>(), d_v.as<__nv_bfloat16>(), nullptr);
+                    d_lengths.as<int32_t>(), d_k.as<__nv_bfloat16>(), d_v.as<__nv_bfloat16>(),
+                    nullptr);
     EXPECT_EQ(test::from_device_bf16(d_k, want_k.size()), want_k) << "head_dim " << d;
     EXPECT_EQ(test::from_device_bf16(d_v, want_v.size()), want_v) << "head_dim " << d;
   }
@@ -145,10 +151,26 @@ TEST(CudaOps, GemmMatchesCpuMatmul) {
   KVB_REQUIRE_GPU();
   // n <= 4 takes the GEMV kernel, with 1 to 8 warps per row (short rows and a down projection's
   // long ones; an output count that leaves the last block part empty; a last pass of one chunk).
-  for (auto [n, in, out] : std::vector<std::tuple<int, int, int>>{
-           {1, 576, 1536}, {3, 576, 1536}, {4, 576, 1536}, {17, 576, 1536}, {256, 576, 1536},
-           {1, 14336, 1536}, {4, 8192, 1536}, {2, 4096, 1001}, {1, 4096, 28672}, {3, 2056, 17000},
-           {2, 1000, 20000}}) {
+  // 5 to 16 take the tensor-core kernel: one or two n-tiles, partial ones, an output count that
+  // leaves a 16-row tile part empty, k slices that end inside a 32-wide step (2056, 1000).
+  for (auto [n, in, out] : std::vector<std::tuple<int, int, int>>{{1, 576, 1536},
+                                                                  {3, 576, 1536},
+                                                                  {4, 576, 1536},
+                                                                  {17, 576, 1536},
+                                                                  {256, 576, 1536},
+                                                                  {1, 14336, 1536},
+                                                                  {4, 8192, 1536},
+                                                                  {2, 4096, 1001},
+                                                                  {1, 4096, 28672},
+                                                                  {3, 2056, 17000},
+                                                                  {2, 1000, 20000},
+                                                                  {5, 576, 1536},
+                                                                  {8, 4096, 1001},
+                                                                  {9, 14336, 1536},
+                                                                  {10, 4096, 6144},
+                                                                  {16, 2056, 17000},
+                                                                  {12, 1000, 20000},
+                                                                  {7, 576, 49152}}) {
     auto x = random_bf16_values(size_t(n) * in, 7);
     auto w = random_bf16_values(size_t(out) * in, 8, 0.1f);
     std::vector<float> expected(size_t(n) * out);
@@ -157,13 +179,14 @@ TEST(CudaOps, GemmMatchesCpuMatmul) {
     cuda::DeviceBuffer d_y(expected.size() * 4);
     cublasHandle_t handle;
     cublasCreate(&handle);
-    cuda::gemm_bf16_f32out(handle, d_x.as<__nv_bfloat16>(), d_w.as<__nv_bfloat16>(), d_y.as<float>(), n,
-                           in, out, nullptr);
+    cuda::gemm_bf16_f32out(handle, d_x.as<__nv_bfloat16>(), d_w.as<__nv_bfloat16>(),
+                           d_y.as<float>(), n, in, out, nullptr);
     cudaDeviceSynchronize();
     cublasDestroy(handle);
     std::vector<float> got(expected.size());
     d_y.download(got.data(), got.size() * 4);
-    EXPECT_LT(test::max_abs_diff(got, expected), 1e-3 * std::sqrt(in / 576.0)) << "n=" << n << " in=" << in << " out=" << out;
+    EXPECT_LT(test::max_abs_diff(got, expected), 1e-3 * std::sqrt(in / 576.0))
+        << "n=" << n << " in=" << in << " out=" << out;
   }
 }
 
@@ -203,14 +226,18 @@ TEST(CudaOps, CopyRowsAndArgmax) {
 }
 
 // The fused gate/up GEMV + SwiGLU equals gemm_bf16 then swiglu bit for bit (n <= 4: the same sums
-// in the same order, the same roundings), and both match the CPU twins; n = 6 takes the unfused
-// fallback.
+// in the same order, the same roundings), and both match the CPU twins; n = 6 and 12 take the
+// unfused path (the tensor-core product with bf16 output, then swiglu).
 TEST(CudaOps, GateUpSwigluMatchesUnfusedAndCpu) {
   KVB_REQUIRE_GPU();
   cublasHandle_t handle;
   cublasCreate(&handle);
-  for (auto [n, in, ffn] : std::vector<std::tuple<int, int, int>>{
-           {1, 576, 1536}, {2, 576, 1536}, {4, 4096, 1000}, {1, 4096, 14336}, {6, 576, 1536}}) {
+  for (auto [n, in, ffn] : std::vector<std::tuple<int, int, int>>{{1, 576, 1536},
+                                                                  {2, 576, 1536},
+                                                                  {4, 4096, 1000},
+                                                                  {1, 4096, 14336},
+                                                                  {6, 576, 1536},
+                                                                  {12, 4096, 1000}}) {
     auto x = random_bf16_values(size_t(n) * in, 21, 2.0f);
     auto w = random_bf16_values(size_t(2) * ffn * in, 22, 0.1f);
     std::vector<float> product(size_t(n) * 2 * ffn), expected(size_t(n) * ffn);
@@ -465,8 +492,10 @@ TEST(CudaOps, FusedRopeAppendDecodeInAGraph) {
     std::vector<cuda::DeviceBuffer> qkv;
   };
   auto make_run = [&] {
-    Run r{test::to_device(lengths), cuda::DeviceBuffer(size_t(batch) * hkv * capacity * d * 2),
-          cuda::DeviceBuffer(size_t(batch) * hkv * capacity * d * 2), {}};
+    Run r{test::to_device(lengths),
+          cuda::DeviceBuffer(size_t(batch) * hkv * capacity * d * 2),
+          cuda::DeviceBuffer(size_t(batch) * hkv * capacity * d * 2),
+          {}};
     cudaMemset(r.k.data(), 0, r.k.bytes());
     cudaMemset(r.v.data(), 0, r.v.bytes());
     for (const auto& row : rows) r.qkv.push_back(test::to_device_bf16(row));
