@@ -21,28 +21,40 @@ int CudaEngine::Impl::decode_length_bound_for(int longest) const {
   return std::min(capacity, (longest + headroom + 63) / 64 * 64);
 }
 
-void CudaEngine::Impl::fit_decode_length_bound(int longest) {
+void CudaEngine::Impl::fit_decode_length_bound(DecodeGraph& step, int longest) {
   const int wanted = decode_length_bound_for(longest);
-  if (longest <= decode_length_bound && wanted * 2 > decode_length_bound) return;
-  decode_length_bound = wanted;
-  drop_graph();
+  if (longest <= step.length_bound && wanted * 2 > step.length_bound) return;
+  step.length_bound = wanted;
+  drop_graph(step);
+}
+
+void CudaEngine::Impl::drop_graph(DecodeGraph& step) {
+  if (step.exec) cudaGraphExecDestroy(step.exec);
+  if (step.graph) cudaGraphDestroy(step.graph);
+  step.exec = nullptr;
+  step.graph = nullptr;
 }
 
 void CudaEngine::Impl::drop_graph() {
-  if (graph_exec) cudaGraphExecDestroy(graph_exec);
-  if (graph) cudaGraphDestroy(graph);
-  graph_exec = nullptr;
-  graph = nullptr;
+  for (auto& [range, step] : decode_graphs) drop_graph(step);
 }
 
-void CudaEngine::Impl::decode_graph_body() {
+// Sequences [first, first + count) only: the weights are read once for the range's rows, and every
+// per-sequence array (tokens, positions, KV offsets and lengths, the ART walkers' words, logits,
+// argmax keys, a selection's metadata) is addressed from the first sequence on, so the other
+// sequences' caches and state are neither read nor written.
+void CudaEngine::Impl::decode_graph_body(int first, int count, int length_bound) {
   const int d = config.d_model;
   const int hkv = heads_total();
-  cuda::embedding_gather(ptr<bf16>(embedding), ptr<int32_t>(tokens), batch, d, ptr<float>(residual),
-                         stream);
-  run_layers(batch, ptr<int32_t>(positions), true, [&](int l, const cuda::RopeArgs& rope) {
-    const int64_t* offsets = ptr<int64_t>(kv_offset) + int64_t(l) * hkv;
-    int32_t* lengths = ptr<int32_t>(kv_length) + int64_t(l) * hkv;
+  const int64_t first_slot = int64_t(first) * config.n_kv_heads;
+  int32_t* step_tokens = ptr<int32_t>(tokens) + first;
+  int32_t* step_positions = ptr<int32_t>(positions) + first;
+  float* step_logits = ptr<float>(logits) + int64_t(first) * config.vocab_size;
+  unsigned long long* step_argmax_keys = ptr<unsigned long long>(argmax_keys) + first;
+  cuda::embedding_gather(ptr<bf16>(embedding), step_tokens, count, d, ptr<float>(residual), stream);
+  run_layers(count, step_positions, true, [&](int l, const cuda::RopeArgs& rope) {
+    const int64_t* offsets = ptr<int64_t>(kv_offset) + int64_t(l) * hkv + first_slot;
+    int32_t* lengths = ptr<int32_t>(kv_length) + int64_t(l) * hkv + first_slot;
     cuda::DecodeAttentionArgs a;
     a.q = ptr<bf16>(qkv);
     a.q_seq_stride = qkv_width();
@@ -50,10 +62,10 @@ void CudaEngine::Impl::decode_graph_body() {
     a.v = ptr<bf16>(v_cache[l]);
     a.kv_offset = offsets;
     a.kv_length = lengths;
-    a.max_kv_length = decode_length_bound;
+    a.max_kv_length = length_bound;
     a.out = ptr<bf16>(attn_out);
     a.out_seq_stride = config.n_query_heads * config.head_dim;
-    a.batch = batch;
+    a.batch = count;
     a.n_query_heads = config.n_query_heads;
     a.n_kv_heads = config.n_kv_heads;
     a.head_dim = config.head_dim;
@@ -62,7 +74,7 @@ void CudaEngine::Impl::decode_graph_body() {
     if (sparse && sparse->selects(l)) {  // the index-list path appends in a kernel of its own
       cuda::rope_append_kv_decode(rope, offsets, lengths, ptr<bf16>(k_cache[l]),
                                   ptr<bf16>(v_cache[l]), stream);
-      sparse->attend(l, a, stream);
+      sparse->attend(l, a, first, stream);
       return;
     }
     // The dense kernel and the ART walk append the step's token themselves (one boundary fewer).
@@ -71,7 +83,7 @@ void CudaEngine::Impl::decode_graph_body() {
       cuda::EarlyExitDecodeArgs walk;
       walk.attention = a;
       walk.options = *early_exit;
-      walk.walker_state = ptr<int32_t>(walker_state);
+      walk.walker_state = ptr<int32_t>(walker_state) + first_slot * cuda::kStateWords;
       walk.totals = ptr<unsigned long long>(walk_counts);
       cuda::early_exit_decode(walk, stream);
     } else {
@@ -79,64 +91,104 @@ void CudaEngine::Impl::decode_graph_body() {
     }
   });
   if (norms_folded) {
-    cuda::lm_head_argmax(folded_norm(output_norm, 0), lm_head(), ptr<float>(logits), batch, d,
-                         config.vocab_size, ptr<unsigned long long>(argmax_keys),
-                         ptr<int32_t>(tokens), stream);
+    cuda::lm_head_argmax(folded_norm(output_norm, 0), lm_head(), step_logits, count, d,
+                         config.vocab_size, step_argmax_keys, step_tokens, stream);
   } else {
-    cuda::add_rmsnorm(ptr<float>(residual), ptr<bf16>(ffn_out), ptr<bf16>(output_norm), batch, d,
+    cuda::add_rmsnorm(ptr<float>(residual), ptr<bf16>(ffn_out), ptr<bf16>(output_norm), count, d,
                       config.rms_norm_eps, ptr<bf16>(normed), stream);
-    cuda::lm_head_argmax(cublas, ptr<bf16>(normed), lm_head(), ptr<float>(logits), batch, d,
-                         config.vocab_size, ptr<unsigned long long>(argmax_keys),
-                         ptr<int32_t>(tokens), stream);
+    cuda::lm_head_argmax(cublas, ptr<bf16>(normed), lm_head(), step_logits, count, d,
+                         config.vocab_size, step_argmax_keys, step_tokens, stream);
   }
-  cuda::advance_lengths(nullptr, 0, ptr<int32_t>(positions), batch, 1, stream);
+  cuda::advance_lengths(nullptr, 0, step_positions, count, 1, stream);
 }
+
+namespace {
+
+void check_range(int first, int count, int batch, const char* call) {
+  if (first < 0 || count < 1 || first + count > batch)
+    throw InputError(std::string(call) + ": sequences " + std::to_string(first) + " .. " +
+                     std::to_string(first + count - 1) + " are not in the batch of " +
+                     std::to_string(batch));
+}
+
+}  // namespace
 
 void CudaEngine::set_next_tokens(const std::vector<int32_t>& tokens,
                                  const std::vector<int32_t>& positions) {
-  Impl& m = *impl_;
+  const Impl& m = *impl_;
   if (static_cast<int>(tokens.size()) != m.batch || static_cast<int>(positions.size()) != m.batch)
     throw InputError("set_next_tokens: one token and one position per sequence expected");
-  m.tokens.upload(tokens.data(), tokens.size() * 4);
-  m.positions.upload(positions.data(), positions.size() * 4);
-  for (int b = 0; b < m.batch; ++b) m.host_position[b] = positions[b];
+  set_next_tokens(0, tokens, positions);
 }
 
-void CudaEngine::decode_step(bool use_graph) {
+void CudaEngine::set_next_tokens(int first, const std::vector<int32_t>& tokens,
+                                 const std::vector<int32_t>& positions) {
   Impl& m = *impl_;
-  int longest = 0;
-  for (int32_t length : m.host_length) {
-    if (length + 1 > m.capacity)
-      throw CapacityError("decode step would exceed the cache capacity " +
-                          std::to_string(m.capacity));
-    longest = std::max(longest, length + 1);
+  const int count = static_cast<int>(tokens.size());
+  if (positions.size() != tokens.size())
+    throw InputError("set_next_tokens: one position per token expected");
+  check_range(first, count, m.batch, "set_next_tokens");
+  m.tokens.upload(tokens.data(), tokens.size() * 4, size_t(first) * 4);
+  m.positions.upload(positions.data(), positions.size() * 4, size_t(first) * 4);
+  std::copy(positions.begin(), positions.end(), m.host_position.begin() + first);
+}
+
+void CudaEngine::decode_step(bool use_graph) { decode_step(0, impl_->batch, use_graph); }
+
+void CudaEngine::decode_step(int first, int count, bool use_graph) {
+  Impl& m = *impl_;
+  check_range(first, count, m.batch, "decode_step");
+  const int hkv = m.heads_total();
+  const int64_t slot_begin = int64_t(first) * m.config.n_kv_heads;
+  const int64_t slot_end = int64_t(first + count) * m.config.n_kv_heads;
+  int longest = 0, shortest = m.capacity;
+  for (int l = 0; l < m.config.n_layers; ++l)
+    for (int64_t s = slot_begin; s < slot_end; ++s) {
+      const int32_t length = m.host_length[int64_t(l) * hkv + s];
+      if (length + 1 > m.capacity)
+        throw CapacityError("decode step would exceed the cache capacity " +
+                            std::to_string(m.capacity));
+      longest = std::max(longest, length + 1);
+      if (l == 0) shortest = std::min(shortest, length + 1);
+    }
+  const std::pair<int, int> range(first, count);
+  if (!m.decode_graphs.count(range) && m.decode_graphs.size() >= Impl::kMaxDecodeGraphs) {
+    m.drop_graph();
+    m.decode_graphs.clear();
   }
-  m.fit_decode_length_bound(longest);
+  Impl::DecodeGraph& step = m.decode_graphs[range];
+  m.fit_decode_length_bound(step, longest);
   if (m.sparse) {  // a moving step budget is fixed in a captured step: re-capture when it moves
-    const int key = m.sparse->prepare_step(m.host_length[0] + 1);
-    if (key != m.sparse_capture_key) m.drop_graph();
-    m.sparse_capture_key = key;
+    // Sequences that decoded on their own may differ in length: the shortest bounds the budget
+    // (the top-k never asks for more entries than every list holds).
+    const int key = m.sparse->prepare_step(shortest);
+    if (key != step.sparse_key) m.drop_graph(step);
+    step.sparse_key = key;
   }
   if (!use_graph) {
-    m.decode_graph_body();
+    m.decode_graph_body(first, count, step.length_bound);
   } else {
-    if (!m.graph_exec) {
+    if (!step.exec) {
       cuda::check(cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal),
                   "begin capture");
-      m.decode_graph_body();
-      cuda::check(cudaStreamEndCapture(m.stream, &m.graph), "end capture");
-      cuda::check(cudaGraphInstantiate(&m.graph_exec, m.graph, 0), "graph instantiate");
+      m.decode_graph_body(first, count, step.length_bound);
+      cuda::check(cudaStreamEndCapture(m.stream, &step.graph), "end capture");
+      cuda::check(cudaGraphInstantiate(&step.exec, step.graph, 0), "graph instantiate");
     }
-    cuda::check(cudaGraphLaunch(m.graph_exec, m.stream), "graph launch");
+    cuda::check(cudaGraphLaunch(step.exec, m.stream), "graph launch");
   }
-  for (auto& length : m.host_length) ++length;
-  for (auto& position : m.host_position) ++position;
+  for (int l = 0; l < m.config.n_layers; ++l)
+    for (int64_t s = slot_begin; s < slot_end; ++s) ++m.host_length[int64_t(l) * hkv + s];
+  for (int b = first; b < first + count; ++b) ++m.host_position[b];
 }
 
-std::vector<int32_t> CudaEngine::next_tokens() const {
-  std::vector<int32_t> out(impl_->batch);
+std::vector<int32_t> CudaEngine::next_tokens() const { return next_tokens(0, impl_->batch); }
+
+std::vector<int32_t> CudaEngine::next_tokens(int first, int count) const {
+  check_range(first, count, impl_->batch, "next_tokens");
+  std::vector<int32_t> out(count);
   cuda::check(cudaStreamSynchronize(impl_->stream), "decode");
-  impl_->tokens.download(out.data(), out.size() * 4);
+  impl_->tokens.download(out.data(), out.size() * 4, size_t(first) * 4);
   return out;
 }
 

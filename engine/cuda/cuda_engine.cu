@@ -230,6 +230,7 @@ int CudaEngine::capacity() const { return impl_->capacity; }
 void CudaEngine::allocate_cache(int batch, int capacity) {
   Impl& m = *impl_;
   m.drop_graph();
+  m.decode_graphs.clear();  // their length bounds belong to the old capacity
   m.sparse.reset();
   m.k_cache.clear();
   m.v_cache.clear();

@@ -9,8 +9,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "engine/cuda/cuda_engine.h"
@@ -64,11 +66,21 @@ struct CudaEngine::Impl {
   DeviceBuffer walker_state;                               // [B * Hkv * kStateWords] int32
   DeviceBuffer walk_counts;                                // visited, total, loaded (u64)
   std::unique_ptr<CudaSparseDecode> sparse;                // kind-D selection in the decode step
-  int sparse_capture_key = 0;                              // its step key the graph was captured at
-  // Upper bound on every KV length during the captured decode steps (decode_length_bound_for).
-  int decode_length_bound = 0;
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t graph_exec = nullptr;
+
+  // The decode step of one range of sequences [first, first + count) (the whole batch, or a
+  // sub-batch decoded on its own) and its captured graph. Every launch of a step takes the range
+  // as pointer offsets and sizes, so each range is a graph of its own.
+  struct DecodeGraph {
+    // Upper bound on the range's KV lengths during its captured steps (decode_length_bound_for).
+    int length_bound = 0;
+    int sparse_key = 0;  // the selection's step key the graph was captured at
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+  };
+  // By (first, count). Few ranges occur (the batch, each sequence alone, the ranges left as the
+  // batch's ends finish), but each holds an instantiated graph: past kMaxDecodeGraphs all go.
+  static constexpr size_t kMaxDecodeGraphs = 64;
+  std::map<std::pair<int, int>, DecodeGraph> decode_graphs;
 
   ~Impl() {
     drop_graph();
@@ -105,11 +117,14 @@ struct CudaEngine::Impl {
     drop_graph();
   }
 
-  // The decode step's length bound and graph (cuda_decode_step.cu).
+  // The decode step's length bounds and graphs (cuda_decode_step.cu). drop_graph destroys every
+  // range's graph (they captured buffers or methods that changed) and keeps their bounds.
   int decode_length_bound_for(int longest) const;
-  void fit_decode_length_bound(int longest);
+  void fit_decode_length_bound(DecodeGraph& step, int longest);
+  void drop_graph(DecodeGraph& step);
   void drop_graph();
-  void decode_graph_body();
+  // The step of sequences [first, first + count) with KV lengths bounded by `length_bound`.
+  void decode_graph_body(int first, int count, int length_bound);
 
   // `rows` cache rows of `buffer` from `first_row` on, as f32 [rows, head_dim].
   std::vector<float> download_rows(const DeviceBuffer& buffer, int64_t first_row,
