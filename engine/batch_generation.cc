@@ -235,13 +235,9 @@ std::vector<GenerationResult> generate_cells(Engine& engine, const Tokenizer* to
         max_new_tokens_within_context(engine.config(), prompt_tokens, cells[i].options);
     longest_new = std::max(longest_new, states[i].max_new_tokens);
     engine.check_plan(*cells[i].plan);
-    // Cells decoded one at a time still share a prefill where the engine's decode step costs
-    // only the sequences it is given (the CPU); a device step runs every sequence it holds, so
-    // there each cell gets a batch, and a prefill, of its own.
-    const bool own_batch = !options.batch_cells && engine.steps_every_sequence();
-    const std::string key =
-        own_batch ? "cell" + std::to_string(i) : decode_group_of(*cells[i].plan);
-    groups[key].push_back(&states[i]);
+    // Cells decoded one at a time share the prefill and the batch all the same: a decode step
+    // computes only the sequences it is given (engine/engine.h), on every backend.
+    groups[decode_group_of(*cells[i].plan)].push_back(&states[i]);
   }
   const int capacity =
       static_cast<int>(context.size()) + longest_new + static_cast<int>(question.size());

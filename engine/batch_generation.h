@@ -1,7 +1,8 @@
 // A sample's cells generated together on any Engine (DESIGN.md, "the pipeline"): the prompt is
 // prefilled once, forked into one sequence per cell, each sequence compressed under its own plan,
 // the question appended (question-agnostic mode), and all of them decoded greedily as one batch,
-// each stopping at its own end of turn, stop string or max new tokens.
+// each stopping at its own end of turn, stop string or max new tokens (or, with `batch_cells`
+// false, one after another at batch 1 each, still from the one prefill).
 //
 // Cells whose decode steps differ in kind (a decode selector, ART's walk) are decoded in batches
 // of their own (decode_group_of), since a device engine runs one decode-time method per batch. A
@@ -27,8 +28,9 @@ struct CellRequest {
 };
 
 struct BatchOptions {
-  // false: each cell decoded on its own at batch 1 (after a shared prefill on the CPU; with a
-  // prefill of its own on a device, whose step runs every sequence it holds).
+  // false: each cell decoded on its own at batch 1, one after another, after the prefill its batch
+  // shares (prefill reuse alone, on every backend: the cells are forked from the prefilled
+  // sequence and compressed as when they decode together).
   bool batch_cells = true;
 };
 

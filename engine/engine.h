@@ -3,9 +3,9 @@
 // Engine: what generation and the sweep see, on any device. It holds numbered sequences, each a
 // KV cache: prefill one (capturing what its policies ask for), fork it, compact it to kept
 // indices per (layer, KV head), append a chunk to several, and decode one greedy step for a batch
-// of sequences, each under its own CachePlan. CpuBackend (engine/cpu/cpu_backend.h) and
-// CudaBackend (engine/cuda/cuda_backend.h) implement it; make_engine() (engine/engine_factory.h)
-// picks one for a device.
+// of sequences (all of them or a few), each under its own CachePlan. CpuBackend
+// (engine/cpu/cpu_backend.h) and CudaBackend (engine/cuda/cuda_backend.h) implement it;
+// make_engine() (engine/engine_factory.h) picks one for a device.
 //
 // InferenceEngine: the CPU forward pass over one host KvStore (CpuEngine, engine/cpu/forward.h),
 // which CpuBackend and the single-sequence Generator (engine/generation.h) drive.
@@ -104,10 +104,11 @@ class Engine {
   // After start_decode of every sequence of the batch: builds what the batch's decode steps need
   // (a device engine's selection metadata), so that its cost counts before the first token.
   virtual void prepare_decode() {}
-  // Whether one decode step computes every reserved sequence whatever it is given (a device's
-  // batched step), rather than only the inputs' (the CPU).
-  virtual bool steps_every_sequence() const = 0;
   // One greedy step for each input's sequence; returns each one's next token, in input order.
+  // Only the inputs' sequences are computed; every other sequence keeps its cache as it is, so the
+  // sequences of one prefill may decode together or one after another at batch 1 each
+  // (generate_cells' batch_cells). A device computes the contiguous range of sequences holding
+  // the inputs in one step (CudaBackend): its cost is that range's.
   virtual std::vector<TokenId> decode(std::span<const DecodeInput> inputs) = 0;
   // After the last decode step of `seq`: fills what the plan collects (ART's walk counts).
   virtual void finish_decode(int seq) = 0;

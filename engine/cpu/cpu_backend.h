@@ -33,7 +33,6 @@ class CpuBackend final : public Engine {
   std::vector<TokenId> extend(std::span<const int> sequences, std::span<const TokenId> ids,
                               int first_position) override;
   void start_decode(int seq, CachePlan& plan, int prompt_tokens, int budget_tokens) override;
-  bool steps_every_sequence() const override { return false; }
   std::vector<TokenId> decode(std::span<const DecodeInput> inputs) override;
   void finish_decode(int seq) override { plans_.at(seq) = nullptr; }
   int64_t kv_bytes(int seq) const override { return stores_.at(seq).kv_bytes(); }

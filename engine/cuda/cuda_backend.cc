@@ -1,6 +1,7 @@
 #include "engine/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 #include "engine/errors.h"
@@ -103,17 +104,29 @@ PrefillView CudaBackend::prefill_view(int seq, const PrefillCapture& capture,
 
 void CudaBackend::compact(int seq, const KeptIndices& kept, int) { engine_->compact(seq, kept); }
 
-std::vector<int32_t> CudaBackend::step_all(std::span<const DecodeInput> inputs, bool use_graph) {
-  const int batch = engine_->batch();
-  std::vector<int32_t> tokens(batch, 0), positions(batch);
-  for (int b = 0; b < batch; ++b) positions[b] = engine_->next_position(b);
+std::vector<int32_t> CudaBackend::step(std::span<const DecodeInput> inputs) {
+  if (inputs.empty()) return {};
+  int first = inputs.front().sequence, last = first;
   for (const DecodeInput& in : inputs) {
-    tokens.at(in.sequence) = in.token;
-    positions.at(in.sequence) = in.position;
+    first = std::min(first, in.sequence);
+    last = std::max(last, in.sequence);
   }
-  engine_->set_next_tokens(tokens, positions);
-  engine_->decode_step(use_graph);
-  return engine_->next_tokens();
+  if (first < 0 || last >= engine_->batch())
+    throw std::out_of_range("CudaBackend: decode input for a sequence outside the batch");
+  const int count = last - first + 1;
+  std::vector<int32_t> tokens(count, 0), positions(count);
+  for (int b = 0; b < count; ++b) positions[b] = engine_->next_position(first + b);
+  for (const DecodeInput& in : inputs) {
+    tokens[in.sequence - first] = in.token;
+    positions[in.sequence - first] = in.position;
+  }
+  engine_->set_next_tokens(first, tokens, positions);
+  engine_->decode_step(first, count, /*use_graph=*/true);
+  const std::vector<int32_t> next = engine_->next_tokens(first, count);
+  std::vector<int32_t> out;
+  out.reserve(inputs.size());
+  for (const DecodeInput& in : inputs) out.push_back(next[in.sequence - first]);
+  return out;
 }
 
 std::vector<TokenId> CudaBackend::extend(std::span<const int> sequences,
@@ -129,15 +142,16 @@ std::vector<TokenId> CudaBackend::extend(std::span<const int> sequences,
     inputs.clear();
     for (int seq : sequences)
       inputs.push_back({seq, ids[t], first_position + static_cast<int>(t), 0});
-    next = step_all(inputs, /*use_graph=*/true);
+    next = step(inputs);
   }
-  std::vector<TokenId> out;
-  for (int seq : sequences) out.push_back(next.at(seq));
-  return out;
+  return std::vector<TokenId>(next.begin(), next.end());
 }
 
 void CudaBackend::start_decode(int seq, CachePlan& plan, int, int budget_tokens) {
-  started_.at(seq) = {&plan, budget_tokens};
+  Started& started = started_.at(seq);
+  started = Started{};
+  started.plan = &plan;
+  started.budget_tokens = budget_tokens;
   decode_configured_ = false;
 }
 
@@ -185,19 +199,29 @@ void CudaBackend::prepare_decode() {
 
 std::vector<TokenId> CudaBackend::decode(std::span<const DecodeInput> inputs) {
   if (!decode_configured_) configure_decode();
-  const std::vector<int32_t> next = step_all(inputs, /*use_graph=*/true);
-  std::vector<TokenId> out;
-  out.reserve(inputs.size());
-  for (const DecodeInput& in : inputs) out.push_back(next.at(in.sequence));
-  return out;
+  // ART's counts add up over every step: a cell's are those since its first step, which for
+  // cells decoded one after another starts after the previous cell's last.
+  std::optional<CudaEngine::EarlyExitCounts> now;
+  for (const DecodeInput& in : inputs) {
+    Started& started = started_.at(in.sequence);
+    if (started.stepped) continue;
+    started.stepped = true;
+    if (!started.plan || !started.plan->early_exit) continue;
+    if (!now) now = engine_->early_exit_counts();
+    started.walks_before = *now;
+  }
+  const std::vector<int32_t> next = step(inputs);
+  return std::vector<TokenId>(next.begin(), next.end());
 }
 
 void CudaBackend::finish_decode(int seq) {
   Started& started = started_.at(seq);
   if (started.plan && started.plan->early_exit) {
-    const CudaEngine::EarlyExitCounts counts = engine_->early_exit_counts();
-    started.plan->early_exit_stats.blocks_visited = counts.visited;
-    started.plan->early_exit_stats.blocks_total = counts.total;
+    // A cell that stopped at its first token walked nothing.
+    const CudaEngine::EarlyExitCounts counts =
+        started.stepped ? engine_->early_exit_counts() : started.walks_before;
+    started.plan->early_exit_stats.blocks_visited = counts.visited - started.walks_before.visited;
+    started.plan->early_exit_stats.blocks_total = counts.total - started.walks_before.total;
   }
   started.plan = nullptr;
 }

@@ -1,6 +1,7 @@
 // The Engine interface (engine/engine.h) on the GPU, over CudaEngine: sequences are slots of the
-// device KV cache, a decode step runs every slot of the batch at once (one CUDA graph), and
-// compaction gathers kept rows on the device.
+// device KV cache, a decode step runs the contiguous range of slots that holds its inputs at once
+// (one CUDA graph per range: the whole batch, or one sequence when cells decode one after another
+// after a shared prefill), and compaction gathers kept rows on the device.
 //
 // What a plan may use here (check_plan refuses the rest, naming the method):
 // - prefill policies: the statistics they ask for (CaptureRequest: attention column sums, window
@@ -16,7 +17,9 @@
 // - ART (kind E) with the kernel's 64-entry blocks, no oracle mode;
 // - no decode-time eviction (H2O real-drop, TOVA, CAKE's decode switch).
 // Every sequence of a batch decodes under the same decode-time method (generate_cells groups
-// cells so); ART's walk counts are the batch's, shared by its cells.
+// cells so), whether its sequences step together or one after another. ART's walk counts of a
+// cell are those of the steps from its first to its last: the batch's when its cells step
+// together, its own when each decodes alone.
 #pragma once
 
 #include <memory>
@@ -53,7 +56,6 @@ class CudaBackend final : public Engine {
                               int first_position) override;
   void start_decode(int seq, CachePlan& plan, int prompt_tokens, int budget_tokens) override;
   void prepare_decode() override;
-  bool steps_every_sequence() const override { return true; }
   std::vector<TokenId> decode(std::span<const DecodeInput> inputs) override;
   void finish_decode(int seq) override;
   int64_t kv_bytes(int seq) const override;
@@ -63,9 +65,11 @@ class CudaBackend final : public Engine {
   CudaEngine& device() { return *engine_; }
 
  private:
-  // One greedy step of the whole batch: `inputs` feed their sequences; every other sequence is
-  // fed a filler token (its result is never read). Returns the next token of every sequence.
-  std::vector<int32_t> step_all(std::span<const DecodeInput> inputs, bool use_graph);
+  // One greedy step of the sequences from the lowest input's to the highest's (CudaEngine's
+  // sub-batch step, graph-captured per range): `inputs` feed their sequences; a sequence of the
+  // range without an input (one that stopped between two that go on) is fed a filler token whose
+  // result is never read. Returns the next token of each input, in input order.
+  std::vector<int32_t> step(std::span<const DecodeInput> inputs);
   // Sets the batch's decode-time method (selection, ART) from the started plans.
   void configure_decode();
 
@@ -80,6 +84,8 @@ class CudaBackend final : public Engine {
   struct Started {
     CachePlan* plan = nullptr;
     int budget_tokens = 0;
+    bool stepped = false;                      // a decode step has computed the sequence
+    CudaEngine::EarlyExitCounts walks_before;  // ART's counts before its first step
   };
   std::vector<Started> started_;
   bool decode_configured_ = false;

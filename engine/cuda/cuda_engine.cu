@@ -1,5 +1,6 @@
-#include "engine/cuda/cuda_engine.h"
-
+// CudaEngine (engine/cuda/cuda_engine.h): weights, the cache, prefill, copies and compaction. The
+// decode step, its graphs and decode-time methods are in cuda_decode_step.cu; the state both share
+// is cuda_engine_impl.h.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -8,6 +9,8 @@
 #include <cstring>
 #include <string>
 
+#include "engine/cuda/cuda_engine.h"
+#include "engine/cuda/cuda_engine_impl.h"
 #include "engine/cuda/cuda_sparse_decode.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/prefill_statistics.h"
@@ -70,275 +73,49 @@ T* ptr(const DeviceBuffer& buffer) {
 
 }  // namespace
 
-struct CudaEngine::Impl {
-  ModelConfig config;
-  kernels::RopePairing pairing = kernels::RopePairing::kHalves;
-  cudaStream_t stream = nullptr;
-  cublasHandle_t cublas = nullptr;
-  DeviceBuffer cublas_workspace;
-  DeviceBuffer embedding, output_norm, output, inv_freq;
-  bool tied = false;
-  std::vector<CudaLayer> layers;
-  int64_t weight_bytes = 0;
+void CudaEngine::Impl::init_runtime() {
+  cuda::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error("cublasCreate failed");
+  cublas_workspace = DeviceBuffer(32 << 20, "cuBLAS workspace");
+  cublasSetWorkspace(cublas, cublas_workspace.data(), cublas_workspace.bytes());
+  cublasSetStream(cublas, stream);
+  std::vector<float> freq =
+      config.llama3_rope_scaling
+          ? kernels::rope_inverse_frequencies_llama3(
+                config.head_dim, config.rope_theta,
+                {config.llama3_rope_scaling->factor, config.llama3_rope_scaling->low_freq_factor,
+                 config.llama3_rope_scaling->high_freq_factor,
+                 config.llama3_rope_scaling->original_max_position})
+          : kernels::rope_inverse_frequencies(config.head_dim, config.rope_theta);
+  inv_freq = DeviceBuffer(freq.size() * 4, "rope frequencies");
+  inv_freq.upload(freq.data(), freq.size() * 4);
+}
 
-  // Cache.
-  int batch = 0, capacity = 0;
-  std::vector<DeviceBuffer> k_cache, v_cache;  // per layer
-  DeviceBuffer kv_offset;                      // [L * B * Hkv] int64
-  DeviceBuffer kv_length;                      // [L * B * Hkv] int32
-  std::vector<int64_t> host_offset;
-  std::vector<int32_t> host_length;
-  std::vector<int32_t> host_position;          // next position per sequence
+void CudaEngine::Impl::ensure_activations(int rows) {
+  if (rows <= activation_rows) return;
+  const int64_t d = config.d_model;
+  residual = DeviceBuffer(rows * d * 4, "activations");
+  normed = DeviceBuffer(rows * d * 2, "activations");
+  qkv = DeviceBuffer(int64_t(rows) * qkv_width() * 2, "activations");
+  attn_out =
+      DeviceBuffer(int64_t(rows) * config.n_query_heads * config.head_dim * 2, "activations");
+  gate_up = DeviceBuffer(int64_t(rows) * 2 * config.ffn_dim * 2, "activations");
+  act = DeviceBuffer(int64_t(rows) * config.ffn_dim * 2, "activations");
+  ffn_out = DeviceBuffer(rows * d * 2, "activations");
+  norm_sums = DeviceBuffer(cuda::kFoldedNormSumsDoubles * sizeof(double), "activations");
+  activation_rows = rows;
+  drop_graph();
+}
 
-  // Decode state.
-  DeviceBuffer tokens, positions, decode_workspace, logits;
-  // The LM head's argmax keys [B] (u64), zeroed once and left zero by every decode step.
-  DeviceBuffer argmax_keys;
-  DeviceBuffer residual, normed, qkv, attn_out, gate_up, act, ffn_out;
-  // Whether the last run_layers folded its norms into the decode GEMVs (cuda::FoldedNorm): the
-  // residual is then complete; otherwise the last down projection is still pending in ffn_out.
-  bool norms_folded = false;
-  DeviceBuffer norm_sums;  // the folded norms' Σv² (kFoldedNormSumsDoubles f64: FoldedNorm)
-  int activation_rows = 0;
-  std::optional<cuda::EarlyExitDecodeOptions> early_exit;  // ART walk in the decode step
-  DeviceBuffer walker_state;                               // [B * Hkv * kStateWords] int32
-  DeviceBuffer walk_counts;                                // visited, total, loaded (u64)
-  std::unique_ptr<CudaSparseDecode> sparse;                // kind-D selection in the decode step
-  int sparse_capture_key = 0;                              // its step key the graph was captured at
-  // Upper bound on every KV length during the captured decode steps (decode_length_bound_for).
-  int decode_length_bound = 0;
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t graph_exec = nullptr;
-
-  ~Impl() {
-    if (graph_exec) cudaGraphExecDestroy(graph_exec);
-    if (graph) cudaGraphDestroy(graph);
-    if (cublas) cublasDestroy(cublas);
-    if (stream) cudaStreamDestroy(stream);
-  }
-
-  int qkv_width() const { return (config.n_query_heads + 2 * config.n_kv_heads) * config.head_dim; }
-  int heads_total() const { return batch * config.n_kv_heads; }
-
-  void init_runtime() {
-    cuda::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS)
-      throw std::runtime_error("cublasCreate failed");
-    cublas_workspace = DeviceBuffer(32 << 20, "cuBLAS workspace");
-    cublasSetWorkspace(cublas, cublas_workspace.data(), cublas_workspace.bytes());
-    cublasSetStream(cublas, stream);
-    std::vector<float> freq =
-        config.llama3_rope_scaling
-            ? kernels::rope_inverse_frequencies_llama3(
-                  config.head_dim, config.rope_theta,
-                  {config.llama3_rope_scaling->factor, config.llama3_rope_scaling->low_freq_factor,
-                   config.llama3_rope_scaling->high_freq_factor,
-                   config.llama3_rope_scaling->original_max_position})
-            : kernels::rope_inverse_frequencies(config.head_dim, config.rope_theta);
-    inv_freq = DeviceBuffer(freq.size() * 4, "rope frequencies");
-    inv_freq.upload(freq.data(), freq.size() * 4);
-  }
-
-  // Prefill rows whose activations (the buffers ensure_activations allocates) fit in 1 GiB: a long
-  // prompt on an 8B model then holds weights + KV + ~1 GiB of workspace, where 16K-row chunks took
-  // ~2.2 GiB (results/gpu-sweeps.md, 128K). Multiples of 256 rows, at least 256.
-  int prefill_rows_within_activation_budget() const {
-    const int64_t d = config.d_model, ffn = config.ffn_dim;
-    const int64_t per_row = d * 4 + d * 2 + int64_t(qkv_width()) * 2 +
-                            int64_t(config.n_query_heads) * config.head_dim * 2 + 2 * ffn * 2 +
-                            ffn * 2 + d * 2;
-    constexpr int64_t kActivationBytes = int64_t(1) << 30;
-    return static_cast<int>(std::max<int64_t>(256, kActivationBytes / per_row / 256 * 256));
-  }
-
-  void ensure_activations(int rows) {
-    if (rows <= activation_rows) return;
-    const int64_t d = config.d_model;
-    residual = DeviceBuffer(rows * d * 4, "activations");
-    normed = DeviceBuffer(rows * d * 2, "activations");
-    qkv = DeviceBuffer(int64_t(rows) * qkv_width() * 2, "activations");
-    attn_out = DeviceBuffer(int64_t(rows) * config.n_query_heads * config.head_dim * 2, "activations");
-    gate_up = DeviceBuffer(int64_t(rows) * 2 * config.ffn_dim * 2, "activations");
-    act = DeviceBuffer(int64_t(rows) * config.ffn_dim * 2, "activations");
-    ffn_out = DeviceBuffer(rows * d * 2, "activations");
-    norm_sums = DeviceBuffer(cuda::kFoldedNormSumsDoubles * sizeof(double), "activations");
-    activation_rows = rows;
-    drop_graph();
-  }
-
-  // Decode selection's metadata (codes, pages) describes the cache it started on: once the cache is
-  // rewritten it goes, and with it the graph that captured its kernels.
-  void forget_stale_selection() {
-    if (!sparse) return;
-    sparse.reset();
-    drop_graph();
-  }
-
-  // The decode kernels cut the KV range into splits by an upper bound on the lengths; the capacity
-  // would make a compressed cache's few entries one long split per head (SnapKV 5% of 32K at batch
-  // 1: TPOT as slow as Full's). The bound is the longest length plus headroom for the coming steps,
-  // so a captured graph serves them until the lengths outgrow it.
-  int decode_length_bound_for(int longest) const {
-    const int headroom = std::max(256, longest / 8);
-    return std::min(capacity, (longest + headroom + 63) / 64 * 64);
-  }
-
-  // Re-bounds the decode step (and drops its graph) when this step's lengths outgrow the bound, or
-  // when a compaction left them far below it.
-  void fit_decode_length_bound(int longest) {
-    const int wanted = decode_length_bound_for(longest);
-    if (longest <= decode_length_bound && wanted * 2 > decode_length_bound) return;
-    decode_length_bound = wanted;
-    drop_graph();
-  }
-
-  void drop_graph() {
-    if (graph_exec) cudaGraphExecDestroy(graph_exec);
-    if (graph) cudaGraphDestroy(graph);
-    graph_exec = nullptr;
-    graph = nullptr;
-  }
-
-  // `rows` cache rows of `buffer` from `first_row` on, as f32 [rows, head_dim].
-  std::vector<float> download_rows(const DeviceBuffer& buffer, int64_t first_row,
-                                   int64_t rows) const;
-
-  const bf16* lm_head() const { return tied ? ptr<bf16>(embedding) : ptr<bf16>(output); }
-
-  // The transformer block stack over `rows` rows already embedded in `residual`.
-  // attention(layer, rope) runs the attention of that layer into attn_out; with
-  // `attention_applies_rope` it also applies `rope` itself (the decode step fuses it with the KV
-  // append), otherwise the rows are rotated before it is called.
-  template <typename Attention>
-  void run_layers(int rows, const int32_t* row_positions, bool attention_applies_rope,
-                  Attention attention) {
-    const int d = config.d_model, attn_width = config.n_query_heads * config.head_dim;
-    const float eps = config.rms_norm_eps;
-    norms_folded = cuda::norms_fold(rows, {d, attn_width, config.ffn_dim});
-    if (norms_folded)
-      cuda::fold_rmsnorm(ptr<float>(residual), rows, d, folded_norm(layers[0].attn_norm, 0),
-                         stream);
-    for (int l = 0; l < config.n_layers; ++l) {
-      const CudaLayer& w = layers[l];
-      if (norms_folded) {
-        cuda::gemm_bf16(folded_norm(w.attn_norm, 0), ptr<bf16>(w.wqkv), ptr<bf16>(qkv), rows, d,
-                        qkv_width(), stream);
-      } else {
-        cuda::add_rmsnorm(ptr<float>(residual), l == 0 ? nullptr : ptr<bf16>(ffn_out),
-                          ptr<bf16>(w.attn_norm), rows, d, eps, ptr<bf16>(normed), stream);
-        cuda::gemm_bf16(cublas, ptr<bf16>(normed), ptr<bf16>(w.wqkv), ptr<bf16>(qkv), rows, d,
-                        qkv_width(), stream);
-      }
-      cuda::RopeArgs rope;
-      rope.qkv = ptr<bf16>(qkv);
-      rope.bias = w.bqkv.data() ? ptr<bf16>(w.bqkv) : nullptr;
-      rope.positions = row_positions;
-      rope.inv_freq = ptr<float>(inv_freq);
-      rope.n = rows;
-      rope.n_query_heads = config.n_query_heads;
-      rope.n_kv_heads = config.n_kv_heads;
-      rope.head_dim = config.head_dim;
-      rope.interleaved = pairing == kernels::RopePairing::kInterleavedPairs;
-      if (!attention_applies_rope) cuda::bias_rope(rope, stream);
-      attention(l, rope);
-      if (norms_folded) {
-        const DeviceBuffer& next_gain =
-            l + 1 < config.n_layers ? layers[l + 1].attn_norm : output_norm;
-        const cuda::FoldedNorm ffn_norm = folded_norm(w.ffn_norm, 1);
-        cuda::gemm_bf16_into_residual(ptr<bf16>(attn_out), ptr<bf16>(w.wo), ptr<float>(residual),
-                                      rows, attn_width, d, ffn_norm, stream);
-        cuda::gate_up_swiglu(ffn_norm, ptr<bf16>(w.w_gate_up), ptr<bf16>(act), rows, d,
-                             config.ffn_dim, stream);
-        cuda::gemm_bf16_into_residual(ptr<bf16>(act), ptr<bf16>(w.w_down), ptr<float>(residual),
-                                      rows, config.ffn_dim, d, folded_norm(next_gain, 0), stream);
-      } else {
-        cuda::gemm_bf16(cublas, ptr<bf16>(attn_out), ptr<bf16>(w.wo), ptr<bf16>(ffn_out), rows,
-                        attn_width, d, stream);
-        cuda::add_rmsnorm(ptr<float>(residual), ptr<bf16>(ffn_out), ptr<bf16>(w.ffn_norm), rows, d,
-                          eps, ptr<bf16>(normed), stream);
-        cuda::gate_up_swiglu(cublas, ptr<bf16>(normed), ptr<bf16>(w.w_gate_up), ptr<bf16>(gate_up),
-                             ptr<bf16>(act), rows, d, config.ffn_dim, stream);
-        cuda::gemm_bf16(cublas, ptr<bf16>(act), ptr<bf16>(w.w_down), ptr<bf16>(ffn_out), rows,
-                        config.ffn_dim, d, stream);
-      }
-    }
-  }
-
-  // The norm with `gain`, folded into the products around it. Slot 0 serves the norms before the
-  // attention blocks and the LM head, slot 1 those before the MLPs, so each product after a norm
-  // can zero the slot that the next producer adds into.
-  cuda::FoldedNorm folded_norm(const DeviceBuffer& gain, int slot) {
-    return cuda::folded_norm(ptr<bf16>(normed), ptr<double>(norm_sums), slot, ptr<bf16>(gain),
-                             config.rms_norm_eps);
-  }
-
-  // Final norm of the given rows (they must be contiguous in `residual`) and the LM head.
-  void logits_for_rows(int first_row, int rows, float* out) {
-    const int d = config.d_model;
-    bf16* norm_out = ptr<bf16>(normed) + int64_t(first_row) * d;
-    cuda::add_rmsnorm(ptr<float>(residual) + int64_t(first_row) * d,
-                      norms_folded ? nullptr : ptr<bf16>(ffn_out) + int64_t(first_row) * d,
-                      ptr<bf16>(output_norm), rows, d, config.rms_norm_eps, norm_out, stream);
-    cuda::gemm_bf16_f32out(cublas, norm_out, lm_head(), out, rows, d, config.vocab_size, stream);
-  }
-
-  void decode_graph_body() {
-    const int d = config.d_model;
-    const int hkv = heads_total();
-    cuda::embedding_gather(ptr<bf16>(embedding), ptr<int32_t>(tokens), batch, d, ptr<float>(residual),
-                           stream);
-    run_layers(batch, ptr<int32_t>(positions), true, [&](int l, const cuda::RopeArgs& rope) {
-      const int64_t* offsets = ptr<int64_t>(kv_offset) + int64_t(l) * hkv;
-      int32_t* lengths = ptr<int32_t>(kv_length) + int64_t(l) * hkv;
-      cuda::DecodeAttentionArgs a;
-      a.q = ptr<bf16>(qkv);
-      a.q_seq_stride = qkv_width();
-      a.k = ptr<bf16>(k_cache[l]);
-      a.v = ptr<bf16>(v_cache[l]);
-      a.kv_offset = offsets;
-      a.kv_length = lengths;
-      a.max_kv_length = decode_length_bound;
-      a.out = ptr<bf16>(attn_out);
-      a.out_seq_stride = config.n_query_heads * config.head_dim;
-      a.batch = batch;
-      a.n_query_heads = config.n_query_heads;
-      a.n_kv_heads = config.n_kv_heads;
-      a.head_dim = config.head_dim;
-      a.scale = 1.f / std::sqrt(float(config.head_dim));
-      a.workspace = ptr<float>(decode_workspace);
-      if (sparse && sparse->selects(l)) {  // the index-list path appends in a kernel of its own
-        cuda::rope_append_kv_decode(rope, offsets, lengths, ptr<bf16>(k_cache[l]),
-                                    ptr<bf16>(v_cache[l]), stream);
-        sparse->attend(l, a, stream);
-        return;
-      }
-      // The dense kernel and the ART walk append the step's token themselves (one boundary fewer).
-      a.append = cuda::decode_append_for(rope, ptr<bf16>(k_cache[l]), ptr<bf16>(v_cache[l]), lengths);
-      if (early_exit) {
-        cuda::EarlyExitDecodeArgs walk;
-        walk.attention = a;
-        walk.options = *early_exit;
-        walk.walker_state = ptr<int32_t>(walker_state);
-        walk.totals = ptr<unsigned long long>(walk_counts);
-        cuda::early_exit_decode(walk, stream);
-      } else {
-        cuda::decode_attention(a, stream);
-      }
-    });
-    if (norms_folded) {
-      cuda::lm_head_argmax(folded_norm(output_norm, 0), lm_head(), ptr<float>(logits), batch, d,
-                           config.vocab_size, ptr<unsigned long long>(argmax_keys),
-                           ptr<int32_t>(tokens), stream);
-    } else {
-      cuda::add_rmsnorm(ptr<float>(residual), ptr<bf16>(ffn_out), ptr<bf16>(output_norm), batch, d,
-                        config.rms_norm_eps, ptr<bf16>(normed), stream);
-      cuda::lm_head_argmax(cublas, ptr<bf16>(normed), lm_head(), ptr<float>(logits), batch, d,
-                           config.vocab_size, ptr<unsigned long long>(argmax_keys),
-                           ptr<int32_t>(tokens), stream);
-    }
-    cuda::advance_lengths(nullptr, 0, ptr<int32_t>(positions), batch, 1, stream);
-  }
-};
+void CudaEngine::Impl::logits_for_rows(int first_row, int rows, float* out) {
+  const int d = config.d_model;
+  bf16* norm_out = ptr<bf16>(normed) + int64_t(first_row) * d;
+  cuda::add_rmsnorm(ptr<float>(residual) + int64_t(first_row) * d,
+                    norms_folded ? nullptr : ptr<bf16>(ffn_out) + int64_t(first_row) * d,
+                    ptr<bf16>(output_norm), rows, d, config.rms_norm_eps, norm_out, stream);
+  cuda::gemm_bf16_f32out(cublas, norm_out, lm_head(), out, rows, d, config.vocab_size, stream);
+}
 
 CudaEngine::CudaEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudaEngine::~CudaEngine() = default;
@@ -370,8 +147,9 @@ std::unique_ptr<CudaEngine> CudaEngine::from_weights(const ModelWeights& weights
   } catch (const cuda::OutOfMemory& e) {
     throw CapacityError(std::string("model weights do not fit on the GPU: ") + e.what());
   }
-  impl->weight_bytes = static_cast<int64_t>(cuda::device_bytes_in_use()) -
-                       static_cast<int64_t>(impl->cublas_workspace.bytes() + impl->inv_freq.bytes());
+  impl->weight_bytes =
+      static_cast<int64_t>(cuda::device_bytes_in_use()) -
+      static_cast<int64_t>(impl->cublas_workspace.bytes() + impl->inv_freq.bytes());
   return std::unique_ptr<CudaEngine>(new CudaEngine(std::move(impl)));
 }
 
@@ -390,8 +168,9 @@ std::unique_ptr<CudaEngine> CudaEngine::from_source(const WeightSource& source) 
   } catch (const cuda::OutOfMemory& e) {
     throw CapacityError(source.label() + ": model weights do not fit on the GPU: " + e.what());
   }
-  impl->weight_bytes = static_cast<int64_t>(cuda::device_bytes_in_use()) -
-                       static_cast<int64_t>(impl->cublas_workspace.bytes() + impl->inv_freq.bytes());
+  impl->weight_bytes =
+      static_cast<int64_t>(cuda::device_bytes_in_use()) -
+      static_cast<int64_t>(impl->cublas_workspace.bytes() + impl->inv_freq.bytes());
   return std::unique_ptr<CudaEngine>(new CudaEngine(std::move(impl)));
 }
 
@@ -419,7 +198,8 @@ std::unique_ptr<CudaEngine> CudaEngine::from_preset(const ModelConfig& config, u
     impl->embedding = random(int64_t(config.vocab_size) * d, 1.0f, "embedding");
     impl->output_norm = ones(d, "output norm");
     impl->tied = config.tied_embeddings;
-    if (!impl->tied) impl->output = random(int64_t(config.vocab_size) * d, std::sqrt(3.0f / d), "lm head");
+    if (!impl->tied)
+      impl->output = random(int64_t(config.vocab_size) * d, std::sqrt(3.0f / d), "lm head");
     for (int l = 0; l < config.n_layers; ++l) {
       CudaLayer layer;
       layer.attn_norm = ones(d, "attn norm");
@@ -432,11 +212,13 @@ std::unique_ptr<CudaEngine> CudaEngine::from_preset(const ModelConfig& config, u
       impl->layers.push_back(std::move(layer));
     }
   } catch (const cuda::OutOfMemory& e) {
-    throw CapacityError(std::string("preset ") + config.name + " does not fit on the GPU: " + e.what());
+    throw CapacityError(std::string("preset ") + config.name +
+                        " does not fit on the GPU: " + e.what());
   }
   cuda::check(cudaStreamSynchronize(impl->stream), "preset init");
-  impl->weight_bytes = static_cast<int64_t>(cuda::device_bytes_in_use()) -
-                       static_cast<int64_t>(impl->cublas_workspace.bytes() + impl->inv_freq.bytes());
+  impl->weight_bytes =
+      static_cast<int64_t>(cuda::device_bytes_in_use()) -
+      static_cast<int64_t>(impl->cublas_workspace.bytes() + impl->inv_freq.bytes());
   return std::unique_ptr<CudaEngine>(new CudaEngine(std::move(impl)));
 }
 
@@ -448,6 +230,7 @@ int CudaEngine::capacity() const { return impl_->capacity; }
 void CudaEngine::allocate_cache(int batch, int capacity) {
   Impl& m = *impl_;
   m.drop_graph();
+  m.decode_graphs.clear();  // their length bounds belong to the old capacity
   m.sparse.reset();
   m.k_cache.clear();
   m.v_cache.clear();
@@ -474,28 +257,31 @@ void CudaEngine::allocate_cache(int batch, int capacity) {
     m.tokens = DeviceBuffer(batch * 4, "tokens");
     m.positions = DeviceBuffer(batch * 4, "positions");
     m.logits = DeviceBuffer(int64_t(batch) * c.vocab_size * 4, "logits");
-    m.decode_workspace = DeviceBuffer(
-        std::max(cuda::decode_attention_workspace_floats(batch, c.n_query_heads, c.head_dim, capacity),
-                 cuda::early_exit_decode_workspace_floats(batch, c.n_query_heads, c.head_dim, capacity)) *
-            4,
-        "decode workspace");
+    m.decode_workspace = DeviceBuffer(std::max(cuda::decode_attention_workspace_floats(
+                                                   batch, c.n_query_heads, c.head_dim, capacity),
+                                               cuda::early_exit_decode_workspace_floats(
+                                                   batch, c.n_query_heads, c.head_dim, capacity)) *
+                                          4,
+                                      "decode workspace");
     m.argmax_keys = DeviceBuffer(size_t(batch) * 8, "argmax keys");
     cuda::check(cudaMemsetAsync(m.argmax_keys.data(), 0, m.argmax_keys.bytes(), m.stream),
                 "memset");
     // The ART walk's state words are zeroed once here; every walk leaves them clean.
     m.walker_state = DeviceBuffer(size_t(hkv) * cuda::kStateWords * 4, "ART walk state");
-    cuda::check(cudaMemsetAsync(m.walker_state.data(), 0, m.walker_state.bytes(), m.stream), "memset");
+    cuda::check(cudaMemsetAsync(m.walker_state.data(), 0, m.walker_state.bytes(), m.stream),
+                "memset");
     if (!m.walk_counts.data()) {
       m.walk_counts = DeviceBuffer(3 * sizeof(unsigned long long), "ART walk counts");
-      cuda::check(cudaMemsetAsync(m.walk_counts.data(), 0, m.walk_counts.bytes(), m.stream), "memset");
+      cuda::check(cudaMemsetAsync(m.walk_counts.data(), 0, m.walk_counts.bytes(), m.stream),
+                  "memset");
     }
     m.ensure_activations(batch);
   } catch (const cuda::OutOfMemory& e) {
     m.k_cache.clear();
     m.v_cache.clear();
-    throw CapacityError("batch " + std::to_string(batch) + " x context " + std::to_string(capacity) +
-                        " does not fit on the GPU (" + e.what() + "); use a smaller --batch, a " +
-                        "shorter --context or a smaller --budget");
+    throw CapacityError("batch " + std::to_string(batch) + " x context " +
+                        std::to_string(capacity) + " does not fit on the GPU (" + e.what() +
+                        "); use a smaller --batch, a " + "shorter --context or a smaller --budget");
   }
 }
 
@@ -522,7 +308,8 @@ std::vector<float> CudaEngine::prefill_with_captures(int seq, const std::vector<
   try {
     m.ensure_activations(chunk);
   } catch (const cuda::OutOfMemory& e) {
-    throw CapacityError("prefill chunk of " + std::to_string(chunk) + " tokens does not fit: " + e.what());
+    throw CapacityError("prefill chunk of " + std::to_string(chunk) +
+                        " tokens does not fit: " + e.what());
   }
   DeviceBuffer chunk_ids(chunk * 4, "ids"), chunk_positions(chunk * 4, "positions");
   DeviceBuffer last_logits(int64_t(c.vocab_size) * 4, "logits");
@@ -533,14 +320,17 @@ std::vector<float> CudaEngine::prefill_with_captures(int seq, const std::vector<
     std::vector<int32_t> pos(n);
     for (int i = 0; i < n; ++i) pos[i] = offset + i;
     cuda::check(cudaMemcpyAsync(chunk_ids.data(), ids.data() + begin, n * 4, cudaMemcpyHostToDevice,
-                                m.stream), "ids upload");
+                                m.stream),
+                "ids upload");
     cuda::check(cudaMemcpyAsync(chunk_positions.data(), pos.data(), n * 4, cudaMemcpyHostToDevice,
-                                m.stream), "positions upload");
+                                m.stream),
+                "positions upload");
     cuda::embedding_gather(ptr<bf16>(m.embedding), chunk_ids.as<int32_t>(), n, c.d_model,
                            ptr<float>(m.residual), m.stream);
     float* lse = statistics.lse_for_chunk(begin, n);
     m.run_layers(n, chunk_positions.as<int32_t>(), false, [&](int l, const cuda::RopeArgs&) {
-      const int64_t* offsets = ptr<int64_t>(m.kv_offset) + int64_t(l) * hkv + int64_t(seq) * c.n_kv_heads;
+      const int64_t* offsets =
+          ptr<int64_t>(m.kv_offset) + int64_t(l) * hkv + int64_t(seq) * c.n_kv_heads;
       int32_t* lengths = ptr<int32_t>(m.kv_length) + int64_t(l) * hkv + int64_t(seq) * c.n_kv_heads;
       cuda::append_kv(ptr<bf16>(m.qkv), n, n, c.n_query_heads, c.n_kv_heads, c.head_dim, offsets,
                       lengths, ptr<bf16>(m.k_cache[l]), ptr<bf16>(m.v_cache[l]), m.stream);
@@ -566,13 +356,15 @@ std::vector<float> CudaEngine::prefill_with_captures(int seq, const std::vector<
                                   a.kv_head_stride, ptr<bf16>(m.layers[l].wo)});
     });
     for (int l = 0; l < c.n_layers; ++l)
-      for (int h = 0; h < c.n_kv_heads; ++h) m.host_length[int64_t(l) * hkv + seq * c.n_kv_heads + h] += n;
+      for (int h = 0; h < c.n_kv_heads; ++h)
+        m.host_length[int64_t(l) * hkv + seq * c.n_kv_heads + h] += n;
     m.host_position[seq] += n;
     if (begin + n == total) m.logits_for_rows(n - 1, 1, last_logits.as<float>());
   }
   std::vector<float> out(c.vocab_size);
-  cuda::check(cudaMemcpyAsync(out.data(), last_logits.data(), out.size() * 4, cudaMemcpyDeviceToHost,
-                              m.stream), "logits download");
+  cuda::check(cudaMemcpyAsync(out.data(), last_logits.data(), out.size() * 4,
+                              cudaMemcpyDeviceToHost, m.stream),
+              "logits download");
   cuda::check(cudaStreamSynchronize(m.stream), "prefill");
   capture = PrefillCapture{};
   statistics.download(capture);
@@ -614,8 +406,10 @@ int CudaEngine::max_batch(int capacity) const {
   cache_now += int64_t(m.decode_workspace.bytes());
   const int64_t per_sequence =
       int64_t(c.n_layers) * c.n_kv_heads * capacity * c.head_dim * 2 * 2 +
-      int64_t(std::max(cuda::decode_attention_workspace_floats(1, c.n_query_heads, c.head_dim, capacity),
-                       cuda::early_exit_decode_workspace_floats(1, c.n_query_heads, c.head_dim, capacity))) * 4 +
+      int64_t(std::max(
+          cuda::decode_attention_workspace_floats(1, c.n_query_heads, c.head_dim, capacity),
+          cuda::early_exit_decode_workspace_floats(1, c.n_query_heads, c.head_dim, capacity))) *
+          4 +
       int64_t(c.vocab_size) * 4;
   // Headroom: prefill activations and cuBLAS workspaces grow with the chunk, not the batch.
   const int64_t headroom = (int64_t(1) << 30) + int64_t(total_bytes) / 20;
@@ -640,7 +434,8 @@ std::vector<float> CudaEngine::cached_sequence(int layer, int seq, bool values) 
   const Impl& m = *impl_;
   const ModelConfig& c = m.config;
   // The sequence's heads are consecutive regions of `capacity` rows: one download for all.
-  const int64_t first = m.host_offset[int64_t(layer) * m.heads_total() + int64_t(seq) * c.n_kv_heads];
+  const int64_t first =
+      m.host_offset[int64_t(layer) * m.heads_total() + int64_t(seq) * c.n_kv_heads];
   return m.download_rows((values ? m.v_cache : m.k_cache)[layer], first,
                          int64_t(c.n_kv_heads) * m.capacity);
 }
@@ -722,139 +517,6 @@ void CudaEngine::fill_cache_random(int length, uint64_t seed) {
   cuda::check(cudaStreamSynchronize(m.stream), "fill_cache_random");
 }
 
-void CudaEngine::set_next_tokens(const std::vector<int32_t>& tokens,
-                                 const std::vector<int32_t>& positions) {
-  Impl& m = *impl_;
-  if (static_cast<int>(tokens.size()) != m.batch || static_cast<int>(positions.size()) != m.batch)
-    throw InputError("set_next_tokens: one token and one position per sequence expected");
-  m.tokens.upload(tokens.data(), tokens.size() * 4);
-  m.positions.upload(positions.data(), positions.size() * 4);
-  for (int b = 0; b < m.batch; ++b) m.host_position[b] = positions[b];
-}
-
-void CudaEngine::decode_step(bool use_graph) {
-  Impl& m = *impl_;
-  int longest = 0;
-  for (int32_t length : m.host_length) {
-    if (length + 1 > m.capacity)
-      throw CapacityError("decode step would exceed the cache capacity " + std::to_string(m.capacity));
-    longest = std::max(longest, length + 1);
-  }
-  m.fit_decode_length_bound(longest);
-  if (m.sparse) {  // a moving step budget is fixed in a captured step: re-capture when it moves
-    const int key = m.sparse->prepare_step(m.host_length[0] + 1);
-    if (key != m.sparse_capture_key) m.drop_graph();
-    m.sparse_capture_key = key;
-  }
-  if (!use_graph) {
-    m.decode_graph_body();
-  } else {
-    if (!m.graph_exec) {
-      cuda::check(cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-      m.decode_graph_body();
-      cuda::check(cudaStreamEndCapture(m.stream, &m.graph), "end capture");
-      cuda::check(cudaGraphInstantiate(&m.graph_exec, m.graph, 0), "graph instantiate");
-    }
-    cuda::check(cudaGraphLaunch(m.graph_exec, m.stream), "graph launch");
-  }
-  for (auto& length : m.host_length) ++length;
-  for (auto& position : m.host_position) ++position;
-}
-
-std::vector<int32_t> CudaEngine::next_tokens() const {
-  std::vector<int32_t> out(impl_->batch);
-  cuda::check(cudaStreamSynchronize(impl_->stream), "decode");
-  impl_->tokens.download(out.data(), out.size() * 4);
-  return out;
-}
-
-std::vector<float> CudaEngine::last_logits(int seq) const {
-  std::vector<float> out(impl_->config.vocab_size);
-  cuda::check(cudaStreamSynchronize(impl_->stream), "decode");
-  impl_->logits.download(out.data(), out.size() * 4, int64_t(seq) * out.size() * 4);
-  return out;
-}
-
-void CudaEngine::set_early_exit(const std::optional<EarlyExitParams>& params) {
-  Impl& m = *impl_;
-  m.drop_graph();
-  if (!params) {
-    m.early_exit.reset();
-    return;
-  }
-  if (params->block_size != cuda::kEarlyExitBlock)
-    throw InputError("ART on the GPU walks blocks of " + std::to_string(cuda::kEarlyExitBlock) +
-                     " entries (the kernel's tile); got block_size " + std::to_string(params->block_size));
-  if (params->oracle_tolerance > 0)
-    throw InputError("ART's oracle mode runs on the CPU engine only; drop oracle_tolerance for the GPU");
-  if (params->sink_tokens > cuda::kEarlyExitBlock)
-    throw InputError("ART on the GPU supports at most 64 sink tokens; got " +
-                     std::to_string(params->sink_tokens));
-  cuda::EarlyExitDecodeOptions options;
-  options.tau = params->tau;
-  options.phi = params->phi;
-  options.patience = params->patience;
-  options.sink_tokens = params->sink_tokens;
-  if (params->per_head)
-    throw InputError(
-        "ART on the GPU stops a KV group's heads together; drop \"stop\": \"head\" (CPU only)");
-  options.scale_criterion = params->scale_criterion == "norm"     ? cuda::EarlyExitScale::kNorm
-                            : params->scale_criterion == "change" ? cuda::EarlyExitScale::kChange
-                                                                  : cuda::EarlyExitScale::kMass;
-  options.use_scale = params->use_scale;
-  options.use_direction = params->use_direction;
-  options.decision_window = params->decision_window;
-  options.enabled = params->enabled;
-  m.early_exit = options;
-}
-
-CudaEngine::EarlyExitCounts CudaEngine::early_exit_counts() const {
-  unsigned long long words[3] = {0, 0, 0};
-  cuda::check(cudaStreamSynchronize(impl_->stream), "sync");
-  if (impl_->walk_counts.data()) impl_->walk_counts.download(words, sizeof(words));
-  return {static_cast<int64_t>(words[0]), static_cast<int64_t>(words[1]), static_cast<int64_t>(words[2])};
-}
-
-void CudaEngine::reset_early_exit_counts() {
-  if (!impl_->walk_counts.data()) return;
-  cuda::check(cudaMemsetAsync(impl_->walk_counts.data(), 0, impl_->walk_counts.bytes(), impl_->stream),
-              "memset");
-  cuda::check(cudaStreamSynchronize(impl_->stream), "sync");
-}
-
-// Decode-time selection (kind D); the work is in engine/cuda/cuda_sparse_decode.cu.
-void CudaEngine::start_sparse_decode(const DeviceSelectionSpec& spec) {
-  Impl& m = *impl_;
-  m.drop_graph();
-  m.sparse.reset();
-  if (m.host_length.empty()) throw InputError("start_sparse_decode: allocate and fill the cache first");
-  for (int32_t length : m.host_length)
-    if (length != m.host_length[0])
-      throw InputError("start_sparse_decode: every sequence must hold the same number of entries");
-  SparseCacheView view;
-  view.config = &m.config;
-  view.batch = m.batch;
-  view.capacity = m.capacity;
-  view.length = m.host_length[0];
-  for (const auto& k : m.k_cache) view.keys.push_back(k.as<bf16>());
-  m.sparse = std::make_unique<CudaSparseDecode>(spec, view, m.stream);
-}
-
-void CudaEngine::stop_sparse_decode() {
-  impl_->drop_graph();
-  impl_->sparse.reset();
-}
-
-std::vector<int32_t> CudaEngine::sparse_selection(int layer, int seq, int q_head) const {
-  if (!impl_->sparse) return {};
-  return impl_->sparse->selection(layer, seq, q_head, impl_->stream);
-}
-
-std::vector<float> CudaEngine::sparse_query(int layer, int seq) const {
-  if (!impl_->sparse) return {};
-  return impl_->sparse->recorded_query(layer, seq, impl_->stream);
-}
-
 std::vector<float> CudaEngine::cached_keys(int layer, int seq, int head) const {
   const Impl& m = *impl_;
   const int64_t slot = int64_t(layer) * m.heads_total() + int64_t(seq) * m.config.n_kv_heads + head;
@@ -885,7 +547,8 @@ int64_t CudaEngine::kv_allocated_bytes() const {
 }
 
 int CudaEngine::length(int layer, int seq, int head) const {
-  return impl_->host_length[int64_t(layer) * impl_->heads_total() + seq * impl_->config.n_kv_heads + head];
+  return impl_
+      ->host_length[int64_t(layer) * impl_->heads_total() + seq * impl_->config.n_kv_heads + head];
 }
 
 int64_t CudaEngine::device_bytes() const { return int64_t(cuda::device_bytes_in_use()); }

@@ -6,7 +6,8 @@
 // KV layout mirrors KvStore: per layer one K and one V buffer; (sequence b, KV head h) owns rows
 // offset[l][b*Hkv+h] .. + capacity, of which length[l][b*Hkv+h] are live. Compaction is a gather.
 // A batched greedy decode step runs entirely on the device (tokens, positions, lengths live there),
-// so it can be captured once into a CUDA graph and replayed.
+// so it can be captured once into a CUDA graph and replayed; a step may also compute only a
+// contiguous range of the sequences (decode_step(first, count, ...)), with a graph per range.
 #pragma once
 
 #include <cstdint>
@@ -74,10 +75,22 @@ class CudaEngine {
 
   // Sets the tokens to decode next (one per sequence) and their positions.
   void set_next_tokens(const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions);
+  // The same for sequences first .. first + tokens.size() - 1 only (a sub-batch step's inputs).
+  void set_next_tokens(int first, const std::vector<int32_t>& tokens,
+                       const std::vector<int32_t>& positions);
   // One greedy step for the whole batch; with use_graph the step is captured once and replayed.
   void decode_step(bool use_graph);
-  std::vector<int32_t> next_tokens() const;      // argmax of the last step, per sequence
-  std::vector<float> last_logits(int seq) const;  // logits of the last step
+  // One greedy step for sequences [first, first + count) only (a sub-batch): the weights are read
+  // once for `count` rows and attention reads only those sequences' caches; the others are left
+  // as they are (lengths, positions, tokens, ART and selection state). Each range captures a graph
+  // of its own, kept beside the others, so decoding the sequences of a batch one after another at
+  // batch 1 replays a graph per sequence. Selection (start_sparse_decode) and ART run in any
+  // range; ART's walk counts add up over every step, whatever its range.
+  void decode_step(int first, int count, bool use_graph);
+  std::vector<int32_t> next_tokens() const;  // argmax of the last step, per sequence
+  // Sequences [first, first + count) of next_tokens(): what a sub-batch step computed.
+  std::vector<int32_t> next_tokens(int first, int count) const;
+  std::vector<float> last_logits(int seq) const;  // logits of the last step that computed `seq`
 
   // ART (kind E): with params the decode step's attention walks every KV group with early exit
   // (kernels/cuda/early_exit_decode.h: sink block, recent-first, the recent split decides);
@@ -109,7 +122,7 @@ class CudaEngine {
   // Every KV head's rows of one (layer, sequence), live or not: [Hkv, capacity, head_dim]
   // (one download; length() says how many rows of each head are live).
   std::vector<float> cached_sequence(int layer, int seq, bool values) const;
-  int64_t kv_bytes() const;         // live entries * 2 * head_dim * 2 bytes
+  int64_t kv_bytes() const;  // live entries * 2 * head_dim * 2 bytes
   int64_t kv_allocated_bytes() const;
   int length(int layer, int seq, int head) const;
   // Device bytes held through the engine's buffers: now, and the peak since reset_peak_bytes().

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 
 #include "engine/cuda/cuda_sparse_decode.h"
@@ -56,6 +57,20 @@ struct CudaSparseDecode::State {
   DeviceBuffer topk_workspace;
 
   int64_t key_slot_stride() const { return int64_t(capacity) * model.head_dim; }
+  // A step over sequences [first, first + count) (CudaEngine::decode_step's sub-batch) reads and
+  // writes the per-slot and per-head buffers from the first sequence's slots and heads on; the
+  // step's scratch (planes, scores, chosen pages) starts at 0 whatever the range.
+  int64_t slots_before(int first) const { return int64_t(first) * model.n_kv_heads; }
+  int64_t heads_before(int first) const { return int64_t(first) * model.n_query_heads; }
+  // The lists one sequence owns in a layer's `indices`, and the entries between two lists.
+  int lists_per_sequence() const { return shared_lists() ? model.n_kv_heads : model.n_query_heads; }
+  int64_t list_stride() const {
+    return spec.scores == Scores::kPageBounds ? int64_t(page_cap) * spec.pages.page_size
+                                              : index_stride;
+  }
+  int32_t* indices_of(const LayerState& layer, int first) const {
+    return layer.indices.as<int32_t>() + int64_t(first) * lists_per_sequence() * list_stride();
+  }
   bool sign_codes() const { return spec.scores == Scores::kSignCodes; }
   // One list per KV head serves the whole group.
   bool shared_lists() const { return sign_codes() || spec.shared_group; }
@@ -181,7 +196,7 @@ struct CudaSparseDecode::State {
       LayerState& layer = layers[l];
       layer.page_min = DeviceBuffer(size_t(slots) * max_pages * d * 2, "page min");
       layer.page_max = DeviceBuffer(size_t(slots) * max_pages * d * 2, "page max");
-      cuda::PageBoundsArgs pages = page_bounds_of(layer);
+      cuda::PageBoundsArgs pages = page_bounds_of(layer, 0, batch);
       pages.begin = 0;
       pages.end = prompt_length;
       cuda::update_page_bounds(pages, stream);
@@ -213,12 +228,14 @@ struct CudaSparseDecode::State {
     if (spec.record_queries) layer.query = DeviceBuffer(heads * model.head_dim * 2, "queries");
   }
 
-  void attend_sign_codes(LayerState& layer, cuda::DecodeAttentionArgs& a, cudaStream_t stream) {
+  void attend_sign_codes(LayerState& layer, cuda::DecodeAttentionArgs& a, int first,
+                         cudaStream_t stream) {
+    const int64_t slots0 = slots_before(first), heads0 = heads_before(first);
     cuda::BinaryPackQueriesArgs pack;
-    pack.projection = layer.projection.as<float>();
+    pack.projection = layer.projection.as<float>() + slots0 * cuda::kSignCodeBits * model.head_dim;
     pack.q = a.q;
     pack.q_seq_stride = a.q_seq_stride;
-    pack.batch = batch;
+    pack.batch = a.batch;
     pack.n_query_heads = model.n_query_heads;
     pack.n_kv_heads = model.n_kv_heads;
     pack.head_dim = model.head_dim;
@@ -226,11 +243,11 @@ struct CudaSparseDecode::State {
     cuda::binary_pack_queries(pack, stream);
     cuda::BinaryScoreKeysArgs score;
     score.planes = planes.as<uint64_t>();
-    score.codes = layer.codes.as<uint64_t>();
+    score.codes = layer.codes.as<uint64_t>() + slots0 * prompt_length;
     score.code_slot_stride = prompt_length;
-    score.forced_mask = layer.forced_mask.as<uint32_t>();
+    score.forced_mask = layer.forced_mask.as<uint32_t>() + slots0 * mask_words;
     score.mask_slot_stride = mask_words;
-    score.batch = batch;
+    score.batch = a.batch;
     score.n_query_heads = model.n_query_heads;
     score.n_kv_heads = model.n_kv_heads;
     score.length = prompt_length;
@@ -240,35 +257,37 @@ struct CudaSparseDecode::State {
     cuda::TopkSelectArgs top;
     top.keys16 = score_keys.as<uint16_t>();
     top.key_stride = prompt_length;
-    top.n_lists = slots;
+    top.n_lists = a.batch * model.n_kv_heads;
     top.length = prompt_length;
     top.k = k;
     top.tail_begin = prompt_length;
     top.tail_end = a.kv_length;  // the decode tokens, this step's included
-    top.indices = layer.indices.as<int32_t>();
+    top.indices = indices_of(layer, first);
     top.index_stride = index_stride;
     top.heads_per_list = group;
-    top.index_offset = layer.index_offset.as<int64_t>();
-    top.index_count = layer.index_count.as<int32_t>();
+    top.index_offset = layer.index_offset.as<int64_t>() + heads0;
+    top.index_count = layer.index_count.as<int32_t>() + heads0;
     top.workspace = topk_workspace.data();
     cuda::topk_select(top, stream);
     a.max_kv_length = int(index_stride);
   }
 
-  void attend_page_bounds(LayerState& layer, cuda::DecodeAttentionArgs& a, cudaStream_t stream) {
+  void attend_page_bounds(LayerState& layer, cuda::DecodeAttentionArgs& a, int first,
+                          cudaStream_t stream) {
     const int d = model.head_dim, P = spec.pages.page_size;
-    cuda::PageBoundsArgs pages = page_bounds_of(layer);
+    const int step_lists = a.batch * lists_per_sequence();
+    cuda::PageBoundsArgs pages = page_bounds_of(layer, first, a.batch);
     pages.lengths = a.kv_length;
     cuda::update_page_bounds(pages, stream);
     cuda::PageScoreArgs scores;
     scores.q = a.q;
     scores.q_seq_stride = a.q_seq_stride;
-    scores.batch = batch;
+    scores.batch = a.batch;
     scores.n_query_heads = model.n_query_heads;
     scores.n_kv_heads = model.n_kv_heads;
     scores.head_dim = d;
-    scores.page_min = layer.page_min.as<bf16>();
-    scores.page_max = layer.page_max.as<bf16>();
+    scores.page_min = pages.page_min;
+    scores.page_max = pages.page_max;
     scores.page_slot_stride = int64_t(max_pages) * d;
     scores.max_pages = max_pages;
     scores.n_pages = max_pages;
@@ -282,7 +301,7 @@ struct CudaSparseDecode::State {
     cuda::TopkSelectArgs top;
     top.scores = page_scores.as<float>();
     top.key_stride = max_pages;
-    top.n_lists = lists;
+    top.n_lists = step_lists;
     top.length = max_pages;
     top.k = page_budget;  // <= the pages every slot holds, so no absent (-inf) page is chosen
     top.indices = page_ids.as<int32_t>();
@@ -292,27 +311,28 @@ struct CudaSparseDecode::State {
     cuda::ExpandPagesArgs expand;
     expand.pages = page_ids.as<int32_t>();
     expand.page_stride = page_cap;
-    expand.n_lists = lists;
+    expand.n_lists = step_lists;
     expand.n_selected = page_budget;
     expand.page_size = P;
     expand.lengths = a.kv_length;
     expand.lists_per_slot = spec.shared_group ? 1 : group;
-    expand.indices = layer.indices.as<int32_t>();
+    expand.indices = indices_of(layer, first);
     expand.index_stride = int64_t(page_cap) * P;
     expand.heads_per_list = spec.shared_group ? group : 1;
-    expand.index_offset = layer.index_offset.as<int64_t>();
-    expand.index_count = layer.index_count.as<int32_t>();
+    expand.index_offset = layer.index_offset.as<int64_t>() + heads_before(first);
+    expand.index_count = layer.index_count.as<int32_t>() + heads_before(first);
     cuda::expand_pages(expand, stream);
     a.max_kv_length = page_budget * P;
   }
 
-  void attend_exact_scores(LayerState& layer, cuda::DecodeAttentionArgs& a, cudaStream_t stream) {
+  void attend_exact_scores(LayerState& layer, cuda::DecodeAttentionArgs& a, int first,
+                           cudaStream_t stream) {
     cuda::QueryKeyScoresArgs scores;
     scores.q = a.q;
     scores.q_seq_stride = a.q_seq_stride;
-    scores.keys = keys_of(layer);
+    scores.keys = keys_of(layer) + slots_before(first) * key_slot_stride();
     scores.key_slot_stride = key_slot_stride();
-    scores.batch = batch;
+    scores.batch = a.batch;
     scores.n_query_heads = model.n_query_heads;
     scores.n_kv_heads = model.n_kv_heads;
     scores.head_dim = model.head_dim;
@@ -324,13 +344,13 @@ struct CudaSparseDecode::State {
     cuda::TopkSelectArgs top;
     top.scores = exact_scores.as<float>();
     top.key_stride = capacity;
-    top.n_lists = lists;
+    top.n_lists = a.batch * model.n_query_heads;
     top.length = capacity;
     top.k = step_k;  // <= the entries every slot holds, so no absent (-inf) entry is chosen
-    top.indices = layer.indices.as<int32_t>();
+    top.indices = indices_of(layer, first);
     top.index_stride = index_stride;
-    top.index_offset = layer.index_offset.as<int64_t>();
-    top.index_count = layer.index_count.as<int32_t>();
+    top.index_offset = layer.index_offset.as<int64_t>() + heads_before(first);
+    top.index_count = layer.index_count.as<int32_t>() + heads_before(first);
     top.workspace = topk_workspace.data();
     cuda::topk_select(top, stream);
     a.max_kv_length = step_k;
@@ -338,17 +358,19 @@ struct CudaSparseDecode::State {
 
   const bf16* keys_of(const LayerState& layer) const { return keys[&layer - layers.data()]; }
 
-  // The page bounds of `layer` over its keys; the caller names the tokens to fold in (a range
-  // after prefill, the device lengths in a decode step).
-  cuda::PageBoundsArgs page_bounds_of(LayerState& layer) const {
+  // The page bounds of `layer` over the keys of sequences [first, first + count); the caller
+  // names the tokens to fold in (a range after prefill, the device lengths in a decode step).
+  cuda::PageBoundsArgs page_bounds_of(LayerState& layer, int first, int count) const {
+    const int64_t slots0 = slots_before(first);
+    const int64_t bounds0 = slots0 * max_pages * model.head_dim;
     cuda::PageBoundsArgs pages;
-    pages.keys = keys_of(layer);
+    pages.keys = keys_of(layer) + slots0 * key_slot_stride();
     pages.key_slot_stride = key_slot_stride();
-    pages.n_slots = slots;
+    pages.n_slots = count * model.n_kv_heads;
     pages.head_dim = model.head_dim;
     pages.page_size = spec.pages.page_size;
-    pages.page_min = layer.page_min.as<bf16>();
-    pages.page_max = layer.page_max.as<bf16>();
+    pages.page_min = layer.page_min.as<bf16>() + bounds0;
+    pages.page_max = layer.page_max.as<bf16>() + bounds0;
     pages.page_slot_stride = int64_t(max_pages) * model.head_dim;
     pages.max_pages = max_pages;
     return pages;
@@ -411,23 +433,26 @@ int CudaSparseDecode::prepare_step(int length) {
   return 0;
 }
 
-void CudaSparseDecode::attend(int layer, cuda::DecodeAttentionArgs a, cudaStream_t stream) {
+void CudaSparseDecode::attend(int layer, cuda::DecodeAttentionArgs a, int first,
+                              cudaStream_t stream) {
   State& s = *state_;
   LayerState& state = s.layers[layer];
+  if (first < 0 || a.batch < 1 || first + a.batch > s.batch)
+    throw std::logic_error("CudaSparseDecode::attend: sequences outside the batch");
   switch (s.spec.scores) {
     case Scores::kSignCodes:
-      s.attend_sign_codes(state, a, stream);
+      s.attend_sign_codes(state, a, first, stream);
       break;
     case Scores::kPageBounds:
-      s.attend_page_bounds(state, a, stream);
+      s.attend_page_bounds(state, a, first, stream);
       break;
     case Scores::kExactDot:
-      s.attend_exact_scores(state, a, stream);
+      s.attend_exact_scores(state, a, first, stream);
       break;
   }
-  a.indices = state.indices.as<int32_t>();
-  a.index_offset = state.index_offset.as<int64_t>();
-  a.index_count = state.index_count.as<int32_t>();
+  a.indices = s.indices_of(state, first);
+  a.index_offset = state.index_offset.as<int64_t>() + s.heads_before(first);
+  a.index_count = state.index_count.as<int32_t>() + s.heads_before(first);
   a.shared_group_lists = s.shared_lists();
   // A list of ~2K gathered rows per query head: chunks of 64 keys put ~1K blocks in flight, each
   // with two dependent gather rounds, instead of ~300 blocks walking 256 keys (the automatic
@@ -438,12 +463,12 @@ void CudaSparseDecode::attend(int layer, cuda::DecodeAttentionArgs a, cudaStream
   // After the attention (the queries stay in place until the output projection), so that the
   // selection kernels, launched overlapped, follow kernels only.
   if (s.spec.record_queries)
-    cuda::check(
-        cudaMemcpy2DAsync(state.query.data(), size_t(s.model.n_query_heads) * s.model.head_dim * 2,
-                          a.q, size_t(a.q_seq_stride) * 2,
-                          size_t(s.model.n_query_heads) * s.model.head_dim * 2, s.batch,
-                          cudaMemcpyDeviceToDevice, stream),
-        "record queries");
+    cuda::check(cudaMemcpy2DAsync(state.query.as<bf16>() + s.heads_before(first) * s.model.head_dim,
+                                  size_t(s.model.n_query_heads) * s.model.head_dim * 2, a.q,
+                                  size_t(a.q_seq_stride) * 2,
+                                  size_t(s.model.n_query_heads) * s.model.head_dim * 2, a.batch,
+                                  cudaMemcpyDeviceToDevice, stream),
+                "record queries");
 }
 
 std::vector<int32_t> CudaSparseDecode::selection(int layer, int seq, int q_head,
@@ -457,6 +482,10 @@ std::vector<int32_t> CudaSparseDecode::selection(int layer, int seq, int q_head,
   int32_t count = 0;
   state.index_offset.download(&offset, 8, head * 8);
   state.index_count.download(&count, 4, head * 4);
+  // The offset is from the indices of the first sequence of the step that wrote it (attend):
+  // within its sequence's lists it is the same whatever the step's range.
+  const int64_t per_sequence = int64_t(s.lists_per_sequence()) * s.list_stride();
+  offset = int64_t(seq) * per_sequence + offset % per_sequence;
   std::vector<int32_t> out(count);
   if (count > 0) state.indices.download(out.data(), size_t(count) * 4, offset * 4);
   return out;

@@ -50,11 +50,15 @@ class CudaSparseDecode {
   // Sets the host-side sizes of the next step (the cache holds `length` entries per slot once
   // the step's token is appended); returns a key that changes when a captured step is stale.
   int prepare_step(int length);
-  // Selection and attention of one selecting layer: `dense` are the decode step's arguments of the
-  // full attention (its new K/V appended, kv_length already counting it).
-  void attend(int layer, cuda::DecodeAttentionArgs dense, cudaStream_t stream);
+  // Selection and attention of one selecting layer for sequences [first, first + dense.batch):
+  // `dense` are the decode step's arguments of the full attention of those sequences (their new
+  // K/V appended, kv_length already counting it, kv_offset and kv_length from sequence `first`
+  // on). The per-sequence metadata and lists of the other sequences stay as they are, so the
+  // sequences of a batch can also decode one after another (a sub-batch step).
+  void attend(int layer, cuda::DecodeAttentionArgs dense, int first, cudaStream_t stream);
 
-  // The list query head a of sequence b attended to at `layer` in the last step (synchronises).
+  // The list query head a of sequence b attended to at `layer` in the last step that computed
+  // sequence b (synchronises).
   std::vector<int32_t> selection(int layer, int seq, int q_head, cudaStream_t stream) const;
   // With spec.record_queries: that step's post-RoPE queries of sequence b, [Hq, head_dim].
   std::vector<float> recorded_query(int layer, int seq, cudaStream_t stream) const;

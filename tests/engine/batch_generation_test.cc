@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
+#include <tuple>
 
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/forward.h"
@@ -95,6 +97,104 @@ TEST(BatchGeneration, QuestionAgnosticCellsMatchEachCellAlone) {
 
 TEST(BatchGeneration, OneCellAtATimeMatchesEachCellAlone) {
   expect_cells_match_alone(/*with_question=*/true, /*batch_cells=*/false);
+}
+
+// An engine that counts what generate_cells asks of the backend it wraps.
+class CountingEngine final : public Engine {
+ public:
+  explicit CountingEngine(Engine& inner) : inner_(inner) {}
+  int prefills = 0, forks = 0;
+  size_t widest_decode = 0;  // the most sequences one decode call was given
+
+  const ModelConfig& config() const override { return inner_.config(); }
+  std::string backend_name() const override { return inner_.backend_name(); }
+  const ModelWeights& weights() const override { return inner_.weights(); }
+  int64_t weight_bytes() const override { return inner_.weight_bytes(); }
+  void check_plan(const CachePlan& plan) const override { inner_.check_plan(plan); }
+  void reserve(int sequences, int capacity) override { inner_.reserve(sequences, capacity); }
+  int max_sequences(int capacity) const override { return inner_.max_sequences(capacity); }
+  std::vector<float> prefill(int seq, std::span<const TokenId> ids, const CaptureRequest& request,
+                             PrefillCapture& capture) override {
+    ++prefills;
+    return inner_.prefill(seq, ids, request, capture);
+  }
+  PrefillView prefill_view(int seq, const PrefillCapture& capture, const CaptureRequest& request,
+                           KvStore& host_copy) const override {
+    return inner_.prefill_view(seq, capture, request, host_copy);
+  }
+  KvStore host_store(int seq) const override { return inner_.host_store(seq); }
+  void fork(int from, int to) override {
+    ++forks;
+    inner_.fork(from, to);
+  }
+  void compact(int seq, const KeptIndices& kept, int spare) override {
+    inner_.compact(seq, kept, spare);
+  }
+  std::vector<TokenId> extend(std::span<const int> sequences, std::span<const TokenId> ids,
+                              int first_position) override {
+    return inner_.extend(sequences, ids, first_position);
+  }
+  void start_decode(int seq, CachePlan& plan, int prompt_tokens, int budget_tokens) override {
+    inner_.start_decode(seq, plan, prompt_tokens, budget_tokens);
+  }
+  void prepare_decode() override { inner_.prepare_decode(); }
+  std::vector<TokenId> decode(std::span<const DecodeInput> inputs) override {
+    widest_decode = std::max(widest_decode, inputs.size());
+    return inner_.decode(inputs);
+  }
+  void finish_decode(int seq) override { inner_.finish_decode(seq); }
+  int64_t kv_bytes(int seq) const override { return inner_.kv_bytes(seq); }
+  int64_t peak_memory_bytes() const override { return inner_.peak_memory_bytes(); }
+  void reset_peak_memory() override { inner_.reset_peak_memory(); }
+
+ private:
+  Engine& inner_;
+};
+
+// Prefill reuse alone (`kvbench run --no-batch-cells`): cells of one decode group share a single
+// prefill, are forked from it and decoded one at a time (every decode call at batch 1), with the
+// tokens they decode together; a decode selector or ART still gets a batch, and a prefill, per
+// decode group.
+TEST(BatchGeneration, CellsOneAtATimeShareOnePrefill) {
+  test::TinyShape shape;
+  shape.n_layers = 3;
+  const ModelWeights w = test::tiny_model(shape, 6);
+  const auto context = test::random_token_ids(48, w.config.vocab_size, 4);
+  const auto question = test::random_token_ids(4, w.config.vocab_size, 5);
+  const std::vector<CellSpec> cells = {
+      {"full", "", 6},           {"snapkv", "50%", 5},     {"streamingllm", "40%", 7},
+      {"knorm", "30%", 6, {13}}, {"snapkv+art", "50%", 5}, {"full+art", "", 4}};
+  auto run = [&](bool batch_cells) {
+    std::vector<CachePlan> plans;
+    for (const auto& spec : cells) plans.push_back(plan_of(spec));
+    std::vector<CellRequest> requests;
+    for (size_t i = 0; i < cells.size(); ++i) requests.push_back({&plans[i], options_of(cells[i])});
+    CpuBackend cpu(w);
+    CountingEngine counting(cpu);
+    auto results =
+        generate_cells(counting, nullptr, context, question, requests, BatchOptions{batch_cells});
+    return std::make_tuple(std::move(results), counting.prefills, counting.forks,
+                           counting.widest_decode);
+  };
+  const auto [alone, alone_prefills, alone_forks, alone_widest] = run(false);
+  const auto [together, together_prefills, together_forks, together_widest] = run(true);
+  // Two decode groups (plain attention; the ART walk): a prefill each, every other cell forked.
+  EXPECT_EQ(alone_prefills, 2);
+  EXPECT_EQ(alone_forks, static_cast<int>(cells.size()) - 2);
+  EXPECT_EQ(alone_widest, 1u);
+  EXPECT_EQ(together_prefills, alone_prefills);
+  EXPECT_EQ(together_forks, alone_forks);
+  EXPECT_GT(together_widest, 1u);
+  ASSERT_EQ(alone.size(), cells.size());
+  for (size_t i = 0; i < cells.size(); ++i) {
+    SCOPED_TRACE(cells[i].policy + " " + cells[i].budget);
+    EXPECT_EQ(alone[i].output_ids, together[i].output_ids);
+    EXPECT_EQ(alone[i].stop_reason, together[i].stop_reason);
+    EXPECT_EQ(alone[i].kv_bytes, together[i].kv_bytes);
+    EXPECT_EQ(alone[i].kv_blocks_visited, together[i].kv_blocks_visited);
+    EXPECT_EQ(alone[i].decode_batch, 1);
+    EXPECT_GT(together[i].decode_batch, 1);
+  }
 }
 
 TEST(BatchGeneration, DecodeGroupsSeparateSelectorsAndArt) {

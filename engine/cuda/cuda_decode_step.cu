@@ -1,0 +1,287 @@
+// CudaEngine's decode step (engine/cuda/cuda_engine.h): the batched greedy step over the device
+// cache, captured once into a CUDA graph and replayed, with its decode-time methods (ART's walk,
+// kernels/cuda/early_exit_decode.h; decode selection, engine/cuda/cuda_sparse_decode.h).
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "engine/cuda/cuda_engine_impl.h"
+#include "engine/errors.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_utils.h"
+
+namespace kvb {
+
+using bf16 = __nv_bfloat16;
+
+int CudaEngine::Impl::decode_length_bound_for(int longest) const {
+  const int headroom = std::max(256, longest / 8);
+  return std::min(capacity, (longest + headroom + 63) / 64 * 64);
+}
+
+void CudaEngine::Impl::fit_decode_length_bound(DecodeGraph& step, int longest) {
+  const int wanted = decode_length_bound_for(longest);
+  if (longest <= step.length_bound && wanted * 2 > step.length_bound) return;
+  step.length_bound = wanted;
+  drop_graph(step);
+}
+
+void CudaEngine::Impl::drop_graph(DecodeGraph& step) {
+  if (step.exec) cudaGraphExecDestroy(step.exec);
+  if (step.graph) cudaGraphDestroy(step.graph);
+  step.exec = nullptr;
+  step.graph = nullptr;
+}
+
+void CudaEngine::Impl::drop_graph() {
+  for (auto& [range, step] : decode_graphs) drop_graph(step);
+}
+
+// Sequences [first, first + count) only: the weights are read once for the range's rows, and every
+// per-sequence array (tokens, positions, KV offsets and lengths, the ART walkers' words, logits,
+// argmax keys, a selection's metadata) is addressed from the first sequence on, so the other
+// sequences' caches and state are neither read nor written.
+void CudaEngine::Impl::decode_graph_body(int first, int count, int length_bound) {
+  const int d = config.d_model;
+  const int hkv = heads_total();
+  const int64_t first_slot = int64_t(first) * config.n_kv_heads;
+  int32_t* step_tokens = ptr<int32_t>(tokens) + first;
+  int32_t* step_positions = ptr<int32_t>(positions) + first;
+  float* step_logits = ptr<float>(logits) + int64_t(first) * config.vocab_size;
+  unsigned long long* step_argmax_keys = ptr<unsigned long long>(argmax_keys) + first;
+  cuda::embedding_gather(ptr<bf16>(embedding), step_tokens, count, d, ptr<float>(residual), stream);
+  run_layers(count, step_positions, true, [&](int l, const cuda::RopeArgs& rope) {
+    const int64_t* offsets = ptr<int64_t>(kv_offset) + int64_t(l) * hkv + first_slot;
+    int32_t* lengths = ptr<int32_t>(kv_length) + int64_t(l) * hkv + first_slot;
+    cuda::DecodeAttentionArgs a;
+    a.q = ptr<bf16>(qkv);
+    a.q_seq_stride = qkv_width();
+    a.k = ptr<bf16>(k_cache[l]);
+    a.v = ptr<bf16>(v_cache[l]);
+    a.kv_offset = offsets;
+    a.kv_length = lengths;
+    a.max_kv_length = length_bound;
+    a.out = ptr<bf16>(attn_out);
+    a.out_seq_stride = config.n_query_heads * config.head_dim;
+    a.batch = count;
+    a.n_query_heads = config.n_query_heads;
+    a.n_kv_heads = config.n_kv_heads;
+    a.head_dim = config.head_dim;
+    a.scale = 1.f / std::sqrt(float(config.head_dim));
+    a.workspace = ptr<float>(decode_workspace);
+    if (sparse && sparse->selects(l)) {  // the index-list path appends in a kernel of its own
+      cuda::rope_append_kv_decode(rope, offsets, lengths, ptr<bf16>(k_cache[l]),
+                                  ptr<bf16>(v_cache[l]), stream);
+      sparse->attend(l, a, first, stream);
+      return;
+    }
+    // The dense kernel and the ART walk append the step's token themselves (one boundary fewer).
+    a.append = cuda::decode_append_for(rope, ptr<bf16>(k_cache[l]), ptr<bf16>(v_cache[l]), lengths);
+    if (early_exit) {
+      cuda::EarlyExitDecodeArgs walk;
+      walk.attention = a;
+      walk.options = *early_exit;
+      walk.walker_state = ptr<int32_t>(walker_state) + first_slot * cuda::kStateWords;
+      walk.totals = ptr<unsigned long long>(walk_counts);
+      cuda::early_exit_decode(walk, stream);
+    } else {
+      cuda::decode_attention(a, stream);
+    }
+  });
+  if (norms_folded) {
+    cuda::lm_head_argmax(folded_norm(output_norm, 0), lm_head(), step_logits, count, d,
+                         config.vocab_size, step_argmax_keys, step_tokens, stream);
+  } else {
+    cuda::add_rmsnorm(ptr<float>(residual), ptr<bf16>(ffn_out), ptr<bf16>(output_norm), count, d,
+                      config.rms_norm_eps, ptr<bf16>(normed), stream);
+    cuda::lm_head_argmax(cublas, ptr<bf16>(normed), lm_head(), step_logits, count, d,
+                         config.vocab_size, step_argmax_keys, step_tokens, stream);
+  }
+  cuda::advance_lengths(nullptr, 0, step_positions, count, 1, stream);
+}
+
+namespace {
+
+void check_range(int first, int count, int batch, const char* call) {
+  if (first < 0 || count < 1 || first + count > batch)
+    throw InputError(std::string(call) + ": sequences " + std::to_string(first) + " .. " +
+                     std::to_string(first + count - 1) + " are not in the batch of " +
+                     std::to_string(batch));
+}
+
+}  // namespace
+
+void CudaEngine::set_next_tokens(const std::vector<int32_t>& tokens,
+                                 const std::vector<int32_t>& positions) {
+  const Impl& m = *impl_;
+  if (static_cast<int>(tokens.size()) != m.batch || static_cast<int>(positions.size()) != m.batch)
+    throw InputError("set_next_tokens: one token and one position per sequence expected");
+  set_next_tokens(0, tokens, positions);
+}
+
+void CudaEngine::set_next_tokens(int first, const std::vector<int32_t>& tokens,
+                                 const std::vector<int32_t>& positions) {
+  Impl& m = *impl_;
+  const int count = static_cast<int>(tokens.size());
+  if (positions.size() != tokens.size())
+    throw InputError("set_next_tokens: one position per token expected");
+  check_range(first, count, m.batch, "set_next_tokens");
+  m.tokens.upload(tokens.data(), tokens.size() * 4, size_t(first) * 4);
+  m.positions.upload(positions.data(), positions.size() * 4, size_t(first) * 4);
+  std::copy(positions.begin(), positions.end(), m.host_position.begin() + first);
+}
+
+void CudaEngine::decode_step(bool use_graph) { decode_step(0, impl_->batch, use_graph); }
+
+void CudaEngine::decode_step(int first, int count, bool use_graph) {
+  Impl& m = *impl_;
+  check_range(first, count, m.batch, "decode_step");
+  const int hkv = m.heads_total();
+  const int64_t slot_begin = int64_t(first) * m.config.n_kv_heads;
+  const int64_t slot_end = int64_t(first + count) * m.config.n_kv_heads;
+  int longest = 0, shortest = m.capacity;
+  for (int l = 0; l < m.config.n_layers; ++l)
+    for (int64_t s = slot_begin; s < slot_end; ++s) {
+      const int32_t length = m.host_length[int64_t(l) * hkv + s];
+      if (length + 1 > m.capacity)
+        throw CapacityError("decode step would exceed the cache capacity " +
+                            std::to_string(m.capacity));
+      longest = std::max(longest, length + 1);
+      if (l == 0) shortest = std::min(shortest, length + 1);
+    }
+  const std::pair<int, int> range(first, count);
+  if (!m.decode_graphs.count(range) && m.decode_graphs.size() >= Impl::kMaxDecodeGraphs) {
+    m.drop_graph();
+    m.decode_graphs.clear();
+  }
+  Impl::DecodeGraph& step = m.decode_graphs[range];
+  m.fit_decode_length_bound(step, longest);
+  if (m.sparse) {  // a moving step budget is fixed in a captured step: re-capture when it moves
+    // Sequences that decoded on their own may differ in length: the shortest bounds the budget
+    // (the top-k never asks for more entries than every list holds).
+    const int key = m.sparse->prepare_step(shortest);
+    if (key != step.sparse_key) m.drop_graph(step);
+    step.sparse_key = key;
+  }
+  if (!use_graph) {
+    m.decode_graph_body(first, count, step.length_bound);
+  } else {
+    if (!step.exec) {
+      cuda::check(cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal),
+                  "begin capture");
+      m.decode_graph_body(first, count, step.length_bound);
+      cuda::check(cudaStreamEndCapture(m.stream, &step.graph), "end capture");
+      cuda::check(cudaGraphInstantiate(&step.exec, step.graph, 0), "graph instantiate");
+    }
+    cuda::check(cudaGraphLaunch(step.exec, m.stream), "graph launch");
+  }
+  for (int l = 0; l < m.config.n_layers; ++l)
+    for (int64_t s = slot_begin; s < slot_end; ++s) ++m.host_length[int64_t(l) * hkv + s];
+  for (int b = first; b < first + count; ++b) ++m.host_position[b];
+}
+
+std::vector<int32_t> CudaEngine::next_tokens() const { return next_tokens(0, impl_->batch); }
+
+std::vector<int32_t> CudaEngine::next_tokens(int first, int count) const {
+  check_range(first, count, impl_->batch, "next_tokens");
+  std::vector<int32_t> out(count);
+  cuda::check(cudaStreamSynchronize(impl_->stream), "decode");
+  impl_->tokens.download(out.data(), out.size() * 4, size_t(first) * 4);
+  return out;
+}
+
+std::vector<float> CudaEngine::last_logits(int seq) const {
+  std::vector<float> out(impl_->config.vocab_size);
+  cuda::check(cudaStreamSynchronize(impl_->stream), "decode");
+  impl_->logits.download(out.data(), out.size() * 4, int64_t(seq) * out.size() * 4);
+  return out;
+}
+
+void CudaEngine::set_early_exit(const std::optional<EarlyExitParams>& params) {
+  Impl& m = *impl_;
+  m.drop_graph();
+  if (!params) {
+    m.early_exit.reset();
+    return;
+  }
+  if (params->block_size != cuda::kEarlyExitBlock)
+    throw InputError("ART on the GPU walks blocks of " + std::to_string(cuda::kEarlyExitBlock) +
+                     " entries (the kernel's tile); got block_size " +
+                     std::to_string(params->block_size));
+  if (params->oracle_tolerance > 0)
+    throw InputError(
+        "ART's oracle mode runs on the CPU engine only; drop oracle_tolerance for the GPU");
+  if (params->sink_tokens > cuda::kEarlyExitBlock)
+    throw InputError("ART on the GPU supports at most 64 sink tokens; got " +
+                     std::to_string(params->sink_tokens));
+  cuda::EarlyExitDecodeOptions options;
+  options.tau = params->tau;
+  options.phi = params->phi;
+  options.patience = params->patience;
+  options.sink_tokens = params->sink_tokens;
+  if (params->per_head)
+    throw InputError(
+        "ART on the GPU stops a KV group's heads together; drop \"stop\": \"head\" (CPU only)");
+  options.scale_criterion = params->scale_criterion == "norm"     ? cuda::EarlyExitScale::kNorm
+                            : params->scale_criterion == "change" ? cuda::EarlyExitScale::kChange
+                                                                  : cuda::EarlyExitScale::kMass;
+  options.use_scale = params->use_scale;
+  options.use_direction = params->use_direction;
+  options.decision_window = params->decision_window;
+  options.enabled = params->enabled;
+  m.early_exit = options;
+}
+
+CudaEngine::EarlyExitCounts CudaEngine::early_exit_counts() const {
+  unsigned long long words[3] = {0, 0, 0};
+  cuda::check(cudaStreamSynchronize(impl_->stream), "sync");
+  if (impl_->walk_counts.data()) impl_->walk_counts.download(words, sizeof(words));
+  return {static_cast<int64_t>(words[0]), static_cast<int64_t>(words[1]),
+          static_cast<int64_t>(words[2])};
+}
+
+void CudaEngine::reset_early_exit_counts() {
+  if (!impl_->walk_counts.data()) return;
+  cuda::check(
+      cudaMemsetAsync(impl_->walk_counts.data(), 0, impl_->walk_counts.bytes(), impl_->stream),
+      "memset");
+  cuda::check(cudaStreamSynchronize(impl_->stream), "sync");
+}
+
+// Decode-time selection (kind D); the work is in engine/cuda/cuda_sparse_decode.cu.
+void CudaEngine::start_sparse_decode(const DeviceSelectionSpec& spec) {
+  Impl& m = *impl_;
+  m.drop_graph();
+  m.sparse.reset();
+  if (m.host_length.empty())
+    throw InputError("start_sparse_decode: allocate and fill the cache first");
+  for (int32_t length : m.host_length)
+    if (length != m.host_length[0])
+      throw InputError("start_sparse_decode: every sequence must hold the same number of entries");
+  SparseCacheView view;
+  view.config = &m.config;
+  view.batch = m.batch;
+  view.capacity = m.capacity;
+  view.length = m.host_length[0];
+  for (const auto& k : m.k_cache) view.keys.push_back(k.as<bf16>());
+  m.sparse = std::make_unique<CudaSparseDecode>(spec, view, m.stream);
+}
+
+void CudaEngine::stop_sparse_decode() {
+  impl_->drop_graph();
+  impl_->sparse.reset();
+}
+
+std::vector<int32_t> CudaEngine::sparse_selection(int layer, int seq, int q_head) const {
+  if (!impl_->sparse) return {};
+  return impl_->sparse->selection(layer, seq, q_head, impl_->stream);
+}
+
+std::vector<float> CudaEngine::sparse_query(int layer, int seq) const {
+  if (!impl_->sparse) return {};
+  return impl_->sparse->recorded_query(layer, seq, impl_->stream);
+}
+
+}  // namespace kvb
