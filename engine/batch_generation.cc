@@ -237,7 +237,9 @@ std::vector<GenerationResult> generate_cells(Engine& engine, const Tokenizer* to
     engine.check_plan(*cells[i].plan);
     // Cells decoded one at a time share the prefill and the batch all the same: a decode step
     // computes only the sequences it is given (engine/engine.h), on every backend.
-    groups[decode_group_of(*cells[i].plan)].push_back(&states[i]);
+    const std::string key =
+        options.cells_alone ? "alone" + std::to_string(i) : decode_group_of(*cells[i].plan);
+    groups[key].push_back(&states[i]);
   }
   const int capacity =
       static_cast<int>(context.size()) + longest_new + static_cast<int>(question.size());

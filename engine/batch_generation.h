@@ -32,6 +32,9 @@ struct BatchOptions {
   // shares (prefill reuse alone, on every backend: the cells are forked from the prefilled
   // sequence and compressed as when they decode together).
   bool batch_cells = true;
+  // true: each cell in a batch and a prefill of its own (a request run alone: its TTFT, TPOT and
+  // peak memory are that cell's, not shared with the sample's other cells).
+  bool cells_alone = false;
 };
 
 // Per cell, in `cells` order.

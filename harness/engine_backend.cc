@@ -166,7 +166,9 @@ std::vector<SampleResult> EngineBackend::run_cells(const SampleGroup&,
   const bool timed_alone = sample_index < options_.latency_samples;
   const std::vector<GenerationResult> generated =
       generate_cells(*current_->engine, current_->loaded.tokenizer.get(), prompt.context,
-                     prompt.question, requests, BatchOptions{options_.batch_cells && !timed_alone});
+                     prompt.question, requests,
+                     BatchOptions{.batch_cells = options_.batch_cells && !timed_alone,
+                                  .cells_alone = timed_alone});
   std::vector<SampleResult> results;
   for (size_t i = 0; i < cells.size(); ++i)
     results.push_back(to_result(sample, *cells[i], generated[i]));
@@ -211,7 +213,7 @@ SampleResult EngineBackend::to_result(const Sample& sample, const Cell& cell,
              {"decode_batch", g.decode_batch},
              {"backend", current_->engine->backend_name()}};
   r.extra.update(scored.extra);  // the benchmark's metrics beside the score
-  if (g.kv_blocks_total > 0) {  // ART: KV blocks walked / present over the decode steps
+  if (g.kv_blocks_total > 0) {   // ART: KV blocks walked / present over the decode steps
     r.extra["kv_blocks_visited"] = g.kv_blocks_visited;
     r.extra["kv_blocks_total"] = g.kv_blocks_total;
   }

@@ -154,7 +154,7 @@ class CountingEngine final : public Engine {
 // Prefill reuse alone (`kvbench run --no-batch-cells`): cells of one decode group share a single
 // prefill, are forked from it and decoded one at a time (every decode call at batch 1), with the
 // tokens they decode together; a decode selector or ART still gets a batch, and a prefill, per
-// decode group.
+// decode group. Cells alone (latency rows) each get a prefill of their own, with the same tokens.
 TEST(BatchGeneration, CellsOneAtATimeShareOnePrefill) {
   test::TinyShape shape;
   shape.n_layers = 3;
@@ -164,7 +164,7 @@ TEST(BatchGeneration, CellsOneAtATimeShareOnePrefill) {
   const std::vector<CellSpec> cells = {
       {"full", "", 6},           {"snapkv", "50%", 5},     {"streamingllm", "40%", 7},
       {"knorm", "30%", 6, {13}}, {"snapkv+art", "50%", 5}, {"full+art", "", 4}};
-  auto run = [&](bool batch_cells) {
+  auto run = [&](bool batch_cells, bool cells_alone = false) {
     std::vector<CachePlan> plans;
     for (const auto& spec : cells) plans.push_back(plan_of(spec));
     std::vector<CellRequest> requests;
@@ -172,12 +172,18 @@ TEST(BatchGeneration, CellsOneAtATimeShareOnePrefill) {
     CpuBackend cpu(w);
     CountingEngine counting(cpu);
     auto results =
-        generate_cells(counting, nullptr, context, question, requests, BatchOptions{batch_cells});
+        generate_cells(counting, nullptr, context, question, requests,
+                       BatchOptions{.batch_cells = batch_cells, .cells_alone = cells_alone});
     return std::make_tuple(std::move(results), counting.prefills, counting.forks,
                            counting.widest_decode);
   };
   const auto [alone, alone_prefills, alone_forks, alone_widest] = run(false);
   const auto [together, together_prefills, together_forks, together_widest] = run(true);
+  // A latency row's cells run as requests of their own: a prefill each, nothing forked.
+  const auto [requests, request_prefills, request_forks, request_widest] = run(false, true);
+  EXPECT_EQ(request_prefills, static_cast<int>(cells.size()));
+  EXPECT_EQ(request_forks, 0);
+  EXPECT_EQ(request_widest, 1u);
   // Two decode groups (plain attention; the ART walk): a prefill each, every other cell forked.
   EXPECT_EQ(alone_prefills, 2);
   EXPECT_EQ(alone_forks, static_cast<int>(cells.size()) - 2);
@@ -194,6 +200,9 @@ TEST(BatchGeneration, CellsOneAtATimeShareOnePrefill) {
     EXPECT_EQ(alone[i].kv_blocks_visited, together[i].kv_blocks_visited);
     EXPECT_EQ(alone[i].decode_batch, 1);
     EXPECT_GT(together[i].decode_batch, 1);
+    EXPECT_EQ(requests[i].output_ids, together[i].output_ids);
+    EXPECT_EQ(requests[i].kv_bytes, together[i].kv_bytes);
+    EXPECT_EQ(requests[i].decode_batch, 1);
   }
 }
 
