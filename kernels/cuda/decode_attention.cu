@@ -26,6 +26,7 @@
 #include "kernels/cuda/decode_append.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_tiles.cuh"
+#include "kernels/cuda/online_softmax.cuh"
 #include "kernels/cuda/split_merge.cuh"
 
 namespace kvb::cuda {
@@ -37,8 +38,8 @@ constexpr int kUnroll = 4;
 
 // Partial results: per (sequence*Hq + head, chunk): [max, sum, acc[D]].
 template <int D, int G>
-__global__ void __launch_bounds__(kThreads) decode_partial_kernel(DecodeAttentionArgs args,
-                                                                  int chunk_size, int n_chunks) {
+__global__ void __launch_bounds__(kThreads)
+    decode_partial_kernel(DecodeAttentionArgs args, int chunk_size, int n_chunks) {
   wait_for_predecessor();
   allow_successor_launch();
   constexpr int kLanesPerKey = D / 8;
@@ -72,8 +73,8 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(DecodeAttentio
 #pragma unroll
   for (int h = 0; h < G; ++h) {
     if (h < heads) {
-      const int4 raw = *reinterpret_cast<const int4*>(
-          args.q + b * args.q_seq_stride + (head0 + h) * D + sub * 8);
+      const int4 raw = *reinterpret_cast<const int4*>(args.q + b * args.q_seq_stride +
+                                                      (head0 + h) * D + sub * 8);
       to_float8(raw, q[h]);
 #pragma unroll
       for (int i = 0; i < 8; ++i) q[h][i] *= args.scale * 1.4426950408889634f;
@@ -176,7 +177,6 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(DecodeAttentio
     partial[2 + dim] = value;
   }
 }
-
 
 constexpr int kTileKeys = 64;
 
@@ -293,53 +293,28 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int ks = 0; ks < kSteps; ++ks) {
       uint32_t kb[4];
-      ldmatrix_x4(kb, k_tile + swizzled<D>(warp * 16 + (j / 2) * 8 + (lane % 8), ks * 16 + (j % 2) * 8));
+      ldmatrix_x4(
+          kb, k_tile + swizzled<D>(warp * 16 + (j / 2) * 8 + (lane % 8), ks * 16 + (j % 2) * 8));
       mma_bf16(s[0], q_frag[ks], kb[0], kb[1]);
       mma_bf16(s[1], q_frag[ks], kb[2], kb[3]);
     }
     const int key0 = begin + tile * kTileKeys + warp * 16;
-    float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = key0 + nt * 8 + 2 * t + (e & 1);
-        float value = key < end ? s[nt][e] * scale_log2 : -INFINITY;
-        s[nt][e] = value;
-        tile_max[e >> 1] = fmaxf(tile_max[e >> 1], value);
+        s[nt][e] = key < end ? s[nt][e] * scale_log2 : -INFINITY;
       }
-    float correction[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      tile_max[r] = quad_max(tile_max[r]);
-      const float new_max = fmaxf(row_max[r], tile_max[r]);
-      correction[r] = new_max == -INFINITY ? 1.f : exp2f(row_max[r] - new_max);
-      row_max[r] = new_max;
-      row_sum[r] *= correction[r];
-    }
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1;
-        const float p = row_max[r] == -INFINITY ? 0.f : exp2f(s[nt][e] - row_max[r]);
-        s[nt][e] = p;
-        row_sum[r] += p;
-      }
-    const uint32_t p_frag[4] = {pack_bf16(s[0][0], s[0][1]), pack_bf16(s[0][2], s[0][3]),
-                                pack_bf16(s[1][0], s[1][1]), pack_bf16(s[1][2], s[1][3])};
+    const SoftmaxTileStep step = online_softmax_tile<TileSum::kEach>(s, row_max, row_sum);
+    rescale_rows(o, step.correction);
+    uint32_t p_frag[4];
+    probability_fragment(s, 0, p_frag);
 #pragma unroll
     for (int dp = 0; dp < kDimTiles / 2; ++dp) {
-      o[2 * dp][0] *= correction[0];
-      o[2 * dp][1] *= correction[0];
-      o[2 * dp][2] *= correction[1];
-      o[2 * dp][3] *= correction[1];
-      o[2 * dp + 1][0] *= correction[0];
-      o[2 * dp + 1][1] *= correction[0];
-      o[2 * dp + 1][2] *= correction[1];
-      o[2 * dp + 1][3] *= correction[1];
       uint32_t vb[4];
-      ldmatrix_x4_trans(vb, v_tile + swizzled<D>(warp * 16 + (j % 2) * 8 + (lane % 8), dp * 16 + (j / 2) * 8));
+      ldmatrix_x4_trans(
+          vb, v_tile + swizzled<D>(warp * 16 + (j % 2) * 8 + (lane % 8), dp * 16 + (j / 2) * 8));
       mma_bf16(o[2 * dp], p_frag, vb[0], vb[1]);
       mma_bf16(o[2 * dp + 1], p_frag, vb[2], vb[3]);
     }
@@ -419,8 +394,8 @@ int dense_blocks_per_sm() {
 template <int D, int G>
 void launch_indexed(const DecodeAttentionArgs& args, int chunk, int n_chunks, cudaStream_t stream) {
   dim3 grid(n_chunks, args.n_query_heads, args.batch);
-  launch_overlapped(decode_partial_kernel<D, G>, grid, kThreads, 0, stream, "decode_partial_kernel", args,
-                    chunk, n_chunks);
+  launch_overlapped(decode_partial_kernel<D, G>, grid, kThreads, 0, stream, "decode_partial_kernel",
+                    args, chunk, n_chunks);
 }
 
 // Index lists walked per query head (the partial kernel); shared group lists without a logit bias
@@ -457,7 +432,8 @@ template <int D>
 void launch_decode(const DecodeAttentionArgs& args, cudaStream_t stream) {
   const bool indexed = per_head_lists(args);
   const int group = args.n_query_heads / args.n_kv_heads;
-  if (!indexed && group > 16) throw std::invalid_argument("decode_attention: GQA group > 16 unsupported");
+  if (!indexed && group > 16)
+    throw std::invalid_argument("decode_attention: GQA group > 16 unsupported");
   check_decode_append(args, "decode_attention");
   const DecodeLayout layout = decode_layout<D>(args);
   const bool many_waves = layout.many_waves;

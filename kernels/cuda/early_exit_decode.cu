@@ -18,6 +18,7 @@
 #include "kernels/cuda/early_exit_layout.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_tiles.cuh"
+#include "kernels/cuda/online_softmax.cuh"
 
 namespace kvb::cuda {
 namespace early_exit {
@@ -292,7 +293,6 @@ __global__ void __launch_bounds__(kThreads, 2)
         mma_bf16(s[0], a, kb[0], kb[1]);
         mma_bf16(s[1], a, kb[2], kb[3]);
       }
-      float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
@@ -304,37 +304,13 @@ __global__ void __launch_bounds__(kThreads, 2)
             if (kIndexed && wk.bias != nullptr) value += s_bias[buf * kTile + key] * kLog2e;
           }
           s[nt][e] = value;
-          tile_max[e >> 1] = fmaxf(tile_max[e >> 1], value);
         }
-      float correction[2], tile_sum[2] = {0.f, 0.f};
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        tile_max[r] = quad_max(tile_max[r]);
-        const float new_max = fmaxf(row_max[r], tile_max[r]);
-        correction[r] = new_max == -INFINITY ? 1.f : exp2f(row_max[r] - new_max);
-        row_max[r] = new_max;
-        row_sum[r] *= correction[r];
-      }
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e >> 1;
-          const float p = row_max[r] == -INFINITY ? 0.f : exp2f(s[nt][e] - row_max[r]);
-          s[nt][e] = p;
-          tile_sum[r] += p;
-        }
-      row_sum[0] += tile_sum[0];
-      row_sum[1] += tile_sum[1];
-      const uint32_t p_frag[4] = {pack_bf16(s[0][0], s[0][1]), pack_bf16(s[0][2], s[0][3]),
-                                  pack_bf16(s[1][0], s[1][1]), pack_bf16(s[1][2], s[1][3])};
+      const SoftmaxTileStep step = online_softmax_tile<TileSum::kTileFirst>(s, row_max, row_sum);
+      rescale_rows(o, step.correction);
+      uint32_t p_frag[4];
+      probability_fragment(s, 0, p_frag);
 #pragma unroll
       for (int dp = 0; dp < kDimTiles / 2; ++dp) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          o[2 * dp][e] *= correction[e >> 1];
-          o[2 * dp + 1][e] *= correction[e >> 1];
-        }
         uint32_t vb[4];
         ldmatrix_x4_trans(
             vb, v_tile + swizzled<D>(warp * 16 + (j % 2) * 8 + (lane % 8), dp * 16 + (j / 2) * 8));
@@ -342,7 +318,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         mma_bf16(o[2 * dp + 1], p_frag, vb[2], vb[3]);
       }
       __syncthreads();  // every warp is done with this tile's K and V
-      store_block_state<D>(o, row_max[0], row_sum[0], tile_sum[0],
+      store_block_state<D>(o, row_max[0], row_sum[0], step.tile_sum[0],
                            reinterpret_cast<float*>(s_k + buf * kTile * D), scratch, wk.rows, ws, b,
                            wk.head0, w);
     }

@@ -16,6 +16,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/mma_tiles.cuh"
+#include "kernels/cuda/online_softmax.cuh"
 
 namespace kvb::cuda {
 namespace {
@@ -28,8 +29,8 @@ template <int D>
 __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(PrefillAttentionArgs args) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* s_q = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  __nv_bfloat16* s_k = s_q + kRowsPerBlock * D;          // 2 buffers
-  __nv_bfloat16* s_v = s_k + 2 * kKeysPerTile * D;       // 2 buffers
+  __nv_bfloat16* s_k = s_q + kRowsPerBlock * D;     // 2 buffers
+  __nv_bfloat16* s_v = s_k + 2 * kKeysPerTile * D;  // 2 buffers
 
   const int q_tile = gridDim.x - 1 - blockIdx.x;  // longest rows first
   const int q_head = blockIdx.y;
@@ -54,8 +55,8 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(PrefillAttentio
   load_tile<D>(s_v, v_base, D, kKeysPerTile, min(kKeysPerTile, n_keys));
   cp_async_commit();
 
-  constexpr int kSteps = D / 16;      // k-steps over the head dimension
-  constexpr int kDimTiles = D / 8;    // n-tiles of the output
+  constexpr int kSteps = D / 16;    // k-steps over the head dimension
+  constexpr int kDimTiles = D / 8;  // n-tiles of the output
   constexpr int kKeyTiles = kKeysPerTile / 8;
   uint32_t q_frag[kSteps][4];
   float o_acc[kDimTiles][4];
@@ -85,7 +86,8 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(PrefillAttentio
     if (tile == 0) {
 #pragma unroll
       for (int ks = 0; ks < kSteps; ++ks)
-        ldmatrix_x4(q_frag[ks], s_q + swizzled<D>(warp * 16 + (lane % 16), ks * 16 + (lane / 16) * 8));
+        ldmatrix_x4(q_frag[ks],
+                    s_q + swizzled<D>(warp * 16 + (lane % 16), ks * 16 + (lane / 16) * 8));
     }
     const __nv_bfloat16* k_tile = s_k + buf * kKeysPerTile * D;
     const __nv_bfloat16* v_tile = s_v + buf * kKeysPerTile * D;
@@ -99,7 +101,8 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(PrefillAttentio
       for (int np = 0; np < kKeyTiles / 2; ++np) {
         uint32_t b[4];
         const int j = lane / 8;
-        ldmatrix_x4(b, k_tile + swizzled<D>(np * 16 + (j / 2) * 8 + (lane % 8), ks * 16 + (j % 2) * 8));
+        ldmatrix_x4(
+            b, k_tile + swizzled<D>(np * 16 + (j / 2) * 8 + (lane % 8), ks * 16 + (j % 2) * 8));
         mma_bf16(s[2 * np], q_frag[ks], b[0], b[1]);
         mma_bf16(s[2 * np + 1], q_frag[ks], b[2], b[3]);
       }
@@ -107,7 +110,6 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(PrefillAttentio
 
     // Scale, mask, online softmax (rows g and g+8 of this warp's 16).
     const int key0 = tile * kKeysPerTile;
-    float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < kKeyTiles; ++nt) {
 #pragma unroll
@@ -117,46 +119,21 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(PrefillAttentio
         float value = s[nt][e] * scale_log2;
         if (key > q_pos[r] || key >= n_keys) value = -INFINITY;
         s[nt][e] = value;
-        tile_max[r] = fmaxf(tile_max[r], value);
       }
     }
-    float correction[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      tile_max[r] = quad_max(tile_max[r]);
-      const float new_max = fmaxf(row_max[r], tile_max[r]);
-      correction[r] = new_max == -INFINITY ? 1.f : exp2f(row_max[r] - new_max);
-      row_max[r] = new_max;
-      row_sum[r] *= correction[r];
-    }
-#pragma unroll
-    for (int nt = 0; nt < kKeyTiles; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1;
-        const float p = row_max[r] == -INFINITY ? 0.f : exp2f(s[nt][e] - row_max[r]);
-        s[nt][e] = p;
-        row_sum[r] += p;
-      }
-    }
-#pragma unroll
-    for (int dt = 0; dt < kDimTiles; ++dt) {
-      o_acc[dt][0] *= correction[0];
-      o_acc[dt][1] *= correction[0];
-      o_acc[dt][2] *= correction[1];
-      o_acc[dt][3] *= correction[1];
-    }
+    const SoftmaxTileStep step = online_softmax_tile<TileSum::kEach>(s, row_max, row_sum);
+    rescale_rows(o_acc, step.correction);
     // O += P V, P taken straight from the S accumulators as the A operand.
 #pragma unroll
     for (int kk = 0; kk < kKeysPerTile / 16; ++kk) {
-      uint32_t p_frag[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                            pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                            pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      uint32_t p_frag[4];
+      probability_fragment(s, kk, p_frag);
 #pragma unroll
       for (int dp = 0; dp < kDimTiles / 2; ++dp) {
         uint32_t b[4];
         const int j = lane / 8;
-        ldmatrix_x4_trans(b, v_tile + swizzled<D>(kk * 16 + (j % 2) * 8 + (lane % 8), dp * 16 + (j / 2) * 8));
+        ldmatrix_x4_trans(
+            b, v_tile + swizzled<D>(kk * 16 + (j % 2) * 8 + (lane % 8), dp * 16 + (j / 2) * 8));
         mma_bf16(o_acc[2 * dp], p_frag, b[0], b[1]);
         mma_bf16(o_acc[2 * dp + 1], p_frag, b[2], b[3]);
       }
@@ -324,11 +301,16 @@ void flash_attention_prefill(const PrefillAttentionArgs& args, cudaStream_t stre
 #endif
   }
   if (args.kernel == PrefillKernel::kWgmma)
-    throw std::invalid_argument("flash_attention_prefill: the wgmma kernel needs an sm_90 GPU, "
-                                "head_dim 128 and a build with sm_90a support");
+    throw std::invalid_argument(
+        "flash_attention_prefill: the wgmma kernel needs an sm_90 GPU, "
+        "head_dim 128 and a build with sm_90a support");
   switch (args.head_dim) {
-    case 64: launch_prefill<64>(args, stream); break;
-    case 128: launch_prefill<128>(args, stream); break;
+    case 64:
+      launch_prefill<64>(args, stream);
+      break;
+    case 128:
+      launch_prefill<128>(args, stream);
+      break;
     default:
       throw std::invalid_argument("flash_attention_prefill: head_dim " +
                                   std::to_string(args.head_dim) + " unsupported (64 or 128)");
