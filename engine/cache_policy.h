@@ -20,7 +20,7 @@
 
 #include "engine/device_selection.h"
 #include "engine/kv_store.h"
-#include "kernels/cpu/early_exit_attention.h"
+#include "kernels/cpu/early_exit_decode.h"
 
 namespace kvb {
 
@@ -214,7 +214,7 @@ struct EarlyExitParams {
   // Optional, CPU engine only (kvbench art-trace): called before every decode walk with the layer,
   // the KV head (dense walks) or query head (selections) and the walk's inputs; it may run
   // concurrently for different heads.
-  std::function<void(int layer, int head, const kernels::EarlyExitAttentionArgs& args)> observer;
+  std::function<void(int layer, int head, const kernels::EarlyExitDecodeArgs& args)> observer;
 };
 
 // What one generation run uses. Any member may be empty; Full KV is an empty plan.

@@ -4,7 +4,7 @@
 // (a kvbench gen-data line, prompted query-aware as `kvbench run` does) it prefills the prompt and
 // decodes --steps greedy tokens with full attention walked by ART (--params: ART's parameters, as
 // for "full+art"). Every decode walk (layer, KV group) is also traced without stopping
-// (kernels/cpu/early_exit_attention.h: early_exit_walk_trace), which gives:
+// (kernels/cpu/early_exit_decode.h: early_exit_walk_trace), which gives:
 //   - per layer and head: blocks walked under --params, the median and minimum d_scale and the
 //     median d_direction over the blocks after the first, and how often each term passed: why a
 //     walk does or does not stop;
@@ -32,7 +32,7 @@
 #include "engine/model.h"
 #include "harness/args.h"
 #include "harness/cli.h"
-#include "kernels/cpu/early_exit_attention.h"
+#include "kernels/cpu/early_exit_decode.h"
 #include "policies/decode_selectors.h"
 
 namespace kvb::cli {
@@ -202,7 +202,7 @@ int art_trace(const std::vector<std::string>& argv) {
   nlohmann::json generations = nlohmann::json::array();
   int current_sample = 0, current_step = 0;
 
-  params.observer = [&](int layer, int kv_head, const kernels::EarlyExitAttentionArgs& walk) {
+  params.observer = [&](int layer, int kv_head, const kernels::EarlyExitDecodeArgs& walk) {
     const kernels::EarlyExitWalkTrace trace = kernels::early_exit_walk_trace(walk, options);
     const kernels::EarlyExitStop stop = kernels::early_exit_stop(trace, options);
     std::vector<kernels::EarlyExitStop> stops;

@@ -4,7 +4,7 @@
 // recent KV block backwards, online softmax; stop once d_scale < tau and d_direction < phi held for
 // `patience` consecutive blocks (every head of the KV group). It composes with any policy
 // ("full+art", "snapkv+art", "streamingllm+art", "quest+art", ...): it only shortens the walk over
-// what that policy kept or selected. Kernel: kernels/cpu/early_exit_attention.h.
+// what that policy kept or selected. Kernel: kernels/cpu/early_exit_decode.h.
 // Defaults tau = 1e-5, phi = 1e-3 (seed); patience 2, KV tile 64, sink block 4 are kvbench's
 // choices — patience sweeps {1, 2, 4, 8}. scale_criterion (d_scale's reading, default "norm"),
 // terms (the paper's ablations) and stop ("group" | "head") select the readings the paper leaves

@@ -8,7 +8,7 @@
 #include "engine/errors.h"
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/attention.h"
-#include "kernels/cpu/early_exit_attention.h"
+#include "kernels/cpu/early_exit_decode.h"
 #include "kernels/cpu/quantized_matmul.h"
 #include "kernels/cpu/rmsnorm.h"
 
@@ -75,12 +75,12 @@ kernels::EarlyExitOptions early_exit_options(const EarlyExitParams& params) {
 }
 
 // One early-exit walk, plus its oracle trace in oracle mode.
-void walk_early_exit(int layer, int head, const kernels::EarlyExitAttentionArgs& args,
+void walk_early_exit(int layer, int head, const kernels::EarlyExitDecodeArgs& args,
                      const EarlyExitParams& params, kernels::EarlyExitWalkStats& stats,
                      kernels::EarlyExitOracleSummary& oracle) {
   if (params.observer) params.observer(layer, head, args);
   const kernels::EarlyExitOptions options = early_exit_options(params);
-  kernels::early_exit_attention(args, options, &stats);
+  kernels::early_exit_decode(args, options, &stats);
   if (params.oracle_tolerance > 0)
     oracle.add(kernels::early_exit_oracle_trace(args, options, params.oracle_tolerance),
                params.oracle_tolerance);
@@ -279,7 +279,7 @@ void CpuEngine::attend_group_early_exit(int layer, int kv_head, const float* que
   const int g = config().group_size(), d = config().head_dim;
   const int n = store.length(layer, kv_head);
   const bool want_probabilities = !probabilities.empty();
-  kernels::EarlyExitAttentionArgs args;
+  kernels::EarlyExitDecodeArgs args;
   args.head_dim = d;
   if (selection == nullptr || selection->dense || selection->indices.empty()) {
     std::vector<float> group_probabilities(want_probabilities ? static_cast<size_t>(g) * n : 0);

@@ -1,6 +1,6 @@
 // ART decode attention, part 2: the decision over the walk's per-block states (part 1, the walk:
 // early_exit_decode.cu). Semantics: kernels/cuda/early_exit_decode.h. CPU twin of the readings,
-// the counters and the stop: kernels/cpu/early_exit_attention.cc.
+// the counters and the stop: kernels/cpu/early_exit_decode.cc.
 //
 // Thread block (segment, walker); thread (head r, quad q) holds dimensions 4q .. 4q+3 of head r,
 // so the sums over the head dimension are shuffles within the head's D/4 lanes (a half or a whole
@@ -41,7 +41,7 @@ __device__ __forceinline__ float head_sum(float value) {
 }
 
 // Whether one head passes the test after a block (b >= 1): the CPU walk's readings from the same
-// three sums, ‖o_b‖², ‖o_{b-1}‖², ‖o_b - o_{b-1}‖² (kernels/cpu/early_exit_attention.cc), and
+// three sums, ‖o_b‖², ‖o_{b-1}‖², ‖o_b - o_{b-1}‖² (kernels/cpu/early_exit_decode.cc), and
 // `mass` = the block's share of the normaliser.
 __device__ __forceinline__ bool passes_test(const EarlyExitDecodeOptions& opt, float cc, float pp,
                                             float dd, float mass) {

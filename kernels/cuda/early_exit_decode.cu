@@ -1,6 +1,6 @@
 // ART decode attention, part 1: the walk (split-KV in walk order, a partial state per walk block)
 // and the host side. Semantics, layout and limits: kernels/cuda/early_exit_decode.h. Part 2, the
-// decision: early_exit_decide.cu. CPU twin: kernels/cpu/early_exit_attention.cc.
+// decision: early_exit_decide.cu. CPU twin: kernels/cpu/early_exit_decode.cc.
 //
 // Per tile (64 entries of one walk block): cp.async into a ring of 3 tiles and the mma layout of
 // decode_mma_kernel (each warp 16 keys, rows = the walker's query heads); after the tile, the

@@ -1,5 +1,5 @@
 // ART decode attention on the GPU (docs/methods.md §13). CPU twin and the meaning of every
-// quantity: kernels/cpu/early_exit_attention.h. Test: tests/cuda/early_exit_decode_test.cc.
+// quantity: kernels/cpu/early_exit_decode.h. Test: tests/cuda/early_exit_decode_test.cc.
 // Benchmark: tests/benchmarks/cuda_art_bench.cc.
 //
 // The walk of one *walker* (dense: a sequence's KV head with its packed GQA group; index lists:
@@ -77,7 +77,7 @@ namespace kvb::cuda {
 constexpr int kEarlyExitBlock = 64;  // KV entries per walk block (the kernel's tile)
 constexpr int kMaxSegments = 64;     // decision segments per walk (arrival counters per walker)
 
-// d_scale as the CPU walk's EarlyExitScaleCriterion (kernels/cpu/early_exit_attention.h): dZ/Z,
+// d_scale as the CPU walk's EarlyExitScaleCriterion (kernels/cpu/early_exit_decode.h): dZ/Z,
 // |‖o_b‖-‖o_{b-1}‖|/‖o_{b-1}‖ or ‖o_b-o_{b-1}‖/‖o_b‖. d_direction = 1 - cos(o_b, o_{b-1}), computed
 // as the CPU does from ‖o_b‖², ‖o_{b-1}‖² and ‖o_b-o_{b-1}‖².
 enum class EarlyExitScale : int { kMass = 0, kNorm = 1, kChange = 2 };

@@ -1,5 +1,5 @@
 // The ART decode kernel (kernels/cuda/early_exit_decode.h) against the CPU walk
-// (kernels/cpu/early_exit_attention.h) on bf16-representable inputs.
+// (kernels/cpu/early_exit_decode.h) on bf16-representable inputs.
 //
 // The GPU semantics are the CPU's: the sequential decision over the whole walk, decision_window a
 // cap in both. So every walker's blocks_visited must equal the CPU walk's exactly, and its output
@@ -27,7 +27,7 @@
 #include <string>
 
 #include "kernels/cpu/attention.h"
-#include "kernels/cpu/early_exit_attention.h"
+#include "kernels/cpu/early_exit_decode.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/transformer_ops.h"
@@ -144,13 +144,12 @@ struct Walk {
 };
 
 // The CPU walk: the GPU's expectation, exactly.
-Walk expected_walk(kernels::EarlyExitAttentionArgs args,
-                   const cuda::EarlyExitDecodeOptions& options) {
+Walk expected_walk(kernels::EarlyExitDecodeArgs args, const cuda::EarlyExitDecodeOptions& options) {
   Walk walk;
   walk.output.resize(size_t(args.n_heads) * args.head_dim);
   args.output = walk.output.data();
   kernels::EarlyExitWalkStats stats;
-  kernels::early_exit_attention(args, cpu_options(options), &stats);
+  kernels::early_exit_decode(args, cpu_options(options), &stats);
   walk.total = static_cast<int>(stats.blocks_total);
   walk.visited = static_cast<int>(stats.blocks_visited);
   return walk;
@@ -163,7 +162,7 @@ std::vector<Walk> expected_dense(const std::vector<Inputs>& batch,
   for (const Inputs& in : batch) {
     const int group = in.hq / in.hkv;
     for (int h = 0; h < in.hkv; ++h) {
-      kernels::EarlyExitAttentionArgs args;
+      kernels::EarlyExitDecodeArgs args;
       args.queries = in.q.data() + size_t(h) * group * in.d;
       args.n_heads = group;
       args.keys = in.k.data() + size_t(h) * in.n * in.d;
@@ -594,7 +593,7 @@ TEST(EarlyExitDecodeTest, IndexListsMatchTheCpuWalkOverTheSelection) {
         std::copy_n(in.v.data() + (size_t(a / group) * in.n + j) * in.d, in.d,
                     values.data() + size_t(i) * in.d);
       }
-      kernels::EarlyExitAttentionArgs args;
+      kernels::EarlyExitDecodeArgs args;
       args.queries = in.q.data() + size_t(a) * in.d;
       args.n_heads = 1;
       args.keys = keys.data();

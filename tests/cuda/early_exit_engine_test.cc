@@ -12,7 +12,7 @@
 #include "engine/cuda/cuda_engine.h"
 #include "engine/errors.h"
 #include "engine/presets.h"
-#include "kernels/cpu/early_exit_attention.h"
+#include "kernels/cpu/early_exit_decode.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace kvb {

@@ -7,7 +7,7 @@
 #include "engine/cpu/forward.h"
 #include "engine/errors.h"
 #include "engine/generation.h"
-#include "kernels/cpu/early_exit_attention.h"
+#include "kernels/cpu/early_exit_decode.h"
 #include "policies/decode_selectors.h"
 #include "policies/registry.h"
 #include "tests/engine/tiny_model.h"
@@ -40,8 +40,8 @@ DecodeLikeHead decode_like_head(int n, int d, int heads, uint64_t seed) {
   return head;
 }
 
-EarlyExitAttentionArgs walk_args(const DecodeLikeHead& head, int heads) {
-  EarlyExitAttentionArgs args;
+EarlyExitDecodeArgs walk_args(const DecodeLikeHead& head, int heads) {
+  EarlyExitDecodeArgs args;
   args.queries = head.queries.data();
   args.n_heads = heads;
   args.keys = head.keys.data();
@@ -54,13 +54,13 @@ EarlyExitAttentionArgs walk_args(const DecodeLikeHead& head, int heads) {
 std::vector<double> walk(const DecodeLikeHead& head, int heads, const EarlyExitOptions& options,
                          EarlyExitWalkStats* stats, std::vector<float>* probabilities = nullptr) {
   std::vector<float> out(static_cast<size_t>(heads) * head.d);
-  EarlyExitAttentionArgs args = walk_args(head, heads);
+  EarlyExitDecodeArgs args = walk_args(head, heads);
   args.output = out.data();
   if (probabilities) {
     probabilities->assign(static_cast<size_t>(heads) * head.n, -1.0f);
     args.probabilities = probabilities->data();
   }
-  early_exit_attention(args, options, stats);
+  early_exit_decode(args, options, stats);
   return std::vector<double>(out.begin(), out.end());
 }
 

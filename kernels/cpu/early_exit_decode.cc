@@ -1,4 +1,4 @@
-#include "kernels/cpu/early_exit_attention.h"
+#include "kernels/cpu/early_exit_decode.h"
 
 #include <algorithm>
 #include <cmath>
@@ -18,7 +18,8 @@ std::vector<BlockRange> walk_order(int n, const EarlyExitOptions& options) {
   const int sinks = std::clamp(options.sink_tokens, 0, n);
   if (sinks > 0) blocks.push_back({0, sinks});
   const int block = std::max(options.block_size, 1);
-  for (int end = n; end > sinks; end -= block) blocks.push_back({std::max(sinks, end - block), end});
+  for (int end = n; end > sinks; end -= block)
+    blocks.push_back({std::max(sinks, end - block), end});
   return blocks;
 }
 
@@ -70,7 +71,7 @@ class StabilityTest {
 // The online-softmax state of one KV group's query heads and the readings after each block.
 class GroupWalker {
  public:
-  GroupWalker(const EarlyExitAttentionArgs& args, const EarlyExitOptions& options)
+  GroupWalker(const EarlyExitDecodeArgs& args, const EarlyExitOptions& options)
       : queries_(args.queries),
         keys_(args.keys),
         values_(args.values),
@@ -230,8 +231,8 @@ float early_exit_scale(const EarlyExitReadings& readings, EarlyExitScaleCriterio
   return readings.mass;
 }
 
-void early_exit_attention(const EarlyExitAttentionArgs& args, const EarlyExitOptions& options,
-                          EarlyExitWalkStats* stats) {
+void early_exit_decode(const EarlyExitDecodeArgs& args, const EarlyExitOptions& options,
+                       EarlyExitWalkStats* stats) {
   std::vector<BlockRange> blocks = walk_order(args.n_entries, options);
   const int total = static_cast<int>(blocks.size());
   GroupWalker walker(args, options);
@@ -261,7 +262,7 @@ void early_exit_attention(const EarlyExitAttentionArgs& args, const EarlyExitOpt
   }
 }
 
-EarlyExitWalkTrace early_exit_walk_trace(const EarlyExitAttentionArgs& args,
+EarlyExitWalkTrace early_exit_walk_trace(const EarlyExitDecodeArgs& args,
                                          const EarlyExitOptions& options) {
   const std::vector<BlockRange> blocks = walk_order(args.n_entries, options);
   const int n_heads = args.n_heads, head_dim = args.head_dim;
@@ -337,7 +338,7 @@ EarlyExitStop early_exit_stop(const EarlyExitWalkTrace& trace, const EarlyExitOp
   return stop;
 }
 
-EarlyExitOracleTrace early_exit_oracle_trace(const EarlyExitAttentionArgs& args,
+EarlyExitOracleTrace early_exit_oracle_trace(const EarlyExitDecodeArgs& args,
                                              const EarlyExitOptions& options, float tolerance) {
   const EarlyExitWalkTrace walk = early_exit_walk_trace(args, options);
   const TestReplay replay = replay_test(walk, options);
@@ -366,7 +367,8 @@ void EarlyExitOracleSummary::add(const EarlyExitOracleTrace& trace, float tolera
     relative_error_at_stop_sum += error;
   }
   blocks += trace.blocks_total;
-  if (trace.safe_stop_block >= 0) safely_skippable_blocks += trace.blocks_total - 1 - trace.safe_stop_block;
+  if (trace.safe_stop_block >= 0)
+    safely_skippable_blocks += trace.blocks_total - 1 - trace.safe_stop_block;
   for (size_t b = 0; b < trace.relative_error.size(); ++b) {
     const bool probe = trace.probe_says_stop[b];
     const bool oracle = trace.relative_error[b] < tolerance;

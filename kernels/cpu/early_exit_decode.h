@@ -72,24 +72,24 @@ int early_exit_block_count(int n, const EarlyExitOptions& options);
 
 // One KV group's decode attention: `n_heads` query heads over n entries of one KV head, in store
 // order (oldest first). logits = scale * q.k_j (+ logit_bias[j] when given).
-struct EarlyExitAttentionArgs {
-  const float* queries = nullptr;     // [n_heads, head_dim], post-RoPE
+struct EarlyExitDecodeArgs {
+  const float* queries = nullptr;  // [n_heads, head_dim], post-RoPE
   int n_heads = 1;
   const float* keys = nullptr;        // [n_entries, head_dim]
   const float* values = nullptr;      // [n_entries, head_dim]
   const float* logit_bias = nullptr;  // optional [n_entries]
   int n_entries = 0;
   int head_dim = 0;
-  float scale = 0;                    // 0 means 1/sqrt(head_dim)
-  float* output = nullptr;            // [n_heads, head_dim]
+  float scale = 0;          // 0 means 1/sqrt(head_dim)
+  float* output = nullptr;  // [n_heads, head_dim]
   // Optional [n_heads, n_entries]: the final softmax weights of the visited entries, 0 for the
   // skipped ones (what a decode-eviction policy can see of an early-exit walk).
   float* probabilities = nullptr;
 };
 
 // Writes args.output (and probabilities); adds the walk to `stats` when given.
-void early_exit_attention(const EarlyExitAttentionArgs& args, const EarlyExitOptions& options,
-                          EarlyExitWalkStats* stats);
+void early_exit_decode(const EarlyExitDecodeArgs& args, const EarlyExitOptions& options,
+                       EarlyExitWalkStats* stats);
 
 // Oracle comparison for one walk (ART Table 4): the same walk without stopping, with the true
 // relative L2 error ||o_b - o_full|| / ||o_full|| (max over the group) after every block.
@@ -103,7 +103,7 @@ struct EarlyExitOracleTrace {
   // perfect probe could make (-1: never; the error can rise again after oracle_stop_block).
   int safe_stop_block = -1;
 };
-EarlyExitOracleTrace early_exit_oracle_trace(const EarlyExitAttentionArgs& args,
+EarlyExitOracleTrace early_exit_oracle_trace(const EarlyExitDecodeArgs& args,
                                              const EarlyExitOptions& options, float tolerance);
 
 // Agreement of probe and oracle over many walks: per block boundary (probe says stop vs the true
@@ -112,11 +112,11 @@ EarlyExitOracleTrace early_exit_oracle_trace(const EarlyExitAttentionArgs& args,
 struct EarlyExitOracleSummary {
   int64_t walks = 0;
   int64_t probe_stops = 0;
-  int64_t premature_stops = 0;     // stopped while relative_error >= tolerance
+  int64_t premature_stops = 0;  // stopped while relative_error >= tolerance
   int64_t boundaries = 0;
   int64_t agreements = 0;
-  int64_t false_positives = 0;     // probe stops, oracle says the error is still too large
-  int64_t false_negatives = 0;     // probe continues, oracle says the error is already small
+  int64_t false_positives = 0;            // probe stops, oracle says the error is still too large
+  int64_t false_negatives = 0;            // probe continues, oracle says the error is already small
   double relative_error_at_stop_sum = 0;  // over the walks that stopped
   // Blocks of all walks, and those after each walk's safe_stop_block: the fraction a perfect
   // probe at this tolerance could skip (what ART's probe could gain at best).
@@ -141,11 +141,11 @@ struct EarlyExitWalkTrace {
   std::vector<float> mass_share;
   size_t at(int block, int head) const { return static_cast<size_t>(block) * n_heads + head; }
 };
-EarlyExitWalkTrace early_exit_walk_trace(const EarlyExitAttentionArgs& args,
+EarlyExitWalkTrace early_exit_walk_trace(const EarlyExitDecodeArgs& args,
                                          const EarlyExitOptions& options);
 
 // Where the stability test of `options` stops on a traced walk: blocks the walk visits (as
-// early_exit_attention counts them) and, per head, the last block folded into its output.
+// early_exit_decode counts them) and, per head, the last block folded into its output.
 struct EarlyExitStop {
   int visited = 0;
   std::vector<int> head_last_block;
