@@ -21,6 +21,7 @@
 #include "engine/errors.h"
 #include "kernels/cpu/binary_hash.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/topk_select.h"
 #include "policies/decode_selector_common.h"
 #include "policies/decode_selectors.h"
 #include "policies/methods.h"
@@ -156,7 +157,7 @@ class BinaryPcSelector : public ParamDecodeSelector {
       std::vector<float> ranking(scores.begin(), scores.end());
       for (int32_t j : head.protected_ids) ranking[j] = std::numeric_limits<float>::infinity();
       const int k = std::min(budget_tokens_, head.prompt_length);
-      std::vector<int32_t> kept = top_k_indices(ranking.data(), head.prompt_length, k);
+      std::vector<int32_t> kept = kernels::topk_select(ranking.data(), head.prompt_length, k);
       for (int j = head.prompt_length; j < store.length(layer, h); ++j) kept.push_back(j);
       for (int g = 0; g < group; ++g) out.indices[h * group + g] = kept;
     }
@@ -193,7 +194,7 @@ class BinaryPcSelector : public ParamDecodeSelector {
     for (int j = 0; j < head.prompt_length; ++j)
       errors[j] = kernels::binary_hash_reconstruction_error(
           head.projection.data(), d, keys + static_cast<int64_t>(j) * d, head.codes[j]);
-    head.protected_ids = top_k_indices(errors.data(), head.prompt_length, err_k);
+    head.protected_ids = kernels::topk_select(errors.data(), head.prompt_length, err_k);
     return head;
   }
 

@@ -1,7 +1,6 @@
 #include "policies/decode_selector_common.h"
 
 #include <algorithm>
-#include <numeric>
 
 #include "engine/errors.h"
 #include "policies/selection.h"
@@ -45,19 +44,6 @@ std::vector<int> read_layers(const PolicyParams& params, const std::string& name
 int selection_budget(const Budget& budget, int current_length) {
   const int tokens = budget.tokens_for(current_length);
   return std::clamp(tokens, std::min(1, current_length), current_length);
-}
-
-std::vector<int32_t> top_k_indices(const float* scores, int n, int k) {
-  k = std::clamp(k, 0, n);
-  std::vector<int32_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  auto better = [scores](int32_t a, int32_t b) {
-    return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
-  };
-  if (k < n) std::nth_element(order.begin(), order.begin() + k, order.end(), better);
-  order.resize(k);
-  std::sort(order.begin(), order.end());
-  return order;
 }
 
 int checked_query_heads(const Selection& out, const KvStore& store, const std::string& method) {

@@ -1,5 +1,5 @@
 // Shared pieces of the kind-D decode selectors (TOPK, Quest, MagicPIG, BinaryPC): bounded
-// parameters, GQA modes, the per-step budget and a fast top-k over one step's scores.
+// parameters, GQA modes and the per-step budget (their top-k: kernels/cpu/topk_select.h).
 #pragma once
 
 #include <cstdint>
@@ -37,10 +37,6 @@ DeviceSelectionSpec device_selection_of(DeviceSelectionSpec::Scores scores, int 
 // Tokens a selector may attend to at a step with `current_length` cached entries: fractions apply
 // to the current length, token counts are fixed; at least 1, at most the current length.
 int selection_budget(const Budget& budget, int current_length);
-
-// Indices of the k largest scores (ties: the lower index first), in increasing index order.
-// O(n) selection: this runs at every decode step of every head.
-std::vector<int32_t> top_k_indices(const float* scores, int n, int k);
 
 // Throws InputError when `out.indices` was not sized to the caller's query-head count, or the
 // count is not a multiple of the store's KV heads.

@@ -4,49 +4,24 @@
 // minimum m and maximum M of the keys. A query q bounds every key of a page from above:
 //   U(page) = sum_i max(q_i m_i, q_i M_i) >= max_{j in page} q.k_j.
 // Per step: B = min(T, token budget), K_p = min(max(3, floor(B / 16)), n_pages) pages with the
-// largest U, exact softmax over their entries. Decode tokens join the pages (incremental min/max
-// equals the reference's recomputation). Dense layers {0, 1}.
+// largest U, exact softmax over their entries. Decode tokens join the pages (the page a token
+// touches is rebuilt from its first entry, as on the device: kernels/cpu/page_bounds.h). Dense
+// layers {0, 1}.
 // Variants recorded in the parameters: gqa "per_head" (reference: each query head its own pages,
 // the union is loaded) or "shared" (max of U over the group); keep_last_page false (accuracy
 // reference) or true (the kernel version: the last page always counts inside the page budget).
 // Source: mit-han-lab/Quest evaluation/quest_attention.py, quest/utils/controller.py.
-#include "policies/quest.h"
-
 #include <algorithm>
 #include <limits>
 
+#include "kernels/cpu/page_bounds.h"
+#include "kernels/cpu/topk_select.h"
 #include "policies/decode_selector_common.h"
 #include "policies/decode_selectors.h"
 #include "policies/methods.h"
 #include "policies/selection.h"
 
 namespace kvb {
-
-void QuestPageBounds::add(const float* key, int index) {
-  if (index % page_size == 0) {
-    minimum.insert(minimum.end(), key, key + head_dim);
-    maximum.insert(maximum.end(), key, key + head_dim);
-    return;
-  }
-  const int64_t last = (n_pages() - 1) * static_cast<int64_t>(head_dim);
-  for (int i = 0; i < head_dim; ++i) {
-    minimum[last + i] = std::min(minimum[last + i], key[i]);
-    maximum[last + i] = std::max(maximum[last + i], key[i]);
-  }
-}
-
-std::vector<float> QuestPageBounds::upper_bounds(const float* q) const {
-  std::vector<float> bound(n_pages());
-  for (int p = 0; p < n_pages(); ++p) {
-    const float* lo = minimum.data() + static_cast<int64_t>(p) * head_dim;
-    const float* hi = maximum.data() + static_cast<int64_t>(p) * head_dim;
-    float sum = 0;
-    for (int i = 0; i < head_dim; ++i) sum += std::max(q[i] * lo[i], q[i] * hi[i]);
-    bound[p] = sum;
-  }
-  return bound;
-}
-
 namespace {
 
 nlohmann::json quest_defaults() {
@@ -82,27 +57,22 @@ class QuestSelector : public ParamDecodeSelector {
   void start(const KvStore& store, int, int budget_tokens) override {
     token_budget_ = budget_tokens;
     const int d = store.head_dim();
-    pages_.assign(store.n_layers(), std::vector<QuestPageBounds>(store.n_kv_heads()));
+    pages_.assign(store.n_layers(), std::vector<kernels::PageBounds>(store.n_kv_heads()));
     for (int layer = 0; layer < store.n_layers(); ++layer) {
       if (is_dense_layer(dense_layers_, layer)) continue;
       for (int h = 0; h < store.n_kv_heads(); ++h) {
-        QuestPageBounds& bounds = pages_[layer][h];
-        bounds = QuestPageBounds{};
-        bounds.page_size = page_size_;
-        bounds.head_dim = d;
-        const float* keys = store.keys(layer, h);
-        for (int j = 0; j < store.length(layer, h); ++j)
-          bounds.add(keys + static_cast<int64_t>(j) * d, j);
+        kernels::PageBounds& bounds = pages_[layer][h];
+        bounds = kernels::PageBounds{.page_size = page_size_, .head_dim = d};
+        kernels::update_page_bounds(bounds, store.keys(layer, h), 0, store.length(layer, h));
       }
     }
   }
 
   void on_append(const KvStore& store, int layer) override {
     if (is_dense_layer(dense_layers_, layer)) return;
-    const int d = store.head_dim();
     for (int h = 0; h < store.n_kv_heads(); ++h) {
-      const int j = store.length(layer, h) - 1;
-      pages_[layer][h].add(store.keys(layer, h) + static_cast<int64_t>(j) * d, j);
+      const int length = store.length(layer, h);
+      kernels::update_page_bounds(pages_[layer][h], store.keys(layer, h), length - 1, length);
     }
   }
 
@@ -111,14 +81,15 @@ class QuestSelector : public ParamDecodeSelector {
     if (group == 0) return;  // a dense layer
     const int d = store.head_dim();
     for (int h = 0; h < store.n_kv_heads(); ++h) {
-      const QuestPageBounds& bounds = pages_[layer][h];
+      const kernels::PageBounds& bounds = pages_[layer][h];
       const int length = store.length(layer, h);
       const int n_pages = bounds.n_pages();
       const int budget = std::min(length, token_budget_);
       const int page_budget = std::min(std::max(min_pages_, budget / page_size_), n_pages);
       std::vector<std::vector<float>> scores(group);
       for (int g = 0; g < group; ++g)
-        scores[g] = bounds.upper_bounds(query + static_cast<int64_t>(h * group + g) * d);
+        scores[g] =
+            kernels::page_bound_scores(bounds, query + static_cast<int64_t>(h * group + g) * d);
       if (gqa_ == GqaSelection::kShared) {
         for (int g = 1; g < group; ++g)
           for (int p = 0; p < n_pages; ++p) scores[0][p] = std::max(scores[0][p], scores[g][p]);
@@ -136,11 +107,8 @@ class QuestSelector : public ParamDecodeSelector {
     const int n_pages = static_cast<int>(scores.size());
     if (keep_last_page_ && n_pages > 0)
       scores[n_pages - 1] = std::numeric_limits<float>::infinity();
-    std::vector<int32_t> tokens;
-    for (int32_t page : top_k_indices(scores.data(), n_pages, page_budget))
-      for (int j = page * page_size_; j < std::min(length, (page + 1) * page_size_); ++j)
-        tokens.push_back(j);
-    return tokens;
+    return kernels::expand_pages(kernels::topk_select(scores.data(), n_pages, page_budget),
+                                 page_size_, length);
   }
 
   int token_budget_ = 0;
@@ -148,7 +116,7 @@ class QuestSelector : public ParamDecodeSelector {
   int min_pages_ = 3;
   GqaSelection gqa_ = GqaSelection::kPerHead;
   bool keep_last_page_ = false;
-  std::vector<std::vector<QuestPageBounds>> pages_;  // [layer][kv head]
+  std::vector<std::vector<kernels::PageBounds>> pages_;  // [layer][kv head]
 };
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "kernels/cpu/query_key_scores.h"
+#include "kernels/cpu/topk_select.h"
 #include "policies/decode_selector_common.h"
 #include "policies/decode_selectors.h"
 #include "policies/methods.h"
@@ -63,9 +64,10 @@ class TopkOracleSelector : public ParamDecodeSelector {
       }
       if (gqa_ == GqaSelection::kPerHead) {
         for (int g = 0; g < group; ++g)
-          out.indices[h * group + g] = top_k_indices(logits[g].data(), length, k);
+          out.indices[h * group + g] = kernels::topk_select(logits[g].data(), length, k);
       } else {
-        const std::vector<int32_t> shared = top_k_indices(group_weight_sum(logits, d).data(), length, k);
+        const std::vector<int32_t> shared =
+            kernels::topk_select(group_weight_sum(logits, d).data(), length, k);
         for (int g = 0; g < group; ++g) out.indices[h * group + g] = shared;
       }
     }

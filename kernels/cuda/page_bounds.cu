@@ -1,5 +1,5 @@
 // Page bound kernels: page min/max, page upper bounds, page -> token expansion. Contracts:
-// kernels/cuda/page_bounds.h; CPU twin: policies/quest.cc.
+// kernels/cuda/page_bounds.h; CPU twin: kernels/cpu/page_bounds.cc.
 #include <cuda_bf16.h>
 
 #include <stdexcept>

@@ -14,11 +14,11 @@
 #include "engine/kv_store.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/binary_hash.h"
+#include "kernels/cpu/topk_select.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/binary_hash.h"
 #include "kernels/cuda/topk_select.h"
 #include "policies/binarypc_projection.h"
-#include "policies/decode_selector_common.h"
 #include "policies/decode_selectors.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/cuda/sparse_attention_check.h"
@@ -295,8 +295,9 @@ TEST(BinaryScoreKeys, BlocksWalkingManyBatchesEqualCpu) {
                               gpu_planes(projection, q, batch, hq, hkv, d), batch, hq, hkv, length);
 }
 
-// topk_select against top_k_indices on lists with many ties, for 16-bit keys and f32 scores; with
-// a workspace and without (lengths that give clusters of 1, 2, 4 and 8 blocks, and the split path).
+// topk_select against its CPU twin (kernels/cpu/topk_select.h) on lists with many ties, for 16-bit
+// keys and f32 scores; with a workspace and without (lengths that give clusters of 1, 2, 4 and 8
+// blocks, and the split path).
 TEST(TopkSelect, MatchesCpuTopKWithLowerIndexTieBreak) {
   KVB_REQUIRE_GPU();
   std::mt19937 rng(4);
@@ -349,7 +350,7 @@ TEST(TopkSelect, MatchesCpuTopKWithLowerIndexTieBreak) {
           for (int j = 0; j < length; ++j)
             ranking[j] =
                 use_float ? scores[size_t(l) * length + j] : float(keys[size_t(l) * length + j]);
-          std::vector<int32_t> want = top_k_indices(ranking.data(), length, k);
+          std::vector<int32_t> want = kernels::topk_select(ranking.data(), length, k);
           want.push_back(length);
           want.push_back(length + 1);
           const std::vector<int32_t> list(got.begin() + l * stride, got.begin() + (l + 1) * stride);

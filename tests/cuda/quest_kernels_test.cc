@@ -1,8 +1,9 @@
-// Quest's GPU kernels (kernels/cuda/page_bounds.h) against the CPU twins in policies/quest.*:
-// page min/max built after prefill and kept current token by token equal QuestPageBounds exactly,
-// page upper bounds equal (same f32 summation order), the selected token lists equal the CPU
-// QuestSelector's (per_head / shared GQA, keep_last_page off / on, budgets under 3 pages and above
-// the length) and decode_attention over them is within bf16 tolerance of the CPU attention.
+// Quest's GPU kernels (kernels/cuda/page_bounds.h) against the CPU twins
+// (kernels/cpu/page_bounds.h) and the CPU selector (policies/quest.cc): page min/max built after
+// prefill and kept current token by token equal the CPU's exactly, page upper bounds equal (same
+// f32 summation order), the selected token lists equal the CPU QuestSelector's (per_head / shared
+// GQA, keep_last_page off / on, budgets under 3 pages and above the length) and decode_attention
+// over them is within bf16 tolerance of the CPU attention.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,11 +11,11 @@
 
 #include "engine/kv_store.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/page_bounds.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/page_bounds.h"
 #include "kernels/cuda/topk_select.h"
 #include "policies/decode_selectors.h"
-#include "policies/quest.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/cuda/sparse_attention_check.h"
 
@@ -104,10 +105,8 @@ TEST(QuestPages, BoundsKeptCurrentTokenByTokenAndScoresEqualCpu) {
     const std::vector<float> per_head = page_scores(pages, q, hq, hkv, d, n_pages, false, false);
     const std::vector<float> shared = page_scores(pages, q, hq, hkv, d, n_pages, true, true);
     for (int h = 0; h < hkv; ++h) {
-      QuestPageBounds bounds;
-      bounds.page_size = kPage;
-      bounds.head_dim = d;
-      for (int j = 0; j < length; ++j) bounds.add(keys.data() + (int64_t(h) * length + j) * d, j);
+      kernels::PageBounds bounds{.page_size = kPage, .head_dim = d};
+      kernels::update_page_bounds(bounds, keys.data() + int64_t(h) * length * d, 0, length);
       ASSERT_EQ(bounds.n_pages(), n_pages);
       EXPECT_EQ(pages.rows(pages.minimum, h, n_pages, d), bounds.minimum)
           << "d " << d << " head " << h;
@@ -116,7 +115,8 @@ TEST(QuestPages, BoundsKeptCurrentTokenByTokenAndScoresEqualCpu) {
       std::vector<float> group_max(n_pages, -std::numeric_limits<float>::infinity());
       for (int g = 0; g < group; ++g) {
         const int a = h * group + g;
-        const std::vector<float> expected = bounds.upper_bounds(q.data() + int64_t(a) * d);
+        const std::vector<float> expected =
+            kernels::page_bound_scores(bounds, q.data() + int64_t(a) * d);
         const std::vector<float> got(per_head.begin() + int64_t(a) * n_pages,
                                      per_head.begin() + int64_t(a + 1) * n_pages);
         EXPECT_EQ(got, expected) << "d " << d << " query head " << a;
