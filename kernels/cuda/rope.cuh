@@ -1,9 +1,14 @@
-// RoPE on one pair of a bf16 head, shared by the prefill/decode RoPE kernels (transformer_ops.cu)
-// and the decode attention that appends its step's token itself (decode_attention.cu), so both
-// round exactly alike. CPU twin: kernels/cpu/rope.h.
+// RoPE on one pair of a bf16 head, shared by the RoPE kernels (bias_rope in rope.cu, the decode
+// step's fused rope + append in transformer_ops.cu) and the decode attention that appends its
+// step's token itself (decode_append.cuh), so all round exactly alike. CPU twin:
+// kernels/cpu/rope.h.
 #pragma once
 
 #include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/rope.h"
 
 namespace kvb::cuda {
 
@@ -27,6 +32,35 @@ __device__ __forceinline__ void rotate_pair(float x0, float x1, float sine, floa
                                             __nv_bfloat16& r0, __nv_bfloat16& r1) {
   r0 = __float2bfloat16(__fsub_rn(__fmul_rn(x0, cosine), __fmul_rn(x1, sine)));
   r1 = __float2bfloat16(__fadd_rn(__fmul_rn(x0, sine), __fmul_rn(x1, cosine)));
+}
+
+// Adds the bias to a qkv row and rotates its Q and K heads (one block per row). A rotation angle
+// depends on the position and the pair index only, so each thread takes one pair index for a group
+// of heads and computes its sine and cosine once for all of them (per element, the sincosf work was
+// the costliest part of a long prefill's RoPE: results/gpu-kernel-tuning.md §3.1).
+__device__ inline void bias_rope_row(const RopeArgs& args, int row) {
+  const int heads = args.n_query_heads + 2 * args.n_kv_heads;
+  const int width = heads * args.head_dim;
+  __nv_bfloat16* x = args.qkv + int64_t(row) * width;
+  if (args.bias)
+    for (int j = threadIdx.x; j < width; j += blockDim.x)
+      x[j] = __float2bfloat16(with_bias(x[j], args.bias, j));
+  __syncthreads();
+  const int half = args.head_dim / 2;
+  const int rotated_heads = args.n_query_heads + args.n_kv_heads;  // Q and K, not V
+  const int head_groups = max(1, min(int(blockDim.x) / half, rotated_heads));
+  const float position = float(args.positions[row]);
+  for (int idx = threadIdx.x; idx < head_groups * half; idx += blockDim.x) {
+    const int i = idx % half;
+    float s, c;
+    sincosf(position * args.inv_freq[i], &s, &c);
+    int a, b;
+    rope_pair_columns(i, half, args.interleaved, a, b);
+    for (int head = idx / half; head < rotated_heads; head += head_groups) {
+      __nv_bfloat16* h = x + head * args.head_dim;
+      rotate_pair(__bfloat162float(h[a]), __bfloat162float(h[b]), s, c, h[a], h[b]);
+    }
+  }
 }
 
 }  // namespace kvb::cuda

@@ -1,5 +1,7 @@
-// Fused element-wise transformer kernels in bf16 with f32 math, and the bf16 GEMM.
-// CPU twins: kernels/cpu/rmsnorm.h, rope.h, activations.h, matmul.h. Tests: tests/cuda/.
+// The forward pass's other GPU kernels in bf16 with f32 math: embedding gather, KV append, row
+// copies, argmax, conversions, and the bf16 GEMM/GEMV with its folded norms (CPU twin of the
+// products: kernels/cpu/matmul.h). The element-wise ops with CPU twins of the same name have their
+// own files, included here for the engine: rmsnorm.h, rope.h, activations.h. Tests: tests/cuda/.
 #pragma once
 
 #include <cublas_v2.h>
@@ -9,7 +11,10 @@
 #include <cstdint>
 #include <initializer_list>
 
+#include "kernels/cuda/activations.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/rmsnorm.h"
+#include "kernels/cuda/rope.h"
 
 namespace kvb::cuda {
 
@@ -17,26 +22,6 @@ namespace kvb::cuda {
 void embedding_gather(const __nv_bfloat16* table, const int32_t* ids, int n, int d_model,
                       float* residual, cudaStream_t stream);
 
-// residual += delta (when delta != nullptr); out = rmsnorm(residual) * weight, in bf16.
-void add_rmsnorm(float* residual, const __nv_bfloat16* delta, const __nv_bfloat16* weight, int n,
-                 int d_model, float eps, __nv_bfloat16* out, cudaStream_t stream);
-
-// In place on qkv rows [n, (Hq + 2 Hkv) * head_dim]: adds the optional bias, then rotates the Q and
-// K heads by position. inv_freq has head_dim/2 entries (llama3 scaling already applied).
-// interleaved: rotate adjacent pairs (2i, 2i+1) (GGUF-permuted weights); otherwise the halves
-// (i, i + head_dim/2) as HF's rotate_half.
-struct RopeArgs {
-  __nv_bfloat16* qkv = nullptr;
-  const __nv_bfloat16* bias = nullptr;  // [(Hq + 2 Hkv) * head_dim] or nullptr
-  const int32_t* positions = nullptr;   // [n]
-  const float* inv_freq = nullptr;      // [head_dim / 2]
-  int n = 0;
-  int n_query_heads = 0;
-  int n_kv_heads = 0;
-  int head_dim = 0;
-  bool interleaved = false;
-};
-void bias_rope(const RopeArgs& args, cudaStream_t stream);
 // The decode step's append inside the attention kernel (DecodeAppend), for the rotation `rope`
 // describes, into the given cache buffers and lengths.
 inline DecodeAppend decode_append_for(const RopeArgs& rope, __nv_bfloat16* k_cache,
@@ -71,9 +56,6 @@ void copy_rows(const __nv_bfloat16* src, __nv_bfloat16* dst, const int64_t* src_
                const int64_t* dst_rows, int64_t n_rows, int row_elems, cudaStream_t stream);
 // next[b] = argmax_j logits[b, j] (lowest index on ties).
 void argmax_rows(const float* logits, int rows, int vocab, int32_t* next, cudaStream_t stream);
-
-// out[i, j] = silu(gate_up[i, j]) * gate_up[i, ffn + j]  (gate and up fused in one [n, 2 ffn]).
-void swiglu(const __nv_bfloat16* gate_up, int n, int ffn, __nv_bfloat16* out, cudaStream_t stream);
 
 void f32_to_bf16(const float* in, size_t count, __nv_bfloat16* out, cudaStream_t stream);
 void bf16_to_f32(const __nv_bfloat16* in, size_t count, float* out, cudaStream_t stream);
