@@ -1,5 +1,5 @@
 // SwiGLU on the GPU, bf16 in and out with f32 math. CPU twin: kernels/cpu/activations.h. Test:
-// tests/cuda/transformer_ops_test.cc. The decode step's fusion with the gate/up product:
+// tests/cuda/backend_ops_test.cc. The decode step's fusion with the gate/up product:
 // gate_up_swiglu in kernels/cuda/transformer_ops.h.
 #pragma once
 

@@ -1,6 +1,6 @@
 // Page min/max bounds on the GPU (Quest's page metadata, docs/methods.md §10). CPU twin:
-// kernels/cpu/page_bounds.h (one KV head at a time); the selector: policies/quest.cc. Test:
-// tests/cuda/quest_kernels_test.cc.
+// kernels/cpu/page_bounds.h (one KV head at a time); the selector: policies/quest.cc. Tests:
+// tests/cuda/backend_ops_test.cc, tests/cuda/quest_kernels_test.cc.
 //
 // A "slot" is one (sequence, KV head) pair, slot = b * Hkv + h. Page p of a slot holds tokens
 // p*P .. p*P+P-1 (P = page_size, 16 by default; the last page may be partial).

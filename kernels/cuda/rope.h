@@ -1,6 +1,6 @@
 // Bias and rotary position embedding of qkv rows on the GPU, in bf16. CPU twin: kernels/cpu/rope.h
-// (the bias is the caller's there). Test: tests/cuda/transformer_ops_test.cc. The per-pair
-// arithmetic both this and the decode attention's in-kernel append use: kernels/cuda/rope.cuh.
+// (the bias is the caller's there). Test: tests/cuda/backend_ops_test.cc. The per-pair arithmetic
+// both this and the decode attention's in-kernel append use: kernels/cuda/rope.cuh.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -1,7 +1,8 @@
 // Per-list top-k on the device, written in the index-list format decode_attention takes
 // (kernels/cuda/attention.h). CPU twin: kernels/cpu/topk_select.h (the k largest, ties to the
 // lower index, indices in increasing order). Used by the decode selectors' GPU paths (BinaryPC
-// tokens, Quest pages, the EAS set). Test: tests/cuda/binarypc_kernels_test.cc.
+// tokens, Quest pages, the EAS set). Tests: tests/cuda/backend_ops_test.cc,
+// tests/cuda/binarypc_kernels_test.cc.
 //
 // A radix select with 11-bit digits over order-preserving keys (2 passes for 16-bit keys, 3 for
 // f32 scores) finds the k-th largest key and how many of its ties to take, then an ordered

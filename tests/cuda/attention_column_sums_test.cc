@@ -1,6 +1,7 @@
-// The column-sums kernel (H2O's accumulated attention) against its CPU twin
-// (kernels/cpu/attention_column_sums.h) on bf16-representable inputs, both fed the same LSE
-// computed on the host in double; then fed by flash_attention_prefill's own LSE, chunk by chunk.
+// The column-sums kernel (H2O's accumulated attention) fed by flash_attention_prefill's own LSE,
+// chunk by chunk, against its CPU twin (kernels/cpu/attention_column_sums.h) over the whole prompt
+// with an LSE computed on the host in double; and its refusals. Against the twin over many shapes,
+// both fed the same LSE: tests/cuda/backend_ops_test.cc.
 #include "kernels/cuda/attention_column_sums.h"
 
 #include <gtest/gtest.h>
@@ -97,34 +98,6 @@ void expect_sums_match(const std::vector<float>& got, const std::vector<float>& 
     }
   }
 }
-
-class ColumnSumsKernelTest : public ::testing::TestWithParam<Shape> {};
-
-TEST_P(ColumnSumsKernelTest, AddsTheCpuTwinsSums) {
-  KVB_REQUIRE_GPU();
-  const Problem p(GetParam());
-  const int hq = p.shape.n_query_heads, n = p.shape.n_queries;
-  const auto lse = p.host_lse(0, n);
-  std::vector<float> expected(size_t(hq) * p.sums_stride, 0.25f);
-  p.cpu_chunk(0, n, lse, expected);
-
-  auto d_q = test::to_device_bf16(p.q), d_k = test::to_device_bf16(p.k);
-  auto d_lse = test::to_device(lse);
-  auto d_sums = test::to_device(std::vector<float>(expected.size(), 0.25f));
-  cuda::attention_column_sums(p.gpu_chunk(d_q, d_k, d_lse.as<float>(), d_sums, 0, n), nullptr);
-  std::vector<float> got(expected.size());
-  d_sums.download(got.data(), got.size() * 4);
-  expect_sums_match(got, expected, p);
-}
-
-// head_dim, Hq, Hkv, n_queries, query_offset: GQA groups 1, 4 and 7; one query; lengths on and off
-// multiples of 64; chunks after a prefix.
-INSTANTIATE_TEST_SUITE_P(Shapes, ColumnSumsKernelTest,
-                         ::testing::Values(Shape{64, 4, 4, 1, 0}, Shape{64, 8, 2, 130, 0},
-                                           Shape{128, 7, 1, 300, 0}, Shape{128, 14, 2, 77, 200},
-                                           Shape{64, 28, 4, 300, 37}, Shape{128, 8, 2, 1, 511},
-                                           Shape{128, 4, 1, 64, 64}, Shape{128, 32, 8, 257, 0},
-                                           Shape{256, 4, 2, 100, 30}));
 
 // A prefill of 300 tokens in chunks of 128, 100 and 72, each chunk's LSE from
 // flash_attention_prefill on the device: the accumulated sums equal the twin's over the whole

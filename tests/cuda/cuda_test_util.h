@@ -12,8 +12,8 @@
 #include "engine/model_config.h"
 #include "kernels/cuda/cuda_utils.h"
 
-#define KVB_REQUIRE_GPU()                                                       \
-  do {                                                                          \
+#define KVB_REQUIRE_GPU()                                                         \
+  do {                                                                            \
     if (!kvb::cuda::device_available()) GTEST_SKIP() << "no CUDA device present"; \
   } while (0)
 
@@ -75,6 +75,13 @@ inline std::vector<float> from_device_bf16(const cuda::DeviceBuffer& buffer, siz
   buffer.download(bits.data(), n * 2);
   std::vector<float> out(n);
   for (size_t i = 0; i < n; ++i) out[i] = __bfloat162float(bits[i]);
+  return out;
+}
+
+template <typename T>
+std::vector<T> from_device(const cuda::DeviceBuffer& buffer, size_t n) {
+  std::vector<T> out(n);
+  buffer.download(out.data(), n * sizeof(T));
   return out;
 }
 

@@ -1,7 +1,8 @@
 // The statistics a GPU prefill computes for the prefill policies (engine/cuda/prefill_statistics.h)
 // against double-precision truth computed on the host from the same bf16 keys, values and window
 // queries the device holds: window attention sums, output perturbations, key norms and attention
-// column sums, over a prefill of several chunks; and the row-norm kernel against its CPU twin.
+// column sums, over a prefill of several chunks. (The row-norm kernel against its CPU twin:
+// tests/cuda/backend_ops_test.cc.)
 #include "engine/cuda/prefill_statistics.h"
 
 #include <gtest/gtest.h>
@@ -11,8 +12,6 @@
 
 #include "engine/cuda/cuda_engine.h"
 #include "engine/presets.h"
-#include "kernels/cpu/row_norms.h"
-#include "kernels/cuda/row_norms.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace kvb {
@@ -139,24 +138,6 @@ TEST(PrefillStatistics, MatchDoublePrecisionTruthOverSeveralChunks) {
   KVB_REQUIRE_GPU();
   check_statistics_on(64);
   check_statistics_on(128);
-}
-
-TEST(RowNorms, MatchTheCpuTwin) {
-  KVB_REQUIRE_GPU();
-  for (const int dim : {64, 128, 40}) {
-    SCOPED_TRACE(dim);
-    const int heads = 3, length = 1000, stride = 1100 * dim;
-    const std::vector<float> rows = test::random_bf16_values(size_t(heads) * stride, 9, 2.0f);
-    std::vector<float> want(size_t(heads) * length);
-    kernels::row_norms({rows.data(), stride, heads, length, dim, want.data()});
-    const cuda::DeviceBuffer device_rows = test::to_device_bf16(rows);
-    cuda::DeviceBuffer norms(want.size() * 4, "norms");
-    cuda::row_norms(
-        {device_rows.as<__nv_bfloat16>(), stride, heads, length, dim, norms.as<float>()}, nullptr);
-    std::vector<float> got(want.size());
-    norms.download(got.data(), got.size() * 4);
-    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5f * want[i]) << i;
-  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
-// Element-wise CUDA kernels against their CPU twins: RMSNorm (with the residual add), RoPE (both
-// pairings, llama3-scaled frequencies, QKV bias), SwiGLU, and the bf16 GEMM against
-// kernels::matmul.
+// The forward pass's other CUDA kernels (kernels/cuda/transformer_ops.h): the KV append, row copies
+// and argmax, the bf16 GEMM/GEMV against kernels::matmul, its fusions (gate/up with SwiGLU, the LM
+// head with its argmax, the folded norms) and the decode step's fused RoPE + append. RMSNorm, RoPE
+// and SwiGLU against their CPU twins: tests/cuda/backend_ops_test.cc.
 #include "kernels/cuda/transformer_ops.h"
 
 #include <gtest/gtest.h>
@@ -22,99 +23,6 @@ namespace kvb {
 namespace {
 
 using test::random_bf16_values;
-
-// SmolLM2's width, Llama's, and one past a whole number of the kernel's 1,024 threads; 5 rows take
-// the one-block-per-row decode kernel, 300 the prefill kernel (5,002 is not a multiple of 4, so the
-// decode kernel serves it at 300 rows too).
-TEST(CudaOps, AddRmsNormMatchesCpu) {
-  KVB_REQUIRE_GPU();
-  for (auto [rows, dim] : std::vector<std::pair<int, int>>{
-           {5, 576}, {5, 4096}, {5, 5000}, {300, 576}, {300, 4096}, {300, 8192}, {300, 5002}}) {
-    auto residual = random_bf16_values(rows * dim, 1, 3.0f);
-    auto delta = random_bf16_values(rows * dim, 2);
-    auto weight = random_bf16_values(dim, 3);
-    std::vector<float> summed(rows * dim), expected(rows * dim);
-    for (size_t i = 0; i < summed.size(); ++i) summed[i] = residual[i] + delta[i];
-    kernels::rmsnorm(summed.data(), weight.data(), rows, dim, 1e-5f, expected.data());
-
-    auto d_res = test::to_device(residual);
-    auto d_delta = test::to_device_bf16(delta), d_weight = test::to_device_bf16(weight);
-    cuda::DeviceBuffer d_out(rows * dim * 2);
-    cuda::add_rmsnorm(d_res.as<float>(), d_delta.as<__nv_bfloat16>(), d_weight.as<__nv_bfloat16>(),
-                      rows, dim, 1e-5f, d_out.as<__nv_bfloat16>(), nullptr);
-    auto got = test::from_device_bf16(d_out, rows * dim);
-    std::vector<float> got_residual(rows * dim);
-    d_res.download(got_residual.data(), got_residual.size() * 4);
-    EXPECT_LT(test::max_abs_diff(got_residual, summed), 1e-5);
-    EXPECT_LT(test::max_abs_diff(got, expected), 3e-2) << "rows " << rows << " dim " << dim;
-  }
-}
-
-class CudaRopeTest : public ::testing::TestWithParam<std::tuple<bool, bool, bool>> {};
-
-TEST_P(CudaRopeTest, MatchesCpu) {
-  KVB_REQUIRE_GPU();
-  const auto [interleaved, llama3, bias] = GetParam();
-  const int rows = 7, hq = 4, hkv = 2, d = 128, width = (hq + 2 * hkv) * d;
-  auto qkv = random_bf16_values(rows * width, 4);
-  auto bias_values = random_bf16_values(width, 5);
-  const auto freq = llama3 ? kernels::rope_inverse_frequencies_llama3(d, 500000.f, {})
-                           : kernels::rope_inverse_frequencies(d, 10000.f);
-  const auto pairing =
-      interleaved ? kernels::RopePairing::kInterleavedPairs : kernels::RopePairing::kHalves;
-  std::vector<int32_t> positions = {0, 1, 5, 100, 4095, 30000, 131000};
-  std::vector<float> expected = qkv;
-  for (int r = 0; r < rows; ++r) {
-    float* row = expected.data() + size_t(r) * width;
-    if (bias)
-      for (int j = 0; j < width; ++j) row[j] = test::round_bf16(row[j] + bias_values[j]);
-    kernels::apply_rope(row, hq + hkv, d, d, positions[r], freq.data(), pairing);
-  }
-  auto d_qkv = test::to_device_bf16(qkv);
-  auto d_bias = test::to_device_bf16(bias_values);
-  auto d_pos = test::to_device(positions);
-  auto d_freq = test::to_device(freq);
-  cuda::RopeArgs args;
-  args.qkv = d_qkv.as<__nv_bfloat16>();
-  args.bias = bias ? d_bias.as<__nv_bfloat16>() : nullptr;
-  args.positions = d_pos.as<int32_t>();
-  args.inv_freq = d_freq.as<float>();
-  args.n = rows;
-  args.n_query_heads = hq;
-  args.n_kv_heads = hkv;
-  args.head_dim = d;
-  args.interleaved = interleaved;
-  cuda::bias_rope(args, nullptr);
-  auto got = test::from_device_bf16(d_qkv, qkv.size());
-  // V heads are untouched; Q/K within bf16 rounding of the rotated values.
-  EXPECT_LT(test::max_abs_diff(got, expected), 1.6e-2);
-}
-
-INSTANTIATE_TEST_SUITE_P(Variants, CudaRopeTest,
-                         ::testing::Combine(::testing::Bool(), ::testing::Bool(),
-                                            ::testing::Bool()));
-
-// 16-byte path (ffn a multiple of 8), the one-value path (ffn = 1001), and more rows than a grid's
-// y extent (70,000 > 65,535) so the row loop wraps.
-TEST(CudaOps, SwigluMatchesCpu) {
-  KVB_REQUIRE_GPU();
-  for (auto [rows, ffn] : std::vector<std::pair<int, int>>{{3, 1536}, {2, 1001}, {70000, 16}}) {
-    auto gate_up = random_bf16_values(size_t(rows) * 2 * ffn, 6, 4.0f);
-    std::vector<float> expected(size_t(rows) * ffn);
-    for (int r = 0; r < rows; ++r)
-      kernels::swiglu(gate_up.data() + size_t(r) * 2 * ffn,
-                      gate_up.data() + size_t(r) * 2 * ffn + ffn, ffn,
-                      expected.data() + size_t(r) * ffn);
-    auto d_in = test::to_device_bf16(gate_up);
-    cuda::DeviceBuffer d_out(expected.size() * 2);
-    cuda::swiglu(d_in.as<__nv_bfloat16>(), rows, ffn, d_out.as<__nv_bfloat16>(), nullptr);
-    // bf16 output: within one rounding step (2^-8 relative) of the f32 value.
-    const auto got = test::from_device_bf16(d_out, expected.size());
-    for (size_t i = 0; i < got.size(); ++i)
-      ASSERT_NEAR(got[i], expected[i], std::abs(expected[i]) / 128 + 1e-3)
-          << "rows " << rows << " ffn " << ffn << " element " << i;
-  }
-}
 
 // Prefill rows land at each head's offset + length + row, K and V alike: head_dim 128 takes the
 // 16-byte copies, head_dim 12 the one-value path.

@@ -1,0 +1,367 @@
+// The backend-ops rows of the decode selectors' kernels (tests/cuda/backend_ops_test.cc):
+// BinaryPC's hashing, query planes and scores (kernels/cuda/binary_hash.h), Quest's page bounds,
+// scores and page expansion (kernels/cuda/page_bounds.h) and the shared top-k
+// (kernels/cuda/topk_select.h, and DropKV's topk_sorted), each against its CPU twin. All of them
+// are exact: the same integers, the same bf16 minima and maxima, the same f32 sums in the same
+// order, the same indices.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/binary_hash.h"
+#include "kernels/cpu/page_bounds.h"
+#include "kernels/cpu/topk_select.h"
+#include "kernels/cuda/binary_hash.h"
+#include "kernels/cuda/dropkv_scores.h"
+#include "kernels/cuda/page_bounds.h"
+#include "kernels/cuda/topk_select.h"
+#include "tests/cuda/backend_ops.h"
+#include "tests/cuda/binary_hash_check.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda/page_bounds_check.h"
+
+namespace kvb::test {
+
+// Codes bit-exact and reconstruction errors close (f32 norms of the same residual), over the
+// prefill range and then the last tokens one at a time, as decode tokens arrive.
+inline void check_binary_hash_keys(int slots, int length, int d) {
+  const std::vector<float> keys = test_keys(slots, length, d, 3);
+  const std::vector<float> projection = fitted_projections(keys, slots, length, d);
+  std::vector<uint64_t> expected(size_t(slots) * length);
+  std::vector<float> expected_error(expected.size());
+  for (int s = 0; s < slots; ++s) {
+    const float* rows = projection.data() + int64_t(s) * kBinaryHashBits * d;
+    kernels::binary_hash_keys(rows, d, keys.data() + int64_t(s) * length * d, length,
+                              expected.data() + int64_t(s) * length);
+    for (int j = 0; j < length; ++j)
+      expected_error[s * length + j] = kernels::binary_hash_reconstruction_error(
+          rows, d, keys.data() + (int64_t(s) * length + j) * d, expected[s * length + j]);
+  }
+  auto d_keys = to_device_bf16(keys);
+  auto d_projection = to_device(projection);
+  cuda::DeviceBuffer d_codes(expected.size() * 8), d_error(expected.size() * 4);
+  cuda::BinaryHashKeysArgs args{.projection = d_projection.as<float>(),
+                                .keys = d_keys.as<__nv_bfloat16>(),
+                                .key_slot_stride = int64_t(length) * d,
+                                .n_slots = slots,
+                                .head_dim = d,
+                                .codes = d_codes.as<uint64_t>(),
+                                .code_slot_stride = length,
+                                .reconstruction_error = d_error.as<float>()};
+  const int appended = std::min(5, length - 1);
+  args.begin = 0;
+  args.end = length - appended;
+  cuda::binary_hash_keys(args, nullptr);
+  for (int j = length - appended; j < length; ++j) {
+    args.begin = j;
+    args.end = j + 1;
+    cuda::binary_hash_keys(args, nullptr);
+  }
+  cuda::check(cudaDeviceSynchronize(), "sync");
+  const auto codes = from_device<uint64_t>(d_codes, expected.size());
+  const auto errors = from_device<float>(d_error, expected.size());
+  int mismatches = 0;
+  for (size_t n = 0; n < codes.size(); ++n) mismatches += codes[n] != expected[n];
+  EXPECT_EQ(mismatches, 0) << "of " << codes.size() << " codes";
+  EXPECT_EQ(codes[0], 0u) << "a zero key projects to 0 everywhere: every bit is h = +1";
+  for (size_t n = 0; n < errors.size(); ++n)
+    ASSERT_NEAR(errors[n], expected_error[n], 1e-5f * (1.0f + expected_error[n])) << "token " << n;
+}
+
+inline void check_binary_pack_queries(int batch, int hq, int hkv, int d) {
+  const int slots = batch * hkv;
+  const std::vector<float> keys = test_keys(slots, 300, d, 5);
+  const std::vector<float> projection = fitted_projections(keys, slots, 300, d);
+  const std::vector<float> q = random_bf16_values(size_t(batch) * hq * d, 9, 3.0f);
+  expect_planes_equal(gpu_planes(projection, q, batch, hq, hkv, d),
+                      cpu_quantized(projection, q, batch, hq, hkv, d));
+}
+
+// binary_score_keys over `codes` ([slots, length]) against binary_hash_group_scores of the CPU's
+// quantised queries; forced: 3 sinks everywhere and tokens 7, 100 and length - 1 of slot 1 through
+// the mask (binary_mark_tokens).
+inline void expect_scores_equal(const std::vector<uint64_t>& codes,
+                                const std::vector<float>& projection, const std::vector<float>& q,
+                                int batch, int hq, int hkv, int d, int length) {
+  const int slots = batch * hkv, group = hq / hkv, words = (length + 31) / 32;
+  auto d_forced_list = to_device(std::vector<int32_t>{7, 100, length - 1});
+  cuda::DeviceBuffer d_mask(size_t(slots) * words * 4);
+  cuda::check(cudaMemset(d_mask.data(), 0, d_mask.bytes()), "memset");
+  cuda::binary_mark_tokens(d_forced_list.as<int32_t>(), 3, 1, 3, d_mask.as<uint32_t>() + words,
+                           words, nullptr);
+  auto d_planes = to_device(gpu_planes(projection, q, batch, hq, hkv, d));
+  auto d_codes = to_device(codes);
+  cuda::DeviceBuffer d_keys(size_t(slots) * length * 2);
+  cuda::binary_score_keys({.planes = d_planes.as<uint64_t>(),
+                           .codes = d_codes.as<uint64_t>(),
+                           .code_slot_stride = length,
+                           .forced_mask = d_mask.as<uint32_t>(),
+                           .mask_slot_stride = words,
+                           .sink_tokens = 3,
+                           .batch = batch,
+                           .n_query_heads = hq,
+                           .n_kv_heads = hkv,
+                           .length = length,
+                           .keys = d_keys.as<uint16_t>(),
+                           .key_slot_stride = length},
+                          nullptr);
+  cuda::check(cudaDeviceSynchronize(), "sync");
+  const auto got = from_device<uint16_t>(d_keys, size_t(slots) * length);
+  const std::vector<QuantizedQuery> quantized = cpu_quantized(projection, q, batch, hq, hkv, d);
+  std::vector<int> expected(length);
+  for (int s = 0; s < slots; ++s) {
+    kernels::binary_hash_group_scores(quantized.data() + s * group, group,
+                                      codes.data() + int64_t(s) * length, length, expected.data());
+    int mismatches = 0;
+    for (int j = 0; j < length; ++j) {
+      const bool forced = j < 3 || (s == 1 && (j == 7 || j == 100 || j == length - 1));
+      const uint16_t want =
+          forced ? cuda::kSignCodeForced : uint16_t(expected[j] + cuda::kSignCodeScoreOffset);
+      mismatches += got[int64_t(s) * length + j] != want;
+    }
+    EXPECT_EQ(mismatches, 0) << "slot " << s;
+  }
+}
+
+// Codes hashed from keys with fitted projections (a few keys exactly zero); or, for long lists,
+// random codes and projection rows (the scores' arithmetic does not depend on where they come
+// from).
+inline void check_binary_score_keys(int batch, int hq, int hkv, int d, int length, bool random) {
+  const int slots = batch * hkv;
+  std::vector<uint64_t> codes(size_t(slots) * length);
+  std::vector<float> projection;
+  if (random) {
+    std::mt19937_64 rng(41);
+    for (uint64_t& code : codes) code = rng();
+    projection = random_bf16_values(size_t(slots) * kBinaryHashBits * d, 42, 1.0f);
+  } else {
+    const std::vector<float> keys = test_keys(slots, length, d, 21);
+    projection = fitted_projections(keys, slots, length, d);
+    for (int s = 0; s < slots; ++s)
+      kernels::binary_hash_keys(projection.data() + int64_t(s) * kBinaryHashBits * d, d,
+                                keys.data() + int64_t(s) * length * d, length,
+                                codes.data() + int64_t(s) * length);
+  }
+  const std::vector<float> q = random_bf16_values(size_t(batch) * hq * d, 22, 2.0f);
+  expect_scores_equal(codes, projection, q, batch, hq, hkv, d, length);
+}
+
+struct PageShape {
+  int n_query_heads, n_kv_heads, head_dim, prompt, decoded;
+};
+
+// update_page_bounds over the prompt, then token by token; page_bound_scores per query head and
+// shared over the group with the last page kept; expand_pages of each list's top pages. Against
+// the CPU twins for every KV head.
+inline void check_page_bounds(const PageShape& s) {
+  const int hq = s.n_query_heads, hkv = s.n_kv_heads, d = s.head_dim, group = hq / hkv;
+  const int length = s.prompt + s.decoded, page = 16, n_pages = (length + page - 1) / page;
+  const std::vector<float> keys = random_bf16_values(size_t(hkv) * length * d, 41, 2.0f);
+  auto d_keys = to_device_bf16(keys);
+  DevicePages pages(d_keys, hkv, length, d, page);
+  pages.add(0, s.prompt);
+  for (int j = s.prompt; j < length; ++j) pages.add(j, j + 1);
+  const std::vector<float> q = random_bf16_values(size_t(hq) * d, 42, 2.0f);
+  const std::vector<float> per_head = page_scores(pages, q, hq, hkv, d, n_pages, false, false);
+  const std::vector<float> shared = page_scores(pages, q, hq, hkv, d, n_pages, true, true);
+  const int selected = std::min(3, n_pages);
+  std::vector<int32_t> top_pages;  // per query head, as topk_select leaves them
+  std::vector<int32_t> expected_entries;
+  for (int h = 0; h < hkv; ++h) {
+    kernels::PageBounds bounds{.page_size = page, .head_dim = d};
+    const float* head_keys = keys.data() + int64_t(h) * length * d;
+    kernels::update_page_bounds(bounds, head_keys, 0, s.prompt);
+    for (int j = s.prompt; j < length; ++j)
+      kernels::update_page_bounds(bounds, head_keys, j, j + 1);
+    ASSERT_EQ(bounds.n_pages(), n_pages);
+    EXPECT_EQ(pages.rows(pages.minimum, h, n_pages, d), bounds.minimum) << "head " << h;
+    EXPECT_EQ(pages.rows(pages.maximum, h, n_pages, d), bounds.maximum) << "head " << h;
+    std::vector<float> group_max(n_pages, -std::numeric_limits<float>::infinity());
+    for (int a = h * group; a < (h + 1) * group; ++a) {
+      const std::vector<float> expected =
+          kernels::page_bound_scores(bounds, q.data() + int64_t(a) * d);
+      EXPECT_EQ(std::vector<float>(per_head.begin() + int64_t(a) * n_pages,
+                                   per_head.begin() + int64_t(a + 1) * n_pages),
+                expected)
+          << "query head " << a;
+      for (int p = 0; p < n_pages; ++p) group_max[p] = std::max(group_max[p], expected[p]);
+      const std::vector<int32_t> kept = kernels::topk_select(expected.data(), n_pages, selected);
+      top_pages.insert(top_pages.end(), kept.begin(), kept.end());
+      const std::vector<int32_t> entries = kernels::expand_pages(kept, page, length);
+      expected_entries.insert(expected_entries.end(), entries.begin(), entries.end());
+      expected_entries.resize(size_t(a + 1) * selected * page, -1);  // the list's unused room
+    }
+    group_max[n_pages - 1] = std::numeric_limits<float>::infinity();  // keep_last_page
+    EXPECT_EQ(std::vector<float>(shared.begin() + int64_t(h) * n_pages,
+                                 shared.begin() + int64_t(h + 1) * n_pages),
+              group_max)
+        << "shared, head " << h;
+  }
+  auto d_pages = to_device(top_pages);
+  auto d_indices = to_device(std::vector<int32_t>(expected_entries.size(), -1));
+  cuda::DeviceBuffer d_offset(size_t(hq) * 8), d_count(size_t(hq) * 4);
+  cuda::expand_pages({.pages = d_pages.as<int32_t>(),
+                      .page_stride = selected,
+                      .n_lists = hq,
+                      .n_selected = selected,
+                      .page_size = page,
+                      .length = length,
+                      .indices = d_indices.as<int32_t>(),
+                      .index_stride = int64_t(selected) * page,
+                      .index_offset = d_offset.as<int64_t>(),
+                      .index_count = d_count.as<int32_t>()},
+                     nullptr);
+  cuda::check(cudaDeviceSynchronize(), "sync");
+  const auto offsets = from_device<int64_t>(d_offset, hq);
+  const auto counts = from_device<int32_t>(d_count, hq);
+  const auto entries = from_device<int32_t>(d_indices, expected_entries.size());
+  for (int a = 0; a < hq; ++a) {
+    const auto list = expected_entries.begin() + int64_t(a) * selected * page;
+    const int want = static_cast<int>(
+        std::count_if(list, list + selected * page, [](int32_t j) { return j >= 0; }));
+    EXPECT_EQ(offsets[a], int64_t(a) * selected * page);
+    ASSERT_EQ(counts[a], want) << "query head " << a;
+    EXPECT_TRUE(std::equal(list, list + want, entries.begin() + offsets[a])) << "query head " << a;
+  }
+}
+
+// Lists with many ties (and both zeros), for 16-bit keys and f32 scores, with and without a
+// workspace; k from 1 to the whole list, then 2 forced tail indices; each list's bookkeeping for 2
+// query heads.
+inline void check_topk_select(int length) {
+  std::mt19937 rng(4);
+  const int lists = 3, tail = 2;
+  std::vector<uint16_t> keys(size_t(lists) * length);
+  std::vector<float> scores(keys.size());
+  for (size_t n = 0; n < keys.size(); ++n) {
+    keys[n] = static_cast<uint16_t>(rng() % 50 + (n % 5 == 0 ? 65000 : 30000));
+    scores[n] = float(int(rng() % 41) - 20) * 0.25f * (n % 7 == 0 ? -1.0f : 1.0f);
+  }
+  auto d_keys = to_device(keys);
+  auto d_scores = to_device(scores);
+  cuda::DeviceBuffer workspace(cuda::topk_select_workspace_bytes(lists, length));
+  for (const int k : {1, length / 3, length - 1, length}) {
+    if (k < 1) continue;
+    for (const int variant : {0, 1, 2, 3}) {
+      const bool use_float = variant & 1, split = variant & 2;
+      const int64_t stride = k + tail;
+      cuda::DeviceBuffer d_out(size_t(lists) * stride * 4), d_offset(size_t(lists) * 2 * 8),
+          d_count(size_t(lists) * 2 * 4);
+      cuda::TopkSelectArgs args;
+      if (use_float)
+        args.scores = d_scores.as<float>();
+      else
+        args.keys16 = d_keys.as<uint16_t>();
+      args.key_stride = length;
+      args.n_lists = lists;
+      args.length = length;
+      args.k = k;
+      args.tail_begin = length;
+      args.tail_count = tail;
+      args.indices = d_out.as<int32_t>();
+      args.index_stride = stride;
+      args.heads_per_list = 2;
+      args.index_offset = d_offset.as<int64_t>();
+      args.index_count = d_count.as<int32_t>();
+      if (split) args.workspace = workspace.data();
+      cuda::topk_select(args, nullptr);
+      cuda::check(cudaDeviceSynchronize(), "sync");
+      const auto got = from_device<int32_t>(d_out, size_t(lists) * stride);
+      const auto offsets = from_device<int64_t>(d_offset, lists * 2);
+      const auto counts = from_device<int32_t>(d_count, lists * 2);
+      for (int l = 0; l < lists; ++l) {
+        std::vector<int32_t> want =
+            use_float ? kernels::topk_select(scores.data() + size_t(l) * length, length, k)
+                      : kernels::topk_select(keys.data() + size_t(l) * length, length, k);
+        want.push_back(length);
+        want.push_back(length + 1);
+        EXPECT_EQ(std::vector<int32_t>(got.begin() + l * stride, got.begin() + (l + 1) * stride),
+                  want)
+            << "k " << k << " list " << l << " float " << use_float << " split " << split;
+        for (int r = 0; r < 2; ++r) {
+          EXPECT_EQ(offsets[l * 2 + r], l * stride);
+          EXPECT_EQ(counts[l * 2 + r], k + tail);
+        }
+      }
+    }
+  }
+}
+
+// DropKV's per-head top-k (kernels/cuda/dropkv_scores.h), ascending, ties to the lower index.
+inline void check_topk_sorted(int heads, int length, int keep) {
+  std::vector<float> scores(size_t(heads) * length);
+  for (size_t i = 0; i < scores.size(); ++i) scores[i] = float((i * 7919) % 97);  // many ties
+  auto d_scores = to_device(scores);
+  cuda::DeviceBuffer d_kept(size_t(heads) * keep * 4),
+      workspace(cuda::topk_workspace_bytes(heads, length));
+  cuda::topk_sorted(d_scores.as<float>(), heads, length, keep, d_kept.as<int32_t>(),
+                    workspace.data(), nullptr);
+  const auto kept = from_device<int32_t>(d_kept, size_t(heads) * keep);
+  for (int h = 0; h < heads; ++h)
+    EXPECT_EQ(std::vector<int32_t>(kept.begin() + h * keep, kept.begin() + (h + 1) * keep),
+              kernels::topk_select(scores.data() + size_t(h) * length, length, keep))
+        << "head " << h;
+}
+
+inline std::vector<OpCase> selection_cases() {
+  std::vector<OpCase> cases;
+  struct HashShape {
+    int slots, length, head_dim;
+  };
+  for (const HashShape s : {HashShape{2, 3001, 128}, HashShape{3, 517, 64}, HashShape{1, 33, 128}})
+    cases.push_back(
+        {case_name("binary_hash_keys_slots", s.slots, "_length", s.length, "_d", s.head_dim),
+         [s] { check_binary_hash_keys(s.slots, s.length, s.head_dim); }});
+  struct QueryShape {
+    int batch, hq, hkv, d;
+  };
+  for (const QueryShape s :
+       {QueryShape{2, 8, 2, 128}, QueryShape{1, 6, 2, 64}, QueryShape{1, 32, 8, 128},
+        QueryShape{3, 4, 4, 64}, QueryShape{1, 9, 3, 64}, QueryShape{2, 14, 2, 64}})
+    cases.push_back(
+        {case_name("binary_pack_queries_batch", s.batch, "_hq", s.hq, "_hkv", s.hkv, "_d", s.d),
+         [s] { check_binary_pack_queries(s.batch, s.hq, s.hkv, s.d); }});
+  struct ScoreShape {
+    int batch, hq, hkv, d, length;
+    bool random;
+  };
+  // Groups 1 to 8 (the tensor-core columns past the group must never win), lengths off the
+  // 16-key tiles and the 1,024-key blocks, two sequences; a long list (more 1,024-key batches than
+  // resident blocks, each block walking several with the next one's codes in flight).
+  for (const ScoreShape s :
+       {ScoreShape{1, 12, 3, 128, 5000, false}, ScoreShape{2, 4, 2, 64, 1037, false},
+        ScoreShape{1, 6, 2, 64, 130, false}, ScoreShape{1, 14, 2, 128, 2100, false},
+        ScoreShape{1, 16, 2, 64, 1500, false}, ScoreShape{1, 5, 5, 64, 333, false},
+        ScoreShape{1, 9, 3, 64, 777, false}, ScoreShape{1, 32, 8, 128, 200003, true}})
+    cases.push_back(
+        {case_name("binary_score_keys_batch", s.batch, "_hq", s.hq, "_hkv", s.hkv, "_d", s.d,
+                   "_length", s.length),
+         [s] { check_binary_score_keys(s.batch, s.hq, s.hkv, s.d, s.length, s.random); }});
+  // A partial last page, one page, GQA groups 1 / 3 / 4 / 7.
+  for (const PageShape s :
+       {PageShape{6, 2, 128, 1000, 40}, PageShape{6, 2, 64, 1000, 40}, PageShape{9, 3, 64, 333, 5},
+        PageShape{14, 2, 64, 500, 17}, PageShape{32, 8, 128, 2000, 9}, PageShape{4, 4, 64, 7, 3}})
+    cases.push_back({case_name("page_bounds_hq", s.n_query_heads, "_hkv", s.n_kv_heads, "_d",
+                               s.head_dim, "_prompt", s.prompt, "_decoded", s.decoded),
+                     [s] { check_page_bounds(s); }});
+  // Lengths that give clusters of 1, 2, 4 and 8 blocks, and the split path.
+  for (const int length : {1, 7, 1000, 8192, 12000, 30000, 70001, 300000})
+    cases.push_back(
+        {case_name("topk_select_length", length), [length] { check_topk_select(length); }});
+  struct SortedShape {
+    int heads, length, keep;
+  };
+  for (const SortedShape s :
+       {SortedShape{3, 500, 50}, SortedShape{8, 3001, 300}, SortedShape{2, 70001, 7000}})
+    cases.push_back({case_name("topk_sorted_heads", s.heads, "_length", s.length, "_keep", s.keep),
+                     [s] { check_topk_sorted(s.heads, s.length, s.keep); }});
+  return cases;
+}
+
+}  // namespace kvb::test
