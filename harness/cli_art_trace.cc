@@ -23,11 +23,11 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "common/errors.h"
 #include "datasets/jsonl_reader.h"
 #include "datasets/sample.h"
 #include "engine/chat_template.h"
 #include "engine/cpu/forward.h"
-#include "engine/errors.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "harness/args.h"

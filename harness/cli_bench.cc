@@ -19,8 +19,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "common/errors.h"
 #include "engine/cpu/forward.h"
-#include "engine/errors.h"
 #include "engine/generation.h"
 #include "engine/model.h"
 #include "harness/args.h"

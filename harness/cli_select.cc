@@ -6,7 +6,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "engine/safetensors.h"
 #include "harness/args.h"
 #include "harness/cli.h"

@@ -1,6 +1,6 @@
 #include "harness/cpu_options.h"
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "kernels/cpu/matmul.h"
 
 namespace kvb {

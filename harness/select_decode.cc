@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <set>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "policies/decode_selectors.h"
 #include "policies/registry.h"
 

@@ -18,7 +18,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "kernels/cpu/binary_hash.h"
 #include "kernels/cpu/matmul.h"
 #include "policies/decode_selector_common.h"

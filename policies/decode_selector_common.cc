@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "policies/selection.h"
 
 namespace kvb {

@@ -19,7 +19,7 @@
 #include <numbers>
 #include <random>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "policies/decode_selector_common.h"
 #include "policies/decode_selectors.h"
 #include "policies/methods.h"

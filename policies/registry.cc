@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <set>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "policies/binarypc_projection.h"
 #include "policies/methods.h"
 #include "policies/scored_policy.h"

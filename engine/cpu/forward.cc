@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <string>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/early_exit_attention.h"

@@ -1,12 +1,13 @@
 // The q_decode branch of `kvbench select` (harness/select_decode.h).
+#include "harness/select_decode.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <random>
 #include <set>
 
-#include "engine/errors.h"
-#include "harness/select_decode.h"
+#include "common/errors.h"
 
 namespace kvb {
 namespace {
