@@ -100,6 +100,13 @@ PolicyFactory decode_selector_factory(PolicyInfo info, SelectorBuilder build) {
   return factory;
 }
 
+PolicyFactory decode_selector_factory(PolicyInfo info, PlainSelectorMaker make) {
+  return decode_selector_factory(
+      std::move(info), [make](const nlohmann::json& params, const Budget& budget, PlanFiles&) {
+        return make(params, budget);
+      });
+}
+
 DeviceSelectionSpec device_selection_of(DeviceSelectionSpec::Scores scores, int budget_tokens,
                                         const std::vector<int>& dense_layers) {
   DeviceSelectionSpec spec;
