@@ -4,7 +4,7 @@
 #include <fstream>
 #include <system_error>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 
 namespace kvb {
 namespace fs = std::filesystem;

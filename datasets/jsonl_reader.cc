@@ -2,7 +2,7 @@
 
 #include <fstream>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 
 namespace kvb {
 

@@ -1,8 +1,8 @@
 #include "datasets/prediction_records.h"
 
+#include "common/errors.h"
 #include "datasets/jsonl_reader.h"
 #include "datasets/longbench/longbench.h"
-#include "engine/errors.h"
 
 namespace kvb {
 namespace {

@@ -1,6 +1,6 @@
 #include "datasets/prompt_truncation.h"
 
-#include "engine/errors.h"
+#include "common/errors.h"
 
 namespace kvb {
 

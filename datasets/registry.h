@@ -18,10 +18,10 @@
 #include <utility>
 #include <vector>
 
+#include "common/errors.h"
 #include "datasets/data_paths.h"
 #include "datasets/generation.h"
 #include "datasets/sample.h"
-#include "engine/errors.h"
 #include "engine/tokenizer.h"
 
 namespace kvb {

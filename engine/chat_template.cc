@@ -6,7 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "engine/gguf.h"
 
 namespace kvb {

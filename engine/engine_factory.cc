@@ -1,7 +1,7 @@
 #include "engine/engine_factory.h"
 
+#include "common/errors.h"
 #include "engine/cpu/cpu_backend.h"
-#include "engine/errors.h"
 #include "engine/model.h"
 #ifdef KVB_HAVE_CUDA
 #include "engine/cuda/cuda_backend.h"

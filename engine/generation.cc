@@ -7,7 +7,7 @@
 #include <functional>
 #include <utility>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 
 namespace kvb {
 namespace {

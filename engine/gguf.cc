@@ -13,7 +13,7 @@
 #include <limits>
 #include <set>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 
 namespace kvb {
 namespace {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <fstream>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 
 namespace kvb {
 namespace {

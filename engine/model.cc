@@ -1,13 +1,12 @@
 #include "engine/model.h"
 
+#include <cctype>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
-#include <filesystem>
-#include <cctype>
-#include <fstream>
-
+#include "common/errors.h"
 #include "engine/chat_template.h"
-#include "engine/errors.h"
 #include "engine/gguf.h"
 #include "engine/hf_config.h"
 #include "engine/presets.h"

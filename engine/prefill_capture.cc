@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 
 namespace kvb {
 

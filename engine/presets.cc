@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 
 namespace kvb {
 namespace {

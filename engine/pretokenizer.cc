@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <array>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 
 namespace kvb {
 namespace {

@@ -5,14 +5,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
-
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "kernels/cpu/dequantize.h"
 
 namespace kvb {

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 
 namespace kvb {
 namespace {

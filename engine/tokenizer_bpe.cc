@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <queue>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 
 namespace kvb {
 namespace {

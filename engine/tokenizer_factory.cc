@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "engine/gguf.h"
 #include "engine/tokenizer.h"
 #include "engine/tokenizer_bpe.h"

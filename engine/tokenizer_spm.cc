@@ -9,7 +9,7 @@
 #include <set>
 #include <sstream>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 
 namespace kvb {
 namespace {

@@ -12,7 +12,7 @@
 #include <map>
 #include <stdexcept>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "engine/hf_config.h"
 #include "engine/safetensors.h"
 #include "engine/weights_loader.h"

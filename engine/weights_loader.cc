@@ -6,7 +6,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "engine/hf_config.h"
 #include "engine/weight_source.h"
 #include "kernels/cpu/dequantize.h"

@@ -9,8 +9,8 @@
 #include <functional>
 #include <random>
 
+#include "common/errors.h"
 #include "engine/cuda/cuda_engine.h"
-#include "engine/errors.h"
 #include "engine/model.h"
 #include "engine/presets.h"
 #include "engine/weight_source.h"

@@ -5,8 +5,8 @@
 #include <iterator>
 #include <sstream>
 
+#include "common/errors.h"
 #include "engine/cache_policy.h"
-#include "engine/errors.h"
 #include "engine/kv_store.h"
 #include "policies/registry.h"
 #ifdef KVB_HAVE_CUDA

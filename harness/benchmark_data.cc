@@ -2,7 +2,7 @@
 
 #include <set>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "harness/sweep.h"
 
 namespace kvb {

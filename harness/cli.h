@@ -1,6 +1,6 @@
 // The kvbench subcommands. Each lives in harness/cli_<name>.cc, parses its own Args, prints JSON on
 // stdout with --json (human text otherwise) and returns the exit code. Errors are thrown
-// (engine/errors.h) and turned into a message on stderr and a non-zero exit by main().
+// (common/errors.h) and turned into a message on stderr and a non-zero exit by main().
 #pragma once
 
 #include <string>

@@ -4,7 +4,7 @@
 // (a kvbench gen-data line, prompted query-aware as `kvbench run` does) it prefills the prompt and
 // decodes --steps greedy tokens with full attention walked by ART (--params: ART's parameters, as
 // for "full+art"). Every decode walk (layer, KV group) is also traced without stopping
-// (kernels/cpu/early_exit_decode.h: early_exit_walk_trace), which gives:
+// (engine/cpu/early_exit_walk.h: early_exit_walk_trace), which gives:
 //   - per layer and head: blocks walked under --params, the median and minimum d_scale and the
 //     median d_direction over the blocks after the first, and how often each term passed: why a
 //     walk does or does not stop;
@@ -23,16 +23,16 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "common/errors.h"
 #include "datasets/jsonl_reader.h"
 #include "datasets/sample.h"
 #include "engine/chat_template.h"
+#include "engine/cpu/early_exit_walk.h"
 #include "engine/cpu/forward.h"
-#include "engine/errors.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "harness/args.h"
 #include "harness/cli.h"
-#include "kernels/cpu/early_exit_decode.h"
 #include "policies/decode_selectors.h"
 
 namespace kvb::cli {
@@ -46,24 +46,6 @@ nlohmann::json parse_json(const Args& args, const std::string& key, nlohmann::js
   } catch (const nlohmann::json::exception& e) {
     throw InputError("kvbench art-trace: --" + key + " is not valid JSON (" + e.what() + ")");
   }
-}
-
-kernels::EarlyExitOptions kernel_options(const EarlyExitParams& p) {
-  kernels::EarlyExitOptions o;
-  o.tau = p.tau;
-  o.phi = p.phi;
-  o.patience = p.patience;
-  o.block_size = p.block_size;
-  o.sink_tokens = p.sink_tokens;
-  o.scale_criterion = p.scale_criterion == "norm"     ? kernels::EarlyExitScaleCriterion::kNorm
-                      : p.scale_criterion == "change" ? kernels::EarlyExitScaleCriterion::kChange
-                                                      : kernels::EarlyExitScaleCriterion::kMass;
-  o.use_scale = p.use_scale;
-  o.use_direction = p.use_direction;
-  o.per_head = p.per_head;
-  o.decision_window = p.decision_window;
-  o.enabled = p.enabled;
-  return o;
 }
 
 nlohmann::json default_variants() {
@@ -89,7 +71,7 @@ std::string variant_name(const nlohmann::json& overrides) {
 
 struct VariantTotals {
   std::string name;
-  kernels::EarlyExitOptions options;
+  EarlyExitOptions options;
   int64_t blocks_visited = 0, blocks_total = 0, walks = 0, stopped = 0;
   std::vector<float> head_errors;  // per query head and walk: error of the returned output
 };
@@ -148,7 +130,7 @@ int art_trace(const std::vector<std::string>& argv) {
     throw InputError("kvbench art-trace: --variants must be a JSON array of ART parameter objects");
 
   EarlyExitParams params = make_art_params(base);
-  const kernels::EarlyExitOptions options = kernel_options(params);
+  const EarlyExitOptions options = early_exit_options(params);
   std::vector<VariantTotals> variants(1);
   variants[0].name = "(params)";
   variants[0].options = options;
@@ -160,7 +142,7 @@ int art_trace(const std::vector<std::string>& argv) {
     merged.update(overrides);
     variants.emplace_back();
     variants.back().name = variant_name(overrides);
-    variants.back().options = kernel_options(make_art_params(merged));
+    variants.back().options = early_exit_options(make_art_params(merged));
   }
 
   std::vector<Sample> samples;
@@ -202,12 +184,11 @@ int art_trace(const std::vector<std::string>& argv) {
   nlohmann::json generations = nlohmann::json::array();
   int current_sample = 0, current_step = 0;
 
-  params.observer = [&](int layer, int kv_head, const kernels::EarlyExitDecodeArgs& walk) {
-    const kernels::EarlyExitWalkTrace trace = kernels::early_exit_walk_trace(walk, options);
-    const kernels::EarlyExitStop stop = kernels::early_exit_stop(trace, options);
-    std::vector<kernels::EarlyExitStop> stops;
-    for (const VariantTotals& v : variants)
-      stops.push_back(kernels::early_exit_stop(trace, v.options));
+  params.observer = [&](int layer, int kv_head, const EarlyExitDecodeArgs& walk) {
+    const EarlyExitWalkTrace trace = early_exit_walk_trace(walk, options);
+    const EarlyExitStop stop = early_exit_stop(trace, options);
+    std::vector<EarlyExitStop> stops;
+    for (const VariantTotals& v : variants) stops.push_back(early_exit_stop(trace, v.options));
     std::lock_guard<std::mutex> lock(mutex);
     for (size_t v = 0; v < variants.size(); ++v) {
       VariantTotals& totals = variants[v];
@@ -228,8 +209,8 @@ int art_trace(const std::vector<std::string>& argv) {
       h.blocks_total += trace.blocks;
       if (trace.blocks > 0) h.sink_share.push_back(trace.mass_share[trace.at(0, a)]);
       for (int b = 1; b < trace.blocks; ++b) {
-        const kernels::EarlyExitReadings& r = trace.readings[trace.at(b, a)];
-        const float scale = kernels::early_exit_scale(r, options.scale_criterion);
+        const EarlyExitReadings& r = trace.readings[trace.at(b, a)];
+        const float scale = early_exit_scale(r, options.scale_criterion);
         const bool scale_ok = scale < options.tau, direction_ok = r.direction < options.phi;
         h.tested += 1;
         h.scale_pass += scale_ok;
@@ -245,7 +226,7 @@ int art_trace(const std::vector<std::string>& argv) {
       }
       if (dump.is_open())
         for (int b = 0; b < trace.blocks; ++b) {
-          const kernels::EarlyExitReadings& r = trace.readings[trace.at(b, a)];
+          const EarlyExitReadings& r = trace.readings[trace.at(b, a)];
           dump << current_sample << '\t' << current_step << '\t' << layer << '\t' << head << '\t'
                << b << '\t' << r.mass << '\t' << r.norm << '\t' << r.change << '\t' << r.direction
                << '\t' << trace.error[trace.at(b, a)] << '\t' << trace.mass_share[trace.at(b, a)]

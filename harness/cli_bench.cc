@@ -19,15 +19,15 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "common/errors.h"
+#include "engine/cpu/blas.h"
 #include "engine/cpu/forward.h"
-#include "engine/errors.h"
 #include "engine/generation.h"
 #include "engine/model.h"
 #include "harness/args.h"
 #include "harness/bench_gpu.h"
 #include "harness/cli.h"
 #include "harness/cpu_options.h"
-#include "kernels/cpu/matmul.h"
 #include "policies/registry.h"
 
 #ifndef KVB_BUILD_TYPE
@@ -75,18 +75,6 @@ double measure_read_bandwidth() {
         [](double a, double b) { return a + b; });
     const double seconds = seconds_since(start);
     if (sum > 0) best = std::max(best, buffer.size() * sizeof(float) / seconds);
-  }
-  return best;
-}
-
-// sgemm FLOP/s on a [rows, in] x [in, out] product of the model's FFN shape (best of 3).
-double measure_sgemm_flops(int rows, int in, int out) {
-  std::vector<float> x(size_t(rows) * in, 0.5f), w(size_t(out) * in, 0.25f), y(size_t(rows) * out);
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto start = Clock::now();
-    kernels::matmul(x.data(), rows, in, w.data(), out, nullptr, y.data());
-    best = std::max(best, 2.0 * rows * in * out / seconds_since(start));
   }
   return best;
 }
@@ -223,7 +211,7 @@ int bench(const std::vector<std::string>& argv) {
                         {"build_type", KVB_BUILD_TYPE},
                         {"threads", worker_threads()},
                         {"weights", weights.weight_dtypes},
-                        {"blas_threads", kernels::blas_threads()},
+                        {"blas_threads", cpu_blas_threads()},
                         {"parameters", params_total},
                         {"weights_bytes_f32", params_total * 4},
                         {"decode_weight_bytes", decode_weight_bytes(weights)},
@@ -251,7 +239,7 @@ int bench(const std::vector<std::string>& argv) {
   }
   std::printf("kvbench bench  %s%s  (cpu, %s build, %d threads, OpenBLAS %d threads)\n",
               weights.source.c_str(), c.dummy_weights ? " [dummy weights]" : "", KVB_BUILD_TYPE,
-              worker_threads(), kernels::blas_threads());
+              worker_threads(), cpu_blas_threads());
   std::printf("ceilings measured now: sgemm %.1f GFLOP/s, memory read %.1f GB/s\n",
               sgemm_flops / 1e9, read_bandwidth / 1e9);
   for (const auto& p : prefill)

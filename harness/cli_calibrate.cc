@@ -18,8 +18,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/errors.h"
 #include "engine/engine_factory.h"
-#include "engine/errors.h"
 #include "engine/model.h"
 #include "harness/args.h"
 #include "harness/cli.h"

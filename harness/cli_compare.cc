@@ -7,7 +7,7 @@
 #include <fstream>
 #include <iostream>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "harness/args.h"
 #include "harness/cli.h"
 #include "harness/compare.h"

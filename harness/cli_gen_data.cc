@@ -15,14 +15,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
+#include "common/errors.h"
 #include "datasets/generation.h"
 #include "datasets/registry.h"
 #include "engine/chat_template.h"
-#include "engine/errors.h"
 #include "engine/gguf.h"
 #include "engine/tokenizer.h"
 #include "harness/args.h"

@@ -11,10 +11,10 @@
 #include <optional>
 #include <sstream>
 
+#include "common/errors.h"
 #include "engine/batch_generation.h"
 #include "engine/chat_template.h"
 #include "engine/engine_factory.h"
-#include "engine/errors.h"
 #include "engine/generation.h"
 #include "engine/gguf.h"
 #include "engine/model.h"

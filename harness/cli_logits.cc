@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "common/errors.h"
 #include "engine/engine_factory.h"
-#include "engine/errors.h"
 #include "engine/model.h"
 #include "harness/args.h"
 #include "harness/cli.h"

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "engine/presets.h"
 #include "engine/synthetic_checkpoint.h"
 #include "harness/args.h"

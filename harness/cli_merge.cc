@@ -4,10 +4,9 @@
 // per input: a bad input leaves --out as it was before that input.
 #include <cstdio>
 #include <iostream>
-
 #include <nlohmann/json.hpp>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "harness/args.h"
 #include "harness/cli.h"
 #include "harness/store.h"

@@ -16,7 +16,7 @@
 #include <cstring>
 #include <iostream>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "harness/args.h"
 #include "harness/benchmark_data.h"
 #include "harness/cli.h"

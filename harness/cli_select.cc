@@ -6,7 +6,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "engine/safetensors.h"
 #include "harness/args.h"
 #include "harness/cli.h"
@@ -101,16 +101,16 @@ void check_captures(const PrefillPolicy& policy, const SelectInputs& in, const s
                      "' needs tensor 'column_sums' [layers, Hq, L]");
 }
 
-
-// Decode-time selection (kind D) for tensors holding q_decode [layers,Hq,d] with k/v [layers,Hkv,L,d]
-// and an optional bpc_projection [layers,Hkv,64,d]: prints {"selected": ...}.
+// Decode-time selection (kind D) for tensors holding q_decode [layers,Hq,d] with k/v
+// [layers,Hkv,L,d], and those the policy takes in place of a file (policy_tensor_inputs):
+// prints {"selected": ...}.
 int select_decode(const std::string& path, const std::string& spec, const nlohmann::json& params,
                   const Budget& budget, bool json) {
   const auto file = SafetensorsFile::open(path);
   for (const char* name : {"k", "v"})
     if (!file->find(name))
       throw InputError(path + ": missing tensor '" + std::string(name) + "' (need k and v [layers,Hkv,L,d])");
-  std::vector<int64_t> q_shape, k_shape, v_shape, p_shape;
+  std::vector<int64_t> q_shape, k_shape, v_shape;
   const std::vector<float> q = file->read_f32("q_decode", &q_shape);
   const std::vector<float> k = file->read_f32("k", &k_shape);
   const std::vector<float> v = file->read_f32("v", &v_shape);
@@ -119,13 +119,13 @@ int select_decode(const std::string& path, const std::string& spec, const nlohma
   if (v_shape != k_shape) throw InputError(path + ": tensors 'k' and 'v' must have one shape");
   if (q_shape[0] != k_shape[0] || q_shape[2] != k_shape[3] || k_shape[1] <= 0 || q_shape[1] % k_shape[1] != 0)
     throw InputError(path + ": q_decode [layers,Hq,d] and k [layers,Hkv,L,d] disagree");
-  std::vector<float> projection;
-  if (file->find("bpc_projection")) {
-    projection = file->read_f32("bpc_projection", &p_shape);
-    if (p_shape != std::vector<int64_t>{k_shape[0], k_shape[1], 64, k_shape[3]})
-      throw InputError(path + ": bpc_projection must have shape [layers, Hkv, 64, d]");
-  }
   DecodeSelectInputs inputs;
+  for (const TensorInput& input : policy_tensor_inputs(spec)) {
+    if (!file->find(input.tensor)) continue;
+    GivenTensor tensor;
+    tensor.values = file->read_f32(input.tensor, &tensor.shape);
+    inputs.tensors[input.tensor] = std::move(tensor);
+  }
   inputs.n_layers = static_cast<int>(k_shape[0]);
   inputs.n_query_heads = static_cast<int>(q_shape[1]);
   inputs.n_kv_heads = static_cast<int>(k_shape[1]);
@@ -134,7 +134,6 @@ int select_decode(const std::string& path, const std::string& spec, const nlohma
   inputs.keys = k.data();
   inputs.values = v.data();
   inputs.query = q.data();
-  inputs.bpc_projection = projection.empty() ? nullptr : projection.data();
   const nlohmann::json out = select_decode_positions(spec, params, budget, inputs);
   if (json) {
     std::cout << out.dump() << "\n";

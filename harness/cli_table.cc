@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <iostream>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "harness/args.h"
 #include "harness/cli.h"
 #include "harness/store.h"

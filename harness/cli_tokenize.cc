@@ -6,7 +6,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "engine/tokenizer.h"
 #include "harness/args.h"
 #include "harness/cli.h"

@@ -5,7 +5,7 @@
 #include <map>
 #include <sstream>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 
 namespace kvb {
 namespace {

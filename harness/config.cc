@@ -5,9 +5,9 @@
 #include <set>
 #include <sstream>
 
+#include "common/errors.h"
 #include "datasets/registry.h"
 #include "engine/cache_policy.h"
-#include "engine/errors.h"
 #include "policies/registry.h"
 
 namespace kvb {

@@ -1,7 +1,7 @@
 #include "harness/cpu_options.h"
 
-#include "engine/errors.h"
-#include "kernels/cpu/matmul.h"
+#include "common/errors.h"
+#include "engine/cpu/blas.h"
 
 namespace kvb {
 
@@ -18,7 +18,7 @@ ThreadLimit::ThreadLimit(const Args& args) {
                      std::to_string(threads) + ")");
   control_ = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
                                                    static_cast<size_t>(threads));
-  kernels::set_blas_threads(threads);
+  set_cpu_blas_threads(threads);
 }
 
 ThreadLimit::~ThreadLimit() = default;

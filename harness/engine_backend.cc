@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <sstream>
 
+#include "common/errors.h"
 #include "datasets/generation.h"
 #include "datasets/registry.h"
 #include "engine/batch_generation.h"
 #include "engine/chat_template.h"
 #include "engine/engine_factory.h"
-#include "engine/errors.h"
 #include "engine/gguf.h"
 #include "harness/benchmark_data.h"
 #include "policies/registry.h"

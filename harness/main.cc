@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "harness/cli.h"
 
 namespace {

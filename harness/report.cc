@@ -7,9 +7,9 @@
 #include <set>
 #include <sstream>
 
+#include "common/errors.h"
 #include "datasets/registry.h"
 #include "engine/cache_policy.h"
-#include "engine/errors.h"
 #include "harness/svg.h"
 #include "harness/tables.h"
 

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <thread>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 
 namespace kvb {
 namespace {

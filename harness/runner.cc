@@ -3,7 +3,7 @@
 #include <chrono>
 #include <cmath>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 
 namespace kvb {
 namespace {

@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <set>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "policies/decode_selectors.h"
-#include "policies/registry.h"
 
 namespace kvb {
 namespace {
@@ -35,18 +34,13 @@ nlohmann::json select_decode_positions(const std::string& policy, const nlohmann
       in.n_query_heads % in.n_kv_heads != 0)
     throw InputError("select: q_decode [layers, Hq, d] and k/v [layers, Hkv, L, d] must be "
                      "non-empty with Hq a multiple of Hkv");
-  std::shared_ptr<DecodeSelector> selector;
-  if (policy == "binarypc" && in.bpc_projection) {
-    auto projection = std::make_shared<BinaryProjectionSet>(in.n_layers, in.n_kv_heads, in.head_dim);
-    std::copy_n(in.bpc_projection, projection->rows.size(), projection->rows.begin());
-    selector = make_binarypc_selector(params, budget, projection);
-  } else {
-    CachePlan plan = make_cache_plan(policy, params, budget);
-    if (!plan.selector)
-      throw InputError("select: policy '" + policy + "' is not a decode-time selector (kind D); "
-                       "q_decode applies to topk, quest, magicpig, binarypc");
-    selector = plan.selector;
-  }
+  PlanFiles files;
+  for (const auto& [name, tensor] : in.tensors) files.give_tensor(name, tensor);
+  const CachePlan plan = make_cache_plan(policy, params, budget, &files);
+  if (!plan.selector)
+    throw InputError("select: policy '" + policy + "' is not a decode-time selector (kind D); " +
+                     "q_decode applies to " + decode_selector_names());
+  const std::shared_ptr<DecodeSelector> selector = plan.selector;
   const KvStore store = store_from_inputs(in);
   selector->start(store, in.length, budget.tokens_for(in.length));
   const int group = in.n_query_heads / in.n_kv_heads;

@@ -2,15 +2,18 @@
 // given tensors and report, per layer and KV head, the cache positions attended at that step.
 // Per KV head the union of its query heads' selections is reported (for "per_head" GQA modes the
 // query heads differ; "shared" modes give one set); dense layers report every position.
-// When the inputs hold bpc_projection [layers, Hkv, 64, d], BinaryPC uses it (as with OPC)
-// instead of fitting one online.
+// Tensors the policy declares it takes in place of a file parameter (policies/registry.h:
+// PolicyFactory::tensor_inputs, e.g. a projection the method would otherwise read from a file)
+// are handed to it when the inputs hold them.
 #pragma once
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
 #include "engine/cache_policy.h"
+#include "policies/registry.h"
 
 namespace kvb {
 
@@ -23,7 +26,8 @@ struct DecodeSelectInputs {
   const float* keys = nullptr;            // [layers, Hkv, L, d], post-RoPE
   const float* values = nullptr;          // [layers, Hkv, L, d]
   const float* query = nullptr;           // q_decode [layers, Hq, d], post-RoPE
-  const float* bpc_projection = nullptr;  // optional [layers, Hkv, 64, d]
+  // By name: the tensors of policy_tensor_inputs(policy) that the inputs hold.
+  std::map<std::string, GivenTensor> tensors;
 };
 
 // {"selected": [[[positions...] per KV head] per layer], "policy": ..., "params": resolved}.

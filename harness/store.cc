@@ -7,7 +7,7 @@
 #include <map>
 #include <random>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 
 namespace kvb {
 namespace {

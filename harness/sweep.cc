@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <map>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "harness/benchmark_data.h"
 
 namespace kvb {

@@ -6,8 +6,8 @@
 #include <set>
 #include <sstream>
 
+#include "common/errors.h"
 #include "datasets/registry.h"
-#include "engine/errors.h"
 #include "harness/stats.h"
 
 namespace kvb {

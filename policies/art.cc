@@ -16,7 +16,7 @@
 // for configs that set it.
 // oracle_tolerance > 0 also traces every walk against the true relative error of the running
 // output (ART Table 4's probe/oracle agreement); the counts land in CachePlan::early_exit_oracle.
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "policies/decode_selector_common.h"
 #include "policies/decode_selectors.h"
 #include "policies/methods.h"

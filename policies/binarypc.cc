@@ -18,7 +18,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "kernels/cpu/binary_hash.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/topk_select.h"
@@ -36,6 +36,26 @@ namespace {
 nlohmann::json binarypc_defaults() {
   return {{"bits", 64},       {"eas", true},     {"err_ratio", 0.1}, {"dense_layers", {0, 1}},
           {"projection", ""}, {"iterations", 4}, {"seed", 0}};
+}
+
+// `kvbench select` may give the OPC projection as this tensor of its inputs instead of the file of
+// the "projection" parameter.
+const TensorInput kProjectionTensor{"bpc_projection", "projection", "[layers, Hkv, 64, d]"};
+
+std::shared_ptr<const BinaryProjectionSet> projection_of(const GivenTensor& given) {
+  const std::vector<int64_t>& shape = given.shape;
+  if (shape.size() != 4 || shape[0] <= 0 || shape[1] <= 0 || shape[2] != kBinaryHashBits ||
+      shape[3] <= 0)
+    throw InputError("binarypc: tensor '" + kProjectionTensor.tensor + "' must have shape " +
+                     kProjectionTensor.shape);
+  auto projection = std::make_shared<BinaryProjectionSet>(
+      static_cast<int>(shape[0]), static_cast<int>(shape[1]), static_cast<int>(shape[3]));
+  if (given.values.size() != projection->rows.size())
+    throw InputError("binarypc: tensor '" + kProjectionTensor.tensor + "' holds " +
+                     std::to_string(given.values.size()) + " values for its shape's " +
+                     std::to_string(projection->rows.size()));
+  std::copy(given.values.begin(), given.values.end(), projection->rows.begin());
+  return projection;
 }
 
 struct HashedKvHead {
@@ -62,8 +82,12 @@ class BinaryPcSelector : public ParamDecodeSelector {
     fit_.iterations = integer_at_least(params_, "iterations", 0);
     fit_.seed = static_cast<uint64_t>(integer_at_least(params_, "seed", 0));
     projection_path_ = params_.text("projection");
-    if (projection_ || projection_path_.empty()) return;
-    if (files)
+    if (projection_) return;
+    if (const GivenTensor* given = files ? files->given_tensor(kProjectionTensor.tensor) : nullptr)
+      projection_ = projection_of(*given);
+    else if (projection_path_.empty())
+      return;
+    else if (files)
       projection_ = files->binarypc_projection(projection_path_);
     else
       projection_ =
@@ -216,13 +240,15 @@ std::shared_ptr<DescribedDecodeSelector> make_binarypc_selector(
 }
 
 PolicyFactory binarypc_factory() {
-  return decode_selector_factory(
+  PolicyFactory factory = decode_selector_factory(
       {"binarypc", PolicyKind::kDecodeSelection,
        "64-bit binary principal-component key codes, bit-plane popcount top-k, EAS",
        "yudaohai666/BPC @544b6d2 bpc/bpc/bpc_pytorch.py, bpc/bpc/bpc.py", binarypc_defaults()},
       [](const nlohmann::json& params, const Budget& budget, PlanFiles& files) {
         return make_binarypc_selector(params, budget, nullptr, &files);
       });
+  factory.tensor_inputs = {kProjectionTensor};
+  return factory;
 }
 
 }  // namespace kvb

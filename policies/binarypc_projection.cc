@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "kernels/cpu/binary_hash.h"
 #include "kernels/cpu/matmul.h"
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "policies/selection.h"
 
 namespace kvb {
@@ -84,6 +84,13 @@ PolicyFactory decode_selector_factory(PolicyInfo info, SelectorBuilder build) {
     return build(params, budget, files);
   };
   return factory;
+}
+
+PolicyFactory decode_selector_factory(PolicyInfo info, PlainSelectorMaker make) {
+  return decode_selector_factory(
+      std::move(info), [make](const nlohmann::json& params, const Budget& budget, PlanFiles&) {
+        return make(params, budget);
+      });
 }
 
 DeviceSelectionSpec device_selection_of(DeviceSelectionSpec::Scores scores, int budget_tokens,

@@ -73,5 +73,10 @@ using SelectorBuilder = std::function<std::shared_ptr<DescribedDecodeSelector>(
 // The registry entry of a decode selector (policies/registry.h: make_selector), as scored_factory
 // is for prefill scorers.
 PolicyFactory decode_selector_factory(PolicyInfo info, SelectorBuilder build);
+// The same for a selector made from its parameters and budget alone (its make_<name>_selector of
+// policies/decode_selectors.h).
+using PlainSelectorMaker = std::shared_ptr<DescribedDecodeSelector> (*)(
+    const nlohmann::json& params, const Budget& budget);
+PolicyFactory decode_selector_factory(PolicyInfo info, PlainSelectorMaker make);
 
 }  // namespace kvb

@@ -34,8 +34,9 @@ std::shared_ptr<DescribedDecodeSelector> make_magicpig_selector(const nlohmann::
                                                                 const Budget& budget);
 // BinaryPC (§12). Params: bits 64, eas true, err_ratio 0.1, dense_layers [0,1], projection
 // (path of a `kvbench calibrate` file; online fit when absent), iterations 4, seed 0.
-// `projection` given here (e.g. `kvbench select`'s bpc_projection tensor) overrides the file;
-// else the file is read through `files` when given (once per sweep), else read here.
+// `projection` given here overrides the file, and so does a "bpc_projection" tensor given through
+// `files` (`kvbench select`'s inputs; PolicyFactory::tensor_inputs); else the file is read through
+// `files` when given (once per sweep), else read here.
 std::shared_ptr<DescribedDecodeSelector> make_binarypc_selector(
     const nlohmann::json& params, const Budget& budget,
     std::shared_ptr<const BinaryProjectionSet> projection = nullptr, PlanFiles* files = nullptr);

@@ -19,7 +19,7 @@
 #include <numbers>
 #include <random>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "policies/decode_selector_common.h"
 #include "policies/decode_selectors.h"
 #include "policies/methods.h"
@@ -223,9 +223,7 @@ PolicyFactory magicpig_factory() {
       {"magicpig", PolicyKind::kDecodeSelection,
        "LSH sampling (K bits x L tables) with importance-weighted logits",
        "Infini-AI-Lab/MagicPIG @ac9aa36 evaluations/RULER/pred/cache_ref.py", magicpig_defaults()},
-      [](const nlohmann::json& params, const Budget& budget, PlanFiles&) {
-        return make_magicpig_selector(params, budget);
-      });
+      make_magicpig_selector);
 }
 
 }  // namespace kvb

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 
 namespace kvb {
 namespace {

@@ -132,9 +132,7 @@ PolicyFactory quest_factory() {
        "pages of 16 keys ranked by a min/max upper bound of q.k per decode step",
        "mit-han-lab/Quest evaluation/quest_attention.py, quest/utils/controller.py",
        quest_defaults()},
-      [](const nlohmann::json& params, const Budget& budget, PlanFiles&) {
-        return make_quest_selector(params, budget);
-      });
+      make_quest_selector);
 }
 
 }  // namespace kvb

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <set>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "policies/binarypc_projection.h"
 #include "policies/methods.h"
 #include "policies/scored_policy.h"
@@ -39,10 +39,24 @@ const std::vector<PolicyFactory>& factories() {
   return table;
 }
 
-std::string known_names() {
+// The factory of `name`, nullptr when there is none.
+const PolicyFactory* lookup(const std::string& name) {
+  for (const auto& factory : factories())
+    if (factory.info.name == name) return &factory;
+  return nullptr;
+}
+
+// The names of the methods `keep` accepts, comma-separated, in table order.
+template <class Keep>
+std::string names_where(Keep keep) {
   std::string names;
-  for (const auto& factory : factories()) names += (names.empty() ? "" : ", ") + factory.info.name;
+  for (const auto& factory : factories())
+    if (keep(factory)) names += (names.empty() ? "" : ", ") + factory.info.name;
   return names;
+}
+
+std::string known_names() {
+  return names_where([](const PolicyFactory&) { return true; });
 }
 
 std::vector<std::string> split_spec(const std::string& spec) {
@@ -85,8 +99,7 @@ std::vector<PolicyInfo> list_policies() {
 }
 
 const PolicyFactory& find_policy(const std::string& name) {
-  for (const auto& factory : factories())
-    if (factory.info.name == name) return factory;
+  if (const PolicyFactory* factory = lookup(name)) return *factory;
   throw InputError("unknown policy '" + name + "' (known: " + known_names() + ")");
 }
 
@@ -94,9 +107,8 @@ std::shared_ptr<const ScoredPolicy> make_scorer(const std::string& name,
                                                 const nlohmann::json& params) {
   const PolicyFactory& factory = find_policy(name);
   if (!factory.make_scorer) {
-    std::string scorers;
-    for (const auto& f : factories())
-      if (f.make_scorer) scorers += (scorers.empty() ? "" : ", ") + f.info.name;
+    const std::string scorers =
+        names_where([](const PolicyFactory& f) { return static_cast<bool>(f.make_scorer); });
     throw InputError("policy '" + name + "' is not a token scorer that can be wrapped (scorers: " +
                      scorers + ")");
   }
@@ -111,6 +123,15 @@ std::shared_ptr<const BinaryProjectionSet> PlanFiles::binarypc_projection(const 
   return projection;
 }
 
+void PlanFiles::give_tensor(const std::string& name, GivenTensor tensor) {
+  given_[name] = std::move(tensor);
+}
+
+const GivenTensor* PlanFiles::given_tensor(const std::string& name) const {
+  const auto found = given_.find(name);
+  return found == given_.end() ? nullptr : &found->second;
+}
+
 bool policy_takes_budget(const std::string& spec) {
   std::vector<std::string> parts;
   try {
@@ -119,12 +140,26 @@ bool policy_takes_budget(const std::string& spec) {
     return true;
   }
   for (const std::string& part : parts) {
-    const auto factory = std::find_if(factories().begin(), factories().end(),
-                                      [&](const PolicyFactory& f) { return f.info.name == part; });
-    if (factory == factories().end()) return true;
+    const PolicyFactory* factory = lookup(part);
+    if (!factory) return true;
     if (!factory->keeps_whole_cache && factory->info.kind != PolicyKind::kKernelWalk) return true;
   }
   return false;
+}
+
+std::vector<TensorInput> policy_tensor_inputs(const std::string& spec) {
+  std::vector<TensorInput> inputs;
+  try {
+    for (const std::string& part : split_spec(spec))
+      if (const PolicyFactory* factory = lookup(part))
+        inputs.insert(inputs.end(), factory->tensor_inputs.begin(), factory->tensor_inputs.end());
+  } catch (const InputError&) {
+  }
+  return inputs;
+}
+
+std::string decode_selector_names() {
+  return names_where([](const PolicyFactory& f) { return static_cast<bool>(f.make_selector); });
 }
 
 CachePlan make_cache_plan(const std::string& spec, const nlohmann::json& params,

@@ -21,6 +21,12 @@ namespace kvb {
 class ScoredPolicy;
 struct BinaryProjectionSet;
 
+// A row-major f32 tensor handed to plans in place of a file (see TensorInput).
+struct GivenTensor {
+  std::vector<int64_t> shape;
+  std::vector<float> values;
+};
+
 // Files that plans read, each read once and shared by every plan built with the same PlanFiles:
 // a sweep builds a plan per cell and run, and BinaryPC's OPC projection (its "projection"
 // parameter) is one file for all of them. Owned by whoever builds the plans; not thread-safe.
@@ -31,8 +37,24 @@ class PlanFiles {
   std::shared_ptr<const BinaryProjectionSet> binarypc_projection(const std::string& path);
   int files_read() const { return static_cast<int>(projections_.size()); }
 
+  // A tensor given under the name a method declared (PolicyFactory::tensor_inputs); the plans
+  // built with these files take it instead of reading the file of the parameter it replaces.
+  void give_tensor(const std::string& name, GivenTensor tensor);
+  // nullptr when none was given under `name`.
+  const GivenTensor* given_tensor(const std::string& name) const;
+
  private:
   std::map<std::string, std::shared_ptr<const BinaryProjectionSet>> projections_;
+  std::map<std::string, GivenTensor> given_;
+};
+
+// A tensor that `kvbench select` may give a method in place of a file its parameters name, read
+// from the select inputs when present. The method declares it in its registry entry, so that the
+// harness hands it over without naming the method.
+struct TensorInput {
+  std::string tensor;     // its name in the inputs file and in PlanFiles::given_tensor
+  std::string parameter;  // the file parameter it replaces
+  std::string shape;      // for help and messages, e.g. "[layers, Hkv, 64, d]"
 };
 
 struct PolicyInfo {
@@ -58,6 +80,8 @@ struct PolicyFactory {
   // True for the baseline that keeps the whole cache ("full"): it takes no budget, and neither
   // does its composition with kernel-walk modifiers ("full+art"), which never take one.
   bool keeps_whole_cache = false;
+  // Tensors the method takes in place of a file parameter (kvbench select), usually none.
+  std::vector<TensorInput> tensor_inputs;
 };
 
 std::vector<PolicyInfo> list_policies();
@@ -72,6 +96,13 @@ std::shared_ptr<const ScoredPolicy> make_scorer(const std::string& name, const n
 // keeps the whole cache or is a kernel-walk modifier ("full", "full+art"). A spec with an unknown
 // or empty component counts as taking one; building its plan names the error.
 bool policy_takes_budget(const std::string& spec);
+
+// The tensor inputs every component of `spec` declares (none for an unknown component; building
+// its plan names the error).
+std::vector<TensorInput> policy_tensor_inputs(const std::string& spec);
+
+// The names of the decode selectors (kind D), for messages.
+std::string decode_selector_names();
 
 // What one cache plan is built from. `policy` is a name or a '+'-composition; `budget` is absent
 // for budget-less policies ("full", "full+art").

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "policies/selection.h"
 
 namespace kvb {

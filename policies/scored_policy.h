@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "common/errors.h"
 #include "engine/cache_policy.h"
-#include "engine/errors.h"
 #include "policies/params.h"
 #include "policies/registry.h"
 

@@ -103,9 +103,7 @@ PolicyFactory topk_factory() {
       {"topk", PolicyKind::kDecodeSelection,
        "oracle: exact top-k logits per decode step (upper bound, not deployable)",
        "Infini-AI-Lab/MagicPIG @ac9aa36 evaluations/RULER/pred/topk_cache.py", topk_defaults()},
-      [](const nlohmann::json& params, const Budget& budget, PlanFiles&) {
-        return make_topk_selector(params, budget);
-      });
+      make_topk_selector);
 }
 
 }  // namespace kvb

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <functional>
 
+#include "common/errors.h"
 #include "datasets/python_random.h"
 #include "datasets/text_utils.h"
-#include "engine/errors.h"
 
 namespace kvb {
 namespace {

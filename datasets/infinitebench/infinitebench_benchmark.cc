@@ -6,6 +6,7 @@
 // {"prediction"|"pred", "ground_truth"|"label"}.
 #include <algorithm>
 
+#include "common/errors.h"
 #include "datasets/infinitebench/generate.h"
 #include "datasets/infinitebench/loader.h"
 #include "datasets/infinitebench/prompts.h"
@@ -13,7 +14,6 @@
 #include "datasets/jsonl_reader.h"
 #include "datasets/prediction_records.h"
 #include "datasets/registry.h"
-#include "engine/errors.h"
 
 namespace kvb {
 namespace {

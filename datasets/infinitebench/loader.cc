@@ -2,10 +2,10 @@
 
 #include <filesystem>
 
+#include "common/errors.h"
 #include "datasets/infinitebench/scorers.h"
 #include "datasets/jsonl_reader.h"
 #include "datasets/prompt_truncation.h"
-#include "engine/errors.h"
 
 namespace kvb {
 

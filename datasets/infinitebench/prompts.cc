@@ -3,8 +3,8 @@
 #include <map>
 #include <regex>
 
+#include "common/errors.h"
 #include "datasets/infinitebench/scorers.h"
-#include "engine/errors.h"
 
 namespace kvb {
 namespace {

@@ -5,10 +5,10 @@
 #include <functional>
 #include <map>
 
+#include "common/errors.h"
 #include "datasets/metrics/py_text.h"
 #include "datasets/metrics/qa_f1.h"
 #include "datasets/metrics/rouge.h"
-#include "engine/errors.h"
 
 namespace kvb {
 namespace {

@@ -2,10 +2,10 @@
 
 #include <filesystem>
 
+#include "common/errors.h"
 #include "datasets/jsonl_reader.h"
 #include "datasets/longbench/longbench.h"
 #include "datasets/prompt_truncation.h"
-#include "engine/errors.h"
 
 namespace kvb {
 namespace {

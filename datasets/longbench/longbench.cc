@@ -4,11 +4,11 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "common/errors.h"
 #include "datasets/longbench/longbench_table.h"
 #include "datasets/metrics/jieba.h"
 #include "datasets/metrics/longbench_metrics.h"
 #include "datasets/metrics/qa_f1.h"
-#include "engine/errors.h"
 
 namespace kvb {
 

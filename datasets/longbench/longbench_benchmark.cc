@@ -5,12 +5,12 @@
 // "all_classes"?, "length"?}; a dataset named "X_e" is LongBench-E and reports the length buckets.
 #include <map>
 
+#include "common/errors.h"
 #include "datasets/jsonl_reader.h"
 #include "datasets/longbench/loader.h"
 #include "datasets/longbench/longbench.h"
 #include "datasets/prediction_records.h"
 #include "datasets/registry.h"
-#include "engine/errors.h"
 
 namespace kvb {
 namespace {

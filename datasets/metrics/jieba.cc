@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 
 namespace kvb {
 namespace {

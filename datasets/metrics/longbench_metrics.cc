@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
+#include "common/errors.h"
 #include "datasets/metrics/jieba.h"
 #include "datasets/metrics/rouge.h"
-#include "engine/errors.h"
 
 namespace kvb {
 namespace {

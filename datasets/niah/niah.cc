@@ -4,9 +4,9 @@
 #include <cmath>
 #include <set>
 
+#include "common/errors.h"
 #include "datasets/data_paths.h"
 #include "datasets/text_utils.h"
-#include "engine/errors.h"
 
 namespace kvb {
 namespace fs = std::filesystem;

@@ -7,12 +7,12 @@
 #include <algorithm>
 #include <cctype>
 
+#include "common/errors.h"
 #include "datasets/metrics/string_match.h"
 #include "datasets/niah/niah.h"
 #include "datasets/prediction_records.h"
 #include "datasets/registry.h"
 #include "datasets/ruler/ruler.h"
-#include "engine/errors.h"
 
 namespace kvb {
 namespace {

@@ -11,10 +11,10 @@
 #include <algorithm>
 #include <fstream>
 
+#include "common/errors.h"
 #include "datasets/ruler/ruler_constants.h"
 #include "datasets/ruler/ruler_task.h"
 #include "datasets/text_utils.h"
-#include "engine/errors.h"
 
 namespace kvb::ruler {
 namespace {

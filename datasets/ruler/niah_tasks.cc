@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <map>
 
+#include "common/errors.h"
 #include "datasets/ruler/ruler_constants.h"
 #include "datasets/ruler/ruler_task.h"
 #include "datasets/text_utils.h"
-#include "engine/errors.h"
 
 namespace kvb::ruler {
 namespace fs = std::filesystem;

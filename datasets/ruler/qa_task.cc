@@ -4,14 +4,13 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
-#include <nlohmann/json.hpp>
-
+#include "common/errors.h"
 #include "datasets/ruler/ruler_constants.h"
 #include "datasets/ruler/ruler_task.h"
 #include "datasets/text_utils.h"
-#include "engine/errors.h"
 
 namespace kvb::ruler {
 namespace fs = std::filesystem;

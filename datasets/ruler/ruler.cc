@@ -5,10 +5,10 @@
 #include <optional>
 #include <set>
 
+#include "common/errors.h"
 #include "datasets/ruler/ruler_constants.h"
 #include "datasets/ruler/ruler_task.h"
 #include "datasets/text_utils.h"
-#include "engine/errors.h"
 
 namespace kvb {
 namespace fs = std::filesystem;

@@ -4,13 +4,13 @@
 // Predictions files: {"pred"|"prediction"|"response", "outputs"|"answers"|"references"}.
 #include <algorithm>
 
+#include "common/errors.h"
 #include "datasets/jsonl_reader.h"
 #include "datasets/metrics/string_match.h"
 #include "datasets/prediction_records.h"
 #include "datasets/registry.h"
 #include "datasets/ruler/ruler.h"
 #include "datasets/scoring.h"
-#include "engine/errors.h"
 
 namespace kvb {
 namespace {

@@ -5,7 +5,8 @@
 #include <algorithm>
 #include <string>
 
-#include "engine/errors.h"
+#include "common/errors.h"
+#include "engine/cpu/early_exit_walk.h"
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/early_exit_decode.h"
@@ -53,25 +54,6 @@ void project_one_row(std::initializer_list<Projection> projections, int64_t in, 
 
 void add_in_place(std::vector<float>& x, const std::vector<float>& delta) {
   for (size_t i = 0; i < x.size(); ++i) x[i] += delta[i];
-}
-
-kernels::EarlyExitOptions early_exit_options(const EarlyExitParams& params) {
-  kernels::EarlyExitOptions options;
-  options.tau = params.tau;
-  options.phi = params.phi;
-  options.patience = params.patience;
-  options.block_size = params.block_size;
-  options.sink_tokens = params.sink_tokens;
-  options.scale_criterion =
-      params.scale_criterion == "norm"     ? kernels::EarlyExitScaleCriterion::kNorm
-      : params.scale_criterion == "change" ? kernels::EarlyExitScaleCriterion::kChange
-                                           : kernels::EarlyExitScaleCriterion::kMass;
-  options.use_scale = params.use_scale;
-  options.use_direction = params.use_direction;
-  options.per_head = params.per_head;
-  options.decision_window = params.decision_window;
-  options.enabled = params.enabled;
-  return options;
 }
 
 // One early-exit walk, plus its oracle trace in oracle mode.

@@ -1,5 +1,5 @@
-// Dequantisation of ggml tensor encodings to f32: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-// Q4_K, Q5_K, Q6_K.
+// Dequantisation of ggml tensor encodings to f32: the types of kernels/cpu/block_formats.h (F32,
+// F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K).
 // Block layouts: docs/engine.md §1 (ggml-common.h / ggml-quants.c). Types are the ggml type
 // codes (the values of kvb::GgmlType); kernels are leaves, so they take the raw code.
 #pragma once

@@ -1,6 +1,7 @@
 // The per-format row dot products behind kernels/cpu/quantized_matmul.h: one scalar and one AVX2
 // function per ggml block format, computing the same integer sums (the float accumulation order
-// differs). Block layouts: docs/engine.md §1 and kernels/cpu/dequantize.cc.
+// differs). Block layouts: docs/engine.md §1 and kernels/cpu/block_formats.cc, whose table names
+// each type's pair.
 #pragma once
 
 #include <cstdint>

@@ -11,63 +11,17 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cpu/block_formats.h"
 #include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/matmul.h"
-#include "kernels/cpu/quantized_dot.h"
 
 namespace kvb::kernels {
 namespace {
 
-constexpr uint32_t kF32 = 0, kF16 = 1, kBF16 = 30;
+constexpr uint32_t kF32 = 0;
 
-struct Format {
-  int activation_block;  // 32 or 256 for the integer dots, 0 for f32 activations
-  row_dot::QuantizedRowDot scalar = nullptr, avx2 = nullptr;
-  row_dot::FloatRowDot float_scalar = nullptr, float_avx2 = nullptr;
-};
-
-const Format* format(uint32_t type) {
-  static const Format kQ4_0{32, row_dot::q4_0_scalar, row_dot::q4_0_avx2},
-      kQ4_1{32, row_dot::q4_1_scalar, row_dot::q4_1_avx2},
-      kQ5_0{32, row_dot::q5_0_scalar, row_dot::q5_0_avx2},
-      kQ5_1{32, row_dot::q5_1_scalar, row_dot::q5_1_avx2},
-      kQ8_0{32, row_dot::q8_0_scalar, row_dot::q8_0_avx2},
-      kQ4_K{256, row_dot::q4_k_scalar, row_dot::q4_k_avx2},
-      kQ5_K{256, row_dot::q5_k_scalar, row_dot::q5_k_avx2},
-      kQ6_K{256, row_dot::q6_k_scalar, row_dot::q6_k_avx2},
-      kFloat32{0, nullptr, nullptr, row_dot::f32_scalar, row_dot::f32_avx2},
-      kFloat16{0, nullptr, nullptr, row_dot::f16_scalar, row_dot::f16_avx2},
-      kBFloat16{0, nullptr, nullptr, row_dot::bf16_scalar, row_dot::bf16_avx2};
-  switch (type) {
-    case kF32:
-      return &kFloat32;
-    case kF16:
-      return &kFloat16;
-    case 2:
-      return &kQ4_0;
-    case 3:
-      return &kQ4_1;
-    case 6:
-      return &kQ5_0;
-    case 7:
-      return &kQ5_1;
-    case 8:
-      return &kQ8_0;
-    case 12:
-      return &kQ4_K;
-    case 13:
-      return &kQ5_K;
-    case 14:
-      return &kQ6_K;
-    case kBF16:
-      return &kBFloat16;
-    default:
-      return nullptr;
-  }
-}
-
-const Format& checked_format(const WeightView& w) {
-  const Format* f = format(w.type);
+const BlockFormat& checked_format(const WeightView& w) {
+  const BlockFormat* f = block_format(w.type);
   if (f == nullptr || !stored_matmul_supported(w.type, w.cols))
     throw std::invalid_argument("stored matmul: ggml type " + std::to_string(w.type) + " with " +
                                 std::to_string(w.cols) + " columns is not supported");
@@ -99,24 +53,22 @@ constexpr int64_t kRowGrain = 64;
 
 }  // namespace
 
-bool stored_matmul_supported(uint32_t type) { return format(type) != nullptr; }
+bool stored_matmul_supported(uint32_t type) { return block_format(type) != nullptr; }
 
 bool stored_matmul_supported(uint32_t type, int64_t cols) {
-  int64_t block_elements = 0, block_bytes = 0;
-  return format(type) != nullptr && cols > 0 &&
-         dequantize_block_geometry(type, &block_elements, &block_bytes) &&
-         cols % block_elements == 0;
+  const BlockFormat* f = block_format(type);
+  return f != nullptr && cols > 0 && cols % f->block_elements == 0;
 }
 
 int64_t stored_row_bytes(uint32_t type, int64_t cols) {
-  int64_t block_elements = 0, block_bytes = 0;
-  if (!dequantize_block_geometry(type, &block_elements, &block_bytes))
+  const BlockFormat* f = block_format(type);
+  if (f == nullptr)
     throw std::invalid_argument("stored_row_bytes: unsupported ggml type " + std::to_string(type));
-  return cols / block_elements * block_bytes;
+  return cols / f->block_elements * f->block_bytes;
 }
 
 int activation_block_for(uint32_t type) {
-  const Format* f = format(type);
+  const BlockFormat* f = block_format(type);
   return f == nullptr ? 0 : f->activation_block;
 }
 
@@ -152,7 +104,7 @@ bool dot_path_available(DotPath path) { return path == DotPath::kScalar || cpu_h
 
 float stored_row_dot(const WeightView& w, int64_t row, const QuantizedActivations& x,
                      DotPath path) {
-  const Format& f = checked_format(w);
+  const BlockFormat& f = checked_format(w);
   if (f.activation_block == 0 || x.block != f.activation_block || x.n != w.cols)
     throw std::invalid_argument("stored_row_dot: activations do not match the weight format");
   const auto fn = path == DotPath::kAvx2 && cpu_has_avx2() ? f.avx2 : f.scalar;
@@ -160,7 +112,7 @@ float stored_row_dot(const WeightView& w, int64_t row, const QuantizedActivation
 }
 
 float stored_row_dot(const WeightView& w, int64_t row, const float* x, DotPath path) {
-  const Format& f = checked_format(w);
+  const BlockFormat& f = checked_format(w);
   if (f.activation_block != 0)
     throw std::invalid_argument("stored_row_dot: quantised rows take quantised activations");
   const auto fn = path == DotPath::kAvx2 && cpu_has_avx2() ? f.float_avx2 : f.float_scalar;
@@ -168,7 +120,7 @@ float stored_row_dot(const WeightView& w, int64_t row, const float* x, DotPath p
 }
 
 void matvec(const WeightView& w, const float* x, const float* bias, float* y) {
-  const Format& f = checked_format(w);
+  const BlockFormat& f = checked_format(w);
   if (w.type == kF32) {  // the f32 reference's own product (kernels/cpu/matmul.h)
     matvec(reinterpret_cast<const float*>(w.data), w.rows, w.cols, x, bias, y);
     return;
@@ -231,7 +183,7 @@ void matvec(std::span<const MatvecTarget> targets, const float* x) {
         for (int64_t global = rows.begin(); global < rows.end(); ++global) {
           while (global >= first_row[m + 1]) ++m;
           const MatvecTarget& t = stored[m];
-          const Format& f = *format(t.w.type);
+          const BlockFormat& f = *block_format(t.w.type);
           const int64_t r = global - first_row[m];
           const uint8_t* row = row_start(t.w, r);
           float value;

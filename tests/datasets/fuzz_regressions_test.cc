@@ -4,10 +4,10 @@
 
 #include <fstream>
 
+#include "common/errors.h"
 #include "datasets/jsonl_reader.h"
 #include "datasets/longbench/loader.h"
 #include "datasets/ruler/ruler.h"
-#include "engine/errors.h"
 #include "tests/datasets/fake_tokenizer.h"
 #include "tests/test_paths.h"
 

@@ -1,18 +1,17 @@
 // InfiniteBench synthetic generators: the released record layout, needle/answer consistency, the
 // official answer rules (ties skipped, float median), and the length budget.
-#include "datasets/infinitebench/generate.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <regex>
 #include <map>
+#include <regex>
 #include <set>
 
-#include "engine/errors.h"
+#include "common/errors.h"
+#include "datasets/infinitebench/generate.h"
 #include "engine/gguf.h"
-#include "tests/test_paths.h"
 #include "tests/datasets/fake_tokenizer.h"
+#include "tests/test_paths.h"
 
 namespace kvb {
 namespace {

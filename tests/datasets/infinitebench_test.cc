@@ -7,12 +7,12 @@
 
 #include <fstream>
 
+#include "common/errors.h"
 #include "datasets/infinitebench/loader.h"
 #include "datasets/infinitebench/prompts.h"
 #include "datasets/infinitebench/scorers.h"
 #include "datasets/jsonl_reader.h"
 #include "datasets/longbench/longbench.h"
-#include "engine/errors.h"
 #include "tests/test_paths.h"
 
 namespace kvb {

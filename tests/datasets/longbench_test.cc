@@ -10,9 +10,9 @@
 #include <fstream>
 #include <map>
 
+#include "common/errors.h"
 #include "datasets/longbench/loader.h"
 #include "datasets/prompt_truncation.h"
-#include "engine/errors.h"
 #include "engine/gguf.h"
 #include "tests/test_paths.h"
 

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "common/errors.h"
 #include "datasets/longbench/longbench.h"
 #include "datasets/metrics/jieba.h"
 #include "datasets/metrics/longbench_metrics.h"
@@ -36,7 +37,6 @@
 #include "datasets/metrics/sequence_matcher.h"
 #include "datasets/metrics/string_match.h"
 #include "datasets/niah/niah.h"
-#include "engine/errors.h"
 
 namespace kvb {
 namespace {

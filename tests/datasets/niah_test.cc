@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "engine/gguf.h"
 #include "tests/datasets/fake_tokenizer.h"
 #include "tests/test_paths.h"

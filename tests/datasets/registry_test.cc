@@ -8,7 +8,7 @@
 #include <fstream>
 #include <set>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "tests/test_paths.h"
 
 namespace kvb {

@@ -4,14 +4,13 @@
 #include "datasets/ruler/ruler.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <regex>
 
-#include <unistd.h>
-
+#include "common/errors.h"
 #include "datasets/ruler/ruler_task.h"
-#include "engine/errors.h"
 #include "tests/datasets/fake_tokenizer.h"
 #include "tests/test_paths.h"
 

@@ -10,9 +10,9 @@
 #include <random>
 #include <tuple>
 
+#include "common/errors.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/forward.h"
-#include "engine/errors.h"
 #include "policies/registry.h"
 #include "tests/engine/tiny_model.h"
 

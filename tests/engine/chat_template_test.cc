@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "engine/gguf.h"
 #include "engine/tokenizer.h"
 #include "tests/test_paths.h"

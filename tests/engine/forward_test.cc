@@ -8,7 +8,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "tests/engine/tiny_model.h"
 
 namespace kvb {

@@ -4,8 +4,8 @@
 
 #include <fstream>
 
+#include "common/errors.h"
 #include "engine/chat_template.h"
-#include "engine/errors.h"
 #include "engine/hf_config.h"
 #include "tests/test_paths.h"
 

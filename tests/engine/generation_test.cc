@@ -7,8 +7,8 @@
 
 #include <algorithm>
 
+#include "common/errors.h"
 #include "engine/cpu/forward.h"
-#include "engine/errors.h"
 #include "tests/engine/tiny_model.h"
 
 namespace kvb {

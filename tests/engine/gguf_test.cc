@@ -7,7 +7,7 @@
 
 #include <cstring>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "tests/engine/gguf_builder.h"
 #include "tests/test_paths.h"
 

@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "engine/gguf.h"
 #include "engine/presets.h"
 #include "engine/weights_loader.h"

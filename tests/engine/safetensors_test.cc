@@ -7,7 +7,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "kernels/cpu/dequantize.h"
 
 namespace kvb {

@@ -16,7 +16,7 @@
 #include <sstream>
 #include <thread>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "engine/gguf.h"
 #include "engine/pretokenizer.h"
 #include "engine/tokenizer_bpe.h"

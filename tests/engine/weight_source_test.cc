@@ -9,8 +9,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/errors.h"
 #include "engine/cpu/forward.h"
-#include "engine/errors.h"
 #include "engine/model.h"
 #include "engine/safetensors.h"
 #include "engine/synthetic_checkpoint.h"

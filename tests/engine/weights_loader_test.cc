@@ -7,7 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "engine/model.h"
 #include "engine/presets.h"
 #include "engine/safetensors.h"

@@ -1,6 +1,6 @@
 // What the libFuzzer targets of tests/fuzz/ share: a private scratch folder per process, writing
 // the input to a file (the readers under test take paths, as kvbench does), the rule that bad input
-// may only raise the project's own errors (engine/errors.h), and the tokenizers and data that
+// may only raise the project's own errors (common/errors.h), and the tokenizers and data that
 // setup.sh installs. A target that finds none of its data exits 77 (ctest: skipped).
 #pragma once
 
@@ -16,7 +16,7 @@
 #include <string>
 #include <string_view>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "engine/tokenizer.h"
 #include "tests/test_paths.h"
 

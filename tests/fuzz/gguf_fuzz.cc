@@ -7,7 +7,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "engine/gguf.h"
 #include "engine/weights_loader.h"
 #include "kernels/cpu/dequantize.h"

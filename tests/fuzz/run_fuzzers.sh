@@ -24,7 +24,7 @@ fi
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$src")
 sources=("$src/engine/gguf.cc" "$src/engine/weights_loader.cc" "$src/engine/weight_source.cc"
          "$src/engine/hf_config.cc" "$src/engine/safetensors.cc" "$src/engine/weight_matrix.cc"
-         "$src/kernels/cpu/dequantize.cc"
+         "$src/kernels/cpu/dequantize.cc" "$src/kernels/cpu/block_formats.cc"
          "$src/kernels/cpu/quantized_matmul.cc" "$src/kernels/cpu/quantized_dot_scalar.cc"
          "$src/kernels/cpu/quantized_dot_avx2.cc" "$src/kernels/cpu/matmul.cc")
 # The weight matrices' kernels (kernels/cpu/quantized_matmul.cc) reach OpenBLAS.

@@ -8,9 +8,9 @@
 
 #include <fstream>
 
+#include "common/errors.h"
 #include "datasets/longbench/longbench.h"
 #include "datasets/scoring.h"
-#include "engine/errors.h"
 #include "harness/tables.h"
 #include "tests/harness/fake_backend.h"
 #include "tests/test_paths.h"

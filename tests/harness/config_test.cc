@@ -4,7 +4,7 @@
 
 #include <fstream>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "harness/sweep.h"
 #include "tests/test_paths.h"
 

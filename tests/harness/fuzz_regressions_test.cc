@@ -5,7 +5,7 @@
 
 #include <fstream>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "harness/config.h"
 #include "harness/store.h"
 #include "harness/sweep.h"

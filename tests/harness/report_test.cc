@@ -5,7 +5,7 @@
 #include <fstream>
 #include <regex>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "tests/test_paths.h"
 
 namespace kvb {

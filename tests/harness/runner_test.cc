@@ -8,7 +8,7 @@
 #include <chrono>
 #include <thread>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "tests/harness/fake_backend.h"
 #include "tests/test_paths.h"
 

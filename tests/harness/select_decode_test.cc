@@ -1,12 +1,13 @@
 // The q_decode branch of `kvbench select` (harness/select_decode.h).
+#include "harness/select_decode.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <random>
 #include <set>
 
-#include "engine/errors.h"
-#include "harness/select_decode.h"
+#include "common/errors.h"
 
 namespace kvb {
 namespace {
@@ -27,8 +28,9 @@ struct Tensors {
     fill(projection, static_cast<size_t>(layers) * hkv * 64 * d);
   }
   DecodeSelectInputs inputs(bool with_projection = false) const {
-    return {layers, hq, hkv, length, d, k.data(), v.data(), q.data(),
-            with_projection ? projection.data() : nullptr};
+    DecodeSelectInputs in{layers, hq, hkv, length, d, k.data(), v.data(), q.data(), {}};
+    if (with_projection) in.tensors["bpc_projection"] = {{layers, hkv, 64, d}, projection};
+    return in;
   }
 };
 
@@ -67,6 +69,29 @@ TEST(SelectDecode, BinaryPcUsesAGivenProjectionAndOtherPoliciesAreRefused) {
   EXPECT_EQ(online["params"]["projection_fit"], "online");
   EXPECT_THROW(select_decode_positions("snapkv", nlohmann::json::object(), Budget::parse("20"),
                                        t.inputs()),
+               InputError);
+}
+
+// The harness hands over the tensors a policy declares in its registry entry, by name alone: the
+// projection is BinaryPC's, and a wrong shape is the policy's error.
+TEST(SelectDecode, TensorInputsComeFromTheRegistry) {
+  const std::vector<TensorInput> inputs = policy_tensor_inputs("binarypc+art");
+  ASSERT_EQ(inputs.size(), 1u);
+  EXPECT_EQ(inputs[0].tensor, "bpc_projection");
+  EXPECT_EQ(inputs[0].parameter, "projection");
+  EXPECT_TRUE(policy_tensor_inputs("topk").empty());
+  const Tensors t;
+  DecodeSelectInputs wrong = t.inputs(true);
+  wrong.tensors["bpc_projection"].shape = {t.layers, t.hkv, 32, 2 * t.d};
+  EXPECT_THROW(
+      select_decode_positions("binarypc", nlohmann::json::object(), Budget::parse("20"), wrong),
+      InputError);
+  DecodeSelectInputs other_model = t.inputs(true);
+  other_model.tensors["bpc_projection"].shape = {t.layers - 1, t.hkv, 64, t.d};
+  other_model.tensors["bpc_projection"].values.resize(static_cast<size_t>(t.layers - 1) * t.hkv *
+                                                      64 * t.d);
+  EXPECT_THROW(select_decode_positions("binarypc", nlohmann::json::object(), Budget::parse("20"),
+                                       other_model),
                InputError);
 }
 

@@ -18,7 +18,7 @@
 #include <random>
 #include <thread>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "harness/runner.h"
 #include "harness/store.h"
 #include "tests/harness/fake_backend.h"

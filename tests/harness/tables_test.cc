@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "harness/compare.h"
 #include "harness/stats.h"
 

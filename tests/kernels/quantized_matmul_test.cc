@@ -235,6 +235,25 @@ TEST(QuantizeActivations, BlocksHoldScaledRoundedValuesAndTheirSums) {
   EXPECT_THROW(quantize_activations(x.data(), 100, 32, q), std::invalid_argument);
 }
 
+// One table of types (kernels/cpu/block_formats.h) behind both: every code dequantize takes, the
+// stored matmul takes, with the same block geometry, and no other.
+TEST(StoredMatmul, TakesExactlyTheTypesDequantizeTakes) {
+  int supported = 0;
+  for (uint32_t type = 0; type < 256; ++type) {
+    int64_t block_elements = 0, block_bytes = 0;
+    const bool dequantized = dequantize_block_geometry(type, &block_elements, &block_bytes);
+    EXPECT_EQ(stored_matmul_supported(type), dequantized) << "type " << type;
+    if (!dequantized) continue;
+    ++supported;
+    EXPECT_EQ(stored_row_bytes(type, 4 * block_elements), 4 * block_bytes) << "type " << type;
+    EXPECT_EQ(activation_block_for(type), block_elements == 1    ? 0
+                                          : block_elements == 32 ? 32
+                                                                 : 256)
+        << "type " << type;
+  }
+  EXPECT_EQ(supported, 11);
+}
+
 TEST(StoredMatmul, RejectsColumnsThatAreNotWholeBlocks) {
   EXPECT_FALSE(stored_matmul_supported(12, 128));  // q4_K blocks are 256 elements
   EXPECT_TRUE(stored_matmul_supported(12, 512));

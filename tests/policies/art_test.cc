@@ -4,8 +4,8 @@
 #include <cmath>
 #include <set>
 
+#include "common/errors.h"
 #include "engine/cpu/forward.h"
-#include "engine/errors.h"
 #include "engine/generation.h"
 #include "kernels/cpu/early_exit_decode.h"
 #include "policies/decode_selectors.h"

@@ -8,7 +8,7 @@
 #include <random>
 #include <set>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "kernels/cpu/binary_hash.h"
 #include "policies/binarypc_projection.h"
 #include "policies/decode_selectors.h"

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <set>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "policies/decode_selectors.h"
 #include "tests/policies/decode_test_util.h"
 

@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "policies/decode_selectors.h"
 #include "policies/params.h"
 

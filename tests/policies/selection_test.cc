@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "synthetic_prefill.h"
 
 namespace kvb {

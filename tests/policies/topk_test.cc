@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "policies/decode_selectors.h"
 #include "tests/policies/decode_test_util.h"
 
