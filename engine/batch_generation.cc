@@ -6,7 +6,7 @@
 #include <map>
 #include <numeric>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 
 namespace kvb {
 namespace {

@@ -4,7 +4,7 @@
 #include <optional>
 #include <stdexcept>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "engine/model.h"
 #include "engine/weight_source.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "engine/cuda/cuda_engine_impl.h"
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_utils.h"
 

@@ -14,7 +14,7 @@
 #include "engine/cuda/cuda_sparse_decode.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/prefill_statistics.h"
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/attention.h"

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "engine/cuda/cuda_sparse_decode.h"
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "kernels/cuda/binary_hash.h"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/page_bounds.h"

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "engine/cuda/prefill_statistics.h"
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "kernels/cuda/attention_column_sums.h"
 #include "kernels/cuda/dropkv_scores.h"
 #include "kernels/cuda/projected_value_norms.h"

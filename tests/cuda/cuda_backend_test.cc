@@ -21,7 +21,7 @@
 #include "engine/batch_generation.h"
 #include "engine/chat_template.h"
 #include "engine/cpu/cpu_backend.h"
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/presets.h"

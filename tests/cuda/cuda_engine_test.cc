@@ -9,7 +9,7 @@
 #include <cmath>
 
 #include "engine/cpu/forward.h"
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "engine/model.h"
 #include "engine/presets.h"
 #include "tests/cuda/cuda_test_util.h"

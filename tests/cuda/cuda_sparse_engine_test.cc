@@ -13,7 +13,7 @@
 
 #include "engine/cpu/forward.h"
 #include "engine/cuda/cuda_engine.h"
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "engine/presets.h"
 #include "policies/binarypc_projection.h"
 #include "policies/decode_selectors.h"

@@ -25,7 +25,7 @@
 #include "engine/batch_generation.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/cuda_engine.h"
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "engine/presets.h"
 #include "policies/binarypc_projection.h"
 #include "policies/decode_selectors.h"

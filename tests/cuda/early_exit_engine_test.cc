@@ -10,7 +10,7 @@
 
 #include "engine/cpu/forward.h"
 #include "engine/cuda/cuda_engine.h"
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "engine/presets.h"
 #include "kernels/cpu/early_exit_decode.h"
 #include "tests/cuda/cuda_test_util.h"
