@@ -81,7 +81,7 @@ void check_generated_task(const Benchmark& benchmark, const BenchmarkSpec& spec,
 std::vector<Sample> generated_group_samples(const Benchmark& benchmark, const BenchmarkSpec& spec,
                                             const std::string& task, int length,
                                             const GroupSampleInputs& inputs) {
-  // As harness/sweep.cc counts a generated group: samples per depth.
+  // As harness/sweep/sweep.cc counts a generated group: samples per depth.
   const int depths = spec.depths.empty() ? 1 : static_cast<int>(spec.depths.size());
   const TaskGroup group{spec, task, length, spec.samples * depths};
   return benchmark.samples(group, inputs);

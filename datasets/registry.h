@@ -26,8 +26,8 @@
 
 namespace kvb {
 
-// One entry of a sweep config's "benchmarks" list, parsed (harness/config.h). The options below
-// `key` apply to the benchmarks that declare them (Benchmark::option_keys):
+// One entry of a sweep config's "benchmarks" list, parsed (harness/sweep/config.h). The options
+// below `key` apply to the benchmarks that declare them (Benchmark::option_keys):
 //   tasks     LongBench datasets; when omitted the benchmark's default tasks
 //   lengths   LongBench: the prompt limit in tokens for pred.py's middle truncation; 0 (the
 //             default) = the model's context minus the dataset's max new tokens and the chat
@@ -105,7 +105,7 @@ class OptionError : public InputError {
   std::string option;
 };
 
-// The table a benchmark's rows feed (harness/tables.h).
+// The table a benchmark's rows feed (harness/report/tables.h).
 enum class TableLayout {
   kPerTask,              // one column per task in `table_tasks` order, then the mean
   kLongBenchCategories,  // one column per dataset, then category means

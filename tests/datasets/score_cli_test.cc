@@ -1,4 +1,4 @@
-// `kvbench score` end to end (harness/cli_score.cc): InfiniteBench files with known scores
+// `kvbench score` end to end (harness/commands/cli_score.cc): InfiniteBench files with known scores
 // (hand-scored; GPT-4's published table where its files are found), the JSON contract ({"score"},
 // "per_sample" with --per-sample), LongBench records and LongBench-E buckets, RULER/NIAH records,
 // and bad input: a malformed line (error names file and line), a missing file, an unknown dataset

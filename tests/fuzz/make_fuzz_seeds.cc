@@ -14,8 +14,8 @@
 #include "engine/hf_config.h"
 #include "engine/presets.h"
 #include "engine/safetensors.h"
-#include "harness/config.h"
-#include "harness/store.h"
+#include "harness/sweep/config.h"
+#include "harness/sweep/store.h"
 #include "tests/fuzz/fuzz_choices.h"
 #include "tests/fuzz/fuzz_util.h"
 

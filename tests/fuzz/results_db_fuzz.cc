@@ -1,4 +1,4 @@
-// libFuzzer target for opening a results database that may not be one (harness/store.cc): the
+// libFuzzer target for opening a results database that may not be one (harness/sweep/store.cc): the
 // input is the file handed to `kvbench table/report/merge` (read-only) and to `kvbench run --db`
 // (read-write). Byte 0 bit 0 picks the mode; the rest is the file. Any input must open and read
 // back or raise InputError / FormatError naming the file; a database that opened reads back the
@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "harness/store.h"
+#include "harness/sweep/store.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,12 +1,12 @@
-// libFuzzer target for `kvbench score` (harness/cli_score.cc): a predictions JSONL file scored with
-// each benchmark's official metric. Byte 0 picks the benchmark and dataset (every LongBench and
-// LongBench-E dataset, every InfiniteBench task, every RULER task, NIAH), byte 1 the flags; the
-// rest is the file. Any input must score or raise InputError / FormatError naming the file and
-// line. Seeds: make_fuzz_seeds.cc.
+// libFuzzer target for `kvbench score` (harness/commands/cli_score.cc): a predictions JSONL file
+// scored with each benchmark's official metric. Byte 0 picks the benchmark and dataset (every
+// LongBench and LongBench-E dataset, every InfiniteBench task, every RULER task, NIAH), byte 1 the
+// flags; the rest is the file. Any input must score or raise InputError / FormatError naming the
+// file and line. Seeds: make_fuzz_seeds.cc.
 #include <cstddef>
 #include <cstdint>
 
-#include "harness/cli.h"
+#include "harness/commands/cli.h"
 #include "tests/fuzz/fuzz_choices.h"
 #include "tests/fuzz/fuzz_util.h"
 

@@ -1,14 +1,15 @@
-// libFuzzer target for a sweep config (harness/config.cc: load_sweep_config and its validation),
-// then what `kvbench run` does with it before the first row (harness/cli_run.cc): the policy names
-// against the registry, the plan (harness/sweep.cc) and each cell's cache plan
-// (EngineBackend::check_cells). Any input must pass or raise InputError / FormatError naming the
-// key. Seeds: make_fuzz_seeds.cc (the configs of configs/ and the parsed configs re-serialised).
+// libFuzzer target for a sweep config (harness/sweep/config.cc: load_sweep_config and its
+// validation), then what `kvbench run` does with it before the first row
+// (harness/commands/cli_run.cc): the policy names against the registry, the plan
+// (harness/sweep/sweep.cc) and each cell's cache plan (EngineBackend::check_cells). Any input must
+// pass or raise InputError / FormatError naming the key. Seeds: make_fuzz_seeds.cc (the configs of
+// configs/ and the parsed configs re-serialised).
 #include <cstddef>
 #include <cstdint>
 
-#include "harness/config.h"
-#include "harness/engine_backend.h"
-#include "harness/sweep.h"
+#include "harness/sweep/config.h"
+#include "harness/sweep/engine_backend.h"
+#include "harness/sweep/sweep.h"
 #include "policies/registry.h"
 #include "tests/fuzz/fuzz_util.h"
 
@@ -60,7 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const kvb::Cell& cell = plan.groups[g].cells[c];
         if (replan.groups[g].cells[c].key() != cell.key())
           kvb::fuzz::violated("re-parsing the stored config changed cell key " + cell.key());
-        // The store keeps cells as JSON (harness/store.cc); reading one back keeps its key.
+        // The store keeps cells as JSON (harness/sweep/store.cc); reading one back keeps its key.
         if (kvb::cell_from_json(cell.to_json()).key() != cell.key())
           kvb::fuzz::violated("cell_from_json(to_json()) changed cell key " + cell.key());
       }

@@ -2,7 +2,7 @@
 // config validation, sample counts at plan time, loading (prompts, skip list, truncation), and a
 // sweep on the fake backend scored with the official metrics into the LongBench / InfiniteBench
 // table layouts.
-#include "harness/benchmark_data.h"
+#include "harness/sweep/benchmark_data.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include "common/errors.h"
 #include "datasets/longbench/longbench.h"
 #include "datasets/scoring.h"
-#include "harness/tables.h"
+#include "harness/report/tables.h"
 #include "tests/harness/fake_backend.h"
 #include "tests/test_paths.h"
 

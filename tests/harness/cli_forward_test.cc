@@ -1,5 +1,6 @@
 // `kvbench logits`, `generate` and `bench` as a user runs them: JSON fields, agreement with the
-// engine called in-process, and clear errors (exit codes of harness/main.cc) for bad input.
+// engine called in-process, and clear errors (exit codes of harness/commands/main.cc) for bad
+// input.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <map>
 
-#include "harness/store.h"
+#include "harness/sweep/store.h"
 #include "tests/harness/fake_backend.h"
 #include "tests/test_paths.h"
 

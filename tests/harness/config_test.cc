@@ -1,11 +1,11 @@
-#include "harness/config.h"
+#include "harness/sweep/config.h"
 
 #include <gtest/gtest.h>
 
 #include <fstream>
 
 #include "common/errors.h"
-#include "harness/sweep.h"
+#include "harness/sweep/sweep.h"
 #include "tests/test_paths.h"
 
 namespace kvb {

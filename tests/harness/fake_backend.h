@@ -8,7 +8,7 @@
 #include <string>
 #include <thread>
 
-#include "harness/runner.h"
+#include "harness/sweep/runner.h"
 
 namespace kvb::test {
 

@@ -6,9 +6,9 @@
 #include <fstream>
 
 #include "common/errors.h"
-#include "harness/config.h"
-#include "harness/store.h"
-#include "harness/sweep.h"
+#include "harness/sweep/config.h"
+#include "harness/sweep/store.h"
+#include "harness/sweep/sweep.h"
 
 namespace kvb {
 namespace {

@@ -1,4 +1,4 @@
-#include "harness/report.h"
+#include "harness/report/report.h"
 
 #include <gtest/gtest.h>
 

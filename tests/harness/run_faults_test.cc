@@ -1,8 +1,9 @@
-// Faults met by the kvbench binary itself on a tiny real sweep (SmolLM2, harness/cli_run.cc): a
-// second `kvbench run` on a database in use is refused; a model file changed or truncated between
-// a run and its --resume is caught (the SHA-256 the run recorded) before any row is written; a
-// corrupt data file names the file and line and leaves the stored rows as they were. The runner-
-// level faults (SIGKILL at many points, a full disk) are in sweep_faults_test.cc.
+// Faults met by the kvbench binary itself on a tiny real sweep (SmolLM2,
+// harness/commands/cli_run.cc): a second `kvbench run` on a database in use is refused; a model
+// file changed or truncated between a run and its --resume is caught (the SHA-256 the run recorded)
+// before any row is written; a corrupt data file names the file and line and leaves the stored rows
+// as they were. The runner- level faults (SIGKILL at many points, a full disk) are in
+// sweep_faults_test.cc.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,7 +12,7 @@
 #include <fstream>
 #include <thread>
 
-#include "harness/store.h"
+#include "harness/sweep/store.h"
 #include "tests/test_paths.h"
 
 namespace kvb {

@@ -1,4 +1,4 @@
-#include "harness/runner.h"
+#include "harness/sweep/runner.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

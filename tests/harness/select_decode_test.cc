@@ -1,5 +1,5 @@
-// The q_decode branch of `kvbench select` (harness/select_decode.h).
-#include "harness/select_decode.h"
+// The q_decode branch of `kvbench select` (harness/sweep/select_decode.h).
+#include "harness/sweep/select_decode.h"
 
 #include <gtest/gtest.h>
 

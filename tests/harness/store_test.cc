@@ -1,4 +1,4 @@
-#include "harness/store.h"
+#include "harness/sweep/store.h"
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>

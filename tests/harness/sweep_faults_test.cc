@@ -1,7 +1,7 @@
 // Faults injected into sweeps (issue 18): a sweep process killed at many points, then resumed, ends
 // with exactly the rows of an uninterrupted run; a full disk or a file-size limit is a clear error
 // that leaves every stored row intact. The sweep runs the real runner and store
-// (harness/runner.cc, harness/store.cc) in a forked child with the fake backend
+// (harness/sweep/runner.cc, harness/sweep/store.cc) in a forked child with the fake backend
 // (tests/harness/fake_backend.h), whose rows depend only on (cell, sample): the uninterrupted
 // reference is the independent truth. The kvbench binary's faults are in run_faults_test.cc.
 #include <gtest/gtest.h>
@@ -19,8 +19,8 @@
 #include <thread>
 
 #include "common/errors.h"
-#include "harness/runner.h"
-#include "harness/store.h"
+#include "harness/sweep/runner.h"
+#include "harness/sweep/store.h"
 #include "tests/harness/fake_backend.h"
 #include "tests/test_paths.h"
 

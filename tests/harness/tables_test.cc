@@ -1,10 +1,10 @@
-#include "harness/tables.h"
+#include "harness/report/tables.h"
 
 #include <gtest/gtest.h>
 
 #include "common/errors.h"
-#include "harness/compare.h"
-#include "harness/stats.h"
+#include "harness/report/compare.h"
+#include "harness/report/stats.h"
 
 namespace kvb {
 namespace {

@@ -5,8 +5,9 @@
 // Protocol: KVCache-Factory's run_needle_in_haystack.py as described in docs/benchmarks.md §2.2
 // (haystack = the Paul Graham essays in sorted order; needle inserted at int(len * depth/100)
 // tokens, moved left to the previous "." token; 200-token buffer; greedy decoding, 30 new tokens,
-// stop at a newline; see newline_after_text) and its visualize.py score (share of the 10 expected words in the response).
-// The needle, question and prompt strings below are those protocol constants, written exactly.
+// stop at a newline; see newline_after_text) and its visualize.py score (share of the 10 expected
+// words in the response). The needle, question and prompt strings below are those protocol
+// constants, written exactly.
 //
 // Each sample is prefilled once; every method continues from a copy of that snapshot (the
 // decode-time methods keep the whole cache, only the prefill policies under ART compress it).
@@ -23,7 +24,8 @@
 // (the control: what the block-wise walk's arithmetic alone changes), every ART row traced against
 // the oracle; no OPC calibration, no thresholds. KVB_NIAH_DEPTHS=50,56,78 picks the depths
 // (otherwise KVB_NIAH_SAMPLES, otherwise kCiDepths):
-//   KVB_NIAH_ART_SWEEP=1 KVB_NIAH_DEPTHS=50,56,78 build/tests/kvb_policy_tests --gtest_filter='DecodeNiah.*'
+//   KVB_NIAH_ART_SWEEP=1 KVB_NIAH_DEPTHS=50,56,78 build/tests/kvb_policy_tests
+// --gtest_filter='DecodeNiah.*'
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -38,7 +40,7 @@
 #include "engine/cpu/forward.h"
 #include "engine/generation.h"
 #include "engine/model.h"
-#include "harness/cli.h"
+#include "harness/commands/cli.h"
 #include "policies/registry.h"
 #include "tests/test_paths.h"
 
@@ -57,7 +59,8 @@ std::string niah_prompt(const std::string& context) {
          " </book>.\n Based on the content of the book, Question: " + kQuestion + "\nAnswer:";
 }
 
-// KVCache-Factory scripts_needle/visualize.py: |set(words) ∩ set(expected words)| / |set(expected)|.
+// KVCache-Factory scripts_needle/visualize.py: |set(words) ∩ set(expected words)| /
+// |set(expected)|.
 double needle_score(const std::string& response) {
   auto words = [](std::string text) {
     std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -73,9 +76,9 @@ double needle_score(const std::string& response) {
 }
 
 // SmolLM2 often answers "Answer:" with a newline first, which the official newline-token stop turns
-// into an empty response. The test scores what `kvbench run` scores for NIAH (harness/
-// engine_backend.cc): the first non-blank line. Generation stops at the first newline after a
-// printable character (what ends that line) instead of running all 30 tokens.
+// into an empty response. The test scores what `kvbench run` scores for NIAH
+// (datasets/niah/niah_benchmark.cc): the first non-blank line. Generation stops at the first
+// newline after a printable character (what ends that line) instead of running all 30 tokens.
 std::vector<std::string> newline_after_text() {
   std::vector<std::string> stops;
   for (char c = '!'; c <= '~'; ++c) stops.push_back(std::string(1, c) + "\n");

@@ -51,8 +51,8 @@ TEST(Registry, EvictingPolicyNeedsABudgetAndFullDoesNot) {
   EXPECT_EQ(snap.label, "snapkv");
 }
 
-// The sweep config asks the registry which policies take budgets (harness/config.cc): the same
-// answer make_cache_plan gives, without building a plan.
+// The sweep config asks the registry which policies take budgets (harness/sweep/config.cc): the
+// same answer make_cache_plan gives, without building a plan.
 TEST(Registry, WhichPolicySpecsTakeABudget) {
   EXPECT_FALSE(policy_takes_budget("full"));
   EXPECT_FALSE(policy_takes_budget("full+art"));

@@ -1,0 +1,38 @@
+// kvbench table --db FILE.db --layout ruler|longbench|niah|infinitebench|latency|memory
+//               --format md|csv|latex [--json]
+#include <cstdio>
+#include <iostream>
+
+#include "common/errors.h"
+#include "harness/commands/args.h"
+#include "harness/commands/cli.h"
+#include "harness/report/tables.h"
+#include "harness/sweep/store.h"
+
+namespace kvb::cli {
+
+int table(const std::vector<std::string>& argv) {
+  Args args("table", argv, {"json"});
+  args.allow_only({"db", "layout", "format", "json"});
+  const std::string layout = args.get("layout");
+  const std::string format = args.get_or("format", "md");
+  // Validate the choices before reading anything.
+  build_tables({}, layout);
+  render_tables({}, format);
+  ResultStore store(args.get("db"), ResultStore::Mode::kReadOnly);
+  const auto tables = build_tables(store.load_rows(), layout);
+  if (args.flag("json")) {
+    std::cout << nlohmann::json{{"layout", layout}, {"tables", tables_to_json(tables)}}.dump(2)
+              << "\n";
+    return 0;
+  }
+  if (tables.empty()) {
+    std::fprintf(stderr, "kvbench table: %s has no results for layout '%s'\n",
+                 args.get("db").c_str(), layout.c_str());
+    return 0;
+  }
+  std::cout << render_tables(tables, format);
+  return 0;
+}
+
+}  // namespace kvb::cli

@@ -1,0 +1,34 @@
+#include "harness/commands/cpu_options.h"
+
+#include "common/errors.h"
+#include "engine/cpu/blas.h"
+
+namespace kvb {
+
+const std::set<std::string>& cpu_option_names() {
+  static const std::set<std::string> names = {"threads", "weights"};
+  return names;
+}
+
+ThreadLimit::ThreadLimit(const Args& args) {
+  if (!args.has("threads")) return;
+  const int threads = args.get_int("threads");
+  if (threads < 1)
+    throw InputError("kvbench " + args.command() + ": --threads must be >= 1 (got " +
+                     std::to_string(threads) + ")");
+  control_ = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
+                                                   static_cast<size_t>(threads));
+  set_cpu_blas_threads(threads);
+}
+
+ThreadLimit::~ThreadLimit() = default;
+
+WeightFormat weight_format_option(const Args& args) {
+  const std::string value = args.get_or("weights", "stored");
+  if (value == "stored") return WeightFormat::kAsStored;
+  if (value == "f32") return WeightFormat::kF32;
+  throw InputError("kvbench " + args.command() + ": --weights '" + value +
+                   "' is not one of stored (the file's encoding) or f32 (the reference)");
+}
+
+}  // namespace kvb

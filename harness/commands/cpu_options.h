@@ -1,0 +1,37 @@
+// Command-line options of the CPU engine shared by bench, generate, logits and run:
+//   --threads N            worker threads of the TBB pool and of OpenBLAS (default: every core the
+//                          process may run on)
+//   --weights stored|f32   weight matrices as the model file stores them (default: GGUF blocks,
+//                          f16, bf16) or dequantised to f32 (the reference the NumPy tests compare)
+#pragma once
+
+#include <tbb/global_control.h>
+
+#include <memory>
+#include <set>
+#include <string>
+
+#include "engine/weight_matrix.h"
+#include "harness/commands/args.h"
+
+namespace kvb {
+
+// The option names, for Args::allow_only.
+const std::set<std::string>& cpu_option_names();
+
+// Holds the --threads limit for as long as it lives (no limit without --threads).
+class ThreadLimit {
+ public:
+  explicit ThreadLimit(const Args& args);
+  ~ThreadLimit();
+  ThreadLimit(const ThreadLimit&) = delete;
+  ThreadLimit& operator=(const ThreadLimit&) = delete;
+
+ private:
+  std::unique_ptr<tbb::global_control> control_;
+};
+
+// --weights: WeightFormat::kAsStored (default) or kF32.
+WeightFormat weight_format_option(const Args& args);
+
+}  // namespace kvb
