@@ -11,11 +11,10 @@
 
 #include "common/errors.h"
 #include "engine/cuda/cuda_engine.h"
+#include "engine/cuda/device_info.h"
 #include "engine/model.h"
 #include "engine/presets.h"
 #include "engine/weight_source.h"
-#include "kernels/cuda/cuda_utils.h"
-#include "kernels/cuda/transformer_ops.h"
 
 namespace kvb {
 namespace {
@@ -157,16 +156,16 @@ nlohmann::json measure_selector(CudaEngine& engine, const CudaBenchOptions& opti
 }  // namespace
 
 nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
-  if (!cuda::device_available()) throw InputError("bench on the GPU: no CUDA device is present");
+  if (!cuda_device_available()) throw InputError("bench on the GPU: no CUDA device is present");
   if (!options.prompt_text.empty() && options.model.empty())
     throw InputError("bench on the GPU: --prompt-file needs --model PATH (a preset has no tokenizer)");
-  const auto device = cuda::device_info();
+  const CudaDeviceInfo device = cuda_device_info();
   std::fprintf(stderr, "[bench] device %s, %d SMs, %.1f GiB\n", device.name.c_str(), device.sm_count,
                device.total_bytes / double(1 << 30));
   nlohmann::json out;
   out["device"] = {{"name", device.name}, {"sm_count", device.sm_count},
                    {"memory_bytes", device.total_bytes}};
-  const double bandwidth_gbs = cuda::measure_read_bandwidth_gbs(size_t(4) << 30, 10);
+  const double bandwidth_gbs = measure_cuda_read_bandwidth_gbs(size_t(4) << 30, 10);
   std::unique_ptr<CudaEngine> engine;
   std::vector<int32_t> prompt_ids;
   if (!options.preset.empty()) {
@@ -181,12 +180,7 @@ nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
       if (prompt_ids.empty()) throw InputError("bench on the GPU: the prompt has no tokens");
     }
   }
-  {
-    cublasHandle_t handle;
-    cublasCreate(&handle);
-    out["gemm_tflops"] = cuda::measure_gemm_tflops(handle, 8192, 5);
-    cublasDestroy(handle);
-  }
+  out["gemm_tflops"] = measure_cuda_gemm_tflops(8192, 5);
   out["read_bandwidth_gbs"] = bandwidth_gbs;
   const ModelConfig& config = engine->config();
   out["model"] = {{"name", config.name}, {"dummy_weights", config.dummy_weights},
@@ -202,7 +196,7 @@ nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
     const int keep = kept_tokens(options, context);
     for (int batch : options.batches) {
       nlohmann::json row{{"context", context}, {"batch", batch}, {"kept_tokens", keep}};
-      cuda::reset_device_peak();
+      engine->reset_peak_bytes();
       engine->allocate_cache(batch, context + options.decode_steps + 2);
       // TTFT: prefill + (uniform) compression + first sampling, for sequence 0.
       const auto ids = prompt_ids.empty() ? random_ids(context, config.vocab_size, 7)
@@ -257,7 +251,7 @@ nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
       row["tpot_ratio_to_bound"] = tpot_ms / bound_ms;
       row["decode_tokens_per_s"] = batch / (tpot_ms / 1e3);
       row["kv_bytes"] = kv_bytes;
-      row["peak_device_bytes"] = cuda::device_bytes_peak();
+      row["peak_device_bytes"] = engine->device_peak_bytes();
       std::fprintf(stderr,
                    "[bench] ctx %d batch %d kept %d: TTFT %.1f ms (prefill %.0f tok/s), TPOT %.3f ms "
                    "(bound %.3f ms, ratio %.2f), KV %.2f GB\n",
