@@ -1,6 +1,6 @@
-// kvbench generate --model PATH (--prompt STR | --prompt-file FILE) [--chat] [--system STR] [--max-new-tokens N]
-//                  [--policy P --budget B [--params JSON]] [--question STR] [--stop STR]...
-//                  [--device cpu|cuda|auto] [--json]
+// kvbench generate --model PATH (--prompt STR | --prompt-file FILE) [--chat] [--system STR]
+//                  [--max-new-tokens N] [--policy P --budget B [--params JSON]] [--question STR]
+//                  [--stop STR]... [--device cpu|cuda|auto] [--json]
 // Greedy generation on the chosen engine (auto: the GPU when present). With --question the prompt mode is question-agnostic: the
 // prompt (the context) is prefilled and compressed, then the question is appended; otherwise the
 // whole prompt is compressed (query-aware).
