@@ -5,7 +5,8 @@
 namespace kvb {
 
 int TokenCounter::exact(std::string_view text) const {
-  return static_cast<int>(tokenizer_.encode(text, /*add_bos=*/false, /*parse_special=*/true).size());
+  return static_cast<int>(
+      tokenizer_.encode(text, /*add_bos=*/false, /*parse_special=*/true).size());
 }
 
 int TokenCounter::fast(std::string_view text) {

@@ -35,12 +35,12 @@ class TokenCounter {
   // Exact count: one tokenizer pass over the text.
   int exact(std::string_view text) const;
 
-  // The same count, computed piecewise: the text is cut just before each " <letter or digit>" that follows
-  // a non-space character, and the counts of the pieces (memoised) are summed. For byte-level BPE
-  // with GPT-2/Llama-3/SmolLM-style pre-tokenizers such a cut is a pre-token boundary, so the sum is
-  // exact; for SentencePiece it is a close estimate. Used inside the size searches so that fitting
-  // a 128K prompt does not re-tokenise 128K tokens per probe; every emitted sample is checked with
-  // exact().
+  // The same count, computed piecewise: the text is cut just before each " <letter or digit>" that
+  // follows a non-space character, and the counts of the pieces (memoised) are summed. For
+  // byte-level BPE with GPT-2/Llama-3/SmolLM-style pre-tokenizers such a cut is a pre-token
+  // boundary, so the sum is exact; for SentencePiece it is a close estimate. Used inside the size
+  // searches so that fitting a 128K prompt does not re-tokenise 128K tokens per probe; every
+  // emitted sample is checked with exact().
   int fast(std::string_view text);
 
  private:
@@ -53,7 +53,7 @@ using ProgressFn = std::function<void(int done, int total)>;
 
 struct GenerationRequest {
   std::string task;
-  int length = 4096;     // max_seq_length: prompt tokens + tokens to generate
+  int length = 4096;  // max_seq_length: prompt tokens + tokens to generate
   int num_samples = 1;
   uint64_t seed = 42;
   std::filesystem::path data_dir;  // essays, word lists, QA files (see each generator)

@@ -4,17 +4,17 @@
 
 #include <cstddef>
 #include <functional>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace kvb {
 
 // Throws InputError when the file cannot be opened, FormatError "FILE:LINE: ..." for a line that is
 // not a JSON object. Exceptions thrown by `on_record` propagate unchanged.
-void for_each_jsonl_record(const std::string& path,
-                           const std::function<void(const nlohmann::json& record, size_t line)>& on_record,
-                           long max_records = -1);  // stop after this many records (-1: read all)
+void for_each_jsonl_record(
+    const std::string& path,
+    const std::function<void(const nlohmann::json& record, size_t line)>& on_record,
+    long max_records = -1);  // stop after this many records (-1: read all)
 
 // "FILE:LINE: what" as a FormatError, for callers that find a bad field in a record.
 [[noreturn]] void throw_record_error(const std::string& path, size_t line, const std::string& what);

@@ -127,7 +127,8 @@ std::vector<size_t> PythonRandom::sample_indices(size_t n, size_t k) {
   if (k > n) throw std::invalid_argument("PythonRandom::sample: sample larger than population");
   std::vector<size_t> result(k);
   size_t setsize = 21;
-  if (k > 5) setsize += static_cast<size_t>(std::pow(4.0, std::ceil(std::log(k * 3.0) / std::log(4.0))));
+  if (k > 5)
+    setsize += static_cast<size_t>(std::pow(4.0, std::ceil(std::log(k * 3.0) / std::log(4.0))));
   if (n <= setsize) {
     std::vector<size_t> pool(n);
     for (size_t i = 0; i < n; ++i) pool[i] = i;

@@ -22,11 +22,11 @@ class PythonRandom {
   explicit PythonRandom(uint64_t seed);
 
   uint32_t next_uint32();
-  double random();                                // [0, 1), 53 bits
+  double random();                                 // [0, 1), 53 bits
   std::vector<uint32_t> getrandbits_words(int k);  // little-endian 32-bit words of getrandbits(k)
-  uint64_t randbelow(uint64_t n);                 // uniform in [0, n); n > 0
-  int64_t randint(int64_t low, int64_t high);     // inclusive, like random.randint
-  std::string uuid4();                            // str(uuid.UUID(int=getrandbits(128), version=4))
+  uint64_t randbelow(uint64_t n);                  // uniform in [0, n); n > 0
+  int64_t randint(int64_t low, int64_t high);      // inclusive, like random.randint
+  std::string uuid4();  // str(uuid.UUID(int=getrandbits(128), version=4))
 
   template <typename T>
   const T& choice(const std::vector<T>& items) {

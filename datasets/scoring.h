@@ -11,8 +11,8 @@ namespace kvb {
 
 // Throws InputError for an unknown benchmark or task. `prediction` is the answer as scored (NIAH's
 // first line already cut: score_answer in datasets/registry.h does both).
-double score_sample(const std::string& benchmark, const std::string& task, const std::string& prediction,
-                    const Sample& sample);
+double score_sample(const std::string& benchmark, const std::string& task,
+                    const std::string& prediction, const Sample& sample);
 
 // RULER's (datasets/ruler/ruler_benchmark.cc): true for the tasks scored with string_match_part
 // (qa_1, qa_2, and names starting "qa").

@@ -17,7 +17,7 @@ size_t whitespace_length_at(std::string_view text, size_t pos) {
   const unsigned c0 = byte(pos);
   if (c0 == ' ' || (c0 >= 0x09 && c0 <= 0x0d) || (c0 >= 0x1c && c0 <= 0x1f)) return 1;
   if (c0 == 0xc2 && (byte(pos + 1) == 0x85 || byte(pos + 1) == 0xa0)) return 2;  // U+0085, U+00A0
-  if (c0 == 0xe1 && byte(pos + 1) == 0x9a && byte(pos + 2) == 0x80) return 3;     // U+1680
+  if (c0 == 0xe1 && byte(pos + 1) == 0x9a && byte(pos + 2) == 0x80) return 3;    // U+1680
   if (c0 == 0xe2 && byte(pos + 1) == 0x80) {
     const unsigned c2 = byte(pos + 2);
     if ((c2 >= 0x80 && c2 <= 0x8a) || c2 == 0xa8 || c2 == 0xa9 || c2 == 0xaf) return 3;
@@ -112,10 +112,10 @@ namespace {
 // final period). A short list of the common ones; see split_sentences().
 bool is_abbreviation(std::string word) {
   static const std::array<const char*, 40> kAbbreviations = {
-      "mr",   "mrs",  "ms",   "dr",   "prof", "sr",   "jr",   "st",   "vs",  "etc",
-      "e.g",  "i.e",  "inc",  "ltd",  "co",   "corp", "jan",  "feb",  "mar", "apr",
-      "jun",  "jul",  "aug",  "sep",  "sept", "oct",  "nov",  "dec",  "u.s", "u.k",
-      "a.m",  "p.m",  "fig",  "no",   "vol",  "ed",   "approx", "cf", "al",  "ph.d"};
+      "mr",  "mrs", "ms",  "dr",  "prof", "sr",   "jr",     "st",  "vs",  "etc",
+      "e.g", "i.e", "inc", "ltd", "co",   "corp", "jan",    "feb", "mar", "apr",
+      "jun", "jul", "aug", "sep", "sept", "oct",  "nov",    "dec", "u.s", "u.k",
+      "a.m", "p.m", "fig", "no",  "vol",  "ed",   "approx", "cf",  "al",  "ph.d"};
   std::transform(word.begin(), word.end(), word.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   while (!word.empty() && (word.front() == '(' || word.front() == '"' || word.front() == '\''))

@@ -62,14 +62,14 @@ struct PerturbationRequest {
 // A policy whose scoring needs more than its statistics sets `host_keys_values`: a device backend
 // then copies the prompt's keys and values to the host for it.
 struct CaptureRequest {
-  int window_queries = 0;               // last w post-RoPE queries of every query head
-  bool attention_column_sums = false;   // Σ over all prompt queries of p(query -> key) (H2O)
-  bool output_projection = false;       // expose W_o (CriticalKV)
+  int window_queries = 0;              // last w post-RoPE queries of every query head
+  bool attention_column_sums = false;  // Σ over all prompt queries of p(query -> key) (H2O)
+  bool output_projection = false;      // expose W_o (CriticalKV)
   // Windows w for which Σ_{t<w} p(window query t -> key j) is wanted, per query head.
   std::vector<int> window_attention_sums;
   // Windows for Σ_t ω(p)·‖y_t − v_j‖² (kernels/cpu/dropkv_scores.h), per KV head.
   std::vector<PerturbationRequest> output_perturbations;
-  bool key_norms = false;         // ‖k_j‖₂ per KV head
+  bool key_norms = false;  // ‖k_j‖₂ per KV head
   // (1/g) Σ_{a∈group} ‖v_j W_o^a‖₁ per KV head (CriticalKV); where the backend leaves it out, the
   // view exposes W_o and the values for the policy to compute it.
   bool projected_value_norms = false;
@@ -85,11 +85,11 @@ struct LayerPrefillView {
   int n_kv_heads = 0;
   int head_dim = 0;
   int d_model = 0;
-  int window = 0;                        // captured window queries w (positions L-w .. L-1)
-  const float* query_window = nullptr;   // [Hq, w, d], post-RoPE
-  std::vector<const float*> keys;        // per KV head [L, d], post-RoPE
-  std::vector<const float*> values;      // per KV head [L, d]
-  const float* column_sums = nullptr;    // [Hq, L] or nullptr
+  int window = 0;                            // captured window queries w (positions L-w .. L-1)
+  const float* query_window = nullptr;       // [Hq, w, d], post-RoPE
+  std::vector<const float*> keys;            // per KV head [L, d], post-RoPE
+  std::vector<const float*> values;          // per KV head [L, d]
+  const float* column_sums = nullptr;        // [Hq, L] or nullptr
   const float* output_projection = nullptr;  // [d_model, Hq*d] row-major (out x in) or nullptr
   // Owns what output_projection points at when the weights are not f32 (shared by view copies).
   std::shared_ptr<const std::vector<float>> output_projection_storage;
@@ -104,7 +104,7 @@ struct LayerPrefillView {
     const float* scores = nullptr;  // [Hkv, L], the group mean, before pooling
   };
   std::vector<Perturbation> output_perturbations;
-  const float* key_norms = nullptr;  // [Hkv, L]
+  const float* key_norms = nullptr;              // [Hkv, L]
   const float* projected_value_norms = nullptr;  // [Hkv, L]
 
   int group_size() const { return n_query_heads / n_kv_heads; }
@@ -143,8 +143,8 @@ class PrefillPolicy {
 // Kind C: called after every decode step of every layer, once the new token was appended.
 struct DecodeStepView {
   int layer = 0;
-  int step = 0;                        // 0 for the first generated token
-  const float* query = nullptr;        // [Hq, d], post-RoPE
+  int step = 0;                  // 0 for the first generated token
+  const float* query = nullptr;  // [Hq, d], post-RoPE
   // probabilities[a] = attention of query head a over its KV head's entries (store order).
   std::vector<const float*> probabilities;
 };
@@ -194,11 +194,11 @@ class DecodeSelector {
 // Kind E (ART): the decode attention walks KV blocks (sink block first, then most recent
 // backwards) and stops once the running output is stable for `patience` blocks.
 struct EarlyExitParams {
-  float tau = 1e-5f;          // bound on d_scale
-  float phi = 1e-3f;          // bound on d_direction = 1 - cos(o_b, o_{b-1})
+  float tau = 1e-5f;  // bound on d_scale
+  float phi = 1e-3f;  // bound on d_direction = 1 - cos(o_b, o_{b-1})
   int patience = 2;
-  int block_size = 64;        // KV tile
-  int sink_tokens = 4;        // size of the first block walked
+  int block_size = 64;  // KV tile
+  int sink_tokens = 4;  // size of the first block walked
   std::string scale_criterion = "norm";  // "mass" (ΔZ/Z), "norm" (|Δ‖o‖|/‖o‖), "change" (‖Δo‖/‖o‖)
   bool use_scale = true;      // false: the ablation without d_scale
   bool use_direction = true;  // false: the ablation without d_direction
@@ -206,7 +206,7 @@ struct EarlyExitParams {
   // > 0: a cap — stops only after walk blocks 0 .. decision_window-1, on the CPU and the GPU alike;
   // 0: anywhere (the method). Both engines decide over the whole walk.
   int decision_window = 0;
-  bool enabled = true;        // false: same walk, no termination (overhead measurement)
+  bool enabled = true;  // false: same walk, no termination (overhead measurement)
   // > 0: oracle mode. Every walk is also traced without stopping and compared with the true
   // relative error of the running output; CachePlan::early_exit_oracle counts how often the probe
   // stopped before that error fell under this tolerance (ART Table 4). Slow; 0 = off.

@@ -65,10 +65,10 @@ int budget_tokens_for(const CachePlan& plan, int length) {
   return budget;
 }
 
-KeptIndices select_kept(const CachePlan& plan, const PrefillCapture& captured,
-                        const std::function<PrefillView(const PrefillCapture&,
-                                                        const CaptureRequest&)>& view_of,
-                        const ModelConfig& config, int budget) {
+KeptIndices select_kept(
+    const CachePlan& plan, const PrefillCapture& captured,
+    const std::function<PrefillView(const PrefillCapture&, const CaptureRequest&)>& view_of,
+    const ModelConfig& config, int budget) {
   const CaptureRequest wanted = plan.prefill->capture();
   check_captures(captured, wanted, plan.prefill->name());
   // The captures of every cell's policy together: each reads its own window's rows (the last w of

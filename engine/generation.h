@@ -33,21 +33,21 @@ struct GenerationOptions {
 struct GenerationResult {
   std::vector<TokenId> output_ids;  // generated ids (the stop token excluded)
   std::string text;                 // decoded, cut before a matched stop string
-  std::string stop_reason;  // "eos", "stop_string", "max_new_tokens", "context_full"
+  std::string stop_reason;          // "eos", "stop_string", "max_new_tokens", "context_full"
   int prompt_tokens = 0;
-  int output_tokens = 0;            // tokens sampled (including a stop token)
-  int compressed_tokens = 0;        // tokens the policy compressed (the prompt or the context)
-  int budget_tokens = 0;            // 0 when no prefill policy ran
-  double prefill_ms = 0;            // includes the question chunk in question-agnostic mode
+  int output_tokens = 0;      // tokens sampled (including a stop token)
+  int compressed_tokens = 0;  // tokens the policy compressed (the prompt or the context)
+  int budget_tokens = 0;      // 0 when no prefill policy ran
+  double prefill_ms = 0;      // includes the question chunk in question-agnostic mode
   double compress_ms = 0;
   double ttft_ms = 0;
-  double tpot_ms = 0;               // 0 when fewer than two tokens were sampled
-  double decode_ms = 0;             // first token -> end
-  int64_t kv_bytes_full = 0;        // KV bytes the uncompressed prompt held
-  int64_t kv_bytes = 0;             // KV bytes held after compression (before decoding)
-  int64_t kv_bytes_end = 0;         // KV bytes held at the end
-  int64_t peak_rss_bytes = 0;     // host RSS on the CPU, device bytes on a GPU (peak)
-  int decode_batch = 1;             // sequences decoded together with this one
+  double tpot_ms = 0;          // 0 when fewer than two tokens were sampled
+  double decode_ms = 0;        // first token -> end
+  int64_t kv_bytes_full = 0;   // KV bytes the uncompressed prompt held
+  int64_t kv_bytes = 0;        // KV bytes held after compression (before decoding)
+  int64_t kv_bytes_end = 0;    // KV bytes held at the end
+  int64_t peak_rss_bytes = 0;  // host RSS on the CPU, device bytes on a GPU (peak)
+  int decode_batch = 1;        // sequences decoded together with this one
   // ART (kind E): KV blocks the decode attention walked / could have walked, summed over decode
   // steps, layers and KV groups (skipped fraction = 1 - visited / total); 0 without early exit.
   int64_t kv_blocks_visited = 0;
@@ -72,10 +72,10 @@ int budget_tokens_for(const CachePlan& plan, int length);
 
 // The kept indices the plan's prefill policy chooses at `budget`, from the view `view_of` builds
 // for the policy's own captures (cut from `captured`). Checked: one list per layer.
-KeptIndices select_kept(const CachePlan& plan, const PrefillCapture& captured,
-                        const std::function<PrefillView(const PrefillCapture&,
-                                                        const CaptureRequest&)>& view_of,
-                        const ModelConfig& config, int budget);
+KeptIndices select_kept(
+    const CachePlan& plan, const PrefillCapture& captured,
+    const std::function<PrefillView(const PrefillCapture&, const CaptureRequest&)>& view_of,
+    const ModelConfig& config, int budget);
 
 // The options' max new tokens, cut where the context ends. InputError for < 1, CapacityError for
 // a prompt longer than the context.

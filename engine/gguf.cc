@@ -20,8 +20,19 @@ namespace {
 
 // GGUF metadata value types (gguf.h: enum gguf_type).
 enum GgufValueType : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32v = 6, kBool = 7,
-  kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32v = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
 };
 
 constexpr uint64_t kDefaultAlignment = 32;
@@ -44,27 +55,48 @@ const TypeTraits* type_traits(uint32_t type) {
       kQ8_K{"q8_K", 256, 292}, kI8{"i8", 1, 1}, kI16{"i16", 1, 2}, kI32{"i32", 1, 4},
       kI64{"i64", 1, 8}, kF64{"f64", 1, 8}, kBF16{"bf16", 1, 2};
   switch (type) {
-    case 0: return &kF32;
-    case 1: return &kF16;
-    case 2: return &kQ4_0;
-    case 3: return &kQ4_1;
-    case 6: return &kQ5_0;
-    case 7: return &kQ5_1;
-    case 8: return &kQ8_0;
-    case 9: return &kQ8_1;
-    case 10: return &kQ2_K;
-    case 11: return &kQ3_K;
-    case 12: return &kQ4_K;
-    case 13: return &kQ5_K;
-    case 14: return &kQ6_K;
-    case 15: return &kQ8_K;
-    case 24: return &kI8;
-    case 25: return &kI16;
-    case 26: return &kI32;
-    case 27: return &kI64;
-    case 28: return &kF64;
-    case 30: return &kBF16;
-    default: return nullptr;
+    case 0:
+      return &kF32;
+    case 1:
+      return &kF16;
+    case 2:
+      return &kQ4_0;
+    case 3:
+      return &kQ4_1;
+    case 6:
+      return &kQ5_0;
+    case 7:
+      return &kQ5_1;
+    case 8:
+      return &kQ8_0;
+    case 9:
+      return &kQ8_1;
+    case 10:
+      return &kQ2_K;
+    case 11:
+      return &kQ3_K;
+    case 12:
+      return &kQ4_K;
+    case 13:
+      return &kQ5_K;
+    case 14:
+      return &kQ6_K;
+    case 15:
+      return &kQ8_K;
+    case 24:
+      return &kI8;
+    case 25:
+      return &kI16;
+    case 26:
+      return &kI32;
+    case 27:
+      return &kI64;
+    case 28:
+      return &kF64;
+    case 30:
+      return &kBF16;
+    default:
+      return nullptr;
   }
 }
 
@@ -120,34 +152,59 @@ class Cursor {
 
 uint64_t scalar_size(uint32_t type) {
   switch (type) {
-    case kU8: case kI8: case kBool: return 1;
-    case kU16: case kI16: return 2;
-    case kU32: case kI32: case kF32v: return 4;
-    case kU64: case kI64: case kF64: return 8;
-    case kString: return 8;  // at least its length prefix
-    default: return 0;
+    case kU8:
+    case kI8:
+    case kBool:
+      return 1;
+    case kU16:
+    case kI16:
+      return 2;
+    case kU32:
+    case kI32:
+    case kF32v:
+      return 4;
+    case kU64:
+    case kI64:
+    case kF64:
+      return 8;
+    case kString:
+      return 8;  // at least its length prefix
+    default:
+      return 0;
   }
 }
 
 GgufValue read_scalar(Cursor& cursor, uint32_t type, const std::string& field) {
   switch (type) {
-    case kU8: return int64_t{cursor.read<uint8_t>(field)};
-    case kI8: return int64_t{cursor.read<int8_t>(field)};
-    case kU16: return int64_t{cursor.read<uint16_t>(field)};
-    case kI16: return int64_t{cursor.read<int16_t>(field)};
-    case kU32: return int64_t{cursor.read<uint32_t>(field)};
-    case kI32: return int64_t{cursor.read<int32_t>(field)};
-    case kU64: return cursor.read<uint64_t>(field);
-    case kI64: return cursor.read<int64_t>(field);
-    case kF32v: return double{cursor.read<float>(field)};
-    case kF64: return cursor.read<double>(field);
+    case kU8:
+      return int64_t{cursor.read<uint8_t>(field)};
+    case kI8:
+      return int64_t{cursor.read<int8_t>(field)};
+    case kU16:
+      return int64_t{cursor.read<uint16_t>(field)};
+    case kI16:
+      return int64_t{cursor.read<int16_t>(field)};
+    case kU32:
+      return int64_t{cursor.read<uint32_t>(field)};
+    case kI32:
+      return int64_t{cursor.read<int32_t>(field)};
+    case kU64:
+      return cursor.read<uint64_t>(field);
+    case kI64:
+      return cursor.read<int64_t>(field);
+    case kF32v:
+      return double{cursor.read<float>(field)};
+    case kF64:
+      return cursor.read<double>(field);
     case kBool: {
       const uint8_t b = cursor.read<uint8_t>(field);
       if (b > 1) cursor.fail(field, "bool value " + std::to_string(b) + " is neither 0 nor 1");
       return b == 1;
     }
-    case kString: return cursor.read_string(field);
-    default: cursor.fail(field, "unknown value type " + std::to_string(type));
+    case kString:
+      return cursor.read_string(field);
+    default:
+      cursor.fail(field, "unknown value type " + std::to_string(type));
   }
 }
 
@@ -165,16 +222,19 @@ GgufArray read_array(Cursor& cursor, const std::string& field) {
       for (uint64_t i = 0; i < count; ++i) out.push_back(cursor.read_string(field));
       return out;
     }
-    case kF32v: case kF64: {
+    case kF32v:
+    case kF64: {
       std::vector<double> out;
       out.reserve(count);
-      for (uint64_t i = 0; i < count; ++i) out.push_back(std::get<double>(read_scalar(cursor, elem_type, field)));
+      for (uint64_t i = 0; i < count; ++i)
+        out.push_back(std::get<double>(read_scalar(cursor, elem_type, field)));
       return out;
     }
     case kBool: {
       std::vector<bool> out;
       out.reserve(count);
-      for (uint64_t i = 0; i < count; ++i) out.push_back(std::get<bool>(read_scalar(cursor, elem_type, field)));
+      for (uint64_t i = 0; i < count; ++i)
+        out.push_back(std::get<bool>(read_scalar(cursor, elem_type, field)));
       return out;
     }
     default: {
@@ -197,12 +257,18 @@ GgufArray read_array(Cursor& cursor, const std::string& field) {
 
 std::string describe(const GgufValue& value) {
   switch (value.index()) {
-    case 0: return "an integer";
-    case 1: return "an unsigned integer";
-    case 2: return "a float";
-    case 3: return "a bool";
-    case 4: return "a string";
-    default: return "an array";
+    case 0:
+      return "an integer";
+    case 1:
+      return "an unsigned integer";
+    case 2:
+      return "a float";
+    case 3:
+      return "a bool";
+    case 4:
+      return "a string";
+    default:
+      return "an array";
   }
 }
 
@@ -241,7 +307,8 @@ std::shared_ptr<const GgufFile> GgufFile::open(const std::filesystem::path& path
   }
   void* mapping = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
-  if (mapping == MAP_FAILED) throw InputError(label + ": cannot memory-map: " + std::strerror(errno));
+  if (mapping == MAP_FAILED)
+    throw InputError(label + ": cannot memory-map: " + std::strerror(errno));
   std::shared_ptr<GgufFile> file(new GgufFile());
   file->mapping_ = mapping;  // owned from here: the destructor unmaps, also when parsing throws
   file->mapping_size_ = size;
@@ -280,8 +347,8 @@ void GgufFile::parse_image(std::span<const uint8_t> bytes) {
     std::string key = cursor.read_string(where + " key");
     const std::string field = "'" + key + "'";
     const uint32_t type = cursor.read<uint32_t>(field + " (value type)");
-    GgufValue value = type == kArray ? GgufValue(read_array(cursor, field))
-                                     : read_scalar(cursor, type, field);
+    GgufValue value =
+        type == kArray ? GgufValue(read_array(cursor, field)) : read_scalar(cursor, type, field);
     if (!metadata_.emplace(std::move(key), std::move(value)).second)
       cursor.fail(field, "duplicate metadata key");
   }
@@ -304,7 +371,8 @@ void GgufFile::parse_image(std::span<const uint8_t> bytes) {
     if (!names.insert(info.name).second) cursor.fail(field, "duplicate tensor name");
     const uint32_t n_dims = cursor.read<uint32_t>(field + " n_dims");
     if (n_dims == 0 || n_dims > kMaxDims)
-      cursor.fail(field + " n_dims", std::to_string(n_dims) + " is outside 1.." + std::to_string(kMaxDims));
+      cursor.fail(field + " n_dims",
+                  std::to_string(n_dims) + " is outside 1.." + std::to_string(kMaxDims));
     uint64_t elements = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       const int64_t dim = cursor.read<int64_t>(field + " ne[" + std::to_string(d) + "]");
@@ -315,7 +383,8 @@ void GgufFile::parse_image(std::span<const uint8_t> bytes) {
     }
     info.type = cursor.read<uint32_t>(field + " type");
     const TypeTraits* traits = type_traits(info.type);
-    if (traits == nullptr) cursor.fail(field + " type", "unknown ggml type " + std::to_string(info.type));
+    if (traits == nullptr)
+      cursor.fail(field + " type", "unknown ggml type " + std::to_string(info.type));
     if (info.shape[0] % traits->block_elements != 0)
       cursor.fail(field + " shape", "ne[0] = " + std::to_string(info.shape[0]) +
                                         " is not a multiple of the " + traits->name + " block of " +
@@ -323,7 +392,8 @@ void GgufFile::parse_image(std::span<const uint8_t> bytes) {
     info.size_bytes = elements / traits->block_elements * traits->block_bytes;
     info.offset = cursor.read<uint64_t>(field + " offset");
     if (info.offset % alignment != 0)
-      cursor.fail(field + " offset", std::to_string(info.offset) + " is not a multiple of the alignment " +
+      cursor.fail(field + " offset", std::to_string(info.offset) +
+                                         " is not a multiple of the alignment " +
                                          std::to_string(alignment));
     tensors_.push_back(std::move(info));
   }
@@ -336,15 +406,17 @@ void GgufFile::parse_image(std::span<const uint8_t> bytes) {
     return;
   }
   if (data_start > bytes.size())
-    cursor.fail("data blob", "starts at " + std::to_string(data_start) + " past the end of the file (" +
-                                 std::to_string(bytes.size()) + " bytes)");
+    cursor.fail("data blob", "starts at " + std::to_string(data_start) +
+                                 " past the end of the file (" + std::to_string(bytes.size()) +
+                                 " bytes)");
   data_ = bytes.subspan(data_start);
   for (const GgufTensorInfo& info : tensors_) {
     if (info.offset > data_.size() || info.size_bytes > data_.size() - info.offset)
       cursor.fail("tensor '" + info.name + "' data",
                   "bytes [" + std::to_string(info.offset) + ", " +
-                      std::to_string(info.offset + info.size_bytes) + ") of the data blob lie past its end (" +
-                      std::to_string(data_.size()) + " bytes)");
+                      std::to_string(info.offset + info.size_bytes) +
+                      ") of the data blob lie past its end (" + std::to_string(data_.size()) +
+                      " bytes)");
   }
 }
 
@@ -381,9 +453,10 @@ int64_t GgufFile::get_int(std::string_view key) const {
   if (value == nullptr) missing_key(label_, key);
   if (const auto* i = std::get_if<int64_t>(value)) return *i;
   if (const auto* u = std::get_if<uint64_t>(value)) {
-    if (*u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return static_cast<int64_t>(*u);
-    throw FormatError(label_ + ": GGUF metadata key '" + std::string(key) + "' = " + std::to_string(*u) +
-                      " is out of range");
+    if (*u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      return static_cast<int64_t>(*u);
+    throw FormatError(label_ + ": GGUF metadata key '" + std::string(key) +
+                      "' = " + std::to_string(*u) + " is out of range");
   }
   wrong_type(label_, key, *value, "an integer");
 }
@@ -419,7 +492,8 @@ std::vector<int64_t> GgufFile::get_int_array(std::string_view key) const {
   if (const auto* array = std::get_if<GgufArray>(value)) {
     if (const auto* ints = std::get_if<std::vector<int64_t>>(array)) return *ints;
     // An empty array of another element type is still a valid empty integer array.
-    if (const auto* doubles = std::get_if<std::vector<double>>(array); doubles && doubles->empty()) return {};
+    if (const auto* doubles = std::get_if<std::vector<double>>(array); doubles && doubles->empty())
+      return {};
   }
   wrong_type(label_, key, *value, "an array of integers");
 }

@@ -1,5 +1,5 @@
-// Defaults follow the transformers config classes (LlamaConfig, MistralConfig, Qwen2Config): a field
-// absent from config.json takes the class default, as transformers itself would.
+// Defaults follow the transformers config classes (LlamaConfig, MistralConfig, Qwen2Config): a
+// field absent from config.json takes the class default, as transformers itself would.
 #include "engine/hf_config.h"
 
 #include <cmath>
@@ -25,7 +25,8 @@ class Fields {
   }
   int positive_int_value(const nlohmann::json& v, const std::string& key, int64_t limit) const {
     if (!v.is_number_integer() || v.get<int64_t>() <= 0 || v.get<int64_t>() > limit)
-      throw FormatError(label_ + ": field '" + key + "' must be an integer in 1.." + std::to_string(limit));
+      throw FormatError(label_ + ": field '" + key + "' must be an integer in 1.." +
+                        std::to_string(limit));
     return static_cast<int>(v.get<int64_t>());
   }
   double number(const nlohmann::json& obj, const std::string& key, double fallback) const {
@@ -35,7 +36,8 @@ class Fields {
   }
   bool boolean(const char* key, bool fallback) const {
     if (!present(key)) return fallback;
-    if (!j_[key].is_boolean()) throw FormatError(label_ + ": field '" + key + "' must be true or false");
+    if (!j_[key].is_boolean())
+      throw FormatError(label_ + ": field '" + key + "' must be true or false");
     return j_[key].get<bool>();
   }
 
@@ -62,8 +64,9 @@ ModelConfig model_config_from_hf_json(const nlohmann::json& j, const std::string
   } else if (arch_name == "Qwen2ForCausalLM" || arch_name == "qwen2") {
     c.architecture = Architecture::kQwen2;
   } else {
-    throw InputError(label + ": architecture '" + arch_name +
-                     "' is not supported (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)");
+    throw InputError(
+        label + ": architecture '" + arch_name +
+        "' is not supported (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)");
   }
   const Fields f(j, label);
   constexpr int64_t kMaxDim = 1 << 20;
@@ -76,9 +79,12 @@ ModelConfig model_config_from_hf_json(const nlohmann::json& j, const std::string
     throw FormatError(label + ": num_attention_heads " + std::to_string(c.n_query_heads) +
                       " is not a multiple of num_key_value_heads " + std::to_string(c.n_kv_heads));
   if (!f.present("head_dim") && c.d_model % c.n_query_heads != 0)
-    throw FormatError(label + ": hidden_size is not a multiple of num_attention_heads and head_dim is absent");
+    throw FormatError(
+        label + ": hidden_size is not a multiple of num_attention_heads and head_dim is absent");
   c.head_dim = f.positive_int("head_dim", 4096, c.d_model / c.n_query_heads);
-  if (c.head_dim % 2 != 0) throw FormatError(label + ": head_dim " + std::to_string(c.head_dim) + " is odd (RoPE needs pairs)");
+  if (c.head_dim % 2 != 0)
+    throw FormatError(label + ": head_dim " + std::to_string(c.head_dim) +
+                      " is odd (RoPE needs pairs)");
   c.vocab_size = f.positive_int("vocab_size", int64_t{1} << 24);
   c.max_context = f.positive_int("max_position_embeddings", int64_t{1} << 24, 2048);
   c.rms_norm_eps = static_cast<float>(f.number(j, "rms_norm_eps", 1e-6));
@@ -99,18 +105,22 @@ ModelConfig model_config_from_hf_json(const nlohmann::json& j, const std::string
 
   if (f.present("rope_scaling")) {
     const auto& s = j["rope_scaling"];
-    if (!s.is_object()) throw FormatError(label + ": field 'rope_scaling' must be an object or null");
+    if (!s.is_object())
+      throw FormatError(label + ": field 'rope_scaling' must be an object or null");
     std::string type;
-    if (s.contains("rope_type") && s["rope_type"].is_string()) type = s["rope_type"].get<std::string>();
-    else if (s.contains("type") && s["type"].is_string()) type = s["type"].get<std::string>();
+    if (s.contains("rope_type") && s["rope_type"].is_string())
+      type = s["rope_type"].get<std::string>();
+    else if (s.contains("type") && s["type"].is_string())
+      type = s["type"].get<std::string>();
     if (type == "llama3") {
       Llama3RopeScaling r;
       r.factor = static_cast<float>(f.number(s, "factor", r.factor));
       r.low_freq_factor = static_cast<float>(f.number(s, "low_freq_factor", r.low_freq_factor));
       r.high_freq_factor = static_cast<float>(f.number(s, "high_freq_factor", r.high_freq_factor));
       if (s.contains("original_max_position_embeddings"))
-        r.original_max_position = f.positive_int_value(s["original_max_position_embeddings"],
-                                                       "rope_scaling.original_max_position_embeddings", int64_t{1} << 24);
+        r.original_max_position =
+            f.positive_int_value(s["original_max_position_embeddings"],
+                                 "rope_scaling.original_max_position_embeddings", int64_t{1} << 24);
       if (!std::isfinite(r.factor) || !std::isfinite(r.low_freq_factor) ||
           !std::isfinite(r.high_freq_factor) || r.factor <= 0 || r.low_freq_factor <= 0 ||
           r.high_freq_factor <= r.low_freq_factor)
@@ -119,7 +129,8 @@ ModelConfig model_config_from_hf_json(const nlohmann::json& j, const std::string
                           "high_freq_factor > low_freq_factor > 0");
       c.llama3_rope_scaling = r;
     } else if (type != "default") {
-      throw InputError(label + ": rope_scaling type '" + type + "' is not supported (supported: llama3)");
+      throw InputError(label + ": rope_scaling type '" + type +
+                       "' is not supported (supported: llama3)");
     }
   }
   return c;
@@ -137,7 +148,8 @@ ModelConfig model_config_from_hf_folder(const std::filesystem::path& folder) {
   }
   ModelConfig c = model_config_from_hf_json(j, path.string());
   c.name = std::filesystem::absolute(folder).lexically_normal().filename().string();
-  if (c.name.empty()) c.name = std::filesystem::absolute(folder).lexically_normal().parent_path().filename().string();
+  if (c.name.empty())
+    c.name = std::filesystem::absolute(folder).lexically_normal().parent_path().filename().string();
   return c;
 }
 

@@ -76,7 +76,8 @@ void KvStore::grow_head(int layer, int head, int min_capacity) {
 void KvStore::append_head(int layer_index, int head, int32_t position, const float* k,
                           const float* v) {
   Layer& layer = layers_[layer_index];
-  if (layer.length[head] == layer.capacity[head]) grow_head(layer_index, head, layer.length[head] + 1);
+  if (layer.length[head] == layer.capacity[head])
+    grow_head(layer_index, head, layer.length[head] + 1);
   const int64_t slot = layer.offset[head] + layer.length[head];
   std::memcpy(&layer.keys[slot * head_dim_], k, head_dim_ * sizeof(float));
   std::memcpy(&layer.values[slot * head_dim_], v, head_dim_ * sizeof(float));
@@ -147,7 +148,8 @@ void KvStore::compact(int layer_index, const std::vector<std::vector<int32_t>>& 
     for (size_t i = 0; i < kept[h].size(); ++i) {
       const int64_t src = old.offset[h] + kept[h][i];
       const int64_t dst = fresh.offset[h] + static_cast<int64_t>(i);
-      std::memcpy(&fresh.keys[dst * head_dim_], &old.keys[src * head_dim_], head_dim_ * sizeof(float));
+      std::memcpy(&fresh.keys[dst * head_dim_], &old.keys[src * head_dim_],
+                  head_dim_ * sizeof(float));
       std::memcpy(&fresh.values[dst * head_dim_], &old.values[src * head_dim_],
                   head_dim_ * sizeof(float));
       fresh.positions[dst] = old.positions[src];

@@ -3,8 +3,9 @@
 // Layout (the same one the CUDA backend mirrors): each layer owns one buffer for keys and one for
 // values; KV head h occupies [offset[h], offset[h] + capacity[h]) token slots of it, of which the
 // first length[h] are live. Keys are stored after RoPE, so an entry keeps its original position
-// whatever is evicted around it. Compaction is a gather into a freshly sized buffer: heads that keep
-// fewer tokens (AdaKV-style budgets) really hold less memory, and kv_bytes() counts live entries only.
+// whatever is evicted around it. Compaction is a gather into a freshly sized buffer: heads that
+// keep fewer tokens (AdaKV-style budgets) really hold less memory, and kv_bytes() counts live
+// entries only.
 #pragma once
 
 #include <cstdint>
@@ -44,10 +45,10 @@ class KvStore {
   // Removes one entry of one head (decode-time eviction), preserving order.
   void erase(int layer, int head, int index);
 
-  int64_t entries() const;                 // live (layer, head, token) entries
+  int64_t entries() const;  // live (layer, head, token) entries
   int64_t entries(int layer) const;
-  int64_t kv_bytes() const;                // live entries * 2 * head_dim * bytes_per_element
-  int64_t allocated_bytes() const;         // capacity actually held
+  int64_t kv_bytes() const;         // live entries * 2 * head_dim * bytes_per_element
+  int64_t allocated_bytes() const;  // capacity actually held
   // Element size the accounting reports; the CPU store holds f32 (4), the GPU mirror bf16 (2).
   int bytes_per_element() const { return bytes_per_element_; }
   void set_reported_bytes_per_element(int bytes) { bytes_per_element_ = bytes; }

@@ -64,13 +64,15 @@ bool is_preset(const std::string& s) { return s.rfind(kPresetPrefix, 0) == 0; }
 void require_exists(const std::filesystem::path& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec))
-    throw InputError(path.string() + ": no such file or folder (give a .gguf file, an HF model folder, "
+    throw InputError(path.string() +
+                     ": no such file or folder (give a .gguf file, an HF model folder, "
                      "or preset:NAME; the default model is fetched by harness/scripts/setup.sh)");
 }
 
 bool is_hf_folder(const std::filesystem::path& path) { return std::filesystem::is_directory(path); }
 
-// tokenizer_config.json's chat_template: a string, or a list of {name, template} (the "default" one).
+// tokenizer_config.json's chat_template: a string, or a list of {name, template} (the "default"
+// one).
 std::string hf_chat_template(const std::filesystem::path& folder) {
   std::ifstream in(folder / "tokenizer_config.json");
   if (!in) return "";
@@ -80,7 +82,8 @@ std::string hf_chat_template(const std::filesystem::path& folder) {
   if (t.is_string()) return t.get<std::string>();
   if (t.is_array())
     for (const auto& entry : t)
-      if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") && entry["template"].is_string())
+      if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") &&
+          entry["template"].is_string())
         return entry["template"].get<std::string>();
   return "";
 }
@@ -89,7 +92,8 @@ std::string hf_tokenizer_kind(const std::filesystem::path& folder) {
   if (std::filesystem::exists(folder / "tokenizer.json")) {
     std::ifstream in(folder / "tokenizer.json");
     const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-    if (j.is_object() && j.contains("model") && j["model"].is_object() && j["model"].contains("type") && j["model"]["type"].is_string())
+    if (j.is_object() && j.contains("model") && j["model"].is_object() &&
+        j["model"].contains("type") && j["model"]["type"].is_string())
       return "tokenizer.json (" + j["model"]["type"].get<std::string>() + ")";
     return "tokenizer.json";
   }
@@ -97,7 +101,8 @@ std::string hf_tokenizer_kind(const std::filesystem::path& folder) {
   return "none";
 }
 
-std::vector<std::filesystem::path> hf_hashed_files(const std::filesystem::path& folder, const SafetensorsModel& model) {
+std::vector<std::filesystem::path> hf_hashed_files(const std::filesystem::path& folder,
+                                                   const SafetensorsModel& model) {
   std::vector<std::filesystem::path> files = {folder / "config.json"};
   for (const auto& f : model.files()) files.push_back(f);
   return files;
@@ -131,8 +136,9 @@ LoadedModel load_model(const std::string& path_or_preset, const LoadOptions& opt
     model.weights = options.weights_on_host ? load_weights(*source, options.weight_format)
                                             : weights_metadata(*source);
     model.tokenizer = tokenizer_from_hf_folder(path.string());
-    model.chat_template = chat_template_name_for(hf_chat_template(path), architecture_name(model.weights->config.architecture),
-                                                 model.weights->config.name);
+    model.chat_template = chat_template_name_for(
+        hf_chat_template(path), architecture_name(model.weights->config.architecture),
+        model.weights->config.name);
     model.sha256 = sha256_hex_of_files(hf_hashed_files(path, SafetensorsModel::open_folder(path)));
     return model;
   }
@@ -158,10 +164,14 @@ ModelSummary inspect_model(const std::string& path_or_preset) {
     s.tokenizer_kind = "bytes (dummy preset)";
     s.chat_template = "plain";
     const ModelConfig& c = s.config;
-    const int64_t d = c.d_model, q = int64_t{c.n_query_heads} * c.head_dim, kv = int64_t{c.n_kv_heads} * c.head_dim;
-    const int64_t per_layer = 2 * d + 2 * d * q + 2 * d * kv + 3 * d * c.ffn_dim + (c.qkv_bias ? q + 2 * kv : 0);
-    s.n_parameters = c.n_layers * per_layer + d + int64_t{c.vocab_size} * d * (c.tied_embeddings ? 1 : 2);
-    s.dtype_counts["f32 (random)"] = static_cast<int>(c.n_layers * (c.qkv_bias ? 12 : 9) + (c.tied_embeddings ? 2 : 3));
+    const int64_t d = c.d_model, q = int64_t{c.n_query_heads} * c.head_dim,
+                  kv = int64_t{c.n_kv_heads} * c.head_dim;
+    const int64_t per_layer =
+        2 * d + 2 * d * q + 2 * d * kv + 3 * d * c.ffn_dim + (c.qkv_bias ? q + 2 * kv : 0);
+    s.n_parameters =
+        c.n_layers * per_layer + d + int64_t{c.vocab_size} * d * (c.tied_embeddings ? 1 : 2);
+    s.dtype_counts["f32 (random)"] =
+        static_cast<int>(c.n_layers * (c.qkv_bias ? 12 : 9) + (c.tied_embeddings ? 2 : 3));
     return s;
   }
   const std::filesystem::path path(path_or_preset);
@@ -171,18 +181,21 @@ ModelSummary inspect_model(const std::string& path_or_preset) {
     s.config = model_config_from_hf_folder(path);
     const SafetensorsModel model = SafetensorsModel::open_folder(path);
     try {
-      s.tokenizer_kind = tokenizer_from_hf_folder(path.string())->kind() + " from " + hf_tokenizer_kind(path);
+      s.tokenizer_kind =
+          tokenizer_from_hf_folder(path.string())->kind() + " from " + hf_tokenizer_kind(path);
     } catch (const std::exception& e) {
       s.tokenizer_kind = std::string("unusable: ") + e.what();
     }
-    s.chat_template = chat_template_name_for(hf_chat_template(path), architecture_name(s.config.architecture), s.config.name);
+    s.chat_template = chat_template_name_for(
+        hf_chat_template(path), architecture_name(s.config.architecture), s.config.name);
     for (const auto& [dtype, n] : model.dtype_counts()) {
       std::string lower = dtype;
       for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
       s.dtype_counts[lower] = n;
     }
     s.n_parameters = model.total_elements();
-    for (const auto& f : hf_hashed_files(path, model)) s.file_bytes += std::filesystem::file_size(f);
+    for (const auto& f : hf_hashed_files(path, model))
+      s.file_bytes += std::filesystem::file_size(f);
     return s;
   }
   const auto gguf = GgufFile::open(path);

@@ -1,5 +1,6 @@
 // One entry point for every model source: a .gguf file, an HF folder (config.json + *.safetensors +
-// tokenizer.json / tokenizer.model) or "preset:NAME" (dummy shapes, random weights, byte tokenizer).
+// tokenizer.json / tokenizer.model) or "preset:NAME" (dummy shapes, random weights, byte
+// tokenizer).
 #pragma once
 
 #include <cstdint>
@@ -16,7 +17,8 @@ namespace kvb {
 struct LoadedModel {
   std::shared_ptr<const ModelWeights> weights;
   std::shared_ptr<const Tokenizer> tokenizer;
-  std::string chat_template;  // a name from engine/chat_template.h ("chatml-smollm2", "llama3.1", ..., "plain")
+  std::string chat_template;  // a name from engine/chat_template.h ("chatml-smollm2", "llama3.1",
+                              // ..., "plain")
   std::string sha256;         // of the model file(s); of "preset:NAME seed=S" for a preset
 };
 
@@ -46,14 +48,14 @@ inline bool weights_live_on_device_only(const ModelWeights& weights) {
 // What `kvbench info` shows, read from metadata only (no dequantisation; the tokenizer is built to
 // report its kind, and a tokenizer that cannot be built is reported, not thrown).
 struct ModelSummary {
-  std::string source;          // the path or "preset:NAME"
-  std::string format;          // "gguf", "hf-safetensors", "preset"
+  std::string source;  // the path or "preset:NAME"
+  std::string format;  // "gguf", "hf-safetensors", "preset"
   ModelConfig config;
   std::string tokenizer_kind;  // Tokenizer::kind() ("bpe:smollm", "spm", ...) or "unusable: <why>"
   std::string chat_template;
   std::map<std::string, int> dtype_counts;  // tensor dtype -> number of tensors in the file(s)
-  int64_t n_parameters = 0;    // elements of all weight tensors
-  uint64_t file_bytes = 0;     // total size of the model file(s); 0 for a preset
+  int64_t n_parameters = 0;                 // elements of all weight tensors
+  uint64_t file_bytes = 0;                  // total size of the model file(s); 0 for a preset
 };
 ModelSummary inspect_model(const std::string& path_or_preset);
 

@@ -4,9 +4,12 @@ namespace kvb {
 
 const char* architecture_name(Architecture architecture) {
   switch (architecture) {
-    case Architecture::kLlama: return "llama";
-    case Architecture::kMistral: return "mistral";
-    case Architecture::kQwen2: return "qwen2";
+    case Architecture::kLlama:
+      return "llama";
+    case Architecture::kMistral:
+      return "mistral";
+    case Architecture::kQwen2:
+      return "qwen2";
   }
   return "unknown";
 }

@@ -33,7 +33,7 @@ struct ModelConfig {
   float rope_theta = 10000.0f;
   std::optional<Llama3RopeScaling> llama3_rope_scaling;
   bool tied_embeddings = false;
-  bool qkv_bias = false;   // Qwen2/2.5
+  bool qkv_bias = false;  // Qwen2/2.5
   // Which head-dimension pairs RoPE rotates in the stored Q/K rows: false = (i, i + d/2) as in HF
   // checkpoints (rotate_half); true = (2i, 2i+1), llama.cpp's "norm" RoPE for GGUF Llama-family
   // rows, which its converter permuted. The loader sets it; the engines read it.

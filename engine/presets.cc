@@ -9,8 +9,8 @@
 namespace kvb {
 namespace {
 
-ModelConfig make(const char* name, Architecture arch, int layers, int d, int hq, int hkv, int ffn, int vocab,
-                 int context, float eps, float theta) {
+ModelConfig make(const char* name, Architecture arch, int layers, int d, int hq, int hkv, int ffn,
+                 int vocab, int context, float eps, float theta) {
   ModelConfig c;
   c.name = std::string(name) + " (dummy)";
   c.architecture = arch;
@@ -33,13 +33,14 @@ ModelConfig make(const char* name, Architecture arch, int layers, int d, int hq,
 void fill_uniform(std::vector<float>& out, size_t n, float std_dev, uint64_t stream) {
   out.resize(n);
   const float a = std_dev * std::sqrt(3.0f);
-  tbb::parallel_for(tbb::blocked_range<size_t>(0, n, 1 << 16), [&](const tbb::blocked_range<size_t>& r) {
-    for (size_t i = r.begin(); i < r.end(); ++i) {
-      const uint64_t bits = splitmix64(stream ^ splitmix64(i));
-      const float unit = static_cast<float>(bits >> 40) * (1.0f / 16777216.0f);  // [0, 1)
-      out[i] = (2.0f * unit - 1.0f) * a;
-    }
-  });
+  tbb::parallel_for(
+      tbb::blocked_range<size_t>(0, n, 1 << 16), [&](const tbb::blocked_range<size_t>& r) {
+        for (size_t i = r.begin(); i < r.end(); ++i) {
+          const uint64_t bits = splitmix64(stream ^ splitmix64(i));
+          const float unit = static_cast<float>(bits >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+          out[i] = (2.0f * unit - 1.0f) * a;
+        }
+      });
 }
 
 void fill_uniform(WeightMatrix& out, size_t n, float std_dev, uint64_t stream) {
@@ -57,18 +58,23 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-std::vector<std::string> preset_names() { return {"llama-3.1-8b", "mistral-7b", "qwen2.5-7b", "tiny-llama"}; }
+std::vector<std::string> preset_names() {
+  return {"llama-3.1-8b", "mistral-7b", "qwen2.5-7b", "tiny-llama"};
+}
 
 ModelConfig preset_config(const std::string& name) {
   if (name == "llama-3.1-8b") {  // meta-llama/Llama-3.1-8B-Instruct config.json
-    ModelConfig c = make("llama-3.1-8b", Architecture::kLlama, 32, 4096, 32, 8, 14336, 128256, 131072, 1e-5f, 500000.0f);
+    ModelConfig c = make("llama-3.1-8b", Architecture::kLlama, 32, 4096, 32, 8, 14336, 128256,
+                         131072, 1e-5f, 500000.0f);
     c.llama3_rope_scaling = Llama3RopeScaling{8.0f, 1.0f, 4.0f, 8192};
     return c;
   }
   if (name == "mistral-7b")  // mistralai/Mistral-7B-Instruct-v0.3 config.json
-    return make("mistral-7b", Architecture::kMistral, 32, 4096, 32, 8, 14336, 32768, 32768, 1e-5f, 1000000.0f);
+    return make("mistral-7b", Architecture::kMistral, 32, 4096, 32, 8, 14336, 32768, 32768, 1e-5f,
+                1000000.0f);
   if (name == "qwen2.5-7b") {  // Qwen/Qwen2.5-7B-Instruct config.json
-    ModelConfig c = make("qwen2.5-7b", Architecture::kQwen2, 28, 3584, 28, 4, 18944, 152064, 32768, 1e-6f, 1000000.0f);
+    ModelConfig c = make("qwen2.5-7b", Architecture::kQwen2, 28, 3584, 28, 4, 18944, 152064, 32768,
+                         1e-6f, 1000000.0f);
     c.qkv_bias = true;
     return c;
   }
@@ -84,11 +90,12 @@ std::shared_ptr<ModelWeights> random_weights(const ModelConfig& config, uint64_t
   w->config = config;
   w->config.dummy_weights = true;
   const ModelConfig& c = w->config;
-  const size_t d = c.d_model, q = size_t(c.n_query_heads) * c.head_dim, kv = size_t(c.n_kv_heads) * c.head_dim,
-               ffn = c.ffn_dim, vocab = c.vocab_size;
+  const size_t d = c.d_model, q = size_t(c.n_query_heads) * c.head_dim,
+               kv = size_t(c.n_kv_heads) * c.head_dim, ffn = c.ffn_dim, vocab = c.vocab_size;
   uint64_t stream = splitmix64(seed);
   auto next = [&] { return stream = splitmix64(stream); };
-  const float in_d = 1.0f / std::sqrt(float(d)), in_q = 1.0f / std::sqrt(float(q)), in_ffn = 1.0f / std::sqrt(float(ffn));
+  const float in_d = 1.0f / std::sqrt(float(d)), in_q = 1.0f / std::sqrt(float(q)),
+              in_ffn = 1.0f / std::sqrt(float(ffn));
   fill_uniform(w->token_embedding, vocab * d, 1.0f, next());
   w->output_norm.assign(d, 1.0f);
   if (!c.tied_embeddings) fill_uniform(w->output, vocab * d, in_d, next());

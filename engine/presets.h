@@ -18,7 +18,8 @@ std::vector<std::string> preset_names();
 // The preset's config; InputError listing the known names for any other name.
 ModelConfig preset_config(const std::string& name);
 // Weights of `config`'s shapes filled from `seed`: linear weights uniform with std 1/sqrt(fan_in),
-// embeddings std 1, norm weights 1, biases std 0.02. Deterministic for a seed, whatever the threads.
+// embeddings std 1, norm weights 1, biases std 0.02. Deterministic for a seed, whatever the
+// threads.
 std::shared_ptr<ModelWeights> random_weights(const ModelConfig& config, uint64_t seed);
 
 // The SplitMix64 mixer the seeded weights are drawn with (element i: mix(stream ^ mix(i))).

@@ -52,11 +52,13 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::filesyst
   file->label_ = label;
   if (size < 8) {
     ::close(fd);
-    bad(label, "header length: the file has only " + std::to_string(size) + " bytes (not a safetensors file)");
+    bad(label, "header length: the file has only " + std::to_string(size) +
+                   " bytes (not a safetensors file)");
   }
   void* mapping = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
-  if (mapping == MAP_FAILED) throw InputError(label + ": cannot memory-map: " + std::strerror(errno));
+  if (mapping == MAP_FAILED)
+    throw InputError(label + ": cannot memory-map: " + std::strerror(errno));
   file->mapping_ = mapping;
   file->mapping_size_ = size;
   const auto* bytes = static_cast<const uint8_t*>(mapping);
@@ -83,16 +85,19 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::filesyst
       continue;
     }
     const std::string where = "tensor '" + name + "'";
-    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets"))
+    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
+        !entry.contains("data_offsets"))
       bad(label, where + ": needs dtype, shape and data_offsets");
     SafetensorsTensor t;
     t.name = name;
     if (!entry["dtype"].is_string()) bad(label, where + ": dtype is not a string");
     t.dtype = entry["dtype"].get<std::string>();
     const int elem = dtype_size(t.dtype);
-    if (elem == 0) bad(label, where + ": dtype " + t.dtype + " is not supported (F32, F16, BF16, I32, I64)");
+    if (elem == 0)
+      bad(label, where + ": dtype " + t.dtype + " is not supported (F32, F16, BF16, I32, I64)");
     const auto& shape = entry["shape"];
-    if (!shape.is_array() || shape.size() > 8) bad(label, where + ": shape must be an array of at most 8 dims");
+    if (!shape.is_array() || shape.size() > 8)
+      bad(label, where + ": shape must be an array of at most 8 dims");
     uint64_t elements = 1;
     for (const auto& dim : shape) {
       if (!dim.is_number_unsigned() && !(dim.is_number_integer() && dim.get<int64_t>() >= 0))
@@ -103,16 +108,18 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::filesyst
       t.shape.push_back(static_cast<int64_t>(d));
     }
     const auto& offsets = entry["data_offsets"];
-    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())
+    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+        !offsets[1].is_number_unsigned())
       bad(label, where + ": data_offsets must be two non-negative integers");
     t.begin = offsets[0].get<uint64_t>();
     t.end = offsets[1].get<uint64_t>();
     if (t.begin > t.end || t.end > file->data_.size())
-      bad(label, where + ": data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
-                     ") lie outside the data section (" + std::to_string(file->data_.size()) + " bytes; truncated file?)");
+      bad(label, where + ": data_offsets [" + std::to_string(t.begin) + ", " +
+                     std::to_string(t.end) + ") lie outside the data section (" +
+                     std::to_string(file->data_.size()) + " bytes; truncated file?)");
     if (t.end - t.begin != elements * elem)
-      bad(label, where + ": data_offsets span " + std::to_string(t.end - t.begin) + " bytes but " + t.dtype +
-                     " of this shape needs " + std::to_string(elements * elem));
+      bad(label, where + ": data_offsets span " + std::to_string(t.end - t.begin) + " bytes but " +
+                     t.dtype + " of this shape needs " + std::to_string(elements * elem));
     file->index_[name] = file->tensors_.size();
     file->tensors_.push_back(std::move(t));
   }
@@ -138,20 +145,27 @@ std::span<const uint8_t> SafetensorsFile::raw_bytes(const SafetensorsTensor& t) 
   return data_.subspan(t.begin, t.end - t.begin);
 }
 
-std::vector<float> SafetensorsFile::read_f32(std::string_view name, std::vector<int64_t>* shape) const {
+std::vector<float> SafetensorsFile::read_f32(std::string_view name,
+                                             std::vector<int64_t>* shape) const {
   const SafetensorsTensor& t = require(name);
   uint32_t ggml_type;
-  if (t.dtype == "F32") ggml_type = 0;
-  else if (t.dtype == "F16") ggml_type = 1;
-  else if (t.dtype == "BF16") ggml_type = 30;
-  else throw FormatError(label_ + ": tensor '" + t.name + "' is " + t.dtype + ", expected a float tensor");
+  if (t.dtype == "F32")
+    ggml_type = 0;
+  else if (t.dtype == "F16")
+    ggml_type = 1;
+  else if (t.dtype == "BF16")
+    ggml_type = 30;
+  else
+    throw FormatError(label_ + ": tensor '" + t.name + "' is " + t.dtype +
+                      ", expected a float tensor");
   std::vector<float> out(static_cast<size_t>(t.elements()));
   dequantize(ggml_type, raw_bytes(t).data(), out.data(), t.elements());
   if (shape) *shape = t.shape;
   return out;
 }
 
-std::vector<int64_t> SafetensorsFile::read_i64(std::string_view name, std::vector<int64_t>* shape) const {
+std::vector<int64_t> SafetensorsFile::read_i64(std::string_view name,
+                                               std::vector<int64_t>* shape) const {
   const SafetensorsTensor& t = require(name);
   const auto raw = raw_bytes(t);
   std::vector<int64_t> out(static_cast<size_t>(t.elements()));
@@ -164,7 +178,8 @@ std::vector<int64_t> SafetensorsFile::read_i64(std::string_view name, std::vecto
       out[i] = v;
     }
   } else {
-    throw FormatError(label_ + ": tensor '" + t.name + "' is " + t.dtype + ", expected an integer tensor");
+    throw FormatError(label_ + ": tensor '" + t.name + "' is " + t.dtype +
+                      ", expected an integer tensor");
   }
   if (shape) *shape = t.shape;
   return out;
@@ -188,17 +203,20 @@ SafetensorsModel SafetensorsModel::open_folder(const std::filesystem::path& fold
       throw FormatError(index_path.string() + ": field 'weight_map' is missing or not an object");
     std::set<std::string> unique;
     for (const auto& [tensor, shard] : index["weight_map"].items()) {
-      if (!shard.is_string()) throw FormatError(index_path.string() + ": weight_map['" + tensor + "'] is not a string");
+      if (!shard.is_string())
+        throw FormatError(index_path.string() + ": weight_map['" + tensor + "'] is not a string");
       const std::string s = shard.get<std::string>();
       if (s.empty() || s.find('/') != std::string::npos || s.find("..") != std::string::npos)
-        throw FormatError(index_path.string() + ": weight_map['" + tensor + "'] = '" + s + "' is not a file in the folder");
+        throw FormatError(index_path.string() + ": weight_map['" + tensor + "'] = '" + s +
+                          "' is not a file in the folder");
       unique.insert(s);
     }
     shard_names.assign(unique.begin(), unique.end());
   } else if (std::filesystem::exists(single)) {
     shard_names.push_back("model.safetensors");
   } else {
-    throw InputError(folder.string() + ": no model.safetensors or model.safetensors.index.json in the folder");
+    throw InputError(folder.string() +
+                     ": no model.safetensors or model.safetensors.index.json in the folder");
   }
   for (const auto& name : shard_names) {
     model.shards_.push_back(SafetensorsFile::open(folder / name));
@@ -213,9 +231,12 @@ const SafetensorsFile* SafetensorsModel::file_of(std::string_view name) const {
   return it == by_name_.end() ? nullptr : it->second;
 }
 
-std::vector<float> SafetensorsModel::read_f32(std::string_view name, std::vector<int64_t>* shape) const {
+std::vector<float> SafetensorsModel::read_f32(std::string_view name,
+                                              std::vector<int64_t>* shape) const {
   const SafetensorsFile* file = file_of(name);
-  if (file == nullptr) throw FormatError(label_ + ": tensor '" + std::string(name) + "' is missing from the safetensors files");
+  if (file == nullptr)
+    throw FormatError(label_ + ": tensor '" + std::string(name) +
+                      "' is missing from the safetensors files");
   return file->read_f32(name, shape);
 }
 
@@ -248,24 +269,29 @@ void write_safetensors(const std::filesystem::path& path, const F32Tensors& tens
     const auto& [shape, data] = tensor;
     int64_t elements = 1;
     for (int64_t d : shape) {
-      if (d < 0) throw InputError("write_safetensors: tensor '" + name + "' has a negative dimension");
+      if (d < 0)
+        throw InputError("write_safetensors: tensor '" + name + "' has a negative dimension");
       elements *= d;
     }
     if (static_cast<size_t>(elements) != data.size())
-      throw InputError("write_safetensors: tensor '" + name + "' has " + std::to_string(data.size()) +
-                       " values but its shape holds " + std::to_string(elements));
-    header[name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {offset, offset + data.size() * 4}}};
+      throw InputError("write_safetensors: tensor '" + name + "' has " +
+                       std::to_string(data.size()) + " values but its shape holds " +
+                       std::to_string(elements));
+    header[name] = {
+        {"dtype", "F32"}, {"shape", shape}, {"data_offsets", {offset, offset + data.size() * 4}}};
     offset += data.size() * 4;
   }
   std::string json = header.dump();
-  while ((8 + json.size()) % 8 != 0) json += ' ';  // keeps the data 8-byte aligned, as HF's writer does
+  while ((8 + json.size()) % 8 != 0)
+    json += ' ';  // keeps the data 8-byte aligned, as HF's writer does
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) throw InputError(path.string() + ": cannot write");
   const uint64_t len = json.size();
   out.write(reinterpret_cast<const char*>(&len), 8);
   out.write(json.data(), static_cast<std::streamsize>(json.size()));
   for (const auto& [name, tensor] : tensors)
-    out.write(reinterpret_cast<const char*>(tensor.second.data()), static_cast<std::streamsize>(tensor.second.size() * 4));
+    out.write(reinterpret_cast<const char*>(tensor.second.data()),
+              static_cast<std::streamsize>(tensor.second.size() * 4));
   if (!out) throw InputError(path.string() + ": write failed");
 }
 

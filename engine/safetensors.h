@@ -1,7 +1,7 @@
-// safetensors files (HF weights, and the tensor inputs of `kvbench select`): an 8-byte little-endian
-// header length, a JSON header {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {}},
-// then the data. Memory-mapped; every offset is checked against the file, so a truncated or hostile
-// file is a FormatError naming the file and the tensor.
+// safetensors files (HF weights, and the tensor inputs of `kvbench select`): an 8-byte
+// little-endian header length, a JSON header {name: {dtype, shape, data_offsets: [begin, end]},
+// "__metadata__": {}}, then the data. Memory-mapped; every offset is checked against the file, so a
+// truncated or hostile file is a FormatError naming the file and the tensor.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +18,7 @@ namespace kvb {
 
 struct SafetensorsTensor {
   std::string name;
-  std::string dtype;            // "F32", "F16", "BF16", "I32", "I64" (others are rejected at open)
+  std::string dtype;  // "F32", "F16", "BF16", "I32", "I64" (others are rejected at open)
   std::vector<int64_t> shape;
   uint64_t begin = 0, end = 0;  // byte range in the data section
   int64_t elements() const;
@@ -34,7 +34,8 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const SafetensorsTensor* find(std::string_view name) const;  // nullptr when absent
   // The tensor converted to f32 (F32/F16/BF16) or i64 (I32/I64); FormatError naming the file and
-  // tensor when it is absent or of the other kind. `shape`, when given, receives the tensor's shape.
+  // tensor when it is absent or of the other kind. `shape`, when given, receives the tensor's
+  // shape.
   std::vector<float> read_f32(std::string_view name, std::vector<int64_t>* shape = nullptr) const;
   std::vector<int64_t> read_i64(std::string_view name, std::vector<int64_t>* shape = nullptr) const;
   std::span<const uint8_t> raw_bytes(const SafetensorsTensor& tensor) const;

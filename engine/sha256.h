@@ -9,7 +9,8 @@
 namespace kvb {
 
 std::string sha256_hex(std::string_view bytes);
-// Hash of the concatenated contents of the files, in the given order; InputError if one is unreadable.
+// Hash of the concatenated contents of the files, in the given order; InputError if one is
+// unreadable.
 std::string sha256_hex_of_files(const std::vector<std::filesystem::path>& files);
 
 }  // namespace kvb

@@ -27,26 +27,26 @@
 namespace kvb {
 
 struct LayerWeights {
-  std::vector<float> attn_norm;  // [d_model]
-  WeightMatrix wq;               // [Hq*d, d_model]
-  WeightMatrix wk;               // [Hkv*d, d_model]
-  WeightMatrix wv;               // [Hkv*d, d_model]
-  std::vector<float> bq, bk, bv; // QKV bias (Qwen2) or empty
-  WeightMatrix wo;               // [d_model, Hq*d]
-  std::vector<float> ffn_norm;   // [d_model]
-  WeightMatrix w_gate;           // [ffn, d_model]
-  WeightMatrix w_up;             // [ffn, d_model]
-  WeightMatrix w_down;           // [d_model, ffn]
+  std::vector<float> attn_norm;   // [d_model]
+  WeightMatrix wq;                // [Hq*d, d_model]
+  WeightMatrix wk;                // [Hkv*d, d_model]
+  WeightMatrix wv;                // [Hkv*d, d_model]
+  std::vector<float> bq, bk, bv;  // QKV bias (Qwen2) or empty
+  WeightMatrix wo;                // [d_model, Hq*d]
+  std::vector<float> ffn_norm;    // [d_model]
+  WeightMatrix w_gate;            // [ffn, d_model]
+  WeightMatrix w_up;              // [ffn, d_model]
+  WeightMatrix w_down;            // [d_model, ffn]
 };
 
 struct ModelWeights {
   ModelConfig config;
-  WeightMatrix token_embedding;        // [vocab, d_model]
-  std::vector<float> output_norm;      // [d_model]
-  WeightMatrix output;                 // [vocab, d_model]; empty when tied to the embedding
+  WeightMatrix token_embedding;    // [vocab, d_model]
+  std::vector<float> output_norm;  // [d_model]
+  WeightMatrix output;             // [vocab, d_model]; empty when tied to the embedding
   std::vector<LayerWeights> layers;
-  std::string source;                  // file path or "preset:<name>"
-  std::string weight_dtypes;           // e.g. "q4_1 x 210, f32 x 61" as stored in the file
+  std::string source;         // file path or "preset:<name>"
+  std::string weight_dtypes;  // e.g. "q4_1 x 210, f32 x 61" as stored in the file
 
   const WeightMatrix& output_matrix() const { return output.empty() ? token_embedding : output; }
 };

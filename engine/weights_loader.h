@@ -38,8 +38,8 @@ std::shared_ptr<ModelWeights> load_weights_from_hf_folder(
 std::vector<float> dequantize_tensor(const GgufFile& gguf, const GgufTensorInfo& info);
 
 // llama.cpp's HF->GGUF conversion of Llama-family Q/K weights reorders the rows of every head so
-// that RoPE rotates adjacent pairs (2i, 2i+1). This undoes it: row 2i+j of a head goes back to HF row
-// j*head_dim/2 + i, where RoPE rotates the pair (i, i + head_dim/2). `row_len` is 1 for a bias.
+// that RoPE rotates adjacent pairs (2i, 2i+1). This undoes it: row 2i+j of a head goes back to HF
+// row j*head_dim/2 + i, where RoPE rotates the pair (i, i + head_dim/2). `row_len` is 1 for a bias.
 void unpermute_rope_rows(std::vector<float>& rows, int n_heads, int head_dim, int row_len);
 
 // "q4_1 x 210, f32 x 61, q8_0 x 1": counts per dtype, most frequent first.

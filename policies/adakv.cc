@@ -121,7 +121,10 @@ class AdaKvPolicy : public ScoredPolicy {
 };
 
 nlohmann::json snapkv_under_adakv() {
-  return {{"window", 32}, {"kernel", 7}, {"pooling", "max"}, {"aggregate", "mean"},
+  return {{"window", 32},
+          {"kernel", 7},
+          {"pooling", "max"},
+          {"aggregate", "mean"},
           {"gqa_before_pooling", true}};
 }
 
@@ -157,7 +160,8 @@ std::shared_ptr<const ScoredPolicy> make_adakv(std::string name,
 // A registry entry for AdaKV around `scorer` (selectable by the "scorer" key when `selectable`).
 PolicyFactory adakv_family_factory(const std::string& name, const std::string& summary,
                                    const std::string& scorer, const nlohmann::json& scorer_defaults,
-                                   const nlohmann::json& overrides, bool selectable, bool critical) {
+                                   const nlohmann::json& overrides, bool selectable,
+                                   bool critical) {
   PolicyFactory factory;
   factory.info = {name, PolicyKind::kPrefillQueryAware, summary,
                   "FFY0/AdaKV@efe4e2e snapkv_utils.py; kvpress@8bb29b9 adakv_press.py" +

@@ -59,8 +59,12 @@ class AnchorProjectionScorer : public ScoredPolicy {
 };
 
 nlohmann::json andpro_defaults() {
-  return {{"window", 32},      {"kernel", 7},         {"pooling", "max"},
-          {"alpha", 0.2},      {"normalize", false},  {"allocation", "official"},
+  return {{"window", 32},
+          {"kernel", 7},
+          {"pooling", "max"},
+          {"alpha", 0.2},
+          {"normalize", false},
+          {"allocation", "official"},
           {"dense_layers", nlohmann::json::array()}};
 }
 

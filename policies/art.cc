@@ -78,10 +78,10 @@ nlohmann::json describe_art_params(const EarlyExitParams& params) {
 
 PolicyFactory art_factory() {
   PolicyFactory factory;
-  factory.info = {"art", PolicyKind::kKernelWalk,
-                  "attention run-time termination: stop the decode KV walk once the output is stable",
-                  "none public (seed 003); criteria reconstructed, docs/methods.md §13",
-                  art_defaults()};
+  factory.info = {
+      "art", PolicyKind::kKernelWalk,
+      "attention run-time termination: stop the decode KV walk once the output is stable",
+      "none public (seed 003); criteria reconstructed, docs/methods.md §13", art_defaults()};
   factory.install = [](const nlohmann::json& params, CachePlan& plan) {
     plan.early_exit = make_art_params(params);
   };

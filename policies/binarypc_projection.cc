@@ -49,8 +49,8 @@ void signs_of_projection(const std::vector<float>& residual, int64_t n, int d, c
 
 }  // namespace
 
-void fit_binary_projection(const float* keys, int64_t n, int head_dim, const BinaryProjectionFit& fit,
-                           float* projection) {
+void fit_binary_projection(const float* keys, int64_t n, int head_dim,
+                           const BinaryProjectionFit& fit, float* projection) {
   if (n <= 0) throw InputError("BinaryPC projection: no keys to fit (empty prompt)");
   const int d = head_dim;
   std::vector<float> residual(keys, keys + n * d);
@@ -71,20 +71,25 @@ void fit_binary_projection(const float* keys, int64_t n, int head_dim, const Bin
     if (fit.iterations == 0) signs_of_projection(residual, n, d, v.data(), u);
     if (fit.recompute_signs) signs_of_projection(residual, n, d, row, u);
     // R <- R - u P[i]^T
-    cblas_sger(CblasRowMajor, static_cast<int>(n), d, -1.0f, u.data(), 1, row, 1, residual.data(), d);
+    cblas_sger(CblasRowMajor, static_cast<int>(n), d, -1.0f, u.data(), 1, row, 1, residual.data(),
+               d);
   }
 }
 
 BinaryProjectionSet::BinaryProjectionSet(int layers, int kv_heads, int dim)
-    : n_layers(layers), n_kv_heads(kv_heads), head_dim(dim),
+    : n_layers(layers),
+      n_kv_heads(kv_heads),
+      head_dim(dim),
       rows(static_cast<size_t>(layers) * kv_heads * kBinaryHashBits * dim, 0.0f) {}
 
 const float* BinaryProjectionSet::head(int layer, int kv_head) const {
-  return rows.data() + (static_cast<int64_t>(layer) * n_kv_heads + kv_head) * kBinaryHashBits * head_dim;
+  return rows.data() +
+         (static_cast<int64_t>(layer) * n_kv_heads + kv_head) * kBinaryHashBits * head_dim;
 }
 
 float* BinaryProjectionSet::mutable_head(int layer, int kv_head) {
-  return rows.data() + (static_cast<int64_t>(layer) * n_kv_heads + kv_head) * kBinaryHashBits * head_dim;
+  return rows.data() +
+         (static_cast<int64_t>(layer) * n_kv_heads + kv_head) * kBinaryHashBits * head_dim;
 }
 
 BinaryProjectionSet BinaryProjectionSet::load(const std::filesystem::path& path) {
@@ -100,10 +105,12 @@ BinaryProjectionSet BinaryProjectionSet::load(const std::filesystem::path& path)
   in.read(reinterpret_cast<char*>(header), sizeof header);
   in.read(reinterpret_cast<char*>(&tokens), sizeof tokens);
   if (!in || std::memcmp(magic, kMagic, sizeof magic) != 0)
-    throw FormatError("'" + path.string() + "' is not a kvbench BinaryPC projection file (bad magic)");
+    throw FormatError("'" + path.string() +
+                      "' is not a kvbench BinaryPC projection file (bad magic)");
   if (header[0] != kVersion)
-    throw FormatError("'" + path.string() + "': projection file version " + std::to_string(header[0]) +
-                      " is not supported (expected " + std::to_string(kVersion) + ")");
+    throw FormatError("'" + path.string() + "': projection file version " +
+                      std::to_string(header[0]) + " is not supported (expected " +
+                      std::to_string(kVersion) + ")");
   if (header[3] != kBinaryHashBits)
     throw FormatError("'" + path.string() + "': projection has " + std::to_string(header[3]) +
                       " bits; BinaryPC supports 64");

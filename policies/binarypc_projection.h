@@ -26,14 +26,14 @@
 namespace kvb {
 
 struct BinaryProjectionFit {
-  int iterations = 4;              // num_iters of the official code
-  bool recompute_signs = false;    // OPC: u = sign(R P[i]) before the residual update
-  uint64_t seed = 0;               // seeds the N(0, I) start vectors
+  int iterations = 4;            // num_iters of the official code
+  bool recompute_signs = false;  // OPC: u = sign(R P[i]) before the residual update
+  uint64_t seed = 0;             // seeds the N(0, I) start vectors
 };
 
 // Fits P ([64, d], written to `projection`) to `n` keys ([n, d]).
-void fit_binary_projection(const float* keys, int64_t n, int head_dim, const BinaryProjectionFit& fit,
-                           float* projection);
+void fit_binary_projection(const float* keys, int64_t n, int head_dim,
+                           const BinaryProjectionFit& fit, float* projection);
 
 struct BinaryProjectionSet;
 

@@ -18,8 +18,9 @@
 // Source: antgroup/cakekv @c4675ce `cake/model/modify_llama.py`, `cake/cake_cache.py`,
 // `cake/utils.py` (adjust_budgets, calculate_entropy) (docs/methods.md §6). Defaults
 // (`pred_cake.py`): w = 32, γ = 200, τ1 = τ2 = 1 (the fallback; model2tau.json gives per-model
-// values), k = 5, precision bf16. Budget S per (layer, KV head) on average, window included; uniform
-// across the heads of a layer. Non-cascading only (cascading re-evicts during prefill; not built).
+// values), k = 5, precision bf16. Budget S per (layer, KV head) on average, window included;
+// uniform across the heads of a layer. Non-cascading only (cascading re-evicts during prefill; not
+// built).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -48,7 +49,8 @@ std::vector<int> cake_layer_budgets(const std::vector<double>& preference, int b
       if (eligible(b[l])) layers.push_back(l);
     if (layers.empty() || amount == 0) return;
     const long long count = static_cast<long long>(layers.size());
-    const long long magnitude = std::llabs(amount), each = magnitude / count, rest = magnitude % count;
+    const long long magnitude = std::llabs(amount), each = magnitude / count,
+                    rest = magnitude % count;
     const long long sign = amount > 0 ? 1 : -1;
     for (long long i = 0; i < count; ++i) b[layers[i]] += sign * (each + (i < rest ? 1 : 0));
   };
@@ -79,8 +81,13 @@ class CakePolicy : public ScoredPolicy {
  public:
   CakePolicy(ScoredSettings settings, int kernel, double gamma, double tau1, double tau2,
              Precision precision, std::shared_ptr<CakeState> state)
-      : ScoredPolicy(std::move(settings)), kernel_(kernel), gamma_(gamma), tau1_(tau1),
-        tau2_(tau2), precision_(precision), state_(std::move(state)) {}
+      : ScoredPolicy(std::move(settings)),
+        kernel_(kernel),
+        gamma_(gamma),
+        tau1_(tau1),
+        tau2_(tau2),
+        precision_(precision),
+        state_(std::move(state)) {}
 
   std::vector<std::vector<float>> score(const LayerPrefillView& layer) const override {
     return statistics(layer).indicator;
@@ -88,7 +95,8 @@ class CakePolicy : public ScoredPolicy {
 
   KeptIndices select(const PrefillView& view, int budget) const override {
     const int length = view.prompt_length();
-    check_budget(name(), budget, settings().budget_may_exceed_prompt ? std::max(budget, length) : length);
+    check_budget(name(), budget,
+                 settings().budget_may_exceed_prompt ? std::max(budget, length) : length);
     const int n_layers = static_cast<int>(view.layers.size());
     const int w = std::min(settings().window, length);
     KeptIndices kept(n_layers);
@@ -102,7 +110,8 @@ class CakePolicy : public ScoredPolicy {
     std::vector<double> preference(n_layers);
     for (int l = 0; l < n_layers; ++l) {
       stats[l] = statistics(view.layers[l]);
-      preference[l] = std::pow(stats[l].entropy, 1.0 / tau1_) * std::pow(stats[l].variance, 1.0 / tau2_);
+      preference[l] =
+          std::pow(stats[l].entropy, 1.0 / tau1_) * std::pow(stats[l].variance, 1.0 / tau2_);
     }
     state_->prefix_budgets = cake_layer_budgets(preference, budget, w, length);
     for (int l = 0; l < n_layers; ++l) {
@@ -139,12 +148,12 @@ class CakePolicy : public ScoredPolicy {
           const double diff = probs[static_cast<size_t>(t) * length + j] - mean;
           squares += diff * diff;
         }
-        const float variance = maybe_bf16(w > 1 ? static_cast<float>(squares / (w - 1)) : 0.0f, precision_);
+        const float variance =
+            maybe_bf16(w > 1 ? static_cast<float>(squares / (w - 1)) : 0.0f, precision_);
         stats.variance += variance;
-        indicator[j] = maybe_bf16(
-            maybe_bf16(static_cast<float>(mean), precision_) +
-                maybe_bf16(static_cast<float>(gamma_) * variance, precision_),
-            precision_);
+        indicator[j] = maybe_bf16(maybe_bf16(static_cast<float>(mean), precision_) +
+                                      maybe_bf16(static_cast<float>(gamma_) * variance, precision_),
+                                  precision_);
       }
       per_query_head[a] = pool1d(indicator, kernel_, Pooling::kAvg, precision_);
     }
@@ -163,8 +172,11 @@ class CakeDecodeEviction : public DecodeEvictionPolicy {
  public:
   CakeDecodeEviction(int window, int kernel, Precision precision, std::vector<int> dense_layers,
                      std::shared_ptr<CakeState> state)
-      : window_(window), kernel_(kernel), precision_(precision),
-        dense_layers_(std::move(dense_layers)), state_(std::move(state)) {}
+      : window_(window),
+        kernel_(kernel),
+        precision_(precision),
+        dense_layers_(std::move(dense_layers)),
+        state_(std::move(state)) {}
   std::string name() const override { return "cake"; }
   void start(const KvStore& store, int, int budget_tokens) override {
     if (static_cast<int>(state_->prefix_budgets.size()) != store.n_layers())
@@ -199,18 +211,24 @@ class CakeDecodeEviction : public DecodeEvictionPolicy {
 };
 
 nlohmann::json cake_defaults() {
-  return {{"window", 32},          {"kernel", 5},         {"gamma", 200.0},
-          {"tau1", 1.0},           {"tau2", 1.0},         {"precision", "bf16"},
-          {"decode_eviction", true}, {"dense_layers", nlohmann::json::array()}};
+  return {{"window", 32},
+          {"kernel", 5},
+          {"gamma", 200.0},
+          {"tau1", 1.0},
+          {"tau2", 1.0},
+          {"precision", "bf16"},
+          {"decode_eviction", true},
+          {"dense_layers", nlohmann::json::array()}};
 }
 
 }  // namespace
 
 PolicyFactory cake_factory() {
   PolicyFactory factory;
-  factory.info = {"cake", PolicyKind::kPrefillQueryAware,
-                  "layer budgets from attention entropy x variance; mean+var indicator; decode eviction",
-                  "antgroup/cakekv@c4675ce cake/cake_cache.py, cake/utils.py", cake_defaults()};
+  factory.info = {
+      "cake", PolicyKind::kPrefillQueryAware,
+      "layer budgets from attention entropy x variance; mean+var indicator; decode eviction",
+      "antgroup/cakekv@c4675ce cake/cake_cache.py, cake/utils.py", cake_defaults()};
   auto build = [](const nlohmann::json& given, std::shared_ptr<CakeState> state) {
     const PolicyParams params("cake", given, cake_defaults());
     ScoredSettings settings = read_scored_settings(params, PolicyKind::kPrefillQueryAware);
@@ -220,7 +238,8 @@ PolicyFactory cake_factory() {
         params.number("tau2"), parse_precision(params.choice("precision", {"bf16", "fp32"})),
         std::move(state));
   };
-  factory.make_scorer = [build](const nlohmann::json& given) -> std::shared_ptr<const ScoredPolicy> {
+  factory.make_scorer =
+      [build](const nlohmann::json& given) -> std::shared_ptr<const ScoredPolicy> {
     return build(given, std::make_shared<CakeState>());
   };
   factory.install = [build](const nlohmann::json& given, CachePlan& plan) {

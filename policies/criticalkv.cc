@@ -64,7 +64,10 @@ namespace {
 class CriticalKvPolicy : public ScoredPolicy {
  public:
   CriticalKvPolicy(std::shared_ptr<const ScoredPolicy> base, double ratio, double epsilon)
-      : ScoredPolicy(settings_for(*base)), base_(std::move(base)), ratio_(ratio), epsilon_(epsilon) {}
+      : ScoredPolicy(settings_for(*base)),
+        base_(std::move(base)),
+        ratio_(ratio),
+        epsilon_(epsilon) {}
 
   std::vector<std::vector<float>> score(const LayerPrefillView& layer) const override {
     return base_->score(layer);
@@ -106,9 +109,7 @@ class CriticalKvPolicy : public ScoredPolicy {
   double ratio_, epsilon_;
 };
 
-nlohmann::json critical_own_defaults() {
-  return {{"first_stage_ratio", 0.5}, {"epsilon", 1e-4}};
-}
+nlohmann::json critical_own_defaults() { return {{"first_stage_ratio", 0.5}, {"epsilon", 1e-4}}; }
 
 }  // namespace
 

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <memory>
-
 #include <nlohmann/json.hpp>
 
 #include "engine/cache_policy.h"

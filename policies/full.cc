@@ -7,8 +7,8 @@ namespace kvb {
 
 PolicyFactory full_factory() {
   PolicyFactory factory;
-  factory.info = {"full", PolicyKind::kPrefillQueryAgnostic, "Full KV cache (no compression)",
-                  "-", nlohmann::json::object()};
+  factory.info = {"full", PolicyKind::kPrefillQueryAgnostic, "Full KV cache (no compression)", "-",
+                  nlohmann::json::object()};
   factory.install = [](const nlohmann::json& params, CachePlan&) {
     PolicyParams("full", params, nlohmann::json::object());  // rejects any parameter
   };

@@ -131,27 +131,29 @@ class H2oDecodeEviction : public DecodeEvictionPolicy {
 }  // namespace
 
 PolicyFactory h2o_factory() {
-  return scored_factory(
-      {"h2o", PolicyKind::kPrefillQueryAware,
-       "heavy hitters by prefill attention column sums + window (prefill port)",
-       "KVCache-Factory@5fb995d H2OKVCluster; FMInference/H2O",
-       {{"window", 8}, {"dense_layers", nlohmann::json::array()}}},
-      [](const PolicyParams& params) {
-        ScoredSettings settings = read_scored_settings(params, PolicyKind::kPrefillQueryAware);
-        settings.capture = CaptureRequest{};
-        settings.capture.attention_column_sums = true;  // its only input
-        return std::make_shared<H2oPrefillPolicy>(settings);
-      });
+  return scored_factory({"h2o",
+                         PolicyKind::kPrefillQueryAware,
+                         "heavy hitters by prefill attention column sums + window (prefill port)",
+                         "KVCache-Factory@5fb995d H2OKVCluster; FMInference/H2O",
+                         {{"window", 8}, {"dense_layers", nlohmann::json::array()}}},
+                        [](const PolicyParams& params) {
+                          ScoredSettings settings =
+                              read_scored_settings(params, PolicyKind::kPrefillQueryAware);
+                          settings.capture = CaptureRequest{};
+                          settings.capture.attention_column_sums = true;  // its only input
+                          return std::make_shared<H2oPrefillPolicy>(settings);
+                        });
 }
 
 PolicyFactory h2o_decode_factory() {
   PolicyFactory factory;
-  factory.info = {"h2o_decode", PolicyKind::kDecodeEviction,
+  factory.info = {"h2o_decode",
+                  PolicyKind::kDecodeEviction,
                   "heavy hitters by accumulated attention + recent, evicting every decode step",
                   "FMInference/H2O h2o_hf/utils_real_drop/modify_llama.py",
                   {{"recent_ratio", 0.5}}};
   factory.install = [defaults = factory.info.default_params](const nlohmann::json& given,
-                                                              CachePlan& plan) {
+                                                             CachePlan& plan) {
     const PolicyParams params("h2o_decode", given, defaults);
     const double ratio = params.number("recent_ratio");
     if (ratio < 0 || ratio > 1)

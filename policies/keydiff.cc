@@ -21,7 +21,8 @@ namespace kvb {
 namespace {
 
 // −cos(k_j, μ) for the candidate positions, μ their mean unit key.
-std::vector<float> keydiff_scores(const float* keys, int d, const std::vector<int32_t>& candidates) {
+std::vector<float> keydiff_scores(const float* keys, int d,
+                                  const std::vector<int32_t>& candidates) {
   std::vector<double> anchor(d, 0.0);
   std::vector<float> norms(candidates.size());
   for (size_t c = 0; c < candidates.size(); ++c) {
@@ -84,17 +85,19 @@ class KeyDiffPolicy : public ScoredPolicy {
 }  // namespace
 
 PolicyFactory keydiff_factory() {
-  return scored_factory(
-      {"keydiff", PolicyKind::kPrefillQueryAgnostic,
-       "keep keys least similar to the mean key direction (block-wise)",
-       "kvpress@8bb29b9 keydiff_press.py, block_press.py",
-       {{"block_size", 128}, {"dense_layers", nlohmann::json::array()}}},
-      [](const PolicyParams& params) {
-        const int block_size = params.integer("block_size");
-        if (block_size < 1) throw InputError("parameter 'block_size' of keydiff must be >= 1");
-        return std::make_shared<KeyDiffPolicy>(
-            read_scored_settings(params, PolicyKind::kPrefillQueryAgnostic), block_size);
-      });
+  return scored_factory({"keydiff",
+                         PolicyKind::kPrefillQueryAgnostic,
+                         "keep keys least similar to the mean key direction (block-wise)",
+                         "kvpress@8bb29b9 keydiff_press.py, block_press.py",
+                         {{"block_size", 128}, {"dense_layers", nlohmann::json::array()}}},
+                        [](const PolicyParams& params) {
+                          const int block_size = params.integer("block_size");
+                          if (block_size < 1)
+                            throw InputError("parameter 'block_size' of keydiff must be >= 1");
+                          return std::make_shared<KeyDiffPolicy>(
+                              read_scored_settings(params, PolicyKind::kPrefillQueryAgnostic),
+                              block_size);
+                        });
 }
 
 }  // namespace kvb

@@ -29,16 +29,16 @@ namespace kvb {
 namespace {
 
 nlohmann::json magicpig_defaults() {
-  return {{"K", 10},    {"L", 150},   {"threshold", 2},          {"sinks", 4},
+  return {{"K", 10},     {"L", 150},  {"threshold", 2},         {"sinks", 4},
           {"local", 64}, {"seed", 0}, {"dense_layers", {0, 16}}};
 }
 
 struct HashedHead {
   int middle_begin = 0;
-  int middle_end = 0;            // exclusive; entries >= middle_end are attended exactly
-  std::vector<float> mean;       // mu
+  int middle_end = 0;               // exclusive; entries >= middle_end are attended exactly
+  std::vector<float> mean;          // mu
   std::vector<float> centred_norm;  // ||k_j - mu|| for middle entries
-  std::vector<uint32_t> codes;   // [n_middle, L]
+  std::vector<uint32_t> codes;      // [n_middle, L]
 };
 
 class MagicPigSelector : public ParamDecodeSelector {
@@ -91,7 +91,8 @@ class MagicPigSelector : public ParamDecodeSelector {
     const std::pair<int, int> key{layer / 16, kv_head};
     auto found = projections_.find(key);
     if (found != projections_.end()) return found->second;
-    std::mt19937_64 generator(seed_ * 1000003u + static_cast<uint64_t>(key.first) * 7919u + kv_head);
+    std::mt19937_64 generator(seed_ * 1000003u + static_cast<uint64_t>(key.first) * 7919u +
+                              kv_head);
     std::normal_distribution<float> gaussian(0.0f, 1.0f);
     std::vector<float> matrix(static_cast<size_t>(bits_per_table_) * tables_ * d);  // [K*L, d]
     for (float& x : matrix) x = gaussian(generator);
@@ -187,7 +188,8 @@ class MagicPigSelector : public ParamDecodeSelector {
         if (collisions < threshold_) continue;
         const int j = head.middle_begin + m;
         double dot = -q_dot_mean;
-        for (int t = 0; t < d; ++t) dot += static_cast<double>(q[t]) * keys[static_cast<int64_t>(j) * d + t];
+        for (int t = 0; t < d; ++t)
+          dot += static_cast<double>(q[t]) * keys[static_cast<int64_t>(j) * d + t];
         const double denominator = q_norm * head.centred_norm[m];
         const double cosine = denominator > 0 ? std::clamp(dot / denominator, -1.0, 1.0) : 0.0;
         const double p = 1.0 - std::acos(cosine) / std::numbers::pi;

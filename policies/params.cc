@@ -12,7 +12,8 @@ namespace {
 bool same_kind(const nlohmann::json& given, const nlohmann::json& fallback) {
   if (fallback.is_number_integer())
     return given.is_number_integer() ||
-           (given.is_number_float() && given.get<double>() == static_cast<long long>(given.get<double>()));
+           (given.is_number_float() &&
+            given.get<double>() == static_cast<long long>(given.get<double>()));
   if (fallback.is_number()) return given.is_number();
   if (fallback.is_null()) return true;  // a default of null accepts any value
   return given.type() == fallback.type();
@@ -32,7 +33,8 @@ std::string kind_name(const nlohmann::json& value) {
 
 PolicyParams::PolicyParams(std::string policy, const nlohmann::json& given,
                            const nlohmann::json& defaults)
-    : policy_(std::move(policy)), values_(defaults.is_null() ? nlohmann::json::object() : defaults) {
+    : policy_(std::move(policy)),
+      values_(defaults.is_null() ? nlohmann::json::object() : defaults) {
   if (given.is_null()) return;
   if (!given.is_object())
     throw InputError("parameters of policy '" + policy_ + "' must be a JSON object, got " +
@@ -66,7 +68,9 @@ int PolicyParams::integer(const std::string& name) const {
 }
 double PolicyParams::number(const std::string& name) const { return at(name).get<double>(); }
 bool PolicyParams::boolean(const std::string& name) const { return at(name).get<bool>(); }
-std::string PolicyParams::text(const std::string& name) const { return at(name).get<std::string>(); }
+std::string PolicyParams::text(const std::string& name) const {
+  return at(name).get<std::string>();
+}
 const nlohmann::json& PolicyParams::raw(const std::string& name) const { return at(name); }
 
 std::string PolicyParams::choice(const std::string& name,

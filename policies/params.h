@@ -1,7 +1,7 @@
 // Policy parameters read from JSON. Every method declares its parameters as a JSON object of
 // defaults (the values of docs/methods.md); a user's JSON overrides them. A key the method does not
-// declare, or a value of the wrong type, is an InputError naming the key and listing the known ones,
-// so that a typo never silently runs the default.
+// declare, or a value of the wrong type, is an InputError naming the key and listing the known
+// ones, so that a typo never silently runs the default.
 //
 // Shared names (the same meaning in every method that has them):
 //   window                  protected observation window w (last w prompt tokens), tokens

@@ -9,7 +9,8 @@
 //
 // Source: Zefan-Cai/KVCache-Factory @5fb995d `pyramidkv/pyramidkv_utils.py` (docs/methods.md §2).
 // Defaults (KVCache-Factory run scripts): β = 20, w = 8, k = 7, max pooling, sum over rows.
-// GQA: group mean of the scores (KV-head mode). Budget: per (layer, KV head) on average, includes w.
+// GQA: group mean of the scores (KV-head mode). Budget: per (layer, KV head) on average, includes
+// w.
 #include "policies/methods.h"
 #include "policies/scored_policy.h"
 #include "policies/selection.h"
@@ -54,7 +55,10 @@ class PyramidKvPolicy : public ScoredPolicy {
 
 PolicyFactory pyramidkv_factory() {
   nlohmann::json defaults = snapkv_defaults();
-  defaults.update({{"window", 8}, {"kernel", 7}, {"pooling", "max"}, {"beta", 20},
+  defaults.update({{"window", 8},
+                   {"kernel", 7},
+                   {"pooling", "max"},
+                   {"beta", 20},
                    {"gqa_before_pooling", true}});
   return scored_factory(
       {"pyramidkv", PolicyKind::kPrefillQueryAware, "SnapKV score, pyramid layer budgets (β = 20)",

@@ -14,26 +14,11 @@ namespace {
 // The factory table: one line per method.
 const std::vector<PolicyFactory>& factories() {
   static const std::vector<PolicyFactory> table = {
-      full_factory(),
-      streamingllm_factory(),
-      snapkv_factory(),
-      pyramidkv_factory(),
-      h2o_factory(),
-      h2o_decode_factory(),
-      tova_factory(),
-      knorm_factory(),
-      keydiff_factory(),
-      cake_factory(),
-      adakv_factory(),
-      criticalkv_factory(),
-      criticaladakv_factory(),
-      andpro_factory(),
-      dropkv_factory(),
-      adadropkv_factory(),
-      topk_factory(),
-      quest_factory(),
-      magicpig_factory(),
-      binarypc_factory(),
+      full_factory(),          streamingllm_factory(), snapkv_factory(),   pyramidkv_factory(),
+      h2o_factory(),           h2o_decode_factory(),   tova_factory(),     knorm_factory(),
+      keydiff_factory(),       cake_factory(),         adakv_factory(),    criticalkv_factory(),
+      criticaladakv_factory(), andpro_factory(),       dropkv_factory(),   adadropkv_factory(),
+      topk_factory(),          quest_factory(),        magicpig_factory(), binarypc_factory(),
       art_factory(),
   };
   return table;
@@ -64,7 +49,8 @@ std::vector<std::string> split_spec(const std::string& spec) {
   size_t begin = 0;
   while (true) {
     const size_t end = spec.find('+', begin);
-    std::string part = spec.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+    std::string part =
+        spec.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
     part.erase(0, part.find_first_not_of(" \t"));
     part.erase(part.find_last_not_of(" \t") + 1);
     if (part.empty())
@@ -109,8 +95,8 @@ std::shared_ptr<const ScoredPolicy> make_scorer(const std::string& name,
   if (!factory.make_scorer) {
     const std::string scorers =
         names_where([](const PolicyFactory& f) { return static_cast<bool>(f.make_scorer); });
-    throw InputError("policy '" + name + "' is not a token scorer that can be wrapped (scorers: " +
-                     scorers + ")");
+    throw InputError("policy '" + name +
+                     "' is not a token scorer that can be wrapped (scorers: " + scorers + ")");
   }
   return factory.make_scorer(params);
 }

@@ -2,8 +2,8 @@
 // default parameters; and `make_cache_plan`, which turns a policy string ("snapkv",
 // "snapkv+art", "adakv") plus JSON parameters into what one generation run uses.
 //
-// Adding a method = its file (defining `<name>_factory()`), one line in policies/methods.h, one line
-// in the table of registry.cc, a test, a README row.
+// Adding a method = its file (defining `<name>_factory()`), one line in policies/methods.h, one
+// line in the table of registry.cc, a test, a README row.
 #pragma once
 
 #include <functional>
@@ -61,8 +61,8 @@ struct PolicyInfo {
   std::string name;
   PolicyKind kind = PolicyKind::kPrefillQueryAware;
   std::string summary;
-  std::string source;              // official code read (repository @commit, file)
-  nlohmann::json default_params;   // every parameter the method accepts, with its default
+  std::string source;             // official code read (repository @commit, file)
+  nlohmann::json default_params;  // every parameter the method accepts, with its default
 };
 
 struct PolicyFactory {
@@ -90,7 +90,8 @@ std::vector<PolicyInfo> list_policies();
 const PolicyFactory& find_policy(const std::string& name);
 
 // A score-based prefill method by name (for wrappers); InputError if `name` is not one.
-std::shared_ptr<const ScoredPolicy> make_scorer(const std::string& name, const nlohmann::json& params);
+std::shared_ptr<const ScoredPolicy> make_scorer(const std::string& name,
+                                                const nlohmann::json& params);
 
 // Whether the policy spec (a name or a '+'-composition) takes a budget: false when every component
 // keeps the whole cache or is a kernel-walk modifier ("full", "full+art"). A spec with an unknown

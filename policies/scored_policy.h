@@ -1,7 +1,7 @@
-// Base of the score-then-keep methods (SnapKV, PyramidKV, H2O, KNorm, DropKV, ...): a method supplies
-// one score per (KV head, prompt position) and optionally a per-layer budget schedule; selection,
-// protected tokens, dense layers and budget checks live here once. A method file is then its
-// parameters plus `score()`.
+// Base of the score-then-keep methods (SnapKV, PyramidKV, H2O, KNorm, DropKV, ...): a method
+// supplies one score per (KV head, prompt position) and optionally a per-layer budget schedule;
+// selection, protected tokens, dense layers and budget checks live here once. A method file is then
+// its parameters plus `score()`.
 #pragma once
 
 #include <functional>

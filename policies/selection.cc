@@ -35,7 +35,7 @@ GroupReduce parse_group_reduce(const std::string& text) {
 
 float round_bf16(float value) {
   uint32_t bits = std::bit_cast<uint32_t>(value);
-  if ((bits & 0x7f800000u) == 0x7f800000u) return value;  // inf / NaN unchanged
+  if ((bits & 0x7f800000u) == 0x7f800000u) return value;    // inf / NaN unchanged
   const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);  // nearest, ties to even
   bits = (bits + rounding) & 0xffff0000u;
   return std::bit_cast<float>(bits);
@@ -134,8 +134,8 @@ std::vector<std::vector<float>> reduce_groups(const std::vector<std::vector<floa
     for (int a = h * group + 1; a < (h + 1) * group; ++a) {
       const auto& scores = per_query_head[a];
       for (size_t j = 0; j < scores.size(); ++j)
-        out[h][j] = reduce == GroupReduce::kMax ? std::max(out[h][j], scores[j])
-                                                : out[h][j] + scores[j];
+        out[h][j] =
+            reduce == GroupReduce::kMax ? std::max(out[h][j], scores[j]) : out[h][j] + scores[j];
     }
     if (reduce == GroupReduce::kMean)
       for (auto& value : out[h]) value /= static_cast<float>(group);

@@ -92,7 +92,7 @@ struct WindowScoreOptions {
   int window = 32;
   int kernel = 5;
   Pooling pooling = Pooling::kAvg;
-  bool mean_over_rows = false;      // official SnapKV sums; AdaKV and kvpress average
+  bool mean_over_rows = false;  // official SnapKV sums; AdaKV and kvpress average
   Precision precision = Precision::kBf16;
   GroupReduce group_reduce = GroupReduce::kMean;
   bool reduce_group_before_pooling = false;  // kvpress: after; AdaKV/DropKV: before

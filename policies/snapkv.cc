@@ -32,10 +32,14 @@ class SnapKvPolicy : public ScoredPolicy {
 }  // namespace
 
 nlohmann::json snapkv_defaults() {
-  return {{"window", 32},           {"kernel", 5},
-          {"pooling", "avg"},       {"aggregate", "sum"},
-          {"precision", "bf16"},    {"gqa_reduce", "mean"},
-          {"gqa_before_pooling", false}, {"dense_layers", nlohmann::json::array()},
+  return {{"window", 32},
+          {"kernel", 5},
+          {"pooling", "avg"},
+          {"aggregate", "sum"},
+          {"precision", "bf16"},
+          {"gqa_reduce", "mean"},
+          {"gqa_before_pooling", false},
+          {"dense_layers", nlohmann::json::array()},
           {"budget_includes_window", true}};
 }
 

@@ -22,9 +22,7 @@
 namespace kvb {
 namespace {
 
-nlohmann::json topk_defaults() {
-  return {{"dense_layers", {0, 1}}, {"gqa", "per_head"}};
-}
+nlohmann::json topk_defaults() { return {{"dense_layers", {0, 1}}, {"gqa", "per_head"}}; }
 
 class TopkOracleSelector : public ParamDecodeSelector {
  public:

@@ -35,7 +35,8 @@ class TovaPolicy : public ScoredPolicy {
 
 class TovaDecodeEviction : public DecodeEvictionPolicy {
  public:
-  explicit TovaDecodeEviction(std::vector<int> dense_layers) : dense_layers_(std::move(dense_layers)) {}
+  explicit TovaDecodeEviction(std::vector<int> dense_layers)
+      : dense_layers_(std::move(dense_layers)) {}
   std::string name() const override { return "tova"; }
   void start(const KvStore&, int, int budget_tokens) override { budget_ = budget_tokens; }
   void after_step(const DecodeStepView& step, KvStore& store) override {
@@ -58,7 +59,8 @@ class TovaDecodeEviction : public DecodeEvictionPolicy {
 
 PolicyFactory tova_factory() {
   PolicyFactory factory;
-  factory.info = {"tova", PolicyKind::kDecodeEviction,
+  factory.info = {"tova",
+                  PolicyKind::kDecodeEviction,
                   "last query's head-averaged attention, top-C per layer, every step",
                   "schwartz-lab-NLP/TOVA src/tova_cache.py; kvpress tova_press.py",
                   {{"decode_eviction", true},

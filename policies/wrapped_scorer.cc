@@ -24,7 +24,8 @@ WrappedScorer read_wrapped_scorer(const std::string& wrapper, const nlohmann::js
     scorer = given["scorer"].get<std::string>();
   }
   if (scorer_selectable) own_defaults["scorer"] = default_scorer;
-  const nlohmann::json overrides = scorer == default_scorer ? scorer_overrides : nlohmann::json::object();
+  const nlohmann::json overrides =
+      scorer == default_scorer ? scorer_overrides : nlohmann::json::object();
   nlohmann::json combined = find_policy(scorer).info.default_params;
   combined.update(overrides);
   combined.update(own_defaults);

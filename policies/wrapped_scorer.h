@@ -13,8 +13,8 @@
 namespace kvb {
 
 struct WrappedScorer {
-  PolicyParams own;                              // the wrapper's parameters (checked)
-  std::shared_ptr<const ScoredPolicy> scorer;    // built from the remaining keys
+  PolicyParams own;                            // the wrapper's parameters (checked)
+  std::shared_ptr<const ScoredPolicy> scorer;  // built from the remaining keys
 };
 
 // `own_defaults` are the wrapper's parameters; `scorer_overrides` replace scorer defaults when the

@@ -103,7 +103,8 @@ std::vector<nlohmann::json> needle_records(const GenerationRequest& request, Siz
   std::vector<nlohmann::json> records;
   for (int i = 0; i < request.num_samples; ++i) {
     const int depth_index = i % depths;
-    const int position = depths > 1 ? static_cast<int>(static_cast<int64_t>(lines) * depth_index / (depths - 1)) : 0;
+    const int position =
+        depths > 1 ? static_cast<int>(static_cast<int64_t>(lines) * depth_index / (depths - 1)) : 0;
     const std::string key = passkey ? random_digits(5, rng) : number_string_key(rng);
     records.push_back(fitted_record(lines, sizing, [&](int size) -> nlohmann::json {
       return {{"id", i},
@@ -146,7 +147,8 @@ std::vector<nlohmann::json> kv_records(const GenerationRequest& request, Sizing 
       for (int i = 0; i < size; ++i) records_kv.emplace_back(rng.uuid4(), rng.uuid4());
       rng.shuffle(records_kv);
       // The queried record sweeps the context linearly (index 5c of 2500 for 500 examples).
-      const size_t query = static_cast<size_t>(static_cast<int64_t>(c) * size / request.num_samples);
+      const size_t query =
+          static_cast<size_t>(static_cast<int64_t>(c) * size / request.num_samples);
       return {{"id", c},
               {"context", context_of(records_kv, size)},
               {"input", input_of(records_kv[query].first)},
@@ -177,10 +179,10 @@ int kth_distinct(std::vector<int> values, int k, bool largest) {
 
 std::vector<nlohmann::json> math_find_records(const GenerationRequest& request, Sizing sizing,
                                               PythonRandom& rng, const ProgressFn& progress) {
-  static const char* kTargets[7] = {"largest number",         "second largest number",
-                                    "third largest number",   "smallest number",
-                                    "second smallest number", "third smallest number",
-                                    "median"};
+  static const char* kTargets[7] = {
+      "largest number",  "second largest number",  "third largest number",
+      "smallest number", "second smallest number", "third smallest number",
+      "median"};
   const auto input_of = [](const std::string& target) {
     return "You should answer with only one number, no other words. The " + target +
            " of the list is: ";
@@ -213,8 +215,8 @@ std::vector<nlohmann::json> math_find_records(const GenerationRequest& request, 
         std::vector<int> sorted = values;
         std::sort(sorted.begin(), sorted.end());
         const size_t n = sorted.size();
-        answer = n % 2 ? static_cast<double>(sorted[n / 2])
-                       : (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0;
+        answer =
+            n % 2 ? static_cast<double>(sorted[n / 2]) : (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0;
       } else {
         answer = kth_distinct(values, subtask % 3 + 1, largest);
       }
@@ -242,8 +244,9 @@ std::vector<nlohmann::json> generate_infinitebench_records(const GenerationReque
                                                            const ProgressFn& progress) {
   const auto& tasks = infinitebench_generated_tasks();
   if (std::find(tasks.begin(), tasks.end(), request.task) == tasks.end())
-    throw InputError("InfiniteBench task '" + request.task + "' is not generated (generated: " +
-                     join(tasks, ", ") + "); the other tasks are loaded from the released "
+    throw InputError("InfiniteBench task '" + request.task +
+                     "' is not generated (generated: " + join(tasks, ", ") +
+                     "); the other tasks are loaded from the released "
                      "JSONL files");
   if (request.num_samples < 1) throw InputError("InfiniteBench: --num must be at least 1");
   TokenCounter counter(tokenizer);

@@ -26,10 +26,12 @@ std::vector<Sample> load_infinitebench(const std::string& data_dir, const std::s
                                        const InfiniteBenchLoadOptions& options = {});
 
 Sample infinitebench_sample_from_record(const nlohmann::json& record, const std::string& task,
-                                        const std::string& where, const InfiniteBenchLoadOptions& options = {});
+                                        const std::string& where,
+                                        const InfiniteBenchLoadOptions& options = {});
 
 // The label compute_scores.py scores against: [answer, "ABCD"[options.index(answer)]] for
 // longbook_choice_eng and code_debug, else the raw answer.
-nlohmann::json infinitebench_label(const nlohmann::json& record, const std::string& task, const std::string& where);
+nlohmann::json infinitebench_label(const nlohmann::json& record, const std::string& task,
+                                   const std::string& where);
 
 }  // namespace kvb

@@ -4,9 +4,8 @@
 // tokens and the truncation limits.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace kvb {
 

@@ -16,14 +16,16 @@ namespace {
 using py::Text;
 using py::TextView;
 
-[[noreturn]] void bad_label(const std::string& task, const nlohmann::json& label, const std::string& want) {
+[[noreturn]] void bad_label(const std::string& task, const nlohmann::json& label,
+                            const std::string& want) {
   throw InputError("InfiniteBench " + task + ": label " + label.dump() + " is not " + want);
 }
 
 // A label that should be one string: a string, or the first element of a list of strings.
 Text single_string_label(const std::string& task, const nlohmann::json& label) {
   if (label.is_string()) return py::T(label.get<std::string>());
-  if (label.is_array() && !label.empty() && label[0].is_string()) return py::T(label[0].get<std::string>());
+  if (label.is_array() && !label.empty() && label[0].is_string())
+    return py::T(label[0].get<std::string>());
   if (label.is_number_integer()) return py::T(std::to_string(label.get<long long>()));
   bad_label(task, label, "a string or a list of strings");
 }
@@ -134,7 +136,8 @@ bool score_math_find(TextView pred, const nlohmann::json& raw_label) {
     const std::string s = label.get<std::string>();
     const auto value = py::parse_simple_float(py::T(s));
     if (!value) bad_label("math_find", raw_label, "a number");
-    label = s.find('.') != std::string::npos ? nlohmann::json(*value) : nlohmann::json(static_cast<long long>(*value));
+    label = s.find('.') != std::string::npos ? nlohmann::json(*value)
+                                             : nlohmann::json(static_cast<long long>(*value));
   }
   const auto match = first_number(pred);
   if (!match) return false;
@@ -151,7 +154,8 @@ bool score_math_find(TextView pred, const nlohmann::json& raw_label) {
 }
 
 bool score_longdialogue(TextView pred, const nlohmann::json& label) {
-  // label[0]: the first name of a list, or (as Python indexing does) the first character of a string.
+  // label[0]: the first name of a list, or (as Python indexing does) the first character of a
+  // string.
   Text wanted;
   if (label.is_array() && !label.empty() && label[0].is_string()) {
     wanted = py::T(label[0].get<std::string>());
@@ -168,7 +172,9 @@ bool score_longdialogue(TextView pred, const nlohmann::json& label) {
 
 bool score_choice(TextView raw_pred, const nlohmann::json& label) {
   const std::vector<Text> labels = string_list_label("longbook_choice_eng", label);
-  const auto in_labels = [&](TextView s) { return std::find(labels.begin(), labels.end(), Text(s)) != labels.end(); };
+  const auto in_labels = [&](TextView s) {
+    return std::find(labels.begin(), labels.end(), Text(s)) != labels.end();
+  };
   const Text pred = py::strip(raw_pred);
   if (pred.empty()) return false;
   if (TextView(U"ABCD").find(pred[0]) != TextView::npos) return in_labels(pred.substr(0, 1));
@@ -189,7 +195,8 @@ bool score_choice(TextView raw_pred, const nlohmann::json& label) {
 }
 
 double score_math_calc(TextView pred, const nlohmann::json& label, const std::string& model_name) {
-  if (!label.is_array() || label.empty()) bad_label("math_calc", label, "a non-empty list of integers");
+  if (!label.is_array() || label.empty())
+    bad_label("math_calc", label, "a non-empty list of integers");
   std::vector<long long> numbers;
   size_t i = 0;
   while (i < pred.size()) {
@@ -215,7 +222,8 @@ double score_math_calc(TextView pred, const nlohmann::json& label, const std::st
 double max_over_labels(const std::string& task, TextView pred, const nlohmann::json& label,
                        double (*metric)(TextView, TextView)) {
   double best = 0;
-  for (const auto& truth : string_list_label(task, label)) best = std::max(best, metric(pred, truth));
+  for (const auto& truth : string_list_label(task, label))
+    best = std::max(best, metric(pred, truth));
   return best;
 }
 
@@ -231,9 +239,9 @@ double score_sum(TextView pred, const nlohmann::json& label) {
 
 const std::vector<std::string>& infinitebench_tasks() {
   static const std::vector<std::string> tasks = {
-      "passkey",         "number_string",    "kv_retrieval", "longdialogue_qa_eng",
+      "passkey",          "number_string",       "kv_retrieval",    "longdialogue_qa_eng",
       "longbook_sum_eng", "longbook_choice_eng", "longbook_qa_eng", "longbook_qa_chn",
-      "math_find",       "math_calc",        "code_run",     "code_debug"};
+      "math_find",        "math_calc",           "code_run",        "code_debug"};
   return tasks;
 }
 

@@ -3,10 +3,9 @@
 // several scorers depend on the label's Python type.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace kvb {
 

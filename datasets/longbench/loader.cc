@@ -10,24 +10,28 @@
 namespace kvb {
 namespace {
 
-std::string required_string(const nlohmann::json& record, const char* key, const std::string& where) {
+std::string required_string(const nlohmann::json& record, const char* key,
+                            const std::string& where) {
   auto it = record.find(key);
   if (it == record.end() || !it->is_string())
     throw FormatError(where + ": LongBench record needs a string field \"" + key + "\"");
   return it->get<std::string>();
 }
 
-std::vector<std::string> string_list(const nlohmann::json& record, const char* key, const std::string& where,
-                                     bool required) {
+std::vector<std::string> string_list(const nlohmann::json& record, const char* key,
+                                     const std::string& where, bool required) {
   auto it = record.find(key);
   if (it == record.end() || it->is_null()) {
-    if (required) throw FormatError(where + ": LongBench record needs a list field \"" + key + "\"");
+    if (required)
+      throw FormatError(where + ": LongBench record needs a list field \"" + key + "\"");
     return {};
   }
-  if (!it->is_array()) throw FormatError(where + ": field \"" + key + "\" must be a list of strings");
+  if (!it->is_array())
+    throw FormatError(where + ": field \"" + key + "\" must be a list of strings");
   std::vector<std::string> out;
   for (const auto& item : *it) {
-    if (!item.is_string()) throw FormatError(where + ": field \"" + key + "\" must be a list of strings");
+    if (!item.is_string())
+      throw FormatError(where + ": field \"" + key + "\" must be a list of strings");
     out.push_back(item.get<std::string>());
   }
   return out;
@@ -43,7 +47,9 @@ Sample longbench_sample_from_record(const nlohmann::json& record, const std::str
   Sample s;
   s.benchmark = "longbench";
   s.task = dataset_name;
-  s.id = dataset_name + "/" + (record.contains("_id") && record["_id"].is_string() ? record["_id"].get<std::string>() : where);
+  s.id = dataset_name + "/" +
+         (record.contains("_id") && record["_id"].is_string() ? record["_id"].get<std::string>()
+                                                              : where);
   s.references = string_list(record, "answers", where, /*required=*/true);
   s.all_classes = string_list(record, "all_classes", where, /*required=*/false);
   s.max_new_tokens = dataset.max_new_tokens;
@@ -58,7 +64,8 @@ Sample longbench_sample_from_record(const nlohmann::json& record, const std::str
   s.question_part = longbench_format_prompt(tail_only, "", input);
   s.context_part = full.substr(0, full.size() - s.question_part.size());
   if (options.tokenizer && options.max_length > 0) {
-    const std::string truncated = truncate_middle(*options.tokenizer, full, options.max_length, TailRounding::kSameAsHead);
+    const std::string truncated =
+        truncate_middle(*options.tokenizer, full, options.max_length, TailRounding::kSameAsHead);
     if (truncated != full) split_truncated_prompt(truncated, s.context_part, s.question_part);
   }
   s.extra = nlohmann::json::object();
@@ -83,11 +90,16 @@ std::vector<Sample> load_longbench(const std::string& data_dir, const std::strin
                      "folder with --data-dir)");
   const std::string path = (std::filesystem::path(data_dir) / (dataset + ".jsonl")).string();
   if (!std::filesystem::exists(path))
-    throw InputError("LongBench file '" + path + "' is missing (expected " + dataset + ".jsonl in --data-dir)");
+    throw InputError("LongBench file '" + path + "' is missing (expected " + dataset +
+                     ".jsonl in --data-dir)");
   std::vector<Sample> samples;
-  for_each_jsonl_record(path, [&](const nlohmann::json& record, size_t line) {
-    samples.push_back(longbench_sample_from_record(record, dataset, path + ":" + std::to_string(line), options));
-  }, options.limit);
+  for_each_jsonl_record(
+      path,
+      [&](const nlohmann::json& record, size_t line) {
+        samples.push_back(longbench_sample_from_record(record, dataset,
+                                                       path + ":" + std::to_string(line), options));
+      },
+      options.limit);
   return samples;
 }
 

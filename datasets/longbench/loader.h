@@ -21,12 +21,14 @@ struct LongBenchLoadOptions {
 };
 
 // `dataset` is a LongBench name, or a LongBench-E name ending in "_e". Throws InputError for a
-// missing folder or file or an unknown dataset, FormatError "FILE:LINE: ..." for a malformed record.
+// missing folder or file or an unknown dataset, FormatError "FILE:LINE: ..." for a malformed
+// record.
 std::vector<Sample> load_longbench(const std::string& data_dir, const std::string& dataset,
                                    const LongBenchLoadOptions& options = {});
 
 // One record (the parsed JSON object of a data line) as a Sample; `where` names it in errors.
 Sample longbench_sample_from_record(const nlohmann::json& record, const std::string& dataset,
-                                    const std::string& where, const LongBenchLoadOptions& options = {});
+                                    const std::string& where,
+                                    const LongBenchLoadOptions& options = {});
 
 }  // namespace kvb

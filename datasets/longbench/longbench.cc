@@ -27,23 +27,46 @@ const LongBenchDataset& longbench_dataset(std::string_view name) {
   for (const auto& d : longbench_datasets())
     if (d.name == base) return d;
   std::string known;
-  for (const auto& d : longbench_datasets()) known += (known.empty() ? "" : ", ") + std::string(d.name);
+  for (const auto& d : longbench_datasets())
+    known += (known.empty() ? "" : ", ") + std::string(d.name);
   throw InputError("unknown LongBench dataset '" + std::string(name) + "' (known: " + known +
                    "; LongBench-E names add \"_e\")");
 }
 
 const std::vector<std::string>& longbench_kv_paper_datasets() {
-  static const std::vector<std::string> names = {
-      "narrativeqa", "qasper",   "multifieldqa_en", "hotpotqa", "2wikimqa",      "musique",
-      "gov_report",  "qmsum",    "multi_news",      "trec",     "triviaqa",      "samsum",
-      "passage_count", "passage_retrieval_en", "lcc", "repobench-p"};
+  static const std::vector<std::string> names = {"narrativeqa",
+                                                 "qasper",
+                                                 "multifieldqa_en",
+                                                 "hotpotqa",
+                                                 "2wikimqa",
+                                                 "musique",
+                                                 "gov_report",
+                                                 "qmsum",
+                                                 "multi_news",
+                                                 "trec",
+                                                 "triviaqa",
+                                                 "samsum",
+                                                 "passage_count",
+                                                 "passage_retrieval_en",
+                                                 "lcc",
+                                                 "repobench-p"};
   return names;
 }
 
 const std::vector<std::string>& longbench_e_datasets() {
-  static const std::vector<std::string> names = {
-      "qasper", "multifieldqa_en", "hotpotqa", "2wikimqa", "gov_report", "multi_news", "trec",
-      "triviaqa", "samsum", "passage_count", "passage_retrieval_en", "lcc", "repobench-p"};
+  static const std::vector<std::string> names = {"qasper",
+                                                 "multifieldqa_en",
+                                                 "hotpotqa",
+                                                 "2wikimqa",
+                                                 "gov_report",
+                                                 "multi_news",
+                                                 "trec",
+                                                 "triviaqa",
+                                                 "samsum",
+                                                 "passage_count",
+                                                 "passage_retrieval_en",
+                                                 "lcc",
+                                                 "repobench-p"};
   return names;
 }
 
@@ -82,7 +105,8 @@ std::string longbench_postprocess(const LongBenchDataset& dataset, std::string_v
   size_t start = 0;
   while (start < prediction.size() && prediction[start] == '\n') ++start;
   const size_t end = prediction.find('\n', start);
-  return std::string(prediction.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
+  return std::string(prediction.substr(
+      start, end == std::string_view::npos ? std::string_view::npos : end - start));
 }
 
 double longbench_metric(const LongBenchDataset& dataset, std::string_view prediction,
@@ -109,17 +133,20 @@ double longbench_metric(const LongBenchDataset& dataset, std::string_view predic
 
 double longbench_score_sample(const LongBenchDataset& dataset, std::string_view prediction,
                               const std::vector<std::string>& answers,
-                              const std::vector<std::string>& all_classes, FuzzBackend code_sim_backend) {
+                              const std::vector<std::string>& all_classes,
+                              FuzzBackend code_sim_backend) {
   const std::string pred = longbench_postprocess(dataset, prediction);
   double score = 0.0;
-  for (const auto& truth : answers) score = std::max(score, longbench_metric(dataset, pred, truth, all_classes, code_sim_backend));
+  for (const auto& truth : answers)
+    score = std::max(score, longbench_metric(dataset, pred, truth, all_classes, code_sim_backend));
   return score;
 }
 
 double python_round2(double x) {
   if (!std::isfinite(x)) return x;
   char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.2f", x);  // correctly rounded, ties to even on the exact value
+  std::snprintf(buffer, sizeof buffer, "%.2f",
+                x);  // correctly rounded, ties to even on the exact value
   return std::strtod(buffer, nullptr);
 }
 
@@ -139,7 +166,8 @@ double longbench_dataset_average(const std::map<std::string, double>& scores) {
 std::map<std::string, double> longbench_category_means(const std::map<std::string, double>& scores,
                                                        std::string_view language) {
   if (language != "en" && language != "zh")
-    throw InputError("LongBench category average: language must be 'en' or 'zh', not '" + std::string(language) + "'");
+    throw InputError("LongBench category average: language must be 'en' or 'zh', not '" +
+                     std::string(language) + "'");
   std::map<std::string, std::pair<double, int>> sums;
   for (const auto& [name, score] : scores) {
     const LongBenchDataset& d = longbench_dataset(name);
@@ -149,13 +177,16 @@ std::map<std::string, double> longbench_category_means(const std::map<std::strin
     ++count;
   }
   std::map<std::string, double> means;
-  for (const auto& [category, sum_count] : sums) means[category] = sum_count.first / sum_count.second;
+  for (const auto& [category, sum_count] : sums)
+    means[category] = sum_count.first / sum_count.second;
   return means;
 }
 
-double longbench_category_average(const std::map<std::string, double>& scores, std::string_view language) {
+double longbench_category_average(const std::map<std::string, double>& scores,
+                                  std::string_view language) {
   const auto means = longbench_category_means(scores, language);
-  if (means.empty()) throw InputError("no LongBench dataset of language '" + std::string(language) + "' to average");
+  if (means.empty())
+    throw InputError("no LongBench dataset of language '" + std::string(language) + "' to average");
   double sum = 0;
   for (const auto& [category, mean] : means) sum += mean;
   return sum / static_cast<double>(means.size());

@@ -17,9 +17,11 @@ namespace kvb {
 
 struct LongBenchDataset {
   std::string_view name;
-  std::string_view category;  // Single-Doc QA, Multi-Doc QA, Summarization, Few-shot, Synthetic, Code
+  std::string_view
+      category;  // Single-Doc QA, Multi-Doc QA, Summarization, Few-shot, Synthetic, Code
   std::string_view language;  // en, zh, code
-  std::string_view metric;    // qa_f1, qa_f1_zh, rouge, rouge_zh, classification, retrieval, retrieval_zh, count, code_sim
+  std::string_view metric;    // qa_f1, qa_f1_zh, rouge, rouge_zh, classification, retrieval,
+                              // retrieval_zh, count, code_sim
   int max_new_tokens;         // dataset2maxlen.json
   bool uses_chat_template;    // false for trec, triviaqa, samsum, lsht, lcc, repobench-p (pred.py)
   bool first_line_only;       // eval.py keeps the first line for trec, triviaqa, samsum, lsht
@@ -64,7 +66,8 @@ double longbench_dataset_average(const std::map<std::string, double>& scores);
 // The leaderboard "Avg": mean over categories of the mean of that category's datasets, for
 // language "en" (English datasets + code) or "zh" (Chinese datasets + code). Categories with no
 // dataset in `scores` are left out. Throws InputError if no category is present.
-double longbench_category_average(const std::map<std::string, double>& scores, std::string_view language);
+double longbench_category_average(const std::map<std::string, double>& scores,
+                                  std::string_view language);
 // The per-category means used by longbench_category_average.
 std::map<std::string, double> longbench_category_means(const std::map<std::string, double>& scores,
                                                        std::string_view language);

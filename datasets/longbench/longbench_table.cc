@@ -1,29 +1,39 @@
 // The 21 LongBench v1 datasets, written from the official config files (THUDM/LongBench,
 // LongBench/config/ at 2e00731): the prompt strings are byte for byte those of dataset2prompt.json
-// (typos such as "asconcisely" and trailing spaces included), max_new_tokens is dataset2maxlen.json,
-// the metric is eval.py's dataset2metric, the chat-template skip list is pred.py's, the category is
-// the README's. tests/datasets/longbench_test.cc compares every string and limit with the JSON files.
+// (typos such as "asconcisely" and trailing spaces included), max_new_tokens is
+// dataset2maxlen.json, the metric is eval.py's dataset2metric, the chat-template skip list is
+// pred.py's, the category is the README's. tests/datasets/longbench_test.cc compares every string
+// and limit with the JSON files.
 #include "datasets/longbench/longbench_table.h"
 
 namespace kvb {
 
 const LongBenchDataset kLongBenchDatasets[kLongBenchDatasetCount] = {
     {"narrativeqa", "Single-Doc QA", "en", "qa_f1", 128, true, false,
-     "You are given a story, which can be either a novel or a movie script, and a question. Answer the question asconcisely as you can, using a single phrase if possible. Do not provide any explanation.\n"
+     "You are given a story, which can be either a novel or a movie script, and a question. Answer "
+     "the question asconcisely as you can, using a single phrase if possible. Do not provide any "
+     "explanation.\n"
      "\n"
      "Story: {context}\n"
      "\n"
-     "Now, answer the question based on the story asconcisely as you can, using a single phrase if possible. Do not provide any explanation.\n"
+     "Now, answer the question based on the story asconcisely as you can, using a single phrase if "
+     "possible. Do not provide any explanation.\n"
      "\n"
      "Question: {input}\n"
      "\n"
      "Answer:"},
     {"qasper", "Single-Doc QA", "en", "qa_f1", 128, true, false,
-     "You are given a scientific article and a question. Answer the question as concisely as you can, using a single phrase or sentence if possible. If the question cannot be answered based on the information in the article, write \"unanswerable\". If the question is a yes/no question, answer \"yes\", \"no\", or \"unanswerable\". Do not provide any explanation.\n"
+     "You are given a scientific article and a question. Answer the question as concisely as you "
+     "can, using a single phrase or sentence if possible. If the question cannot be answered based "
+     "on the information in the article, write \"unanswerable\". If the question is a yes/no "
+     "question, answer \"yes\", \"no\", or \"unanswerable\". Do not provide any explanation.\n"
      "\n"
      "Article: {context}\n"
      "\n"
-     " Answer the question based on the above article as concisely as you can, using a single phrase or sentence if possible. If the question cannot be answered based on the information in the article, write \"unanswerable\". If the question is a yes/no question, answer \"yes\", \"no\", or \"unanswerable\". Do not provide any explanation.\n"
+     " Answer the question based on the above article as concisely as you can, using a single "
+     "phrase or sentence if possible. If the question cannot be answered based on the information "
+     "in the article, write \"unanswerable\". If the question is a yes/no question, answer "
+     "\"yes\", \"no\", or \"unanswerable\". Do not provide any explanation.\n"
      "\n"
      "Question: {input}\n"
      "\n"
@@ -33,7 +43,8 @@ const LongBenchDataset kLongBenchDatasets[kLongBenchDatasetCount] = {
      "\n"
      "{context}\n"
      "\n"
-     "Now, answer the following question based on the above text, only give me the answer and do not output any other words.\n"
+     "Now, answer the following question based on the above text, only give me the answer and do "
+     "not output any other words.\n"
      "\n"
      "Question: {input}\n"
      "Answer:"},
@@ -47,32 +58,38 @@ const LongBenchDataset kLongBenchDatasets[kLongBenchDatasetCount] = {
      "问题：{input}\n"
      "回答："},
     {"hotpotqa", "Multi-Doc QA", "en", "qa_f1", 32, true, false,
-     "Answer the question based on the given passages. Only give me the answer and do not output any other words.\n"
+     "Answer the question based on the given passages. Only give me the answer and do not output "
+     "any other words.\n"
      "\n"
      "The following are given passages.\n"
      "{context}\n"
      "\n"
-     "Answer the question based on the given passages. Only give me the answer and do not output any other words.\n"
+     "Answer the question based on the given passages. Only give me the answer and do not output "
+     "any other words.\n"
      "\n"
      "Question: {input}\n"
      "Answer:"},
     {"2wikimqa", "Multi-Doc QA", "en", "qa_f1", 32, true, false,
-     "Answer the question based on the given passages. Only give me the answer and do not output any other words.\n"
+     "Answer the question based on the given passages. Only give me the answer and do not output "
+     "any other words.\n"
      "\n"
      "The following are given passages.\n"
      "{context}\n"
      "\n"
-     "Answer the question based on the given passages. Only give me the answer and do not output any other words.\n"
+     "Answer the question based on the given passages. Only give me the answer and do not output "
+     "any other words.\n"
      "\n"
      "Question: {input}\n"
      "Answer:"},
     {"musique", "Multi-Doc QA", "en", "qa_f1", 32, true, false,
-     "Answer the question based on the given passages. Only give me the answer and do not output any other words.\n"
+     "Answer the question based on the given passages. Only give me the answer and do not output "
+     "any other words.\n"
      "\n"
      "The following are given passages.\n"
      "{context}\n"
      "\n"
-     "Answer the question based on the given passages. Only give me the answer and do not output any other words.\n"
+     "Answer the question based on the given passages. Only give me the answer and do not output "
+     "any other words.\n"
      "\n"
      "Question: {input}\n"
      "Answer:"},
@@ -95,7 +112,8 @@ const LongBenchDataset kLongBenchDatasets[kLongBenchDatasetCount] = {
      "\n"
      "Summary:"},
     {"qmsum", "Summarization", "en", "rouge", 512, true, false,
-     "You are given a meeting transcript and a query containing a question or instruction. Answer the query in one or more sentences.\n"
+     "You are given a meeting transcript and a query containing a question or instruction. Answer "
+     "the query in one or more sentences.\n"
      "\n"
      "Transcript:\n"
      "{context}\n"
@@ -125,7 +143,8 @@ const LongBenchDataset kLongBenchDatasets[kLongBenchDatasetCount] = {
      "{context}\n"
      "{input}"},
     {"triviaqa", "Few-shot", "en", "qa_f1", 32, false, true,
-     "Answer the question based on the given passage. Only give me the answer and do not output any other words. The following are some examples.\n"
+     "Answer the question based on the given passage. Only give me the answer and do not output "
+     "any other words. The following are some examples.\n"
      "\n"
      "{context}\n"
      "\n"
@@ -142,15 +161,20 @@ const LongBenchDataset kLongBenchDatasets[kLongBenchDatasetCount] = {
      "{context}\n"
      "{input}"},
     {"passage_count", "Synthetic", "en", "count", 32, true, false,
-     "There are some paragraphs below sourced from Wikipedia. Some of them may be duplicates. Please carefully read these paragraphs and determine how many unique paragraphs there are after removing duplicates. In other words, how many non-repeating paragraphs are there in total?\n"
+     "There are some paragraphs below sourced from Wikipedia. Some of them may be duplicates. "
+     "Please carefully read these paragraphs and determine how many unique paragraphs there are "
+     "after removing duplicates. In other words, how many non-repeating paragraphs are there in "
+     "total?\n"
      "\n"
      "{context}\n"
      "\n"
-     "Please enter the final count of unique paragraphs after removing duplicates. The output format should only contain the number, such as 1, 2, 3, and so on.\n"
+     "Please enter the final count of unique paragraphs after removing duplicates. The output "
+     "format should only contain the number, such as 1, 2, 3, and so on.\n"
      "\n"
      "The final answer is: "},
     {"passage_retrieval_en", "Synthetic", "en", "retrieval", 32, true, false,
-     "Here are 30 paragraphs from Wikipedia, along with an abstract. Please determine which paragraph the abstract is from.\n"
+     "Here are 30 paragraphs from Wikipedia, along with an abstract. Please determine which "
+     "paragraph the abstract is from.\n"
      "\n"
      "{context}\n"
      "\n"
@@ -158,7 +182,8 @@ const LongBenchDataset kLongBenchDatasets[kLongBenchDatasetCount] = {
      "\n"
      "{input}\n"
      "\n"
-     "Please enter the number of the paragraph that the abstract is from. The answer format must be like \"Paragraph 1\", \"Paragraph 2\", etc.\n"
+     "Please enter the number of the paragraph that the abstract is from. The answer format must "
+     "be like \"Paragraph 1\", \"Paragraph 2\", etc.\n"
      "\n"
      "The answer is: "},
     {"passage_retrieval_zh", "Synthetic", "zh", "retrieval_zh", 32, true, false,

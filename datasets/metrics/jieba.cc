@@ -37,13 +37,15 @@ std::string read_file(const std::filesystem::path& path) {
 // A reader for the Python dict literals in finalseg/prob_*.py: `P={'B': {'\u4e00': -3.65, ...}}`.
 class PyLiteralReader {
  public:
-  PyLiteralReader(std::string text, std::string name) : text_(std::move(text)), name_(std::move(name)) {
+  PyLiteralReader(std::string text, std::string name)
+      : text_(std::move(text)), name_(std::move(name)) {
     const size_t start = text_.find("P={");
     if (start == std::string::npos) fail("no 'P={'");
     pos_ = start + 2;
   }
 
-  // Calls on_entry(key, reader) for each key of the dict at the cursor; the callback reads the value.
+  // Calls on_entry(key, reader) for each key of the dict at the cursor; the callback reads the
+  // value.
   template <typename F>
   void read_dict(F&& on_entry) {
     expect('{');
@@ -76,7 +78,8 @@ class PyLiteralReader {
   }
 
   [[noreturn]] void fail(const std::string& what) const {
-    throw FormatError("malformed jieba table " + name_ + " at byte " + std::to_string(pos_) + ": " + what);
+    throw FormatError("malformed jieba table " + name_ + " at byte " + std::to_string(pos_) + ": " +
+                      what);
   }
 
  private:
@@ -110,7 +113,8 @@ class PyLiteralReader {
       if (kind == 'u' || kind == 'U' || kind == 'x') {
         const size_t digits = kind == 'u' ? 4 : kind == 'U' ? 8 : 2;
         if (pos_ + 2 + digits > text_.size()) fail("short escape");
-        out.push_back(static_cast<char32_t>(std::stoul(text_.substr(pos_ + 2, digits), nullptr, 16)));
+        out.push_back(
+            static_cast<char32_t>(std::stoul(text_.substr(pos_ + 2, digits), nullptr, 16)));
         pos_ += 2 + digits;
       } else if (kind == '\\' || kind == '\'' || kind == '"') {
         out.push_back(static_cast<char32_t>(kind));
@@ -139,8 +143,8 @@ int state_of_key(const py::Text& key, PyLiteralReader& reader) {
 // jieba's re_han_default character class.
 bool is_han_default(char32_t c) {
   return (c >= 0x4E00 && c <= 0x9FD5) || (c >= U'a' && c <= U'z') || (c >= U'A' && c <= U'Z') ||
-         (c >= U'0' && c <= U'9') || c == U'+' || c == U'#' || c == U'&' || c == U'.' || c == U'_' ||
-         c == U'%' || c == U'-';
+         (c >= U'0' && c <= U'9') || c == U'+' || c == U'#' || c == U'&' || c == U'.' ||
+         c == U'_' || c == U'%' || c == U'-';
 }
 
 bool is_han(char32_t c) { return c >= 0x4E00 && c <= 0x9FD5; }  // finalseg.re_han
@@ -148,8 +152,8 @@ bool is_ascii_alnum(char32_t c) {
   return (c >= U'a' && c <= U'z') || (c >= U'A' && c <= U'Z') || (c >= U'0' && c <= U'9');
 }
 
-// finalseg.re_skip `[a-zA-Z0-9]+(?:\.\d+)?%?` matched at `pos` (which holds an ASCII alnum); returns
-// the end of the match.
+// finalseg.re_skip `[a-zA-Z0-9]+(?:\.\d+)?%?` matched at `pos` (which holds an ASCII alnum);
+// returns the end of the match.
 size_t match_skip_token(py::TextView text, size_t pos) {
   size_t end = pos;
   while (end < text.size() && is_ascii_alnum(text[end])) ++end;
@@ -170,9 +174,10 @@ JiebaSegmenter::JiebaSegmenter(const std::string& jieba_dir) {
   const std::filesystem::path dict_path = dir / "dict.txt";
   std::ifstream dict(dict_path, std::ios::binary);
   if (!dict)
-    throw InputError("Chinese metrics are unsupported here: jieba's dictionary " + dict_path.string() +
-                     " is missing (install Debian's python3-jieba, see harness/scripts/setup.sh, or set "
-                     "KVB_JIEBA_DIR to a jieba 0.42.1 package folder)");
+    throw InputError(
+        "Chinese metrics are unsupported here: jieba's dictionary " + dict_path.string() +
+        " is missing (install Debian's python3-jieba, see harness/scripts/setup.sh, or set "
+        "KVB_JIEBA_DIR to a jieba 0.42.1 package folder)");
   long long total = 0;
   std::string line;
   size_t line_number = 0;
@@ -184,10 +189,14 @@ JiebaSegmenter::JiebaSegmenter(const std::string& jieba_dir) {
     while (e > b && std::isspace(static_cast<unsigned char>(line[e - 1]))) --e;
     const std::string stripped = line.substr(b, e - b);
     const size_t space = stripped.find(' ');
-    const size_t space2 = space == std::string::npos ? std::string::npos : stripped.find(' ', space + 1);
+    const size_t space2 =
+        space == std::string::npos ? std::string::npos : stripped.find(' ', space + 1);
     char* end = nullptr;
     const std::string freq_text =
-        space == std::string::npos ? "" : stripped.substr(space + 1, space2 == std::string::npos ? std::string::npos : space2 - space - 1);
+        space == std::string::npos
+            ? ""
+            : stripped.substr(space + 1,
+                              space2 == std::string::npos ? std::string::npos : space2 - space - 1);
     const long long freq = std::strtoll(freq_text.c_str(), &end, 10);
     if (freq_text.empty() || *end != '\0')
       throw FormatError("invalid jieba dictionary entry in " + dict_path.string() + " at line " +
@@ -206,7 +215,8 @@ JiebaSegmenter::JiebaSegmenter(const std::string& jieba_dir) {
   load("prob_start.py", [&](int s, PyLiteralReader& r) { start_[s] = r.read_number(); });
   for (auto& row : transition_) row.fill(kMinFloat);
   load("prob_trans.py", [&](int from, PyLiteralReader& r) {
-    r.read_dict([&](const py::Text& key) { transition_[from][state_of_key(key, r)] = r.read_number(); });
+    r.read_dict(
+        [&](const py::Text& key) { transition_[from][state_of_key(key, r)] = r.read_number(); });
   });
   load("prob_emit.py", [&](int s, PyLiteralReader& r) {
     r.read_dict([&](const py::Text& key) {
@@ -279,7 +289,8 @@ void JiebaSegmenter::cut_dag(py::TextView block, std::vector<py::Text>& out) con
     for (size_t x : dag[idx]) {
       bool found = false;
       const long long freq = frequency(block.substr(idx, x + 1 - idx), &found);
-      const double value = std::log(static_cast<double>(freq ? freq : 1)) - log_total_ + route[x + 1].first;
+      const double value =
+          std::log(static_cast<double>(freq ? freq : 1)) - log_total_ + route[x + 1].first;
       if (first || value > route[idx].first || (value == route[idx].first && x > route[idx].second))
         route[idx] = {value, x};
       first = false;

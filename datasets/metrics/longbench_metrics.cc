@@ -24,7 +24,8 @@ py::Text paragraph_id(py::TextView ground_truth, py::TextView label) {
     if (pos == py::TextView::npos) break;
     size_t end = pos + label.size();
     while (end < ground_truth.size() && py::is_decimal_digit(ground_truth[end])) ++end;
-    if (end > pos + label.size()) return py::Text(ground_truth.substr(pos + label.size(), end - pos - label.size()));
+    if (end > pos + label.size())
+      return py::Text(ground_truth.substr(pos + label.size(), end - pos - label.size()));
     from = pos + 1;
   }
   throw InputError("LongBench retrieval answer '" + py::to_utf8(ground_truth) + "' has no '" +
@@ -46,7 +47,8 @@ double classification_score(py::TextView prediction, py::TextView ground_truth,
     if (py::contains(ground_truth, term) && term != ground_truth)
       matches.erase(std::find(matches.begin(), matches.end(), term));
   }
-  if (std::find(matches.begin(), matches.end(), py::Text(ground_truth)) == matches.end()) return 0.0;
+  if (std::find(matches.begin(), matches.end(), py::Text(ground_truth)) == matches.end())
+    return 0.0;
   return 1.0 / static_cast<double>(matches.size());
 }
 
@@ -65,7 +67,8 @@ double count_score(py::TextView prediction, py::TextView ground_truth) {
 double code_sim_score(py::TextView prediction, py::TextView ground_truth, FuzzBackend backend) {
   py::Text line;
   for (const auto& candidate : py::split(py::lstrip_chars(prediction, U"\n"), U"\n")) {
-    if (!py::contains(candidate, U"`") && !py::contains(candidate, U"#") && !py::contains(candidate, U"//")) {
+    if (!py::contains(candidate, U"`") && !py::contains(candidate, U"#") &&
+        !py::contains(candidate, U"//")) {
       line = candidate;
       break;
     }

@@ -29,9 +29,12 @@ bool is_consonant(const std::string& w, size_t i) {
 std::vector<bool> consonant_flags(const std::string& w) {
   std::vector<bool> flags;
   for (size_t i = 0; i < w.size(); ++i) {
-    if (is_vowel(w[i])) flags.push_back(false);
-    else if (w[i] == 'y') flags.push_back(i == 0 ? true : !flags[i - 1]);
-    else flags.push_back(true);
+    if (is_vowel(w[i]))
+      flags.push_back(false);
+    else if (w[i] == 'y')
+      flags.push_back(i == 0 ? true : !flags[i - 1]);
+    else
+      flags.push_back(true);
   }
   return flags;
 }
@@ -57,14 +60,15 @@ bool ends_double_consonant(const std::string& w) {
 
 bool ends_cvc(const std::string& w) {
   const size_t n = w.size();
-  if (n >= 3 && is_consonant(w, n - 3) && !is_consonant(w, n - 2) && is_consonant(w, n - 1) && w[n - 1] != 'w' &&
-      w[n - 1] != 'x' && w[n - 1] != 'y')
+  if (n >= 3 && is_consonant(w, n - 3) && !is_consonant(w, n - 2) && is_consonant(w, n - 1) &&
+      w[n - 1] != 'w' && w[n - 1] != 'x' && w[n - 1] != 'y')
     return true;
   return n == 2 && !is_consonant(w, 0) && is_consonant(w, 1);  // NLTK extension
 }
 
 bool ends_with(const std::string& w, const std::string& suffix) {
-  return w.size() >= suffix.size() && w.compare(w.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return w.size() >= suffix.size() &&
+         w.compare(w.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 struct Rule {
@@ -89,7 +93,8 @@ std::string apply_rules(const std::string& w, const std::vector<Rule>& rules) {
   return w;
 }
 
-std::string replace_suffix(const std::string& w, size_t suffix_length, const std::string& replacement) {
+std::string replace_suffix(const std::string& w, size_t suffix_length,
+                           const std::string& replacement) {
   return w.substr(0, w.size() - suffix_length) + replacement;
 }
 
@@ -117,34 +122,61 @@ std::string step1b(const std::string& w) {
   }
   if (!found) return w;
   const char last = intermediate.back();
-  return apply_rules(intermediate,
-                     {{"at", "ate", {}},
-                      {"bl", "ble", {}},
-                      {"iz", "ize", {}},
-                      {"*d", std::string(1, last), [last](const std::string&) { return last != 'l' && last != 's' && last != 'z'; }},
-                      {"", "e", [](const std::string& stem) { return measure(stem) == 1 && ends_cvc(stem); }}});
+  return apply_rules(
+      intermediate,
+      {{"at", "ate", {}},
+       {"bl", "ble", {}},
+       {"iz", "ize", {}},
+       {"*d", std::string(1, last),
+        [last](const std::string&) { return last != 'l' && last != 's' && last != 'z'; }},
+       {"", "e", [](const std::string& stem) { return measure(stem) == 1 && ends_cvc(stem); }}});
 }
 
 std::string step1c(const std::string& w) {
-  return apply_rules(w, {{"y", "i", [](const std::string& stem) { return stem.size() > 1 && is_consonant(stem, stem.size() - 1); }}});
+  return apply_rules(w, {{"y", "i", [](const std::string& stem) {
+                            return stem.size() > 1 && is_consonant(stem, stem.size() - 1);
+                          }}});
 }
 
 std::string step2(const std::string& w) {
-  if (ends_with(w, "alli") && positive_measure(replace_suffix(w, 4, ""))) return step2(replace_suffix(w, 4, "al"));
+  if (ends_with(w, "alli") && positive_measure(replace_suffix(w, 4, "")))
+    return step2(replace_suffix(w, 4, "al"));
   const auto m = positive_measure;
-  return apply_rules(w, {{"ational", "ate", m}, {"tional", "tion", m}, {"enci", "ence", m},  {"anci", "ance", m},
-                         {"izer", "ize", m},    {"bli", "ble", m},     {"alli", "al", m},     {"entli", "ent", m},
-                         {"eli", "e", m},       {"ousli", "ous", m},   {"ization", "ize", m}, {"ation", "ate", m},
-                         {"ator", "ate", m},    {"alism", "al", m},    {"iveness", "ive", m}, {"fulness", "ful", m},
-                         {"ousness", "ous", m}, {"aliti", "al", m},    {"iviti", "ive", m},   {"biliti", "ble", m},
+  return apply_rules(w, {{"ational", "ate", m},
+                         {"tional", "tion", m},
+                         {"enci", "ence", m},
+                         {"anci", "ance", m},
+                         {"izer", "ize", m},
+                         {"bli", "ble", m},
+                         {"alli", "al", m},
+                         {"entli", "ent", m},
+                         {"eli", "e", m},
+                         {"ousli", "ous", m},
+                         {"ization", "ize", m},
+                         {"ation", "ate", m},
+                         {"ator", "ate", m},
+                         {"alism", "al", m},
+                         {"iveness", "ive", m},
+                         {"fulness", "ful", m},
+                         {"ousness", "ous", m},
+                         {"aliti", "al", m},
+                         {"iviti", "ive", m},
+                         {"biliti", "ble", m},
                          {"fulli", "ful", m},
-                         {"logi", "log", [&w](const std::string&) { return positive_measure(w.substr(0, w.size() - 3)); }}});
+                         {"logi", "log", [&w](const std::string&) {
+                            return positive_measure(w.substr(0, w.size() - 3));
+                          }}});
 }
 
 std::string step3(const std::string& w) {
   const auto m = positive_measure;
-  return apply_rules(w, {{"icate", "ic", m}, {"ative", "", m}, {"alize", "al", m}, {"iciti", "ic", m},
-                         {"ical", "ic", m}, {"ful", "", m}, {"ness", "", m}});
+  return apply_rules(w, {{"icate", "ic", m},
+                         {"ative", "", m},
+                         {"alize", "al", m},
+                         {"iciti", "ic", m},
+                         {"ical", "ic", m},
+                         {"ful", "", m},
+                         {"ness", "", m}});
 }
 
 std::string step4(const std::string& w) {
@@ -152,10 +184,25 @@ std::string step4(const std::string& w) {
   const auto ion = [](const std::string& stem) {
     return measure(stem) > 1 && !stem.empty() && (stem.back() == 's' || stem.back() == 't');
   };
-  return apply_rules(w, {{"al", "", m},   {"ance", "", m}, {"ence", "", m}, {"er", "", m},   {"ic", "", m},
-                         {"able", "", m}, {"ible", "", m}, {"ant", "", m},  {"ement", "", m}, {"ment", "", m},
-                         {"ent", "", m},  {"ion", "", ion}, {"ou", "", m},  {"ism", "", m},  {"ate", "", m},
-                         {"iti", "", m},  {"ous", "", m},  {"ive", "", m},  {"ize", "", m}});
+  return apply_rules(w, {{"al", "", m},
+                         {"ance", "", m},
+                         {"ence", "", m},
+                         {"er", "", m},
+                         {"ic", "", m},
+                         {"able", "", m},
+                         {"ible", "", m},
+                         {"ant", "", m},
+                         {"ement", "", m},
+                         {"ment", "", m},
+                         {"ent", "", m},
+                         {"ion", "", ion},
+                         {"ou", "", m},
+                         {"ism", "", m},
+                         {"ate", "", m},
+                         {"iti", "", m},
+                         {"ous", "", m},
+                         {"ive", "", m},
+                         {"ize", "", m}});
 }
 
 std::string step5a(const std::string& w) {
@@ -167,7 +214,9 @@ std::string step5a(const std::string& w) {
 }
 
 std::string step5b(const std::string& w) {
-  return apply_rules(w, {{"ll", "l", [&w](const std::string&) { return measure(w.substr(0, w.size() - 1)) > 1; }}});
+  return apply_rules(
+      w,
+      {{"ll", "l", [&w](const std::string&) { return measure(w.substr(0, w.size() - 1)) > 1; }}});
 }
 
 }  // namespace
@@ -175,9 +224,11 @@ std::string step5b(const std::string& w) {
 std::string porter_stem(const std::string& word) {
   // NLTK_EXTENSIONS irregular forms.
   static const std::map<std::string, std::string> pool = {
-      {"sky", "sky"},       {"skies", "sky"},     {"dying", "die"},     {"lying", "lie"},       {"tying", "tie"},
-      {"news", "news"},     {"innings", "inning"}, {"inning", "inning"}, {"outings", "outing"}, {"outing", "outing"},
-      {"cannings", "canning"}, {"canning", "canning"}, {"howe", "howe"}, {"proceed", "proceed"}, {"exceed", "exceed"},
+      {"sky", "sky"},        {"skies", "sky"},        {"dying", "die"},
+      {"lying", "lie"},      {"tying", "tie"},        {"news", "news"},
+      {"innings", "inning"}, {"inning", "inning"},    {"outings", "outing"},
+      {"outing", "outing"},  {"cannings", "canning"}, {"canning", "canning"},
+      {"howe", "howe"},      {"proceed", "proceed"},  {"exceed", "exceed"},
       {"succeed", "succeed"}};
   std::string stem;
   for (char c : word) stem.push_back(c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c);

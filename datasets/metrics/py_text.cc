@@ -1,10 +1,11 @@
 #include "datasets/metrics/py_text.h"
 
+#include <locale.h>
+#include <wctype.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cwctype>
-#include <locale.h>
-#include <wctype.h>
 
 #include "datasets/metrics/unicode_tables.h"
 
@@ -12,8 +13,9 @@ namespace kvb::py {
 namespace {
 
 bool in_ranges(std::span<const unicode::CodePointRange> ranges, char32_t c) {
-  auto it = std::upper_bound(ranges.begin(), ranges.end(), c,
-                             [](char32_t v, const unicode::CodePointRange& r) { return v < r.first; });
+  auto it =
+      std::upper_bound(ranges.begin(), ranges.end(), c,
+                       [](char32_t v, const unicode::CodePointRange& r) { return v < r.first; });
   if (it == ranges.begin()) return false;
   --it;
   return c <= it->last;
@@ -54,8 +56,10 @@ Text from_utf8(std::string_view s) {
     }
     bool ok = i + extra < s.size();  // the continuation bytes exist
     for (int k = 1; ok && k <= extra; ++k) {
-      if ((byte(i + k) & 0xC0) != 0x80) ok = false;
-      else c = (c << 6) | (byte(i + k) & 0x3F);
+      if ((byte(i + k) & 0xC0) != 0x80)
+        ok = false;
+      else
+        c = (c << 6) | (byte(i + k) & 0x3F);
     }
     const char32_t min_value[] = {0, 0x80, 0x800, 0x10000};
     if (!ok || c < min_value[extra] || c > 0x10FFFF || (c >= 0xD800 && c < 0xE000)) {
@@ -100,7 +104,8 @@ bool is_space(char32_t c) {
 }
 
 bool is_word_char(char32_t c) {
-  if (c < 0x80) return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+  if (c < 0x80)
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
   return in_ranges(unicode::python_word_ranges(), c);
 }
 
@@ -219,7 +224,9 @@ Text replace_all(TextView text, TextView from, TextView to) {
   return out;
 }
 
-bool contains(TextView haystack, TextView needle) { return haystack.find(needle) != TextView::npos; }
+bool contains(TextView haystack, TextView needle) {
+  return haystack.find(needle) != TextView::npos;
+}
 
 bool starts_with(TextView text, TextView prefix) { return text.substr(0, prefix.size()) == prefix; }
 
@@ -259,7 +266,8 @@ std::optional<long long> parse_int(TextView text) {
     value = value * 10 + static_cast<unsigned>(d);
     previous_was_digit = true;
   }
-  if (!previous_was_digit || value > static_cast<unsigned long long>(~0ULL >> 1)) return std::nullopt;
+  if (!previous_was_digit || value > static_cast<unsigned long long>(~0ULL >> 1))
+    return std::nullopt;
   return negative ? -static_cast<long long>(value) : static_cast<long long>(value);
 }
 

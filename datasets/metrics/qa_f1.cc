@@ -10,7 +10,8 @@ namespace {
 // The cn_punctuation string of LongBench's metrics.py and InfiniteBench's compute_scores.py
 // (identical in both), followed in the scorers by string.punctuation.
 constexpr std::u32string_view kChinesePunctuation =
-    U"！？｡。＂＃＄％＆＇（）＊＋，－／：；＜＝＞＠［＼］＾＿｀｛｜｝～｟｠｢｣､、〃》「」『』【】〔〕〖〗〘〙〚〛〜〝〞〟〰〾〿–—‘’‛“”„‟…‧﹏.";
+    U"！？｡。＂＃＄％＆＇（）＊＋，－／：；＜＝＞＠［＼］＾＿｀｛｜｝～｟｠｢｣､、〃》「」『』【】〔"
+    U"〕〖〗〘〙〚〛〜〝〞〟〰〾〿–—‘’‛“”„‟…‧﹏.";
 
 // re.sub(r"\b(a|an|the)\b", " ", text): the alternation tries "a", then "an", then "the" at each
 // position; matches do not overlap and \b looks at the original text.
@@ -53,14 +54,16 @@ py::Text normalize_answer(py::TextView text) {
 py::Text normalize_zh_answer(py::TextView text) {
   py::Text out;
   for (char32_t c : py::lower(text)) {
-    if (py::is_ascii_punctuation(c) || kChinesePunctuation.find(c) != std::u32string_view::npos) continue;
+    if (py::is_ascii_punctuation(c) || kChinesePunctuation.find(c) != std::u32string_view::npos)
+      continue;
     if (py::is_space(c)) continue;
     out.push_back(c);
   }
   return out;
 }
 
-double token_f1(const std::vector<py::Text>& prediction, const std::vector<py::Text>& ground_truth) {
+double token_f1(const std::vector<py::Text>& prediction,
+                const std::vector<py::Text>& ground_truth) {
   std::map<py::Text, long> counts;
   for (const auto& t : prediction) ++counts[t];
   long same = 0;
@@ -82,7 +85,8 @@ double qa_f1_score(py::TextView prediction, py::TextView ground_truth) {
                   py::split_whitespace(normalize_answer(ground_truth)));
 }
 
-double qa_f1_zh_score(py::TextView prediction, py::TextView ground_truth, const JiebaSegmenter& jieba) {
+double qa_f1_zh_score(py::TextView prediction, py::TextView ground_truth,
+                      const JiebaSegmenter& jieba) {
   const auto tokens = [&](py::TextView text) {
     std::vector<py::Text> out;
     for (const auto& token : jieba.cut(text)) {

@@ -22,7 +22,8 @@ double token_f1(const std::vector<py::Text>& prediction, const std::vector<py::T
 // LongBench qa_f1_score / InfiniteBench qa_f1_score for one ground truth.
 double qa_f1_score(py::TextView prediction, py::TextView ground_truth);
 // LongBench qa_f1_zh_score: jieba tokens, each normalised, empties dropped.
-double qa_f1_zh_score(py::TextView prediction, py::TextView ground_truth, const JiebaSegmenter& jieba);
+double qa_f1_zh_score(py::TextView prediction, py::TextView ground_truth,
+                      const JiebaSegmenter& jieba);
 // InfiniteBench longbook_qa_chn: one token per character of normalize_zh_answer (no jieba).
 double char_f1_zh_score(py::TextView prediction, py::TextView ground_truth);
 

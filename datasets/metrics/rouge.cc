@@ -67,11 +67,14 @@ Words split_words(const std::vector<py::Text>& sentences) {
 double pltrdy_rouge_l_f(py::TextView hypothesis, py::TextView reference, int max_readout_frames) {
   const auto hyp_sentences = pltrdy_sentences(hypothesis);
   const auto ref_sentences = pltrdy_sentences(reference);
-  if (hyp_sentences.empty() || ref_sentences.empty()) return 0.0;  // "Hypothesis/Reference is empty."
+  if (hyp_sentences.empty() || ref_sentences.empty())
+    return 0.0;  // "Hypothesis/Reference is empty."
   const Words hyp_words = split_words(hyp_sentences);
   const Words ref_words = split_words(ref_sentences);
-  const double m = static_cast<double>(std::set<py::Text>(ref_words.begin(), ref_words.end()).size());
-  const double n = static_cast<double>(std::set<py::Text>(hyp_words.begin(), hyp_words.end()).size());
+  const double m =
+      static_cast<double>(std::set<py::Text>(ref_words.begin(), ref_words.end()).size());
+  const double n =
+      static_cast<double>(std::set<py::Text>(hyp_words.begin(), hyp_words.end()).size());
   std::set<py::Text> lcs_union;
   try {
     for (const auto& ref_sentence : ref_sentences) {
@@ -117,8 +120,10 @@ std::vector<py::Text> rouge_score_tokenize_stemmed(py::TextView text) {
 }
 
 RougeScore rouge_score_rouge1(py::TextView target, py::TextView prediction, bool use_stemmer) {
-  const auto target_tokens = use_stemmer ? rouge_score_tokenize_stemmed(target) : rouge_score_tokenize(target);
-  const auto prediction_tokens = use_stemmer ? rouge_score_tokenize_stemmed(prediction) : rouge_score_tokenize(prediction);
+  const auto target_tokens =
+      use_stemmer ? rouge_score_tokenize_stemmed(target) : rouge_score_tokenize(target);
+  const auto prediction_tokens =
+      use_stemmer ? rouge_score_tokenize_stemmed(prediction) : rouge_score_tokenize(prediction);
   std::map<py::Text, long> target_counts, prediction_counts;
   for (const auto& t : target_tokens) ++target_counts[t];
   for (const auto& t : prediction_tokens) ++prediction_counts[t];
@@ -128,8 +133,10 @@ RougeScore rouge_score_rouge1(py::TextView target, py::TextView prediction, bool
     if (it != prediction_counts.end()) overlap += std::min(count, it->second);
   }
   RougeScore score;
-  score.precision = static_cast<double>(overlap) / static_cast<double>(std::max<size_t>(prediction_tokens.size(), 1));
-  score.recall = static_cast<double>(overlap) / static_cast<double>(std::max<size_t>(target_tokens.size(), 1));
+  score.precision = static_cast<double>(overlap) /
+                    static_cast<double>(std::max<size_t>(prediction_tokens.size(), 1));
+  score.recall =
+      static_cast<double>(overlap) / static_cast<double>(std::max<size_t>(target_tokens.size(), 1));
   score.fmeasure = score.precision + score.recall > 0
                        ? 2 * score.precision * score.recall / (score.precision + score.recall)
                        : 0.0;

@@ -20,8 +20,10 @@ class SequenceIndex {
     if (b.size() >= 200) {
       const size_t max_count = b.size() / 100 + 1;
       for (auto it = positions_.begin(); it != positions_.end();) {
-        if (it->second.size() > max_count) it = positions_.erase(it);
-        else ++it;
+        if (it->second.size() > max_count)
+          it = positions_.erase(it);
+        else
+          ++it;
       }
     }
   }
@@ -57,8 +59,10 @@ Match find_longest_match(py::TextView a, py::TextView b, const SequenceIndex& in
     }
     std::swap(run_length, next_run_length);
   }
-  while (best_i > alo && best_j > blo && a[best_i - 1] == b[best_j - 1]) --best_i, --best_j, ++best_size;
-  while (best_i + best_size < ahi && best_j + best_size < bhi && a[best_i + best_size] == b[best_j + best_size])
+  while (best_i > alo && best_j > blo && a[best_i - 1] == b[best_j - 1])
+    --best_i, --best_j, ++best_size;
+  while (best_i + best_size < ahi && best_j + best_size < bhi &&
+         a[best_i + best_size] == b[best_j + best_size])
     ++best_size;
   return {best_i, best_j, best_size};
 }
@@ -100,7 +104,8 @@ double indel_similarity_ratio(py::TextView a, py::TextView b) {
   std::vector<size_t> previous(b.size() + 1, 0), current(b.size() + 1, 0);
   for (size_t i = 1; i <= a.size(); ++i) {
     for (size_t j = 1; j <= b.size(); ++j)
-      current[j] = a[i - 1] == b[j - 1] ? previous[j - 1] + 1 : std::max(previous[j], current[j - 1]);
+      current[j] =
+          a[i - 1] == b[j - 1] ? previous[j - 1] + 1 : std::max(previous[j], current[j - 1]);
     std::swap(previous, current);
   }
   const size_t lcs = previous[b.size()];
@@ -110,8 +115,8 @@ double indel_similarity_ratio(py::TextView a, py::TextView b) {
 int fuzz_ratio(py::TextView a, py::TextView b, FuzzBackend backend) {
   if (a == b) return 100;
   if (a.empty() || b.empty()) return 0;
-  const double ratio =
-      backend == FuzzBackend::kDifflib ? sequence_matcher_ratio(a, b) : indel_similarity_ratio(a, b);
+  const double ratio = backend == FuzzBackend::kDifflib ? sequence_matcher_ratio(a, b)
+                                                        : indel_similarity_ratio(a, b);
   return static_cast<int>(round_half_even(100.0 * ratio));
 }
 

@@ -1,8 +1,8 @@
 // difflib.SequenceMatcher(None, a, b).ratio() exactly (Ratcliff-Obershelp with CPython's "autojunk"
 // rule: when b has at least 200 items, items occurring more than len(b)//100 + 1 times in b are
 // "popular" and cannot start a match), and fuzzywuzzy 0.18's fuzz.ratio on top of it. LongBench's
-// code_sim uses fuzz.ratio; which backend it gets depends on whether python-Levenshtein is installed
-// (docs/benchmarks.md §3.5), so the indel-similarity variant is offered too.
+// code_sim uses fuzz.ratio; which backend it gets depends on whether python-Levenshtein is
+// installed (docs/benchmarks.md §3.5), so the indel-similarity variant is offered too.
 #pragma once
 
 #include "datasets/metrics/py_text.h"

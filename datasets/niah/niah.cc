@@ -57,14 +57,16 @@ std::vector<Sample> generate_niah(const NiahRequest& request, const Tokenizer& t
   if (request.context_lengths.empty() || request.depths.empty())
     throw InputError("NIAH: give at least one context length and one depth");
   for (double depth : request.depths)
-    if (depth < 0 || depth > 100) throw InputError("NIAH: depth " + std::to_string(depth) + " is outside 0-100");
+    if (depth < 0 || depth > 100)
+      throw InputError("NIAH: depth " + std::to_string(depth) + " is outside 0-100");
   const std::string corpus = read_essays(request.essays_dir);
   const std::vector<TokenId> needle = tokenizer.encode(kNiahNeedle);
   const std::vector<TokenId> period_ids = tokenizer.encode(".");
   const std::set<TokenId> periods(period_ids.begin(), period_ids.end());
-  const std::string head = request.chat_template
-                               ? std::string(kNiahPromptHead).substr(std::string(kNiahRawTurnMarker).size())
-                               : std::string(kNiahPromptHead);
+  const std::string head =
+      request.chat_template
+          ? std::string(kNiahPromptHead).substr(std::string(kNiahRawTurnMarker).size())
+          : std::string(kNiahPromptHead);
 
   std::vector<Sample> samples;
   const int total = static_cast<int>(request.context_lengths.size() * request.depths.size());
@@ -74,7 +76,8 @@ std::vector<Sample> generate_niah(const NiahRequest& request, const Tokenizer& t
       throw InputError("NIAH: context length " + std::to_string(context_length) +
                        " is too small for the needle and the 200-token buffer");
     // encode_and_trim, decode, re-encode; the target leaves final_context_length_buffer.
-    const std::string trimmed = tokenizer.decode(haystack_tokens(corpus, context_length, tokenizer));
+    const std::string trimmed =
+        tokenizer.decode(haystack_tokens(corpus, context_length, tokenizer));
     std::vector<TokenId> context = tokenizer.encode(trimmed);
     const size_t target = context_length - kNiahFinalContextBuffer;
     if (context.size() + needle.size() > target) context.resize(target - needle.size());
@@ -96,7 +99,8 @@ std::vector<Sample> generate_niah(const NiahRequest& request, const Tokenizer& t
       sample.id = "niah/" + std::to_string(context_length) + "/" + depth_text;
       sample.benchmark = "niah";
       sample.task = "niah";
-      sample.context_part = head + tokenizer.decode(ids, /*skip_special=*/true) + kNiahPromptBookEnd;
+      sample.context_part =
+          head + tokenizer.decode(ids, /*skip_special=*/true) + kNiahPromptBookEnd;
       sample.question_part =
           std::string(kNiahPromptQuestion) + kNiahRetrievalQuestion + kNiahPromptAnswer;
       sample.references = {kNiahRecallAnswer};

@@ -34,7 +34,8 @@ inline constexpr int kNiahMaxNewTokens = 30;
 inline constexpr int kNiahFinalContextBuffer = 200;
 // KVCache-Factory scripts/scripts_needle/visualize.py: the words whose recall is the heatmap score
 // (its `expected_answer`; "day." keeps its period).
-inline constexpr char kNiahRecallAnswer[] = "eat a sandwich and sit in Dolores Park on a sunny day.";
+inline constexpr char kNiahRecallAnswer[] =
+    "eat a sandwich and sit in Dolores Park on a sunny day.";
 
 // round(np.linspace(0, 100, n)), KVCache-Factory's depth grid (n = 10 by default).
 std::vector<double> niah_depths(int count);

@@ -19,7 +19,7 @@
 namespace kvb::ruler {
 namespace {
 
-constexpr int kCommonWords = 10;  // num_cw
+constexpr int kCommonWords = 10;     // num_cw
 constexpr int kCommonRepeats = 30;   // freq_cw
 constexpr int kUncommonRepeats = 3;  // freq_ucw
 
@@ -73,9 +73,10 @@ class CweTask : public RulerTask {
                                     ? example(units, 6, 1, rng)
                                     : example(units, kCommonRepeats, kUncommonRepeats, rng);
     const std::string framed = frame_.prefix + kCweTemplate + frame_.suffix + kCweAnswerPrefix;
-    const std::string demo =
-        format_template(framed, {{"context", demo_list}, {"query", ""}}) + " " + numbered(demo_answer);
-    const std::string prompt = demo + "\n" + format_template(framed, {{"context", list}, {"query", ""}});
+    const std::string demo = format_template(framed, {{"context", demo_list}, {"query", ""}}) +
+                             " " + numbered(demo_answer);
+    const std::string prompt =
+        demo + "\n" + format_template(framed, {{"context", list}, {"query", ""}});
     Draft draft = split_prompt(prompt, kCweAnswerPrefix, kCweQuestionMarker);
     draft.references = answer;
     // All of the vocabulary and no english_words.json: a longer list could not be drawn.
@@ -90,8 +91,7 @@ class CweTask : public RulerTask {
   std::pair<std::string, std::vector<std::string>> example(int num_words, int common_repeats,
                                                            int uncommon_repeats,
                                                            PythonRandom& rng) const {
-    if (num_words < kCommonWords)
-      throw CapacityError("RULER cwe: a list needs at least 10 words");
+    if (num_words < kCommonWords) throw CapacityError("RULER cwe: a list needs at least 10 words");
     const std::vector<std::string>& pool =
         num_words <= static_cast<int>(vocabulary_.size()) ? vocabulary_ : english_words_;
     const std::vector<std::string> words = rng.sample(pool, num_words);
@@ -114,8 +114,10 @@ class CweTask : public RulerTask {
       for (const auto& entry : parsed.items()) words.push_back(entry.value().get<std::string>());
       return words;
     } catch (const nlohmann::json::exception& error) {
-      throw FormatError(path.string() + " is not RULER's english_words.json (a JSON object of "
-                        "index -> word): " + error.what());
+      throw FormatError(path.string() +
+                        " is not RULER's english_words.json (a JSON object of "
+                        "index -> word): " +
+                        error.what());
     }
   }
 

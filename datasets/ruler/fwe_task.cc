@@ -47,7 +47,8 @@ class FweTask : public RulerTask {
       tokens_before = tokens_at;
       tokens_at = counter.fast(text(search_vocabulary, num_words).prompt());
     }
-    // Tokens per word: the last step's slope, or the average when the first size reached the budget.
+    // Tokens per word: the last step's slope, or the average when the first size reached the
+    // budget.
     const double tokens_per_word =
         tokens_before > 0 ? static_cast<double>(tokens_at - tokens_before) / incremental()
                           : static_cast<double>(tokens_at) / num_words;
@@ -58,9 +59,9 @@ class FweTask : public RulerTask {
     std::vector<Draft> drafts;
     for (int index = 0; index < num_samples; ++index) {
       const std::vector<std::string> vocabulary = make_vocabulary(vocabulary_size, rng);
-      FittedDraft fitted = fit_sample(
-          [&](int words) { return text(vocabulary, words); }, std::max(1, num_words),
-          tokens_per_word, limit, std::numeric_limits<int>::max(), counter, "RULER fwe");
+      FittedDraft fitted =
+          fit_sample([&](int words) { return text(vocabulary, words); }, std::max(1, num_words),
+                     tokens_per_word, limit, std::numeric_limits<int>::max(), counter, "RULER fwe");
       Draft& draft = fitted.draft;
       draft.extra["prompt_tokens"] = fitted.tokens;
       draft.extra["haystack_units"] = fitted.units;
@@ -107,14 +108,15 @@ class FweTask : public RulerTask {
   Draft text(const std::vector<std::string>& vocabulary, int num_words) const {
     std::vector<std::string> flat;
     for (size_t k = 1; k <= vocabulary.size(); ++k) {
-      const int count = static_cast<int>(num_words * std::pow(static_cast<double>(k), -kAlpha) /
-                                         kZetaOfAlpha);
+      const int count =
+          static_cast<int>(num_words * std::pow(static_cast<double>(k), -kAlpha) / kZetaOfAlpha);
       for (int c = 0; c < count; ++c) flat.push_back(vocabulary[k - 1]);
     }
     PythonRandom(seed).shuffle(flat);
     const std::string framed = frame_.prefix + kFweTemplate + frame_.suffix + kFweAnswerPrefix;
-    Draft draft = split_prompt(format_template(framed, {{"context", join(flat, " ")}, {"query", ""}}),
-                               kFweAnswerPrefix, kFweQuestionMarker);
+    Draft draft =
+        split_prompt(format_template(framed, {{"context", join(flat, " ")}, {"query", ""}}),
+                     kFweAnswerPrefix, kFweQuestionMarker);
     draft.references.assign(vocabulary.begin() + 1, vocabulary.begin() + 4);
     return draft;
   }

@@ -63,7 +63,8 @@ class NiahTask : public RulerTask {
  public:
   NiahTask(const std::string& name, const TaskContext& context)
       : args_(niah_args(name)), rng_seed_(context.seed) {
-    if (args_.haystack == Haystack::kEssay) essay_words_ = load_essay_words(context.data->essays_dir);
+    if (args_.haystack == Haystack::kEssay)
+      essay_words_ = load_essay_words(context.data->essays_dir);
     if (args_.type_k == "words" || args_.type_v == "words") {
       // sorted(set(f"{adj}-{noun}")): with the wonderwords lists every (unique adjective, unique
       // noun) pair gives a distinct string, so a uniform choice of the pair is a uniform choice of
@@ -101,8 +102,9 @@ class NiahTask : public RulerTask {
       values.emplace_back();
       for (int v = 0; v < args_.num_v; ++v) {
         values.back().push_back(random_value(args_.type_v, rng));
-        needles.push_back(format_template(
-            kNeedle, {{"type_needle_v", args_.type_v}, {"key", keys.back()}, {"value", values.back().back()}}));
+        needles.push_back(format_template(kNeedle, {{"type_needle_v", args_.type_v},
+                                                    {"key", keys.back()},
+                                                    {"value", values.back().back()}}));
       }
     }
     PythonRandom(rng_seed_).shuffle(needles);  // a fresh Random(seed): a fixed permutation
@@ -196,7 +198,8 @@ class NiahTask : public RulerTask {
     }
     std::vector<size_t> indexes = rng.sample_indices(units, needles.size());
     std::sort(indexes.rbegin(), indexes.rend());
-    for (size_t i = 0; i < indexes.size(); ++i) lines.insert(lines.begin() + indexes[i], needles[i]);
+    for (size_t i = 0; i < indexes.size(); ++i)
+      lines.insert(lines.begin() + indexes[i], needles[i]);
     return join(lines, "\n");
   }
 

@@ -20,8 +20,8 @@ namespace {
 struct Question {
   std::string query;
   std::vector<std::string> answers;
-  std::vector<size_t> gold;        // document indices, in order
-  std::vector<size_t> more;        // SQuAD: the article's other paragraphs
+  std::vector<size_t> gold;  // document indices, in order
+  std::vector<size_t> more;  // SQuAD: the article's other paragraphs
 };
 
 struct QaCorpus {
@@ -63,7 +63,8 @@ QaCorpus read_squad(const fs::path& path) {
     for (const auto& article : data.at("data")) {
       std::vector<size_t> article_docs;
       for (const auto& paragraph : article.at("paragraphs"))
-        article_docs.push_back(index_of(corpus.documents, paragraph.at("context").get<std::string>()));
+        article_docs.push_back(
+            index_of(corpus.documents, paragraph.at("context").get<std::string>()));
       for (const auto& paragraph : article.at("paragraphs")) {
         const size_t gold = index_of(corpus.documents, paragraph.at("context").get<std::string>());
         for (const auto& qa : paragraph.at("qas")) {
@@ -80,8 +81,10 @@ QaCorpus read_squad(const fs::path& path) {
       }
     }
   } catch (const nlohmann::json::exception& error) {
-    throw FormatError(path.string() + " does not have SQuAD v2's layout (data[].paragraphs[]."
-                      "context/qas[].question/answers/is_impossible): " + error.what());
+    throw FormatError(path.string() +
+                      " does not have SQuAD v2's layout (data[].paragraphs[]."
+                      "context/qas[].question/answers/is_impossible): " +
+                      error.what());
   }
   return corpus;
 }
@@ -110,8 +113,10 @@ QaCorpus read_hotpotqa(const fs::path& path) {
       corpus.questions.push_back(std::move(question));
     }
   } catch (const nlohmann::json::exception& error) {
-    throw FormatError(path.string() + " does not have HotpotQA's layout ([{question, answer, "
-                      "context: [[title, [sentences]]]}]): " + error.what());
+    throw FormatError(path.string() +
+                      " does not have HotpotQA's layout ([{question, answer, "
+                      "context: [[title, [sentences]]]}]): " +
+                      error.what());
   }
   return corpus;
 }

@@ -37,10 +37,19 @@ void check_ruler_task_data(const std::string& task, const RulerDataPaths& paths)
 }
 
 const std::vector<std::string>& ruler_task_names() {
-  static const std::vector<std::string> kNames = {
-      "niah_single_1", "niah_single_2",   "niah_single_3",   "niah_multikey_1", "niah_multikey_2",
-      "niah_multikey_3", "niah_multivalue", "niah_multiquery", "vt",              "cwe",
-      "fwe",           "qa_1",            "qa_2"};
+  static const std::vector<std::string> kNames = {"niah_single_1",
+                                                  "niah_single_2",
+                                                  "niah_single_3",
+                                                  "niah_multikey_1",
+                                                  "niah_multikey_2",
+                                                  "niah_multikey_3",
+                                                  "niah_multivalue",
+                                                  "niah_multiquery",
+                                                  "vt",
+                                                  "cwe",
+                                                  "fwe",
+                                                  "qa_1",
+                                                  "qa_2"};
   return kNames;
 }
 
@@ -85,16 +94,16 @@ std::vector<Draft> RulerTask::generate(int num_samples, PythonRandom& rng, Token
   // Tokens one more unit adds: the slope between the first probe and the search's size (the
   // template's fixed cost cancels out), or the first probe's average when the search stayed put.
   const double average = static_cast<double>(first_tokens) / incremental();
-  const double slope = best > incremental()
-                           ? static_cast<double>(best_tokens - first_tokens) / (best - incremental())
-                           : average;
+  const double slope = best > incremental() ? static_cast<double>(best_tokens - first_tokens) /
+                                                  (best - incremental())
+                                            : average;
   const double tokens_per_unit = slope > 0 ? slope : average;
 
   std::vector<Draft> drafts;
   for (int index = 0; index < num_samples; ++index) {
-    FittedDraft fitted = fit_sample([&](int units) { return build(units, index, rng); }, best,
-                                    tokens_per_unit, budget, max_units(), counter,
-                                    "RULER " + task_name);
+    FittedDraft fitted =
+        fit_sample([&](int units) { return build(units, index, rng); }, best, tokens_per_unit,
+                   budget, max_units(), counter, "RULER " + task_name);
     Draft& draft = fitted.draft;
     draft.extra["prompt_tokens"] = fitted.tokens;
     draft.extra["haystack_units"] = fitted.units;
@@ -145,7 +154,8 @@ FittedDraft fit_sample(const std::function<Draft(int units)>& build, int start_u
     const int64_t room = static_cast<int64_t>(std::min(slack / per_unit, 1e9));
     int next = static_cast<int>(std::min<int64_t>(best->units + room, max_units));
     const auto above = overflowed.upper_bound(best->units);
-    if (above != overflowed.end() && next >= *above) next = best->units + (*above - best->units) / 2;
+    if (above != overflowed.end() && next >= *above)
+      next = best->units + (*above - best->units) / 2;
     if (next > best->units) {
       units = next;
     } else if (slack > acceptable_slack && redraws < kRedraws) {
@@ -249,7 +259,8 @@ std::vector<Sample> generate_ruler(const GenerationRequest& request, const Token
   generator->task_name = task;
 
   PythonRandom rng(request.seed);
-  std::vector<ruler::Draft> drafts = generator->generate(request.num_samples, rng, counter, progress);
+  std::vector<ruler::Draft> drafts =
+      generator->generate(request.num_samples, rng, counter, progress);
   std::vector<Sample> samples;
   for (size_t index = 0; index < drafts.size(); ++index) {
     ruler::Draft& draft = drafts[index];

@@ -6,10 +6,9 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "datasets/generation.h"
 #include "datasets/python_random.h"
@@ -68,7 +67,8 @@ FittedDraft fit_sample(const std::function<Draft(int units)>& build, int start_u
                        const std::string& what);
 
 // Python str.format for the named fields only, in one pass (substituted text is not rescanned).
-std::string format_template(const std::string& text, const std::map<std::string, std::string>& fields);
+std::string format_template(const std::string& text,
+                            const std::map<std::string, std::string>& fields);
 
 // `framed_template` = frame prefix + task template + frame suffix + answer prefix, formatted; the
 // answer prefix is cut off the end and the question starts at the last `question_marker`.

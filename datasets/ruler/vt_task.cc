@@ -107,7 +107,8 @@ class VtTask : public RulerTask {
     for (const std::vector<std::string>& chain : chains.statements) {
       std::vector<size_t> positions = rng.sample_indices(lines.size(), chain.size());
       std::sort(positions.begin(), positions.end());
-      for (size_t j = 0; j < chain.size(); ++j) lines.insert(lines.begin() + positions[j] + j, chain[j]);
+      for (size_t j = 0; j < chain.size(); ++j)
+        lines.insert(lines.begin() + positions[j] + j, chain[j]);
     }
     const std::string context = replace_all(join(lines, "\n"), ". \n", ".\n");
     const std::string& first = chains.statements[0][0];
@@ -119,7 +120,8 @@ class VtTask : public RulerTask {
     if (demo_mode_) {
       prompt = format_template(std::string(kVtTemplate) + kVtAnswerPrefix, fields);
     } else {
-      prompt = format_template(frame_.prefix + kVtTemplate + frame_.suffix + kVtAnswerPrefix, fields);
+      prompt =
+          format_template(frame_.prefix + kVtTemplate + frame_.suffix + kVtAnswerPrefix, fields);
       // Insert the (re-randomised) demo before the task text, separated by "\n\n".
       const size_t at = prompt.find(std::string(kVtTemplate).substr(0, 20));
       prompt.insert(at, randomized_demo(rng) + "\n");

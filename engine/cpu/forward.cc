@@ -155,8 +155,8 @@ void CpuEngine::feed_forward_chunk(const LayerWeights& layer, int rows, float* x
 }
 
 std::vector<float> CpuEngine::forward_chunk(std::span<const TokenId> ids, KvStore& store,
-                                            const CaptureRequest& request,
-                                            PrefillCapture* capture, int start_position) {
+                                            const CaptureRequest& request, PrefillCapture* capture,
+                                            int start_position) {
   const ModelConfig& c = config();
   const int T = static_cast<int>(ids.size());
   if (T == 0) throw InputError("forward_chunk: the chunk of token ids is empty");
@@ -283,14 +283,17 @@ void CpuEngine::attend_group_early_exit(int layer, int kv_head, const float* que
     const bool biased = !selection->logit_bias.empty() && !selection->logit_bias[a].empty();
     std::vector<int32_t> order(chosen.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
-    std::sort(order.begin(), order.end(), [&](int32_t x, int32_t y) { return chosen[x] < chosen[y]; });
+    std::sort(order.begin(), order.end(),
+              [&](int32_t x, int32_t y) { return chosen[x] < chosen[y]; });
     const int m = static_cast<int>(chosen.size());
     std::vector<float> keys(static_cast<size_t>(m) * d), values(keys.size()), bias(biased ? m : 0);
     std::vector<float> gathered_probabilities(want_probabilities ? m : 0);
     for (int i = 0; i < m; ++i) {
       const int32_t j = chosen[order[i]];
-      std::copy_n(store.keys(layer, kv_head) + static_cast<int64_t>(j) * d, d, &keys[static_cast<size_t>(i) * d]);
-      std::copy_n(store.values(layer, kv_head) + static_cast<int64_t>(j) * d, d, &values[static_cast<size_t>(i) * d]);
+      std::copy_n(store.keys(layer, kv_head) + static_cast<int64_t>(j) * d, d,
+                  &keys[static_cast<size_t>(i) * d]);
+      std::copy_n(store.values(layer, kv_head) + static_cast<int64_t>(j) * d, d,
+                  &values[static_cast<size_t>(i) * d]);
       if (biased) bias[i] = selection->logit_bias[a][order[i]];
     }
     args.queries = queries + static_cast<int64_t>(a) * d;

@@ -7,8 +7,8 @@
 #include <cmath>
 #include <string>
 
-#include "engine/cuda/cuda_engine_impl.h"
 #include "common/errors.h"
+#include "engine/cuda/cuda_engine_impl.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_utils.h"
 

@@ -9,12 +9,12 @@
 #include <cstring>
 #include <string>
 
+#include "common/errors.h"
 #include "engine/cuda/cuda_engine.h"
 #include "engine/cuda/cuda_engine_impl.h"
 #include "engine/cuda/cuda_sparse_decode.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/prefill_statistics.h"
-#include "common/errors.h"
 #include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/attention.h"

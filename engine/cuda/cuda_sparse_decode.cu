@@ -2,8 +2,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "engine/cuda/cuda_sparse_decode.h"
 #include "common/errors.h"
+#include "engine/cuda/cuda_sparse_decode.h"
 #include "kernels/cuda/binary_hash.h"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/page_bounds.h"

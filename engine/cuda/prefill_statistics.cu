@@ -2,8 +2,8 @@
 #include <cmath>
 #include <string>
 
-#include "engine/cuda/prefill_statistics.h"
 #include "common/errors.h"
+#include "engine/cuda/prefill_statistics.h"
 #include "kernels/cuda/attention_column_sums.h"
 #include "kernels/cuda/dropkv_scores.h"
 #include "kernels/cuda/projected_value_norms.h"

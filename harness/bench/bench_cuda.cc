@@ -91,7 +91,8 @@ int largest_batch(CudaEngine& engine, int capacity) {
 // TPOT with the ART walk on the same cache (reset to the same state) as the plain measurement in
 // `tpot_ms`, which becomes the ART figure; the plain one is kept as tpot_without_art_ms.
 void measure_early_exit(CudaEngine& engine, const CudaBenchOptions& options,
-                        const std::function<void()>& reset_cache, nlohmann::json& row, double& tpot_ms) {
+                        const std::function<void()>& reset_cache, nlohmann::json& row,
+                        double& tpot_ms) {
   reset_cache();
   engine.set_early_exit(options.early_exit);
   engine.reset_early_exit_counts();
@@ -104,10 +105,11 @@ void measure_early_exit(CudaEngine& engine, const CudaBenchOptions& options,
   row["art_blocks_skipped"] = 1.0 - counts.visited / total;
   row["art_work_skipped"] = 1.0 - counts.loaded / total;
   row["art_blocks_total"] = counts.total;
-  std::fprintf(stderr,
-               "[bench] ART: TPOT %.3f ms vs %.3f ms without (speed-up %.3fx), blocks skipped %.4f, "
-               "tiles never fetched %.4f\n",
-               art_ms, tpot_ms, tpot_ms / art_ms, 1.0 - counts.visited / total, 1.0 - counts.loaded / total);
+  std::fprintf(
+      stderr,
+      "[bench] ART: TPOT %.3f ms vs %.3f ms without (speed-up %.3fx), blocks skipped %.4f, "
+      "tiles never fetched %.4f\n",
+      art_ms, tpot_ms, tpot_ms / art_ms, 1.0 - counts.visited / total, 1.0 - counts.loaded / total);
   tpot_ms = art_ms;
 }
 
@@ -123,27 +125,25 @@ std::vector<float> random_projection(const ModelConfig& config) {
 // TPOT of one decode selector on a cache of `keep` entries per head (the Full figure's cache,
 // refilled), with its start (hashing / page bounds of every layer) timed apart.
 nlohmann::json measure_selector(CudaEngine& engine, const CudaBenchOptions& options,
-                                const SparseDecodeBench& selector, const std::function<void()>& reset_cache,
-                                int context, int keep, double full_tpot_ms) {
+                                const SparseDecodeBench& selector,
+                                const std::function<void()>& reset_cache, int context, int keep,
+                                double full_tpot_ms) {
   const int batch = engine.batch();
   reset_cache();
   DeviceSelectionSpec spec = selector.spec;
   const int budget_tokens = std::max(1, std::min(keep, selector.budget.tokens_for(keep)));
   if (spec.budget_fraction == 0) spec.budget_tokens = budget_tokens;
-  const bool random_rows = spec.scores == DeviceSelectionSpec::Scores::kSignCodes &&
-                           spec.sign_codes.projection.empty();
+  const bool random_rows =
+      spec.scores == DeviceSelectionSpec::Scores::kSignCodes && spec.sign_codes.projection.empty();
   if (random_rows) spec.sign_codes.projection = random_projection(engine.config());
   const auto start = Clock::now();
   engine.start_sparse_decode(spec);
   const double start_ms = ms_since(start);
   const double tpot_ms = time_decode(engine, options.decode_steps, options.use_graphs);
   engine.stop_sparse_decode();
-  nlohmann::json row{{"policy", selector.policy},
-                     {"budget_tokens", budget_tokens},
-                     {"start_ms", start_ms},
-                     {"tpot_ms", tpot_ms},
-                     {"tpot_full_ms", full_tpot_ms},
-                     {"speedup_vs_full", full_tpot_ms / tpot_ms}};
+  nlohmann::json row{{"policy", selector.policy},    {"budget_tokens", budget_tokens},
+                     {"start_ms", start_ms},         {"tpot_ms", tpot_ms},
+                     {"tpot_full_ms", full_tpot_ms}, {"speedup_vs_full", full_tpot_ms / tpot_ms}};
   if (random_rows) row["projection"] = "random rows";
   std::fprintf(stderr,
                "[bench] ctx %d batch %d %s (budget %d): TPOT %.3f ms vs Full %.3f ms (%.2fx), "
@@ -158,13 +158,14 @@ nlohmann::json measure_selector(CudaEngine& engine, const CudaBenchOptions& opti
 nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
   if (!cuda_device_available()) throw InputError("bench on the GPU: no CUDA device is present");
   if (!options.prompt_text.empty() && options.model.empty())
-    throw InputError("bench on the GPU: --prompt-file needs --model PATH (a preset has no tokenizer)");
+    throw InputError(
+        "bench on the GPU: --prompt-file needs --model PATH (a preset has no tokenizer)");
   const CudaDeviceInfo device = cuda_device_info();
-  std::fprintf(stderr, "[bench] device %s, %d SMs, %.1f GiB\n", device.name.c_str(), device.sm_count,
-               device.total_bytes / double(1 << 30));
+  std::fprintf(stderr, "[bench] device %s, %d SMs, %.1f GiB\n", device.name.c_str(),
+               device.sm_count, device.total_bytes / double(1 << 30));
   nlohmann::json out;
-  out["device"] = {{"name", device.name}, {"sm_count", device.sm_count},
-                   {"memory_bytes", device.total_bytes}};
+  out["device"] = {
+      {"name", device.name}, {"sm_count", device.sm_count}, {"memory_bytes", device.total_bytes}};
   const double bandwidth_gbs = measure_cuda_read_bandwidth_gbs(size_t(4) << 30, 10);
   std::unique_ptr<CudaEngine> engine;
   std::vector<int32_t> prompt_ids;
@@ -183,13 +184,16 @@ nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
   out["gemm_tflops"] = measure_cuda_gemm_tflops(8192, 5);
   out["read_bandwidth_gbs"] = bandwidth_gbs;
   const ModelConfig& config = engine->config();
-  out["model"] = {{"name", config.name}, {"dummy_weights", config.dummy_weights},
-                  {"weight_bytes", engine->weight_bytes()}, {"dtype", "bf16"}};
+  out["model"] = {{"name", config.name},
+                  {"dummy_weights", config.dummy_weights},
+                  {"weight_bytes", engine->weight_bytes()},
+                  {"dtype", "bf16"}};
   out["policy"] = options.label;
   for (const SparseDecodeBench& selector : options.selectors)
     out["policy"] = out["policy"].get<std::string>() + "," + selector.policy;
   out["budget"] = options.budget ? options.budget->to_string() : "";
-  std::fprintf(stderr, "[bench] read bandwidth %.0f GB/s, bf16 GEMM %.0f TFLOP/s, weights %.2f GB\n",
+  std::fprintf(stderr,
+               "[bench] read bandwidth %.0f GB/s, bf16 GEMM %.0f TFLOP/s, weights %.2f GB\n",
                bandwidth_gbs, out["gemm_tflops"].get<double>(), engine->weight_bytes() / 1e9);
 
   for (int context : options.contexts) {
@@ -223,7 +227,8 @@ nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
       const auto fill_cache = [&](int first_prefill) {
         if (prompt_ids.empty()) {
           engine->fill_cache_random(keep, 11);
-          engine->set_next_tokens(std::vector<int32_t>(batch, 1), std::vector<int32_t>(batch, context));
+          engine->set_next_tokens(std::vector<int32_t>(batch, 1),
+                                  std::vector<int32_t>(batch, context));
           return;
         }
         for (int seq = first_prefill; seq < batch; ++seq) {
@@ -252,11 +257,12 @@ nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
       row["decode_tokens_per_s"] = batch / (tpot_ms / 1e3);
       row["kv_bytes"] = kv_bytes;
       row["peak_device_bytes"] = engine->device_peak_bytes();
-      std::fprintf(stderr,
-                   "[bench] ctx %d batch %d kept %d: TTFT %.1f ms (prefill %.0f tok/s), TPOT %.3f ms "
-                   "(bound %.3f ms, ratio %.2f), KV %.2f GB\n",
-                   context, batch, keep, prefill_ms + compress_ms, context / (prefill_ms / 1e3),
-                   tpot_ms, bound_ms, tpot_ms / bound_ms, kv_bytes / 1e9);
+      std::fprintf(
+          stderr,
+          "[bench] ctx %d batch %d kept %d: TTFT %.1f ms (prefill %.0f tok/s), TPOT %.3f ms "
+          "(bound %.3f ms, ratio %.2f), KV %.2f GB\n",
+          context, batch, keep, prefill_ms + compress_ms, context / (prefill_ms / 1e3), tpot_ms,
+          bound_ms, tpot_ms / bound_ms, kv_bytes / 1e9);
       out["runs"].push_back(row);
     }
     if (options.find_max_batch) {
@@ -268,8 +274,8 @@ nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
         engine->fill_cache_random(keep, 13);
         engine->set_next_tokens(std::vector<int32_t>(max_batch, 1),
                                 std::vector<int32_t>(max_batch, context));
-        const double tpot_ms = time_decode(*engine, std::max(8, options.decode_steps / 4),
-                                           options.use_graphs);
+        const double tpot_ms =
+            time_decode(*engine, std::max(8, options.decode_steps / 4), options.use_graphs);
         row["tpot_ms"] = tpot_ms;
         row["decode_tokens_per_s"] = max_batch / (tpot_ms / 1e3);
         row["kv_bytes"] = double(engine->kv_bytes());

@@ -4,11 +4,10 @@
 // read bandwidth). Built from the engine's generic operations; the policy plan decides what runs.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/cache_policy.h"
 #include "engine/cuda/cuda_engine.h"

@@ -50,7 +50,8 @@ static int parse_int(const std::string& command, const std::string& key, const s
   char* end = nullptr;
   const long value = std::strtol(text.c_str(), &end, 10);
   if (end == text.c_str() || *end != '\0')
-    throw InputError("kvbench " + command + ": --" + key + " expects an integer, got '" + text + "'");
+    throw InputError("kvbench " + command + ": --" + key + " expects an integer, got '" + text +
+                     "'");
   return static_cast<int>(value);
 }
 
@@ -84,7 +85,8 @@ void Args::allow_only(const std::set<std::string>& known) const {
     if (key.empty() || known.count(key)) continue;
     std::string list;
     for (const auto& k : known) list += (list.empty() ? "--" : ", --") + k;
-    throw InputError("kvbench " + command_ + ": unknown option --" + key + " (known: " + list + ")");
+    throw InputError("kvbench " + command_ + ": unknown option --" + key + " (known: " + list +
+                     ")");
   }
 }
 

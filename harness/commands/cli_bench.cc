@@ -98,9 +98,9 @@ int64_t decode_weight_bytes(const ModelWeights& w) {
 int64_t parameter_count(const ModelWeights& w) {
   int64_t n = w.token_embedding.size() + w.output_norm.size() + w.output.size();
   for (const auto& l : w.layers)
-    n += l.attn_norm.size() + l.wq.size() + l.wk.size() + l.wv.size() + l.bq.size() +
-         l.bk.size() + l.bv.size() + l.wo.size() + l.ffn_norm.size() + l.w_gate.size() +
-         l.w_up.size() + l.w_down.size();
+    n += l.attn_norm.size() + l.wq.size() + l.wk.size() + l.wv.size() + l.bq.size() + l.bk.size() +
+         l.bv.size() + l.wo.size() + l.ffn_norm.size() + l.w_gate.size() + l.w_up.size() +
+         l.w_down.size();
   return n;
 }
 

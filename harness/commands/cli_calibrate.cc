@@ -33,7 +33,8 @@ std::vector<std::filesystem::path> text_files(const std::filesystem::path& dir) 
     throw InputError("--data '" + dir.string() + "' is not a folder of calibration texts (*.txt)");
   std::vector<std::filesystem::path> files;
   for (const auto& entry : std::filesystem::directory_iterator(dir))
-    if (entry.is_regular_file() && entry.path().extension() == ".txt") files.push_back(entry.path());
+    if (entry.is_regular_file() && entry.path().extension() == ".txt")
+      files.push_back(entry.path());
   std::sort(files.begin(), files.end());
   if (files.empty()) throw InputError("--data '" + dir.string() + "' holds no *.txt files");
   return files;
@@ -56,7 +57,8 @@ int calibrate(const std::vector<std::string>& argv) {
   const LoadedModel model = load_model(args.get("model"));
   // load_model may not attach the file's tokenizer yet; read it from the file then.
   const std::shared_ptr<const Tokenizer> tokenizer =
-      model.tokenizer ? model.tokenizer : std::shared_ptr<const Tokenizer>(tokenizer_from_path(args.get("model")));
+      model.tokenizer ? model.tokenizer
+                      : std::shared_ptr<const Tokenizer>(tokenizer_from_path(args.get("model")));
   const ModelConfig& config = model.weights->config;
   const int chunk_tokens = args.get_int("chunk-tokens", std::min(2048, config.max_context));
   const int max_tokens = args.get_int("max-tokens", 8192);
@@ -77,10 +79,12 @@ int calibrate(const std::vector<std::string>& argv) {
   std::vector<std::string> used;
   for (const auto& file : text_files(args.get("data"))) {
     if (tokens >= max_tokens) break;
-    const std::vector<TokenId> ids = tokenizer->encode(read_text(file), tokenizer->adds_bos_by_default());
+    const std::vector<TokenId> ids =
+        tokenizer->encode(read_text(file), tokenizer->adds_bos_by_default());
     used.push_back(file.filename().string());
     for (size_t begin = 0; begin < ids.size() && tokens < max_tokens; begin += chunk_tokens) {
-      const size_t end = std::min({ids.size(), begin + chunk_tokens, begin + static_cast<size_t>(max_tokens - tokens)});
+      const size_t end = std::min(
+          {ids.size(), begin + chunk_tokens, begin + static_cast<size_t>(max_tokens - tokens)});
       engine->reserve(1, chunk_tokens);
       PrefillCapture unused;
       engine->prefill(0, std::span<const TokenId>(ids.data() + begin, end - begin),
@@ -90,7 +94,7 @@ int calibrate(const std::vector<std::string>& argv) {
         for (int h = 0; h < config.n_kv_heads; ++h) {
           const float* k = store.keys(l, h);
           keys[l * config.n_kv_heads + h].insert(keys[l * config.n_kv_heads + h].end(), k,
-                                                  k + static_cast<int64_t>(store.length(l, h)) * d);
+                                                 k + static_cast<int64_t>(store.length(l, h)) * d);
         }
       tokens += static_cast<int64_t>(end - begin);
     }

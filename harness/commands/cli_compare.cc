@@ -46,8 +46,7 @@ int compare(const std::vector<std::string>& argv) {
   CompareOptions options;
   options.max_accuracy_drop = args.get_double("max-accuracy-drop", options.max_accuracy_drop);
   options.max_latency_ratio = args.get_double("max-latency-ratio", options.max_latency_ratio);
-  if (options.max_accuracy_drop < 0)
-    throw InputError("--max-accuracy-drop must be >= 0 (points)");
+  if (options.max_accuracy_drop < 0) throw InputError("--max-accuracy-drop must be >= 0 (points)");
   if (options.max_latency_ratio < 1)
     throw InputError("--max-latency-ratio must be >= 1 (a factor over the baseline's ratio)");
   const auto baseline = load_summary(args.get("baseline"));
@@ -57,10 +56,10 @@ int compare(const std::vector<std::string>& argv) {
     std::cout << result.to_json().dump(2) << "\n";
   } else {
     std::cout << render_tables({result.diff}, "md");
-    std::printf("\n%d of %d checks regressed (accuracy drop > %.2f points, TPOT/Full ratio > "
-                "%.2fx baseline)\n",
-                result.regressions, result.compared, options.max_accuracy_drop,
-                options.max_latency_ratio);
+    std::printf(
+        "\n%d of %d checks regressed (accuracy drop > %.2f points, TPOT/Full ratio > "
+        "%.2fx baseline)\n",
+        result.regressions, result.compared, options.max_accuracy_drop, options.max_latency_ratio);
   }
   return result.regressions > 0 ? 1 : 0;
 }

@@ -44,7 +44,8 @@ struct LoadedModel {
 
 LoadedModel load_tokenizer(const fs::path& path) {
   if (!fs::exists(path))
-    throw InputError("--model " + path.string() + " does not exist (a GGUF file or an HF folder; "
+    throw InputError("--model " + path.string() +
+                     " does not exist (a GGUF file or an HF folder; "
                      "run harness/scripts/setup.sh for the default SmolLM2 model)");
   LoadedModel model;
   if (fs::is_directory(path)) {
@@ -124,7 +125,8 @@ int gen_data(const std::vector<std::string>& argv) {
                    "template", "family", "json"});
   if (!args.has("benchmark") || !args.has("model") || !args.has("out") || !args.has("length"))
     throw InputError(std::string("kvbench gen-data: --benchmark, --length, --model and --out are "
-                                 "required\n") + kUsage);
+                                 "required\n") +
+                     kUsage);
   const Benchmark& benchmark = find_benchmark(args.get("benchmark"));
   const std::string out_path = args.get("out");
   const fs::path data_dir = args.get_or("data-dir", "");

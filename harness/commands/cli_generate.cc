@@ -1,9 +1,9 @@
 // kvbench generate --model PATH (--prompt STR | --prompt-file FILE) [--chat] [--system STR]
 //                  [--max-new-tokens N] [--policy P --budget B [--params JSON]] [--question STR]
 //                  [--stop STR]... [--device cpu|cuda|auto] [--json]
-// Greedy generation on the chosen engine (auto: the GPU when present). With --question the prompt mode is question-agnostic: the
-// prompt (the context) is prefilled and compressed, then the question is appended; otherwise the
-// whole prompt is compressed (query-aware).
+// Greedy generation on the chosen engine (auto: the GPU when present). With --question the prompt
+// mode is question-agnostic: the prompt (the context) is prefilled and compressed, then the
+// question is appended; otherwise the whole prompt is compressed (query-aware).
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -31,7 +31,8 @@ const ChatTemplate& template_for(const std::string& model_path, const LoadedMode
   namespace fs = std::filesystem;
   if (fs::is_regular_file(model_path) && fs::path(model_path).extension() == ".gguf")
     return chat_template(chat_template_name_for(*GgufFile::open(model_path)));
-  if (fs::is_directory(model_path)) return chat_template(chat_template_name_for_hf_folder(model_path));
+  if (fs::is_directory(model_path))
+    return chat_template(chat_template_name_for_hf_folder(model_path));
   return chat_template(model.chat_template);
 }
 
@@ -44,9 +45,11 @@ std::shared_ptr<const Tokenizer> tokenizer_for(const std::string& model_path,
 
 std::string prompt_text(const Args& args) {
   if (!args.has("prompt-file")) return args.get("prompt");
-  if (args.has("prompt")) throw InputError("kvbench generate: give --prompt or --prompt-file, not both");
+  if (args.has("prompt"))
+    throw InputError("kvbench generate: give --prompt or --prompt-file, not both");
   std::ifstream file(args.get("prompt-file"), std::ios::binary);
-  if (!file) throw InputError("kvbench generate: cannot read --prompt-file " + args.get("prompt-file"));
+  if (!file)
+    throw InputError("kvbench generate: cannot read --prompt-file " + args.get("prompt-file"));
   std::ostringstream text;
   text << file.rdbuf();
   return text.str();
@@ -66,13 +69,14 @@ PromptText render_prompt(const Args& args, const LoadedModel& model) {
   if (!args.flag("chat")) return {question.empty() ? prompt : prompt + "\n\n", question};
   const ChatTemplate& chat = template_for(args.get("model"), model);
   std::optional<std::string> system = args.maybe("system");
-  const std::string text =
-      system ? apply_chat_template(chat, user, std::string_view(*system))
-             : apply_chat_template(chat, user);
+  const std::string text = system ? apply_chat_template(chat, user, std::string_view(*system))
+                                  : apply_chat_template(chat, user);
   if (question.empty()) return {text, ""};
   const size_t at = text.rfind(question);
   if (at == std::string::npos)
-    throw InputError("kvbench generate: the chat template altered the question text; use --question without --chat");
+    throw InputError(
+        "kvbench generate: the chat template altered the question text; use --question without "
+        "--chat");
   return {text.substr(0, at), text.substr(at)};
 }
 
@@ -92,7 +96,8 @@ int generate(const std::vector<std::string>& argv) {
   const ThreadLimit threads(args);
   GenerationOptions options;
   options.max_new_tokens = args.get_int("max-new-tokens", 64);
-  if (options.max_new_tokens < 1) throw InputError("kvbench generate: --max-new-tokens must be >= 1");
+  if (options.max_new_tokens < 1)
+    throw InputError("kvbench generate: --max-new-tokens must be >= 1");
   const std::string policy = args.get_or("policy", "full");
   std::optional<Budget> budget;
   if (auto text = args.maybe("budget")) budget = Budget::parse(*text);
@@ -101,7 +106,8 @@ int generate(const std::vector<std::string>& argv) {
     try {
       params = nlohmann::json::parse(*text);
     } catch (const nlohmann::json::exception& e) {
-      throw InputError("kvbench generate: --params is not valid JSON (" + std::string(e.what()) + ")");
+      throw InputError("kvbench generate: --params is not valid JSON (" + std::string(e.what()) +
+                       ")");
     }
   }
   CachePlan plan = make_cache_plan(policy, params, budget);
@@ -130,17 +136,26 @@ int generate(const std::vector<std::string>& argv) {
 
   const std::string mode = question_ids.empty() ? "query-aware" : "question-agnostic";
   if (args.flag("json")) {
-    nlohmann::json out = {
-        {"text", r.text}, {"output_ids", r.output_ids}, {"stop_reason", r.stop_reason},
-        {"policy", plan.label.empty() ? policy : plan.label},
-        {"budget", budget ? budget->to_string() : ""}, {"budget_tokens", r.budget_tokens},
-        {"prompt_mode", mode}, {"prompt_tokens", r.prompt_tokens},
-        {"compressed_tokens", r.compressed_tokens}, {"output_tokens", r.output_tokens},
-        {"ttft_ms", r.ttft_ms}, {"tpot_ms", r.tpot_ms}, {"prefill_ms", r.prefill_ms},
-        {"compress_ms", r.compress_ms}, {"decode_ms", r.decode_ms},
-        {"kv_bytes_full", r.kv_bytes_full}, {"kv_bytes", r.kv_bytes},
-        {"kv_bytes_end", r.kv_bytes_end}, {"peak_rss_bytes", r.peak_rss_bytes},
-        {"backend", engine->backend_name()}};
+    nlohmann::json out = {{"text", r.text},
+                          {"output_ids", r.output_ids},
+                          {"stop_reason", r.stop_reason},
+                          {"policy", plan.label.empty() ? policy : plan.label},
+                          {"budget", budget ? budget->to_string() : ""},
+                          {"budget_tokens", r.budget_tokens},
+                          {"prompt_mode", mode},
+                          {"prompt_tokens", r.prompt_tokens},
+                          {"compressed_tokens", r.compressed_tokens},
+                          {"output_tokens", r.output_tokens},
+                          {"ttft_ms", r.ttft_ms},
+                          {"tpot_ms", r.tpot_ms},
+                          {"prefill_ms", r.prefill_ms},
+                          {"compress_ms", r.compress_ms},
+                          {"decode_ms", r.decode_ms},
+                          {"kv_bytes_full", r.kv_bytes_full},
+                          {"kv_bytes", r.kv_bytes},
+                          {"kv_bytes_end", r.kv_bytes_end},
+                          {"peak_rss_bytes", r.peak_rss_bytes},
+                          {"backend", engine->backend_name()}};
     std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }

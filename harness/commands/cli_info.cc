@@ -3,11 +3,10 @@
 // sizes. With --load (cpu, cuda, auto) it also loads the weights the way `kvbench run` does on that
 // device (on the host in the file's encoding, or tensor by tensor to the GPU) and reports the load
 // time and peak host RSS.
-#include <nlohmann/json.hpp>
-
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
@@ -39,8 +38,11 @@ nlohmann::ordered_json to_json(const ModelSummary& s) {
   j["rope_theta"] = c.rope_theta;
   if (c.llama3_rope_scaling) {
     const auto& r = *c.llama3_rope_scaling;
-    j["rope_scaling"] = {{"type", "llama3"}, {"factor", r.factor}, {"low_freq_factor", r.low_freq_factor},
-                         {"high_freq_factor", r.high_freq_factor}, {"original_max_position", r.original_max_position}};
+    j["rope_scaling"] = {{"type", "llama3"},
+                         {"factor", r.factor},
+                         {"low_freq_factor", r.low_freq_factor},
+                         {"high_freq_factor", r.high_freq_factor},
+                         {"original_max_position", r.original_max_position}};
   } else {
     j["rope_scaling"] = nullptr;
   }
@@ -76,25 +78,34 @@ std::string human_bytes(double bytes) {
 void print_human(const ModelSummary& s) {
   const ModelConfig& c = s.config;
   std::printf("model          %s (%s)\n", s.source.c_str(), s.format.c_str());
-  std::printf("name           %s%s\n", c.name.c_str(), c.dummy_weights ? "  [random weights: latency/memory only]" : "");
-  std::printf("architecture   %s: %d layers, d_model %d, heads %d query / %d kv (group %d), head_dim %d, ffn %d\n",
-              architecture_name(c.architecture), c.n_layers, c.d_model, c.n_query_heads, c.n_kv_heads, c.group_size(),
-              c.head_dim, c.ffn_dim);
+  std::printf("name           %s%s\n", c.name.c_str(),
+              c.dummy_weights ? "  [random weights: latency/memory only]" : "");
+  std::printf(
+      "architecture   %s: %d layers, d_model %d, heads %d query / %d kv (group %d), head_dim %d, "
+      "ffn %d\n",
+      architecture_name(c.architecture), c.n_layers, c.d_model, c.n_query_heads, c.n_kv_heads,
+      c.group_size(), c.head_dim, c.ffn_dim);
   std::printf("vocabulary     %d\n", c.vocab_size);
   std::printf("context        %d tokens\n", c.max_context);
   std::printf("rope           theta %g%s\n", c.rope_theta,
-              c.llama3_rope_scaling ? (", llama3 scaling x" + std::to_string(c.llama3_rope_scaling->factor)).c_str() : "");
+              c.llama3_rope_scaling
+                  ? (", llama3 scaling x" + std::to_string(c.llama3_rope_scaling->factor)).c_str()
+                  : "");
   std::printf("norm eps       %g\n", c.rms_norm_eps);
-  std::printf("embeddings     %s; qkv bias %s\n", c.tied_embeddings ? "tied" : "untied", c.qkv_bias ? "yes" : "no");
+  std::printf("embeddings     %s; qkv bias %s\n", c.tied_embeddings ? "tied" : "untied",
+              c.qkv_bias ? "yes" : "no");
   std::printf("tokenizer      %s\n", s.tokenizer_kind.c_str());
   std::printf("chat template  %s\n", s.chat_template.c_str());
   std::string dtypes;
-  for (const auto& [dtype, count] : s.dtype_counts) dtypes += (dtypes.empty() ? "" : ", ") + dtype + " x " + std::to_string(count);
+  for (const auto& [dtype, count] : s.dtype_counts)
+    dtypes += (dtypes.empty() ? "" : ", ") + dtype + " x " + std::to_string(count);
   std::printf("weight dtypes  %s\n", dtypes.c_str());
   std::printf("parameters     %.1f M\n", static_cast<double>(s.n_parameters) / 1e6);
-  if (s.file_bytes > 0) std::printf("file size      %s (%llu bytes)\n", human_bytes(double(s.file_bytes)).c_str(),
-                                    static_cast<unsigned long long>(s.file_bytes));
-  std::printf("KV per token   %s (bf16), %s (f32)\n", human_bytes(double(c.kv_bytes_per_token(2))).c_str(),
+  if (s.file_bytes > 0)
+    std::printf("file size      %s (%llu bytes)\n", human_bytes(double(s.file_bytes)).c_str(),
+                static_cast<unsigned long long>(s.file_bytes));
+  std::printf("KV per token   %s (bf16), %s (f32)\n",
+              human_bytes(double(c.kv_bytes_per_token(2))).c_str(),
               human_bytes(double(c.kv_bytes_per_token(4))).c_str());
 }
 

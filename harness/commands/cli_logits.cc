@@ -24,8 +24,9 @@ std::vector<TokenId> parse_ids(const std::string& text) {
     char* end = nullptr;
     const long id = std::strtol(item.c_str(), &end, 10);
     if (item.empty() || end == item.c_str() || *end != '\0' || id < 0)
-      throw InputError("kvbench logits: --ids expects comma-separated non-negative integers, got '" +
-                       item + "' in '" + text + "'");
+      throw InputError(
+          "kvbench logits: --ids expects comma-separated non-negative integers, got '" + item +
+          "' in '" + text + "'");
     ids.push_back(static_cast<TokenId>(id));
     start = comma + 1;
   }
@@ -52,7 +53,8 @@ int logits(const std::vector<std::string>& argv) {
       {.weights_on_host = device != "cuda", .weight_format = weight_format_option(args)});
   // The loader may leave a GGUF's tokenizer out; the token texts are only for display.
   std::shared_ptr<const Tokenizer> tokenizer = model.tokenizer;
-  if (!tokenizer && args.get("model").rfind("preset:", 0) != 0) tokenizer = tokenizer_from_path(args.get("model"));
+  if (!tokenizer && args.get("model").rfind("preset:", 0) != 0)
+    tokenizer = tokenizer_from_path(args.get("model"));
   // The CPU engine by default (--weights f32: the f32 reference); --device cuda gives the GPU's
   // bf16 logits.
   const std::unique_ptr<Engine> engine = make_engine(device, *model.weights);
@@ -69,11 +71,12 @@ int logits(const std::vector<std::string>& argv) {
   order.resize(k);
 
   if (args.flag("json")) {
-    nlohmann::json out = {{"model", model.weights->source}, {"ids", ids},
-                          {"vocab_size", logits.size()}};
+    nlohmann::json out = {
+        {"model", model.weights->source}, {"ids", ids}, {"vocab_size", logits.size()}};
     nlohmann::json top = nlohmann::json::array();
     for (int id : order)
-      top.push_back({{"id", id}, {"logit", logits[id]}, {"token", token_text(tokenizer.get(), id)}});
+      top.push_back(
+          {{"id", id}, {"logit", logits[id]}, {"token", token_text(tokenizer.get(), id)}});
     out["top"] = top;
     if (args.flag("all")) out["logits"] = logits;
     std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());

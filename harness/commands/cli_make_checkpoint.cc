@@ -1,7 +1,8 @@
 // kvbench make-checkpoint --preset NAME --out DIR [--seed S] [--shard-gb G] [--layers N] [--json]:
-// writes a synthetic HF checkpoint of a preset's shapes (--layers: fewer blocks, for a quick trial) (engine/synthetic_checkpoint.h): config.json, bf16
-// safetensors shards with their index, and a byte-level tokenizer, so that the loaders can be
-// measured on an 8B-sized folder on a machine without internet. Streams: host memory stays small.
+// writes a synthetic HF checkpoint of a preset's shapes (--layers: fewer blocks, for a quick trial)
+// (engine/synthetic_checkpoint.h): config.json, bf16 safetensors shards with their index, and a
+// byte-level tokenizer, so that the loaders can be measured on an 8B-sized folder on a machine
+// without internet. Streams: host memory stays small.
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>

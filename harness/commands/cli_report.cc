@@ -2,7 +2,6 @@
 // Writes DIR/index.html: a self-contained page with SVG plots and the tables.
 #include <cstdio>
 #include <iostream>
-
 #include <nlohmann/json.hpp>
 
 #include "harness/commands/args.h"
@@ -20,9 +19,11 @@ int report(const std::vector<std::string>& argv) {
   ResultStore store(db, ResultStore::Mode::kReadOnly);
   const auto rows = store.load_rows();
   const auto runs = store.load_runs();
-  const auto path = write_report(rows, runs, args.get_or("title", "kvbench report: " + db), out_dir);
+  const auto path =
+      write_report(rows, runs, args.get_or("title", "kvbench report: " + db), out_dir);
   if (args.flag("json")) {
-    std::cout << nlohmann::json{{"report", path.string()}, {"results", rows.size()}}.dump(2) << "\n";
+    std::cout << nlohmann::json{{"report", path.string()}, {"results", rows.size()}}.dump(2)
+              << "\n";
   } else {
     std::printf("report: %s (%zu results)\n", path.c_str(), rows.size());
   }

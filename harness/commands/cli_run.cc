@@ -169,8 +169,7 @@ int run(const std::vector<std::string>& argv) {
                        (ec ? ec.message() : std::string("not a writable folder")) +
                        "); pass --report DIR or --no-report");
   }
-  ResultStore store(db_path, ResultStore::Mode::kReadWrite,
-                    static_cast<int>(lock_timeout * 1000));
+  ResultStore store(db_path, ResultStore::Mode::kReadWrite, static_cast<int>(lock_timeout * 1000));
   const RunLock run_lock(db_path);
 
   // 3. Provenance, then the sweep.
@@ -204,9 +203,9 @@ int run(const std::vector<std::string>& argv) {
     std::fprintf(stderr,
                  "[kvbench run] %s: %zu work units, %lld rows, shard %s, device %s, prefill "
                  "reuse %s, cells decoded %s\n",
-                 config.name.c_str(), plan.units.size(),
-                 static_cast<long long>(plan.total_rows()), shard.to_string().c_str(),
-                 backend.device().c_str(), options.prefill_reuse ? "on" : "off",
+                 config.name.c_str(), plan.units.size(), static_cast<long long>(plan.total_rows()),
+                 shard.to_string().c_str(), backend.device().c_str(),
+                 options.prefill_reuse ? "on" : "off",
                  engine_options.batch_cells ? "together" : "one at a time");
   const RunSummary summary = run_sweep(plan, backend, store, info, options);
 

@@ -40,7 +40,8 @@ SelectInputs read_inputs(const std::string& path) {
   in.v = file->read_f32("v", &in.v_shape);
   require_rank(path, "q_window", in.q_shape, 4, "[layers, Hq, w, d]");
   require_rank(path, "k", in.k_shape, 4, "[layers, Hkv, L, d]");
-  if (in.v_shape != in.k_shape) throw InputError(path + ": tensors 'k' and 'v' must have one shape");
+  if (in.v_shape != in.k_shape)
+    throw InputError(path + ": tensors 'k' and 'v' must have one shape");
   if (in.q_shape[0] != in.k_shape[0] || in.q_shape[3] != in.k_shape[3])
     throw InputError(path + ": q_window and k disagree on layers or head dimension");
   if (in.k_shape[1] <= 0 || in.q_shape[1] % in.k_shape[1] != 0)
@@ -82,7 +83,8 @@ PrefillView make_view(const SelectInputs& in) {
       layer.values.push_back(in.v.data() + offset);
     }
     if (!in.sums.empty()) layer.column_sums = in.sums.data() + int64_t(l) * hq * length;
-    if (!in.wo.empty()) layer.output_projection = in.wo.data() + int64_t(l) * layer.d_model * hq * d;
+    if (!in.wo.empty())
+      layer.output_projection = in.wo.data() + int64_t(l) * layer.d_model * hq * d;
     view.layers.push_back(layer);
   }
   return view;
@@ -95,7 +97,8 @@ void check_captures(const PrefillPolicy& policy, const SelectInputs& in, const s
                      std::to_string(need.window_queries) + " window queries, q_window has " +
                      std::to_string(in.q_shape[2]) + " (or pass a smaller \"window\" in --params)");
   if ((need.output_projection || need.projected_value_norms) && in.wo.empty())
-    throw InputError(path + ": policy '" + policy.name() + "' needs tensor 'w_o' [layers, D, Hq*d]");
+    throw InputError(path + ": policy '" + policy.name() +
+                     "' needs tensor 'w_o' [layers, D, Hq*d]");
   if (need.attention_column_sums && in.sums.empty())
     throw InputError(path + ": policy '" + policy.name() +
                      "' needs tensor 'column_sums' [layers, Hq, L]");
@@ -109,7 +112,8 @@ int select_decode(const std::string& path, const std::string& spec, const nlohma
   const auto file = SafetensorsFile::open(path);
   for (const char* name : {"k", "v"})
     if (!file->find(name))
-      throw InputError(path + ": missing tensor '" + std::string(name) + "' (need k and v [layers,Hkv,L,d])");
+      throw InputError(path + ": missing tensor '" + std::string(name) +
+                       "' (need k and v [layers,Hkv,L,d])");
   std::vector<int64_t> q_shape, k_shape, v_shape;
   const std::vector<float> q = file->read_f32("q_decode", &q_shape);
   const std::vector<float> k = file->read_f32("k", &k_shape);
@@ -117,7 +121,8 @@ int select_decode(const std::string& path, const std::string& spec, const nlohma
   require_rank(path, "q_decode", q_shape, 3, "[layers, Hq, d]");
   require_rank(path, "k", k_shape, 4, "[layers, Hkv, L, d]");
   if (v_shape != k_shape) throw InputError(path + ": tensors 'k' and 'v' must have one shape");
-  if (q_shape[0] != k_shape[0] || q_shape[2] != k_shape[3] || k_shape[1] <= 0 || q_shape[1] % k_shape[1] != 0)
+  if (q_shape[0] != k_shape[0] || q_shape[2] != k_shape[3] || k_shape[1] <= 0 ||
+      q_shape[1] % k_shape[1] != 0)
     throw InputError(path + ": q_decode [layers,Hq,d] and k [layers,Hkv,L,d] disagree");
   DecodeSelectInputs inputs;
   for (const TensorInput& input : policy_tensor_inputs(spec)) {
@@ -138,7 +143,8 @@ int select_decode(const std::string& path, const std::string& spec, const nlohma
   if (json) {
     std::cout << out.dump() << "\n";
   } else {
-    std::cout << "policy " << spec << ", budget " << budget.to_string() << ": selected entries per layer\n";
+    std::cout << "policy " << spec << ", budget " << budget.to_string()
+              << ": selected entries per layer\n";
     for (size_t l = 0; l < out["selected"].size(); ++l) {
       std::cout << "layer " << l << ":";
       for (const auto& head : out["selected"][l]) std::cout << " " << head.size();

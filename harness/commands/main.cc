@@ -36,7 +36,8 @@ constexpr Subcommand kSubcommands[] = {
 };
 
 void print_usage(FILE* out) {
-  std::fprintf(out, "usage: kvbench <command> [options]   (--json for machine-readable output)\n\n");
+  std::fprintf(out,
+               "usage: kvbench <command> [options]   (--json for machine-readable output)\n\n");
   for (const auto& sub : kSubcommands) std::fprintf(out, "  %-16s %s\n", sub.name, sub.summary);
 }
 

@@ -40,7 +40,8 @@ std::string latency_key(const nlohmann::json& e) {
 void check_summary(const nlohmann::json& summary, const std::string& what) {
   if (!summary.is_object() || summary.value("format", "") != "kvbench-summary" ||
       !summary.contains("accuracy") || !summary.contains("latency"))
-    throw FormatError(what + " is not a kvbench summary (expected {\"format\": "
+    throw FormatError(what +
+                      " is not a kvbench summary (expected {\"format\": "
                       "\"kvbench-summary\", \"accuracy\": [...], \"latency\": [...]}); write one "
                       "with `kvbench compare --candidate DB --write-baseline FILE.json`");
 }
@@ -48,8 +49,8 @@ void check_summary(const nlohmann::json& summary, const std::string& what) {
 }  // namespace
 
 nlohmann::json summarize_results(const std::vector<StoredRow>& rows) {
-  using AccKey = std::tuple<std::string, std::string, std::string, std::string, std::string,
-                            std::string>;
+  using AccKey =
+      std::tuple<std::string, std::string, std::string, std::string, std::string, std::string>;
   using LatKey = std::tuple<std::string, std::string, std::string, std::string>;
   std::map<AccKey, std::vector<double>> scores;
   std::map<LatKey, std::vector<double>> tpot;
@@ -66,9 +67,14 @@ nlohmann::json summarize_results(const std::vector<StoredRow>& rows) {
   nlohmann::json accuracy = nlohmann::json::array();
   for (const auto& [k, v] : scores) {
     const auto& [model, policy, budget, mode, benchmark, task] = k;
-    accuracy.push_back({{"model", model},       {"policy", policy}, {"budget", budget},
-                        {"prompt_mode", mode},  {"benchmark", benchmark}, {"task", task},
-                        {"score", std::round(1e4 * mean(v)) / 1e2}, {"samples", v.size()}});
+    accuracy.push_back({{"model", model},
+                        {"policy", policy},
+                        {"budget", budget},
+                        {"prompt_mode", mode},
+                        {"benchmark", benchmark},
+                        {"task", task},
+                        {"score", std::round(1e4 * mean(v)) / 1e2},
+                        {"samples", v.size()}});
   }
   nlohmann::json latency = nlohmann::json::array();
   for (const auto& [k, v] : tpot) {
@@ -83,10 +89,8 @@ nlohmann::json summarize_results(const std::vector<StoredRow>& rows) {
                        {"tpot_ratio_vs_full", std::round(1e4 * mean(v) / mean(full->second)) / 1e4},
                        {"tpot_ms", std::round(1e3 * mean(v)) / 1e3}});
   }
-  return {{"format", "kvbench-summary"},
-          {"version", 1},
-          {"accuracy", accuracy},
-          {"latency", latency}};
+  return {
+      {"format", "kvbench-summary"}, {"version", 1}, {"accuracy", accuracy}, {"latency", latency}};
 }
 
 nlohmann::json load_summary(const std::filesystem::path& path) {
@@ -153,8 +157,8 @@ CompareResult compare_summaries(const nlohmann::json& baseline, const nlohmann::
     const auto it = candidate_latency.find(key);
     if (it == candidate_latency.end()) {
       ++result.regressions;
-      result.diff.rows.push_back({"TPOT/Full", key, fixed(before, 3), "missing", "-",
-                                  "REGRESSION"});
+      result.diff.rows.push_back(
+          {"TPOT/Full", key, fixed(before, 3), "missing", "-", "REGRESSION"});
       continue;
     }
     const double after = it->second.at("tpot_ratio_vs_full").get<double>();

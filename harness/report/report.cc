@@ -242,13 +242,13 @@ std::string render_report_html(const std::vector<StoredRow>& rows,
     std::string models;
     for (const auto& m : run.info.models)
       models += m.value("name", "") + " sha256:" + m.value("sha256", "").substr(0, 12) + " ";
-    out << "<tr><td>" << run.run_id << "</td><td>" << escape_xml(run.info.started_at)
-        << "</td><td>" << escape_xml(run.info.status) << "</td><td>"
-        << escape_xml(run.info.config_name) << "</td><td>" << escape_xml(run.info.shard)
-        << "</td><td>" << escape_xml(run.info.git_commit.substr(0, 12)) << "</td><td>"
-        << escape_xml(run.info.host) << "</td><td>" << escape_xml(run.info.cpu) << "</td><td>"
-        << escape_xml(run.info.gpu) << "</td><td>" << (run.info.prefill_reuse ? "yes" : "no")
-        << "</td><td>" << escape_xml(models) << "</td></tr>\n";
+    out << "<tr><td>" << run.run_id << "</td><td>" << escape_xml(run.info.started_at) << "</td><td>"
+        << escape_xml(run.info.status) << "</td><td>" << escape_xml(run.info.config_name)
+        << "</td><td>" << escape_xml(run.info.shard) << "</td><td>"
+        << escape_xml(run.info.git_commit.substr(0, 12)) << "</td><td>" << escape_xml(run.info.host)
+        << "</td><td>" << escape_xml(run.info.cpu) << "</td><td>" << escape_xml(run.info.gpu)
+        << "</td><td>" << (run.info.prefill_reuse ? "yes" : "no") << "</td><td>"
+        << escape_xml(models) << "</td></tr>\n";
   }
   out << "</table>\n";
 

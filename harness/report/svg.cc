@@ -33,11 +33,20 @@ std::string escape_xml(const std::string& text) {
   std::string out;
   for (const char c : text) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -52,8 +61,8 @@ std::string heat_colour(double v) {
   char buffer[8];
   int rgb[3];
   for (int i = 0; i < 3; ++i)
-    rgb[i] = static_cast<int>(std::lround(stops[segment][i] +
-                                          t * (stops[segment + 1][i] - stops[segment][i])));
+    rgb[i] = static_cast<int>(
+        std::lround(stops[segment][i] + t * (stops[segment + 1][i] - stops[segment][i])));
   std::snprintf(buffer, sizeof buffer, "#%02X%02X%02X", rgb[0], rgb[1], rgb[2]);
   return buffer;
 }
@@ -98,9 +107,8 @@ std::string render(const LineChart& chart) {
         << "\" text-anchor=\"middle\" class=\"tick\">" << escape_xml(chart.x_ticks[i])
         << "</text>\n";
   out << "<line x1=\"" << kLeft << "\" x2=\"" << kLeft << "\" y1=\"" << kTop << "\" y2=\""
-      << kTop + plot_h << "\" class=\"axis\"/><line x1=\"" << kLeft << "\" x2=\""
-      << kLeft + plot_w << "\" y1=\"" << kTop + plot_h << "\" y2=\"" << kTop + plot_h
-      << "\" class=\"axis\"/>\n";
+      << kTop + plot_h << "\" class=\"axis\"/><line x1=\"" << kLeft << "\" x2=\"" << kLeft + plot_w
+      << "\" y1=\"" << kTop + plot_h << "\" y2=\"" << kTop + plot_h << "\" class=\"axis\"/>\n";
   out << "<text x=\"" << kLeft + plot_w / 2 << "\" y=\"" << kHeight - 8
       << "\" text-anchor=\"middle\" class=\"label\">" << escape_xml(chart.x_label) << "</text>\n";
   out << "<text transform=\"translate(14," << kTop + plot_h / 2
@@ -123,8 +131,7 @@ std::string render(const LineChart& chart) {
     }
     if (!path.empty())
       out << "<path d=\"" << path << "\" fill=\"none\" stroke=\"" << colour
-          << "\" stroke-width=\"2\"" << (series.dashed ? " stroke-dasharray=\"6 4\"" : "")
-          << "/>";
+          << "\" stroke-width=\"2\"" << (series.dashed ? " stroke-dasharray=\"6 4\"" : "") << "/>";
     for (size_t i = 0; i < series.values.size() && i < n; ++i) {
       if (!std::isfinite(series.values[i])) continue;
       out << "<circle cx=\"" << x_at(i) << "\" cy=\"" << y_at(series.values[i])
@@ -133,10 +140,10 @@ std::string render(const LineChart& chart) {
           << "</title></circle>";
     }
     const double ly = kTop + 8 + 16 * s;
-    out << "<line x1=\"" << kWidth - kRight + 12 << "\" x2=\"" << kWidth - kRight + 32
-        << "\" y1=\"" << ly << "\" y2=\"" << ly << "\" stroke=\"" << colour
-        << "\" stroke-width=\"2\"" << (series.dashed ? " stroke-dasharray=\"6 4\"" : "")
-        << "/><text x=\"" << kWidth - kRight + 36 << "\" y=\"" << ly + 4 << "\" class=\"legend\">"
+    out << "<line x1=\"" << kWidth - kRight + 12 << "\" x2=\"" << kWidth - kRight + 32 << "\" y1=\""
+        << ly << "\" y2=\"" << ly << "\" stroke=\"" << colour << "\" stroke-width=\"2\""
+        << (series.dashed ? " stroke-dasharray=\"6 4\"" : "") << "/><text x=\""
+        << kWidth - kRight + 36 << "\" y=\"" << ly + 4 << "\" class=\"legend\">"
         << escape_xml(series.name.substr(0, 24)) << "</text></g>\n";
   }
   out << "</svg>\n";
@@ -163,8 +170,9 @@ std::string render(const Heatmap& map) {
       out << "<rect class=\"cell\" x=\"" << kLeft + cell_w * x << "\" y=\"" << kTop + kCell * y
           << "\" width=\"" << cell_w - 1 << "\" height=\"" << kCell - 1 << "\" fill=\""
           << heat_colour(v) << "\"><title>depth " << escape_xml(map.y_ticks[y]) << "%, "
-          << escape_xml(map.x_ticks[x]) << " tokens: "
-          << (std::isfinite(v) ? number(100 * v) : std::string("no data")) << "</title></rect>";
+          << escape_xml(map.x_ticks[x])
+          << " tokens: " << (std::isfinite(v) ? number(100 * v) : std::string("no data"))
+          << "</title></rect>";
     }
     out << "\n";
   }

@@ -15,14 +15,14 @@ struct Series {
 };
 
 struct LineChart {
-  std::string id;       // element id, unique in the page
-  std::string kind;     // data-plot attribute, e.g. "accuracy-vs-budget"
+  std::string id;    // element id, unique in the page
+  std::string kind;  // data-plot attribute, e.g. "accuracy-vs-budget"
   std::string title;
   std::string x_label;
   std::string y_label;
   std::vector<std::string> x_ticks;
   std::vector<Series> series;
-  double y_min = NAN;   // NaN: from the data
+  double y_min = NAN;  // NaN: from the data
   double y_max = NAN;
 };
 std::string render(const LineChart& chart);

@@ -18,10 +18,9 @@
 // samples.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "harness/sweep/store.h"
 

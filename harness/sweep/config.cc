@@ -43,8 +43,8 @@ int get_positive_int(const nlohmann::json& value, const std::string& path, const
   if (!value.is_number_integer()) err.fail(path, "must be an integer, got " + value.dump());
   const int64_t number = value.get<int64_t>();
   if (number < (allow_zero ? 0 : 1) || number > (int64_t{1} << 30))
-    err.fail(path, std::string("must be ") + (allow_zero ? ">= 0" : ">= 1") + ", got " +
-                       value.dump());
+    err.fail(path,
+             std::string("must be ") + (allow_zero ? ">= 0" : ">= 1") + ", got " + value.dump());
   return static_cast<int>(number);
 }
 
@@ -171,12 +171,14 @@ void parse_benchmark_options(const nlohmann::json& value, const std::string& pat
 BenchmarkSpec parse_benchmark(const nlohmann::json& value, const std::string& path,
                               const KeyError& err, const std::filesystem::path& config_path) {
   if (!value.is_object()) err.fail(path, "must be an object with \"benchmark\", \"lengths\", ...");
-  allow_only_keys(value, {"benchmark", "tasks", "lengths", "depths", "samples", "seed",
-                          "max_new_tokens", "data_dir", "family", "generate", "template"},
+  allow_only_keys(value,
+                  {"benchmark", "tasks", "lengths", "depths", "samples", "seed", "max_new_tokens",
+                   "data_dir", "family", "generate", "template"},
                   path + ".", err);
   BenchmarkSpec spec;
   spec.key = path;
-  spec.benchmark = get_string(require(value, "benchmark", path + ".", err), path + ".benchmark", err);
+  spec.benchmark =
+      get_string(require(value, "benchmark", path + ".", err), path + ".benchmark", err);
   const Benchmark* benchmark = lookup_benchmark(spec.benchmark);
   if (!benchmark) {
     std::string known;
@@ -207,14 +209,14 @@ BenchmarkSpec parse_benchmark(const nlohmann::json& value, const std::string& pa
   }
   const bool lengths_optional = benchmark->lengths_optional;
   if (value.contains("lengths") || !lengths_optional) {
-    const auto& lengths = get_array(require(value, "lengths", path + ".", err), path + ".lengths",
-                                    err);
+    const auto& lengths =
+        get_array(require(value, "lengths", path + ".", err), path + ".lengths", err);
     for (size_t i = 0; i < lengths.size(); ++i) {
       const int length = get_positive_int(lengths[i], path + ".lengths[" + std::to_string(i) + "]",
                                           err, lengths_optional);
       if (std::find(spec.lengths.begin(), spec.lengths.end(), length) != spec.lengths.end())
-        err.fail(path + ".lengths[" + std::to_string(i) + "]", "repeats length " +
-                                                                    std::to_string(length));
+        err.fail(path + ".lengths[" + std::to_string(i) + "]",
+                 "repeats length " + std::to_string(length));
       spec.lengths.push_back(length);
     }
   } else {
@@ -265,12 +267,14 @@ PolicySpec parse_policy(const nlohmann::json& value, const std::string& path, co
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   if (policy_is_budgetless(policy.name)) {
     if (!policy.budgets.empty())
-      err.fail(path + ".budgets", "'" + policy.name + "' keeps the whole cache and takes no budget");
+      err.fail(path + ".budgets",
+               "'" + policy.name + "' keeps the whole cache and takes no budget");
     policy.budgets = {std::nullopt};
   } else if (policy.budgets.empty()) {
     if (sweep_budgets.empty())
-      err.fail("budgets", "is required: policy '" + policy.name + "' at " + path +
-                              " needs at least one budget (or give the policy its own \"budgets\")");
+      err.fail("budgets",
+               "is required: policy '" + policy.name + "' at " + path +
+                   " needs at least one budget (or give the policy its own \"budgets\")");
     policy.budgets = sweep_budgets;
   }
   return policy;
@@ -308,14 +312,15 @@ SweepConfig parse_sweep_config(const nlohmann::json& json,
                                const std::filesystem::path& config_path) {
   const KeyError err(config_path.string());
   if (!json.is_object()) err.fail("(top level)", "the config must be a JSON object");
-  allow_only_keys(json, {"name", "description", "models", "benchmarks", "policies", "budgets",
-                         "prompt_mode", "dense_layers", "max_new_tokens", "data_dir", "device",
-                         "latency_samples"},
-                  "", err);
+  allow_only_keys(
+      json,
+      {"name", "description", "models", "benchmarks", "policies", "budgets", "prompt_mode",
+       "dense_layers", "max_new_tokens", "data_dir", "device", "latency_samples"},
+      "", err);
   SweepConfig config;
   config.source = json;
-  config.name = json.contains("name") ? get_string(json["name"], "name", err)
-                                      : config_path.stem().string();
+  config.name =
+      json.contains("name") ? get_string(json["name"], "name", err) : config_path.stem().string();
 
   const auto& models = get_array(require(json, "models", "", err), "models", err);
   for (size_t i = 0; i < models.size(); ++i)
@@ -324,8 +329,8 @@ SweepConfig parse_sweep_config(const nlohmann::json& json,
 
   const auto& benchmarks = get_array(require(json, "benchmarks", "", err), "benchmarks", err);
   for (size_t i = 0; i < benchmarks.size(); ++i)
-    config.benchmarks.push_back(parse_benchmark(
-        benchmarks[i], "benchmarks[" + std::to_string(i) + "]", err, config_path));
+    config.benchmarks.push_back(
+        parse_benchmark(benchmarks[i], "benchmarks[" + std::to_string(i) + "]", err, config_path));
 
   std::vector<std::optional<Budget>> budgets;
   if (json.contains("budgets")) budgets = parse_budgets(json["budgets"], "budgets", err);
@@ -340,9 +345,9 @@ SweepConfig parse_sweep_config(const nlohmann::json& json,
     config.policies.push_back(std::move(policy));
   }
 
-  const std::string mode =
-      json.contains("prompt_mode") ? get_string(json["prompt_mode"], "prompt_mode", err)
-                                   : "query-aware";
+  const std::string mode = json.contains("prompt_mode")
+                               ? get_string(json["prompt_mode"], "prompt_mode", err)
+                               : "query-aware";
   if (mode == "both") {
     config.prompt_modes = {PromptMode::kQueryAware, PromptMode::kQuestionAgnostic};
   } else if (mode == "query-aware" || mode == "question-agnostic") {
@@ -401,7 +406,8 @@ void check_policy_names(const SweepConfig& config, const std::vector<std::string
     // A composition "a+b" is fine when every part is known.
     bool all_parts_known = true;
     std::stringstream parts(name);
-    for (std::string part; std::getline(parts, part, '+');) all_parts_known &= names.count(part) > 0;
+    for (std::string part; std::getline(parts, part, '+');)
+      all_parts_known &= names.count(part) > 0;
     if (all_parts_known) continue;
     std::string list;
     for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;

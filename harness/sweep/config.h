@@ -35,7 +35,7 @@
 namespace kvb {
 
 enum class PromptMode { kQueryAware, kQuestionAgnostic };
-std::string to_string(PromptMode mode);            // "query-aware" | "question-agnostic"
+std::string to_string(PromptMode mode);                 // "query-aware" | "question-agnostic"
 PromptMode parse_prompt_mode(const std::string& text);  // throws InputError
 
 struct ModelSpec {
@@ -44,7 +44,7 @@ struct ModelSpec {
 };
 
 struct PolicySpec {
-  std::string name;               // registry name, e.g. "snapkv", "snapkv+art"
+  std::string name;  // registry name, e.g. "snapkv", "snapkv+art"
   nlohmann::json params = nlohmann::json::object();
   // Parsed once here; {std::nullopt} for budget-less policies.
   std::vector<std::optional<Budget>> budgets;
@@ -58,7 +58,7 @@ struct SweepConfig {
   std::vector<PromptMode> prompt_modes;
   std::vector<int> dense_layers;
   std::optional<int> max_new_tokens;
-  std::string data_dir;  // empty: the datasets layer's default search
+  std::string data_dir;         // empty: the datasets layer's default search
   std::string device = "auto";  // cpu | cuda | auto (the GPU when one is present)
   // The first N samples of each group run every cell alone at batch 1, so that their TTFT and
   // TPOT are a request's latency; the rest decode a sample's cells together (accuracy rows).
@@ -67,7 +67,8 @@ struct SweepConfig {
 };
 
 // Parses and validates. `config_path` is used in messages and to resolve relative paths.
-SweepConfig parse_sweep_config(const nlohmann::json& json, const std::filesystem::path& config_path);
+SweepConfig parse_sweep_config(const nlohmann::json& json,
+                               const std::filesystem::path& config_path);
 // Reads the file (InputError when missing, FormatError when not JSON) and parses it.
 SweepConfig load_sweep_config(const std::filesystem::path& config_path);
 

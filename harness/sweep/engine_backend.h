@@ -72,7 +72,7 @@ class EngineBackend : public SweepBackend {
   std::string device_;
   std::map<std::string, std::unique_ptr<ModelState>> models_;
   ModelState* current_ = nullptr;
-  std::vector<Sample> samples_;  // of the current group
+  std::vector<Sample> samples_;                     // of the current group
   std::map<std::string, CachePlan> checked_plans_;  // by cell key, built by check_cells()
   PlanFiles plan_files_;  // files the plans read (BinaryPC projections), once per sweep
 };

@@ -54,7 +54,8 @@ std::string cpu_description() {
 
 std::string gpu_description() {
 #ifdef KVB_WITH_CUDA
-  const std::string name = run_command("nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null");
+  const std::string name =
+      run_command("nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null");
   return name.empty() ? "none" : name;
 #else
   return "none (CPU build)";

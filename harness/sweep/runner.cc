@@ -27,7 +27,10 @@ std::string row_label(const SampleGroup& group, const Cell& cell, int sample_ind
 }  // namespace
 
 ProgressReporter::ProgressReporter(FILE* out, bool tty, int64_t total, double plain_interval_s)
-    : out_(out), tty_(tty), total_(total), plain_interval_s_(plain_interval_s),
+    : out_(out),
+      tty_(tty),
+      total_(total),
+      plain_interval_s_(plain_interval_s),
       started_(now_seconds()) {}
 
 std::string ProgressReporter::format_duration(double seconds) {
@@ -71,7 +74,8 @@ void ProgressReporter::print(bool final_line) {
                  rate, format_duration(eta).c_str(), what_.substr(0, 50).c_str());
     if (final_line) std::fprintf(out_, "\n");
   } else {
-    std::fprintf(out_, "[kvbench run] %lld/%lld rows (%.0f%%), %.2f rows/s, elapsed %s, ETA %s%s%s\n",
+    std::fprintf(out_,
+                 "[kvbench run] %lld/%lld rows (%.0f%%), %.2f rows/s, elapsed %s, ETA %s%s%s\n",
                  static_cast<long long>(done_), static_cast<long long>(total_), 100 * fraction,
                  rate, format_duration(elapsed).c_str(), format_duration(eta).c_str(),
                  what_.empty() ? "" : ", last: ", what_.c_str());
@@ -79,8 +83,8 @@ void ProgressReporter::print(bool final_line) {
   std::fflush(out_);
 }
 
-RunSummary run_sweep(const SweepPlan& plan, SweepBackend& backend, ResultStore& store,
-                     RunInfo info, const RunOptions& options) {
+RunSummary run_sweep(const SweepPlan& plan, SweepBackend& backend, ResultStore& store, RunInfo info,
+                     const RunOptions& options) {
   RunSummary summary;
   summary.rows_planned = plan.total_rows();
   const auto finished = store.finished_rows();

@@ -56,8 +56,8 @@ struct RunSummary {
 // Runs the plan into the store. `info` describes the run (begin_run fills its uuid and time).
 // Without options.resume, a database that already holds rows of this plan is an InputError (so a
 // repeated command never silently mixes two runs); with it, those rows are skipped.
-RunSummary run_sweep(const SweepPlan& plan, SweepBackend& backend, ResultStore& store,
-                     RunInfo info, const RunOptions& options);
+RunSummary run_sweep(const SweepPlan& plan, SweepBackend& backend, ResultStore& store, RunInfo info,
+                     const RunOptions& options);
 
 // Progress on a terminal: one self-overwriting bar with rate and ETA. Elsewhere (logs, Slurm):
 // plain lines, at most one per `plain_interval_s` and one at the end.

@@ -32,8 +32,9 @@ nlohmann::json select_decode_positions(const std::string& policy, const nlohmann
                                        const Budget& budget, const DecodeSelectInputs& in) {
   if (in.n_layers <= 0 || in.n_kv_heads <= 0 || in.length <= 0 || in.head_dim <= 0 ||
       in.n_query_heads % in.n_kv_heads != 0)
-    throw InputError("select: q_decode [layers, Hq, d] and k/v [layers, Hkv, L, d] must be "
-                     "non-empty with Hq a multiple of Hkv");
+    throw InputError(
+        "select: q_decode [layers, Hq, d] and k/v [layers, Hkv, L, d] must be "
+        "non-empty with Hq a multiple of Hkv");
   PlanFiles files;
   for (const auto& [name, tensor] : in.tensors) files.give_tensor(name, tensor);
   const CachePlan plan = make_cache_plan(policy, params, budget, &files);
@@ -57,7 +58,8 @@ nlohmann::json select_decode_positions(const std::string& policy, const nlohmann
         if (selection.dense) {
           for (int t = 0; t < in.length; ++t) positions.insert(t);
         } else {
-          for (int32_t j : selection.indices[h * group + g]) positions.insert(store.positions(l, h)[j]);
+          for (int32_t j : selection.indices[h * group + g])
+            positions.insert(store.positions(l, h)[j]);
         }
       }
       heads.push_back(std::vector<int32_t>(positions.begin(), positions.end()));

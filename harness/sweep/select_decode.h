@@ -21,11 +21,12 @@ struct DecodeSelectInputs {
   int n_layers = 0;
   int n_query_heads = 0;
   int n_kv_heads = 0;
-  int length = 0;  // L cached positions 0..L-1 (the step's own token included, as the engine has it)
+  int length =
+      0;  // L cached positions 0..L-1 (the step's own token included, as the engine has it)
   int head_dim = 0;
-  const float* keys = nullptr;            // [layers, Hkv, L, d], post-RoPE
-  const float* values = nullptr;          // [layers, Hkv, L, d]
-  const float* query = nullptr;           // q_decode [layers, Hq, d], post-RoPE
+  const float* keys = nullptr;    // [layers, Hkv, L, d], post-RoPE
+  const float* values = nullptr;  // [layers, Hkv, L, d]
+  const float* query = nullptr;   // q_decode [layers, Hq, d], post-RoPE
   // By name: the tensors of policy_tensor_inputs(policy) that the inputs hold.
   std::map<std::string, GivenTensor> tensors;
 };

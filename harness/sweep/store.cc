@@ -76,14 +76,15 @@ std::string utc_now() {
 
 std::string random_uuid() {
   std::random_device device;
-  std::mt19937_64 rng((static_cast<uint64_t>(device()) << 32) ^ device() ^
-                      static_cast<uint64_t>(
-                          std::chrono::steady_clock::now().time_since_epoch().count()));
+  std::mt19937_64 rng(
+      (static_cast<uint64_t>(device()) << 32) ^ device() ^
+      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
   const uint64_t a = rng(), b = rng();
   char buffer[40];
   std::snprintf(buffer, sizeof buffer, "%08x-%04x-4%03x-%04x-%012llx",
                 static_cast<unsigned>(a >> 32), static_cast<unsigned>((a >> 16) & 0xffff),
-                static_cast<unsigned>(a & 0xfff), static_cast<unsigned>(0x8000 | (b >> 48 & 0x3fff)),
+                static_cast<unsigned>(a & 0xfff),
+                static_cast<unsigned>(0x8000 | (b >> 48 & 0x3fff)),
                 static_cast<unsigned long long>(b & 0xffffffffffffULL));
   return buffer;
 }
@@ -125,9 +126,8 @@ class Statement {
 
 nlohmann::json parse_json_column(const std::string& text, nlohmann::json fallback) {
   if (text.empty()) return fallback;
-  return nlohmann::json::parse(text, nullptr, false).is_discarded()
-             ? fallback
-             : nlohmann::json::parse(text);
+  return nlohmann::json::parse(text, nullptr, false).is_discarded() ? fallback
+                                                                    : nlohmann::json::parse(text);
 }
 
 }  // namespace
@@ -137,8 +137,10 @@ nlohmann::json parse_json_column(const std::string& text, nlohmann::json fallbac
   const int primary = code & 0xff;
   const std::string where = path_.string();
   if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED)
-    throw InputError("database " + where + " is locked by another process (another kvbench run, "
-                     "or an open sqlite3 shell with a transaction) while " + doing +
+    throw InputError("database " + where +
+                     " is locked by another process (another kvbench run, "
+                     "or an open sqlite3 shell with a transaction) while " +
+                     doing +
                      "; wait for it to finish or use another --db. Stored results are untouched");
   if (primary == SQLITE_NOTADB || primary == SQLITE_CORRUPT)
     throw FormatError(where + " is not a healthy SQLite database (" + detail + ") while " + doing +
@@ -172,8 +174,8 @@ ResultStore::ResultStore(const std::filesystem::path& path, Mode mode, int busy_
       throw InputError("cannot create database " + path.string() + ": folder " + parent.string() +
                        " does not exist (create it first)");
   }
-  const int flags = mode == Mode::kReadOnly ? SQLITE_OPEN_READONLY
-                                            : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  const int flags =
+      mode == Mode::kReadOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
   const int code = sqlite3_open_v2(path.c_str(), &db_, flags, nullptr);
   if (code != SQLITE_OK) {
     const std::string detail = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(code);
@@ -210,7 +212,8 @@ void ResultStore::check_health(Mode mode) {
   }
   const bool empty = names.empty();
   if (!empty && !names.count("meta"))
-    throw FormatError(path_.string() + " is a SQLite database but not a kvbench results database "
+    throw FormatError(path_.string() +
+                      " is a SQLite database but not a kvbench results database "
                       "(no 'meta' table); it was left as it is. Use another --db");
   if (empty && mode == Mode::kReadOnly)
     throw FormatError(path_.string() + " is empty, not a kvbench results database");

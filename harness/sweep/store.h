@@ -21,12 +21,11 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "harness/sweep/sweep.h"
 
@@ -48,22 +47,22 @@ struct SampleResult {
   double total_ms = 0;
   int tokens_in = 0;
   int tokens_out = 0;
-  int64_t kept_entries = 0;  // live (layer, KV head, token) entries after compression
-  int64_t kv_bytes = 0;      // bytes those entries hold
-  int64_t peak_bytes = 0;    // peak memory of the process / device during the sample
+  int64_t kept_entries = 0;     // live (layer, KV head, token) entries after compression
+  int64_t kv_bytes = 0;         // bytes those entries hold
+  int64_t peak_bytes = 0;       // peak memory of the process / device during the sample
   bool prefill_reused = false;  // replayed from a shared prefill snapshot
   nlohmann::json extra = nlohmann::json::object();
 };
 
 struct RunInfo {
-  std::string run_uuid;     // filled by begin_run when empty
-  std::string started_at;   // ISO-8601 UTC
+  std::string run_uuid;    // filled by begin_run when empty
+  std::string started_at;  // ISO-8601 UTC
   std::string finished_at;
-  std::string status;       // running | finished | interrupted | failed
+  std::string status;  // running | finished | interrupted | failed
   std::string git_commit;
   std::string config_name;
   nlohmann::json config;
-  std::string shard;        // "0/1"
+  std::string shard;  // "0/1"
   std::string host;
   std::string cpu;
   std::string gpu;

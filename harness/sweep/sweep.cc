@@ -43,8 +43,8 @@ std::string Cell::policy_label() const {
   std::string label = policy + "(";
   bool first = true;
   for (const auto& [name, value] : params.items()) {
-    label += (first ? "" : ",") + name + "=" + (value.is_string() ? value.get<std::string>()
-                                                                  : value.dump());
+    label += (first ? "" : ",") + name + "=" +
+             (value.is_string() ? value.get<std::string>() : value.dump());
     first = false;
   }
   return label + ")";

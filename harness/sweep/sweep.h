@@ -7,11 +7,10 @@
 // mode and replays all replayable cells from that snapshot, so a unit is never split across shards.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/cache_policy.h"
 #include "harness/sweep/config.h"
@@ -20,17 +19,17 @@
 namespace kvb {
 
 struct Cell {
-  std::string model;        // model label
+  std::string model;  // model label
   std::string model_path;
   std::string benchmark;
   std::string task;
   int length = 0;
-  std::string policy;       // registry name, e.g. "snapkv+art"
+  std::string policy;  // registry name, e.g. "snapkv+art"
   nlohmann::json params = nlohmann::json::object();
   std::optional<Budget> budget;  // parsed once, by the config; absent for budget-less policies
   PromptMode prompt_mode = PromptMode::kQueryAware;
   std::vector<int> dense_layers;
-  int max_new_tokens = 0;   // 0: the task's own limit
+  int max_new_tokens = 0;  // 0: the task's own limit
 
   // The budget as the config and the database write it ("25%", "512"), "" when absent.
   std::string budget_text() const;

@@ -61,8 +61,8 @@ void causal_attention(const CausalAttentionArgs& args) {
     std::vector<float> scores;
     if (per_head_tasks) {
       for (int b = 0; b < blocks; ++b)
-        attend_block(args, task, b * kQueryBlock,
-                     std::min(args.n_queries, (b + 1) * kQueryBlock), scores);
+        attend_block(args, task, b * kQueryBlock, std::min(args.n_queries, (b + 1) * kQueryBlock),
+                     scores);
     } else {
       const int q_head = task / blocks, b = task % blocks;
       attend_block(args, q_head, b * kQueryBlock, std::min(args.n_queries, (b + 1) * kQueryBlock),

@@ -22,7 +22,8 @@ uint64_t binary_hash_key(const float* projection, int head_dim, const float* key
   std::vector<float> residual(key, key + head_dim);
   auto record = [&](int slot) {
     if (residual_norms)
-      residual_norms[slot] = static_cast<float>(std::sqrt(dot(residual.data(), residual.data(), head_dim)));
+      residual_norms[slot] =
+          static_cast<float>(std::sqrt(dot(residual.data(), residual.data(), head_dim)));
   };
   record(0);
   uint64_t code = 0;
@@ -42,7 +43,8 @@ uint64_t binary_hash_key(const float* projection, int head_dim, const float* key
 void binary_hash_keys(const float* projection, int head_dim, const float* keys, int n,
                       uint64_t* codes) {
   for (int j = 0; j < n; ++j)
-    codes[j] = binary_hash_key(projection, head_dim, keys + static_cast<int64_t>(j) * head_dim, nullptr);
+    codes[j] =
+        binary_hash_key(projection, head_dim, keys + static_cast<int64_t>(j) * head_dim, nullptr);
 }
 
 float binary_hash_reconstruction_error(const float* projection, int head_dim, const float* key,
@@ -64,9 +66,9 @@ void binary_project_queries(const float* projection, int head_dim, const float* 
                             int n_heads, float* projected) {
   for (int a = 0; a < n_heads; ++a) {
     for (int i = 0; i < kBinaryHashBits; ++i) {
-      projected[a * kBinaryHashBits + i] = static_cast<float>(
-          dot(queries + static_cast<int64_t>(a) * head_dim,
-              projection + static_cast<int64_t>(i) * head_dim, head_dim));
+      projected[a * kBinaryHashBits + i] =
+          static_cast<float>(dot(queries + static_cast<int64_t>(a) * head_dim,
+                                 projection + static_cast<int64_t>(i) * head_dim, head_dim));
     }
   }
 }
@@ -96,7 +98,8 @@ void binary_hash_group_scores(const QuantizedQuery* queries, int n_heads, const 
                               int n, int* scores) {
   for (int j = 0; j < n; ++j) {
     int best = binary_hash_score(queries[0], codes[j]);
-    for (int a = 1; a < n_heads; ++a) best = std::max(best, binary_hash_score(queries[a], codes[j]));
+    for (int a = 1; a < n_heads; ++a)
+      best = std::max(best, binary_hash_score(queries[a], codes[j]));
     scores[j] = best;
   }
 }

@@ -7,9 +7,9 @@
 // least-significant bit first.
 //
 // A query is projected (p = P q, 64 values), quantised with one scale per KV-head group
-// (sigma = 127 / max|p| over the group, max clamped to >= 1e-6, round half to even) into a sign plane
-// and 7 magnitude bit-planes. Its score against a code is the integer dot product sum_i p^_i h_i,
-// computed with XOR/AND/popcount:
+// (sigma = 127 / max|p| over the group, max clamped to >= 1e-6, round half to even) into a sign
+// plane and 7 magnitude bit-planes. Its score against a code is the integer dot product sum_i p^_i
+// h_i, computed with XOR/AND/popcount:
 //   w = sign_plane XOR code;  c = sum_b 2^(b-1) (popc(m_b & ~w) - popc(m_b & w)).
 #pragma once
 
@@ -36,9 +36,9 @@ float binary_hash_reconstruction_error(const float* projection, int head_dim, co
 
 // A query quantised to sign + 7 magnitude planes; `values` keeps the integers for checking.
 struct QuantizedQuery {
-  uint64_t sign_plane = 0;                                   // bit i = 1 when p^_i < 0
-  std::array<uint64_t, kQueryMagnitudePlanes> magnitude{};   // plane b holds bit b of |p^_i|
-  std::array<int8_t, kBinaryHashBits> values{};              // p^_i in [-127, 127]
+  uint64_t sign_plane = 0;                                  // bit i = 1 when p^_i < 0
+  std::array<uint64_t, kQueryMagnitudePlanes> magnitude{};  // plane b holds bit b of |p^_i|
+  std::array<int8_t, kBinaryHashBits> values{};             // p^_i in [-127, 127]
 };
 
 // p = P q for each of `n_heads` queries ([n_heads, d]) -> projected [n_heads, 64].
@@ -54,7 +54,8 @@ inline int binary_hash_score(const QuantizedQuery& query, uint64_t code) {
   int score = 0;
   for (int b = 0; b < kQueryMagnitudePlanes; ++b) {
     const uint64_t plane = query.magnitude[b];
-    score += (__builtin_popcountll(plane & ~negative) - __builtin_popcountll(plane & negative)) << b;
+    score += (__builtin_popcountll(plane & ~negative) - __builtin_popcountll(plane & negative))
+             << b;
   }
   return score;
 }

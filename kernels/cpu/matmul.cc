@@ -31,12 +31,13 @@ float dot(const float* a, const float* b, int64_t n) {
 
 void matvec(const float* w, int64_t out, int64_t in, const float* x, const float* bias, float* y) {
   // Blocks of 64 rows: large enough to amortise task overhead, small enough to balance 2-128 cores.
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, out, 64), [&](const tbb::blocked_range<int64_t>& rows) {
-    for (int64_t r = rows.begin(); r < rows.end(); ++r) {
-      const float value = dot(w + r * in, x, in);
-      y[r] = bias != nullptr ? value + bias[r] : value;
-    }
-  });
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, out, 64),
+                    [&](const tbb::blocked_range<int64_t>& rows) {
+                      for (int64_t r = rows.begin(); r < rows.end(); ++r) {
+                        const float value = dot(w + r * in, x, in);
+                        y[r] = bias != nullptr ? value + bias[r] : value;
+                      }
+                    });
 }
 
 SingleThreadedBlas::SingleThreadedBlas() : previous_threads_(openblas_get_num_threads()) {

@@ -7,7 +7,8 @@ namespace kvb::kernels {
 std::vector<float> rope_inverse_frequencies(int head_dim, float theta) {
   std::vector<float> inv_freq(head_dim / 2);
   for (int i = 0; i < head_dim / 2; ++i)
-    inv_freq[i] = static_cast<float>(1.0 / std::pow(static_cast<double>(theta), 2.0 * i / head_dim));
+    inv_freq[i] =
+        static_cast<float>(1.0 / std::pow(static_cast<double>(theta), 2.0 * i / head_dim));
   return inv_freq;
 }
 

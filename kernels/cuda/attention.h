@@ -27,16 +27,16 @@ struct PrefillAttentionArgs {
   int64_t q_row_stride = 0;          // elements between consecutive queries (a multiple of 8)
   const __nv_bfloat16* k = nullptr;  // [Hkv, kv_head_stride] rows of head_dim
   const __nv_bfloat16* v = nullptr;
-  int64_t kv_head_stride = 0;        // elements between consecutive KV heads (a multiple of 8)
-  __nv_bfloat16* out = nullptr;      // [n, out_row_stride], head a at column a*head_dim
+  int64_t kv_head_stride = 0;    // elements between consecutive KV heads (a multiple of 8)
+  __nv_bfloat16* out = nullptr;  // [n, out_row_stride], head a at column a*head_dim
   int64_t out_row_stride = 0;
-  float* lse = nullptr;              // [Hq, n] or nullptr
+  float* lse = nullptr;  // [Hq, n] or nullptr
   int n_queries = 0;
-  int query_offset = 0;              // keys visible to query i: 0 .. query_offset + i
+  int query_offset = 0;  // keys visible to query i: 0 .. query_offset + i
   int n_query_heads = 0;
   int n_kv_heads = 0;
-  int head_dim = 0;                  // 64 or 128
-  float scale = 0;                   // 1/sqrt(head_dim)
+  int head_dim = 0;  // 64 or 128
+  float scale = 0;   // 1/sqrt(head_dim)
   PrefillKernel kernel = PrefillKernel::kAuto;
   void* workspace = nullptr;  // prefill_split_kv_workspace_bytes(...), or nullptr
 };
@@ -63,19 +63,19 @@ struct DecodeAppend {
 };
 
 // One decode query per (sequence, query head) against a ragged KV store. KV head h of sequence b
-// occupies rows kv_offset[b*Hkv+h] .. + kv_length[b*Hkv+h] of the layer's k/v buffers (row = head_dim
-// elements). With `indices`, head (b, a) attends only to the rows listed at
-// indices[index_offset[b*Hq+a] .. + index_count[b*Hq+a]] (relative to its KV head's first row), each
-// with an optional additive logit bias at the same place in `logit_bias`.
+// occupies rows kv_offset[b*Hkv+h] .. + kv_length[b*Hkv+h] of the layer's k/v buffers (row =
+// head_dim elements). With `indices`, head (b, a) attends only to the rows listed at
+// indices[index_offset[b*Hq+a] .. + index_count[b*Hq+a]] (relative to its KV head's first row),
+// each with an optional additive logit bias at the same place in `logit_bias`.
 struct DecodeAttentionArgs {
-  const __nv_bfloat16* q = nullptr;   // [B, Hq, head_dim] contiguous per sequence with q_seq_stride
+  const __nv_bfloat16* q = nullptr;  // [B, Hq, head_dim] contiguous per sequence with q_seq_stride
   int64_t q_seq_stride = 0;
   const __nv_bfloat16* k = nullptr;
   const __nv_bfloat16* v = nullptr;
-  const int64_t* kv_offset = nullptr;  // [B*Hkv] device
-  const int32_t* kv_length = nullptr;  // [B*Hkv] device
-  int max_kv_length = 0;               // upper bound over heads (chooses the split count)
-  const int32_t* indices = nullptr;    // optional selection lists
+  const int64_t* kv_offset = nullptr;     // [B*Hkv] device
+  const int32_t* kv_length = nullptr;     // [B*Hkv] device
+  int max_kv_length = 0;                  // upper bound over heads (chooses the split count)
+  const int32_t* indices = nullptr;       // optional selection lists
   const int64_t* index_offset = nullptr;  // [B*Hq]
   const int32_t* index_count = nullptr;   // [B*Hq]
   const float* logit_bias = nullptr;      // optional, parallel to indices
@@ -83,19 +83,20 @@ struct DecodeAttentionArgs {
   // equal within the group, as BinaryPC's and Quest's shared lists). One block then serves the
   // group and reads each gathered row once, on the tensor cores (not with logit_bias).
   bool shared_group_lists = false;
-  __nv_bfloat16* out = nullptr;        // [B, Hq, head_dim] with out_seq_stride
+  __nv_bfloat16* out = nullptr;  // [B, Hq, head_dim] with out_seq_stride
   int64_t out_seq_stride = 0;
   int batch = 0;
   int n_query_heads = 0;
   int n_kv_heads = 0;
-  int head_dim = 0;                    // 64 or 128
+  int head_dim = 0;  // 64 or 128
   float scale = 0;
-  float* workspace = nullptr;          // decode_attention_workspace_floats(...) floats
-  float* lse = nullptr;                // optional row log-sum-exp (natural log), [Hq, B]
-  int chunk_size = 0;                  // 0 = choose automatically
-  DecodeAppend append;                 // dense mode only
+  float* workspace = nullptr;  // decode_attention_workspace_floats(...) floats
+  float* lse = nullptr;        // optional row log-sum-exp (natural log), [Hq, B]
+  int chunk_size = 0;          // 0 = choose automatically
+  DecodeAppend append;         // dense mode only
 };
-size_t decode_attention_workspace_floats(int batch, int n_query_heads, int head_dim, int max_kv_length);
+size_t decode_attention_workspace_floats(int batch, int n_query_heads, int head_dim,
+                                         int max_kv_length);
 // The workspace of exactly this call's split layout (on the current device): what a one-off call
 // needs, where decode_attention_workspace_floats bounds every layout up to max_kv_length.
 size_t decode_attention_layout_workspace_floats(const DecodeAttentionArgs& args);

@@ -1,8 +1,8 @@
-#include "kernels/cuda/cuda_utils.h"
-
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+
+#include "kernels/cuda/cuda_utils.h"
 
 namespace kvb::cuda {
 namespace {
@@ -13,7 +13,8 @@ std::atomic<size_t> g_peak{0};
 
 void check(cudaError_t status, const char* what) {
   if (status == cudaSuccess) return;
-  throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(status));
+  throw std::runtime_error(std::string("CUDA error in ") + what + ": " +
+                           cudaGetErrorString(status));
 }
 
 bool env_switch_on(const char* name) {

@@ -26,9 +26,7 @@ struct StepRope {
     rope_pair_columns(pair, kHalf, append.interleaved, col_a, col_b);
     inv_freq = append.inv_freq[pair];
   }
-  __device__ void at_position(int position) {
-    sincosf(float(position) * inv_freq, &sine, &cosine);
-  }
+  __device__ void at_position(int position) { sincosf(float(position) * inv_freq, &sine, &cosine); }
   // Columns (col_a, col_b) of the head at `col` in the qkv row, biased and rotated.
   __device__ void rotate(const DecodeAppend& append, const __nv_bfloat16* row, int col,
                          __nv_bfloat16& r0, __nv_bfloat16& r1) const {

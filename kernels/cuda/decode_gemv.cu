@@ -352,7 +352,8 @@ void launch_gemv(const GemvParams<Out>& params, int n, int weight_rows, cudaStre
 // 8c+6, 8c+7) in place of the fragment's (2c, 2c+1 | 2c+8, 2c+9). A and B are permuted alike, so
 // every product term is still W[row, k] x[col, k] exactly once.
 constexpr int kSkinnyMinRows = kDecodeGemvMaxRows + 1;
-constexpr int kSkinnyUnroll = 4;  // 32-wide k steps per round (two rounds of 8 16-byte loads a lane)
+constexpr int kSkinnyUnroll =
+    4;  // 32-wide k steps per round (two rounds of 8 16-byte loads a lane)
 
 __device__ __forceinline__ uint32_t word(int value) { return static_cast<uint32_t>(value); }
 

@@ -1,10 +1,8 @@
-#include "kernels/cuda/dropkv_scores.h"
-
+#include <cfloat>
 #include <cub/device/device_segmented_radix_sort.cuh>
 
-#include <cfloat>
-
 #include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/dropkv_scores.h"
 #include "kernels/cuda/mma_tiles.cuh"
 
 namespace kvb::cuda {
@@ -14,7 +12,9 @@ constexpr int kThreads = 128;
 constexpr int kTileKeys = 64;
 constexpr int kRowsPerPass = 64;  // 4 warps x 16 rows
 
-__device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
+__device__ __forceinline__ float round_bf16(float x) {
+  return __bfloat162float(__float2bfloat16(x));
+}
 
 // Loads rows r0.. of the (query head, window row) matrix of KV head h: row r = a_local * W + t.
 template <int D>
@@ -27,7 +27,8 @@ __device__ void load_rows(__nv_bfloat16* smem, const __nv_bfloat16* base, const 
     const bool valid = r < rows;
     const int head = head0 + (valid ? r / a.window : 0);
     const int t = valid ? r % a.window : 0;
-    cp_async_16(smem + swizzled<D>(row, chunk * 8), base + t * a.row_stride + head * D + chunk * 8, valid);
+    cp_async_16(smem + swizzled<D>(row, chunk * 8), base + t * a.row_stride + head * D + chunk * 8,
+                valid);
   }
 }
 
@@ -67,7 +68,9 @@ __global__ void __launch_bounds__(kThreads) dropkv_score_kernel(DropKvScoreArgs 
         norm += y * y;
       }
       s_ynorm[threadIdx.x] = norm;
-      s_lse2[threadIdx.x] = r < rows ? a.lse[(head0 + r / a.window) * a.window + r % a.window] * 1.4426950408889634f : 0.f;
+      s_lse2[threadIdx.x] =
+          r < rows ? a.lse[(head0 + r / a.window) * a.window + r % a.window] * 1.4426950408889634f
+                   : 0.f;
     } else if (r0 == 0 && threadIdx.x - kRowsPerPass < kTileKeys) {
       const int key = threadIdx.x - kRowsPerPass;
       float norm = 0.f;
@@ -95,8 +98,10 @@ __global__ void __launch_bounds__(kThreads) dropkv_score_kernel(DropKvScoreArgs 
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         uint32_t kb[4], vb[4];
-        ldmatrix_x4(kb, s_k + swizzled<D>(np * 16 + (j8 / 2) * 8 + (lane % 8), ks * 16 + (j8 % 2) * 8));
-        ldmatrix_x4(vb, s_v + swizzled<D>(np * 16 + (j8 / 2) * 8 + (lane % 8), ks * 16 + (j8 % 2) * 8));
+        ldmatrix_x4(kb,
+                    s_k + swizzled<D>(np * 16 + (j8 / 2) * 8 + (lane % 8), ks * 16 + (j8 % 2) * 8));
+        ldmatrix_x4(vb,
+                    s_v + swizzled<D>(np * 16 + (j8 / 2) * 8 + (lane % 8), ks * 16 + (j8 % 2) * 8));
         mma_bf16(s[2 * np], qa, kb[0], kb[1]);
         mma_bf16(s[2 * np + 1], qa, kb[2], kb[3]);
         mma_bf16(gy[2 * np], ya, vb[0], vb[1]);
@@ -141,7 +146,8 @@ __global__ void __launch_bounds__(kThreads) dropkv_score_kernel(DropKvScoreArgs 
   }
 }
 
-__global__ void pool_kernel(const float* raw, float* pooled, int length, int kernel, bool max_pool) {
+__global__ void pool_kernel(const float* raw, float* pooled, int length, int kernel,
+                            bool max_pool) {
   const int h = blockIdx.y;
   const int half = kernel / 2;
   const float* in = raw + int64_t(h) * length;
@@ -167,7 +173,8 @@ __global__ void protect_kernel(float* pooled, int length, int protect) {
   __syncthreads();
   best = -INFINITY;
   for (int w = 0; w < int(blockDim.x / 32); ++w) best = fmaxf(best, s_best[w]);
-  for (int j = max(0, length - protect) + threadIdx.x; j < length; j += blockDim.x) row[j] = best + 1.f;
+  for (int j = max(0, length - protect) + threadIdx.x; j < length; j += blockDim.x)
+    row[j] = best + 1.f;
 }
 
 __global__ void iota_kernel(int32_t* out, int n_heads, int length) {
@@ -176,7 +183,8 @@ __global__ void iota_kernel(int32_t* out, int n_heads, int length) {
     out[i] = int32_t(i % length);
 }
 
-__global__ void gather_kept_kernel(const int32_t* sorted_index, int length, int keep, int32_t* kept) {
+__global__ void gather_kept_kernel(const int32_t* sorted_index, int length, int keep,
+                                   int32_t* kept) {
   const int h = blockIdx.y;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < keep; i += gridDim.x * blockDim.x)
     kept[int64_t(h) * keep + i] = sorted_index[int64_t(h) * length + i];
@@ -191,7 +199,8 @@ __global__ void naive_probs_kernel(DropKvScoreArgs a, int h, float* probs) {
   const int group = a.n_query_heads / a.n_kv_heads;
   const int rows = group * a.window;
   const int64_t total = int64_t(rows) * a.length;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
     const int r = int(i / a.length), j = int(i % a.length);
     const int head = h * group + r / a.window, t = r % a.window;
     float p = 0.f;
@@ -210,7 +219,8 @@ __global__ void naive_diff_kernel(DropKvScoreArgs a, int h, float* diff) {
   const int group = a.n_query_heads / a.n_kv_heads;
   const int rows = group * a.window;
   const int64_t total = int64_t(rows) * a.length * a.head_dim;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
     const int k = int(i % a.head_dim);
     const int64_t rj = i / a.head_dim;
     const int r = int(rj / a.length), j = int(rj % a.length);
@@ -219,7 +229,8 @@ __global__ void naive_diff_kernel(DropKvScoreArgs a, int h, float* diff) {
               __bfloat162float(a.values[h * a.head_stride + int64_t(j) * a.head_dim + k]);
   }
 }
-__global__ void naive_reduce_kernel(DropKvScoreArgs a, int h, const float* probs, const float* diff) {
+__global__ void naive_reduce_kernel(DropKvScoreArgs a, int h, const float* probs,
+                                    const float* diff) {
   const int group = a.n_query_heads / a.n_kv_heads;
   const int rows = group * a.window;
   for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < a.length; j += gridDim.x * blockDim.x) {
@@ -239,7 +250,8 @@ __global__ void naive_reduce_kernel(DropKvScoreArgs a, int h, const float* probs
 template <int D>
 void launch_scores(const DropKvScoreArgs& args, cudaStream_t stream) {
   const size_t smem = size_t(2 * kRowsPerPass + 2 * kTileKeys) * D * sizeof(__nv_bfloat16);
-  check(cudaFuncSetAttribute(dropkv_score_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+  check(cudaFuncSetAttribute(dropkv_score_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             int(smem)),
         "cudaFuncSetAttribute(dropkv_score_kernel)");
   dim3 grid((args.length + kTileKeys - 1) / kTileKeys, args.n_kv_heads);
   dropkv_score_kernel<D><<<grid, kThreads, smem, stream>>>(args);
@@ -251,15 +263,21 @@ void launch_scores(const DropKvScoreArgs& args, cudaStream_t stream) {
 void dropkv_scores(const DropKvScoreArgs& args, cudaStream_t stream) {
   if (args.length <= 0) return;
   switch (args.head_dim) {
-    case 64: launch_scores<64>(args, stream); break;
-    case 128: launch_scores<128>(args, stream); break;
-    default: throw std::invalid_argument("dropkv_scores: head_dim must be 64 or 128");
+    case 64:
+      launch_scores<64>(args, stream);
+      break;
+    case 128:
+      launch_scores<128>(args, stream);
+      break;
+    default:
+      throw std::invalid_argument("dropkv_scores: head_dim must be 64 or 128");
   }
 }
 
 void pool_and_protect(const float* raw, float* pooled, int n_heads, int length, int kernel,
                       bool max_pool, int protect, cudaStream_t stream) {
-  pool_kernel<<<dim3((length + 255) / 256, n_heads), 256, 0, stream>>>(raw, pooled, length, kernel, max_pool);
+  pool_kernel<<<dim3((length + 255) / 256, n_heads), 256, 0, stream>>>(raw, pooled, length, kernel,
+                                                                       max_pool);
   check(cudaGetLastError(), "pool_kernel");
   protect_kernel<<<n_heads, 1024, 0, stream>>>(pooled, length, protect);
   check(cudaGetLastError(), "protect_kernel");
@@ -268,20 +286,20 @@ void pool_and_protect(const float* raw, float* pooled, int n_heads, int length, 
 size_t topk_workspace_bytes(int n_heads, int length) {
   const size_t n = size_t(n_heads) * length;
   size_t cub_bytes = 0;
-  cub::DeviceSegmentedRadixSort::SortPairsDescending(nullptr, cub_bytes, static_cast<const float*>(nullptr),
-                                                     static_cast<float*>(nullptr), static_cast<const int32_t*>(nullptr),
-                                                     static_cast<int32_t*>(nullptr), int(n), n_heads,
-                                                     static_cast<const int*>(nullptr), static_cast<const int*>(nullptr));
+  cub::DeviceSegmentedRadixSort::SortPairsDescending(
+      nullptr, cub_bytes, static_cast<const float*>(nullptr), static_cast<float*>(nullptr),
+      static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr), int(n), n_heads,
+      static_cast<const int*>(nullptr), static_cast<const int*>(nullptr));
   size_t cub_bytes2 = 0;
-  cub::DeviceSegmentedRadixSort::SortKeys(nullptr, cub_bytes2, static_cast<const int32_t*>(nullptr),
-                                          static_cast<int32_t*>(nullptr), int(n), n_heads,
-                                          static_cast<const int*>(nullptr), static_cast<const int*>(nullptr));
+  cub::DeviceSegmentedRadixSort::SortKeys(
+      nullptr, cub_bytes2, static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr),
+      int(n), n_heads, static_cast<const int*>(nullptr), static_cast<const int*>(nullptr));
   // sorted scores, index in/out, offsets, cub temp.
   return n * 4 * 3 + size_t(n_heads + 1) * 4 * 2 + std::max(cub_bytes, cub_bytes2) + 1024;
 }
 
-void topk_sorted(const float* scores, int n_heads, int length, int keep, int32_t* kept, void* workspace,
-                 cudaStream_t stream) {
+void topk_sorted(const float* scores, int n_heads, int length, int keep, int32_t* kept,
+                 void* workspace, cudaStream_t stream) {
   const size_t n = size_t(n_heads) * length;
   char* cursor = static_cast<char*>(workspace);
   auto take = [&](size_t bytes) {
@@ -294,18 +312,20 @@ void topk_sorted(const float* scores, int n_heads, int length, int keep, int32_t
   int32_t* index_out = reinterpret_cast<int32_t*>(take(n * 4));
   int* offsets = reinterpret_cast<int*>(take((n_heads + 1) * 4));
   int* keep_offsets = reinterpret_cast<int*>(take((n_heads + 1) * 4));
-  size_t cub_bytes = topk_workspace_bytes(n_heads, length) - (cursor - static_cast<char*>(workspace));
+  size_t cub_bytes =
+      topk_workspace_bytes(n_heads, length) - (cursor - static_cast<char*>(workspace));
   void* cub_temp = cursor;
   iota_kernel<<<1024, 256, 0, stream>>>(index_in, n_heads, length);
   offsets_kernel<<<1, 256, 0, stream>>>(offsets, n_heads, length);
   offsets_kernel<<<1, 256, 0, stream>>>(keep_offsets, n_heads, keep);
   // Radix sort is stable: equal scores keep ascending index order, so the lower index wins ties.
-  cub::DeviceSegmentedRadixSort::SortPairsDescending(cub_temp, cub_bytes, scores, sorted_scores, index_in,
-                                                     index_out, int(n), n_heads, offsets, offsets + 1, 0,
-                                                     32, stream);
-  gather_kept_kernel<<<dim3((keep + 255) / 256, n_heads), 256, 0, stream>>>(index_out, length, keep, index_in);
-  cub::DeviceSegmentedRadixSort::SortKeys(cub_temp, cub_bytes, index_in, kept, n_heads * keep, n_heads,
-                                          keep_offsets, keep_offsets + 1, 0, 32, stream);
+  cub::DeviceSegmentedRadixSort::SortPairsDescending(cub_temp, cub_bytes, scores, sorted_scores,
+                                                     index_in, index_out, int(n), n_heads, offsets,
+                                                     offsets + 1, 0, 32, stream);
+  gather_kept_kernel<<<dim3((keep + 255) / 256, n_heads), 256, 0, stream>>>(index_out, length, keep,
+                                                                            index_in);
+  cub::DeviceSegmentedRadixSort::SortKeys(cub_temp, cub_bytes, index_in, kept, n_heads * keep,
+                                          n_heads, keep_offsets, keep_offsets + 1, 0, 32, stream);
   check(cudaGetLastError(), "topk_sorted");
 }
 
@@ -316,7 +336,8 @@ size_t dropkv_scores_materialised(const DropKvScoreArgs& args, cudaStream_t stre
   for (int h = 0; h < args.n_kv_heads; ++h) {
     naive_probs_kernel<<<2048, 256, 0, stream>>>(args, h, probs.as<float>());
     naive_diff_kernel<<<4096, 256, 0, stream>>>(args, h, diff.as<float>());
-    naive_reduce_kernel<<<(args.length + 255) / 256, 256, 0, stream>>>(args, h, probs.as<float>(), diff.as<float>());
+    naive_reduce_kernel<<<(args.length + 255) / 256, 256, 0, stream>>>(args, h, probs.as<float>(),
+                                                                       diff.as<float>());
   }
   check(cudaGetLastError(), "dropkv_scores_materialised");
   check(cudaStreamSynchronize(stream), "dropkv_scores_materialised");

@@ -18,13 +18,13 @@ struct DropKvScoreArgs {
   const __nv_bfloat16* queries = nullptr;  // window query t, head a at queries + t*row_stride + a*d
   const __nv_bfloat16* outputs = nullptr;  // y, same layout as the flash output
   int64_t row_stride = 0;
-  const float* lse = nullptr;              // [Hq, W] natural log
-  const __nv_bfloat16* keys = nullptr;     // [Hkv, head_stride]
+  const float* lse = nullptr;           // [Hq, W] natural log
+  const __nv_bfloat16* keys = nullptr;  // [Hkv, head_stride]
   const __nv_bfloat16* values = nullptr;
   int64_t head_stride = 0;
   int n_query_heads = 0, n_kv_heads = 0, head_dim = 0, length = 0, window = 0;
   bool round_p_to_bf16 = true;
-  float* scores = nullptr;                 // [Hkv, L]
+  float* scores = nullptr;  // [Hkv, L]
 };
 void dropkv_scores(const DropKvScoreArgs& args, cudaStream_t stream);
 

@@ -41,19 +41,20 @@ namespace {
 #endif
 
 constexpr int kHeadDim = 128;
-constexpr int kKeys = 128;                        // keys per KV tile
-constexpr int kProducerThreads = 128;             // one warpgroup; one of its threads issues TMA
-constexpr uint32_t kKvHalfBytes = kKeys * 128;    // one 64-column half of a K or V tile
+constexpr int kKeys = 128;                      // keys per KV tile
+constexpr int kProducerThreads = 128;           // one warpgroup; one of its threads issues TMA
+constexpr uint32_t kKvHalfBytes = kKeys * 128;  // one 64-column half of a K or V tile
 constexpr uint32_t kKvTileBytes = 2 * kKvHalfBytes;
 
 // 3 consumer warpgroups measured faster than 2 (with 3 K/V stages, or with FlashAttention-3's turns
 // and intra-warpgroup overlap; results/gpu-kernel-tuning.md §8.2).
 constexpr int kGroups = 3;
-constexpr int kRows = 64 * kGroups;                  // query rows per block
+constexpr int kRows = 64 * kGroups;  // query rows per block
 constexpr int kConsumerThreads = 128 * kGroups;
 constexpr int kThreads = kConsumerThreads + kProducerThreads;
-// What fits in 227 KB with a 192-row Q. Tried with TMA and dropped: 3 K stages + 2 V stages, K freed
-// after S = Q K^T (its own empty barrier): measured slower (results/gpu-kernel-tuning.md §8.3).
+// What fits in 227 KB with a 192-row Q. Tried with TMA and dropped: 3 K stages + 2 V stages, K
+// freed after S = Q K^T (its own empty barrier): measured slower (results/gpu-kernel-tuning.md
+// §8.3).
 constexpr int kStages = 2;
 constexpr uint32_t kQHalfBytes = kRows * 128;
 constexpr int kSmemBytes = 2 * kQHalfBytes + 2 * kStages * kKvTileBytes + 1024;
@@ -64,7 +65,8 @@ constexpr int kConsumerRegisters = 160;
 
 // wgmma shared-memory descriptor: start address, leading and stride byte offsets (all >> 4) and
 // the 128-byte swizzle mode (1 in bits 62-63). K-major operands use only the stride offset (8
-// rows = 1024 B); the MN-major V operand also steps between its 64-column halves by the leading one.
+// rows = 1024 B); the MN-major V operand also steps between its 64-column halves by the leading
+// one.
 __device__ __forceinline__ uint64_t smem_descriptor(uint32_t address, uint32_t leading_bytes,
                                                     uint32_t stride_bytes) {
   return uint64_t((address & 0x3FFFF) >> 4) | (uint64_t(leading_bytes >> 4) << 16) |
@@ -88,7 +90,8 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;
   while (!done) {
     asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, "
+        "0, p;\n}\n"
         : "=r"(done)
         : "r"(bar), "r"(parity)
         : "memory");
@@ -105,25 +108,32 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap& map, i
       : "memory");
 }
 
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_wait_all() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
 // Keeps the compiler from moving reads or writes of accumulators across the asynchronous wgmma.
 __device__ __forceinline__ void fence_registers(float (&d)[64]) {
 #pragma unroll
   for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// The 64 f32 accumulators of an m64n128 wgmma as read-write asm operands %0..%63 (both wgmma forms).
-#define KVB_WGMMA_ACCUMULATORS(d)                                                                     \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),     \
-      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),        \
-      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),      \
-      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),      \
-      "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),      \
-      "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),      \
-      "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),      \
-      "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),      \
+// The 64 f32 accumulators of an m64n128 wgmma as read-write asm operands %0..%63 (both wgmma
+// forms).
+#define KVB_WGMMA_ACCUMULATORS(d)                                                                 \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
+      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),  \
+      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),  \
+      "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),  \
+      "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),  \
+      "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),  \
+      "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),  \
       "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 
 // One m64n128k16 wgmma with both operands in shared memory (K-major A and B): d (+)= A B.
@@ -131,7 +141,11 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t desc_a, uint64
                                          int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+      "%27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
+      "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, "
+      "%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
       : KVB_WGMMA_ACCUMULATORS(d)
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
@@ -144,7 +158,11 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4],
                                          int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+      "%27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
+      "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, "
+      "%63}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
       : KVB_WGMMA_ACCUMULATORS(d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransposeB));
 }
@@ -164,7 +182,8 @@ __device__ __forceinline__ void issue_qk(float (&s)[64], uint32_t q_rows, uint32
 }
 
 // O += P V: 8 k-steps of 16 keys (16 rows of 128 B apart); N spans both 64-column halves.
-__device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&p)[8][4], uint32_t v_tile) {
+__device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&p)[8][4],
+                                         uint32_t v_tile) {
 #pragma unroll
   for (int kk = 0; kk < kKeys / 16; ++kk)
     wgmma_rs<1>(o, p[kk], smem_descriptor(v_tile + kk * 16 * 128, kKvHalfBytes, 1024), 1);
@@ -186,13 +205,13 @@ struct OnlineSoftmax {
   int t = 0;
   int q_pos[2] = {0, 0};
   float row_max[2] = {-INFINITY, -INFINITY};  // scaled, log2 domain
-  float row_sum[2] = {0.f, 0.f};               // this thread's columns only until the end
+  float row_sum[2] = {0.f, 0.f};              // this thread's columns only until the end
 
   // Turns the logits of the tile at key0 into bf16 probabilities p (the A fragments of P V) and
   // rescales o and the sums to the new row maxima. `masked`: the tile reaches past some row's
   // position (only then, or past the last key, are keys compared).
-  __device__ __forceinline__ void step(float (&s)[64], float (&o)[64], uint32_t (&p)[8][4], int key0,
-                                       bool masked) {
+  __device__ __forceinline__ void step(float (&s)[64], float (&o)[64], uint32_t (&p)[8][4],
+                                       int key0, bool masked) {
     if (masked || key0 + kKeys > n_keys) {
 #pragma unroll
       for (int i = 0; i < 16; ++i)
@@ -444,8 +463,8 @@ PrefillMaps make_prefill_maps(const PrefillAttentionArgs& args) {
 
 void flash_attention_prefill_wgmma(const PrefillAttentionArgs& args, cudaStream_t stream) {
   if (args.n_queries <= 0) return;
-  check(cudaFuncSetAttribute(flash_prefill_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             kSmemBytes),
+  check(cudaFuncSetAttribute(flash_prefill_wgmma_kernel,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
         "cudaFuncSetAttribute(flash_prefill_wgmma_kernel)");
   const dim3 grid(args.n_query_heads, (args.n_queries + kRows - 1) / kRows);
   flash_prefill_wgmma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(args, make_prefill_maps(args));

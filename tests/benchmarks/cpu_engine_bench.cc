@@ -66,9 +66,9 @@ void BM_Matmul(benchmark::State& state) {
     kvb::kernels::matmul(x.data(), rows, in, w.data(), out, nullptr, y.data());
     benchmark::DoNotOptimize(y.data());
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * in * out * state.iterations(),
-                                                 benchmark::Counter::kIsRate,
-                                                 benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * rows * in * out * state.iterations(), benchmark::Counter::kIsRate,
+                         benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_Matmul)->Arg(512)->Arg(2048)->UseRealTime();
 
@@ -99,9 +99,8 @@ void BM_CausalAttention(benchmark::State& state) {
   }
   // Useful work: QK^T and PV over the causal half.
   const double flops = 2.0 * 2.0 * Hq * d * (double(T) * (T + 1) / 2);
-  state.counters["GFLOP/s"] = benchmark::Counter(flops * state.iterations(),
-                                                 benchmark::Counter::kIsRate,
-                                                 benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      flops * state.iterations(), benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_CausalAttention)->Arg(512)->Arg(2048)->UseRealTime();
 
@@ -110,8 +109,12 @@ void BM_DecodeAttention(benchmark::State& state) {
   const auto q = random_vector(d, 8), k = random_vector(size_t(n) * d, 9),
              v = random_vector(size_t(n) * d, 10);
   std::vector<float> out(d);
-  kvb::kernels::DecodeAttentionArgs args{.query = q.data(), .keys = k.data(), .values = v.data(),
-                                         .n_entries = n, .head_dim = d, .output = out.data()};
+  kvb::kernels::DecodeAttentionArgs args{.query = q.data(),
+                                         .keys = k.data(),
+                                         .values = v.data(),
+                                         .n_entries = n,
+                                         .head_dim = d,
+                                         .output = out.data()};
   for (auto _ : state) benchmark::DoNotOptimize(kvb::kernels::decode_attention(args));
   state.SetBytesProcessed(state.iterations() * int64_t(n) * d * 2 * sizeof(float));
 }

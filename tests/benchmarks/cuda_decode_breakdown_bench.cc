@@ -1,9 +1,9 @@
 // Where a bf16 decode step's time goes: every kernel of the CUDA engine's decode step at
 // Llama-3.1-8B shapes (B=1), each captured in a CUDA graph over 32 layers' own weights (so weights
-// stream from HBM as in the engine, not from L2), timed per launch and set against the bytes it must
-// read and the device's read bandwidth measured in the same run. The last rows time the whole step
-// (all kernels of all layers in one graph) against the sum of its parts: the difference is what
-// sits between kernels. Run on the GPU machine: ./cuda_decode_breakdown_bench [context]
+// stream from HBM as in the engine, not from L2), timed per launch and set against the bytes it
+// must read and the device's read bandwidth measured in the same run. The last rows time the whole
+// step (all kernels of all layers in one graph) against the sum of its parts: the difference is
+// what sits between kernels. Run on the GPU machine: ./cuda_decode_breakdown_bench [context]
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -99,10 +99,11 @@ int run(int context) {
   }
   cuda::DeviceBuffer lm_head = random_bf16(size_t(kVocab) * kModel, "lm head");
   cuda::DeviceBuffer output_norm = random_bf16(kModel, "output norm");
-  cuda::DeviceBuffer residual(kModel * 4), normed = random_bf16(kModel, "x"),
-      qkv = random_bf16(kQkvWidth, "qkv"), attn = random_bf16(kHeadsQ * kHeadDim, "attn"),
-      delta = random_bf16(kModel, "delta"), gate_up = random_bf16(2 * kFfn, "gate_up"),
-      act = random_bf16(kFfn, "act"), logits(size_t(kVocab) * 4), next(4), positions(4);
+  cuda::DeviceBuffer residual(kModel * 4),
+      normed = random_bf16(kModel, "x"), qkv = random_bf16(kQkvWidth, "qkv"),
+      attn = random_bf16(kHeadsQ * kHeadDim, "attn"), delta = random_bf16(kModel, "delta"),
+      gate_up = random_bf16(2 * kFfn, "gate_up"), act = random_bf16(kFfn, "act"),
+      logits(size_t(kVocab) * 4), next(4), positions(4);
   cudaMemsetAsync(residual.data(), 0, residual.bytes(), stream);
   cudaMemsetAsync(positions.data(), 0, positions.bytes(), stream);
   std::vector<float> inv_freq(kHeadDim / 2);
@@ -167,7 +168,8 @@ int run(int context) {
     r.n_query_heads = kHeadsQ;
     r.n_kv_heads = kHeadsKv;
     r.head_dim = kHeadDim;
-    cuda::rope_append_kv_decode(r, kv_offset.as<int64_t>(), append_lengths.as<int32_t>() + l * kHeadsKv,
+    cuda::rope_append_kv_decode(r, kv_offset.as<int64_t>(),
+                                append_lengths.as<int32_t>() + l * kHeadsKv,
                                 layers[l].k_cache.as<bf16>(), layers[l].v_cache.as<bf16>(), s);
   };
   const double kv_bytes = 2.0 * kHeadsKv * context * kHeadDim * 2;
@@ -287,9 +289,11 @@ int run(int context) {
   std::printf("sum of parts: %.0f us; whole step in one graph: %.0f us; bandwidth floor %.0f us\n",
               parts_us, step_us, floor_us);
   std::printf("whole step / floor = %.3f; gaps between kernels = %.0f us (%.2f us per launch)\n",
-              step_us / floor_us, step_us - parts_us, (step_us - parts_us) / (steps.size() * kLayers));
+              step_us / floor_us, step_us - parts_us,
+              (step_us - parts_us) / (steps.size() * kLayers));
   // Split size of the decode attention: the automatic choice against fixed ones.
-  std::printf("decode_attention by split size (us/layer, floor %.2f us):", kv_bytes / (bandwidth_gbs * 1e3));
+  std::printf("decode_attention by split size (us/layer, floor %.2f us):",
+              kv_bytes / (bandwidth_gbs * 1e3));
   for (int chunk : {64, 128, 256, 512, 1024, 2048, 4096}) {
     if (chunk > capacity) break;
     attention_chunk = chunk;

@@ -131,7 +131,12 @@ void BM_DropKvFused(benchmark::State& state) {
   state.counters["select_ms"] = stage_ms(select);
   state.counters["scratch_MB"] = in.fused_scratch_bytes() / 1e6;
 }
-BENCHMARK(BM_DropKvFused)->Arg(4096)->Arg(32768)->Arg(131072)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DropKvFused)
+    ->Arg(4096)
+    ->Arg(32768)
+    ->Arg(131072)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 void BM_DropKvMaterialised(benchmark::State& state) {
   if (!cuda::device_available()) return state.SkipWithError("no CUDA device");
@@ -149,7 +154,13 @@ void BM_DropKvMaterialised(benchmark::State& state) {
   }
   state.counters["scratch_MB"] = scratch / 1e6;
 }
-BENCHMARK(BM_DropKvMaterialised)->Arg(4096)->Arg(32768)->Arg(131072)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_DropKvMaterialised)
+    ->Arg(4096)
+    ->Arg(32768)
+    ->Arg(131072)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3);
 
 }  // namespace
 }  // namespace kvb

@@ -53,10 +53,19 @@ struct PrefillInputs {
     cuda::fill_random_bf16(q.as<bf16>(), size_t(n) * hq * d, 1, 1.f, nullptr);
     cuda::fill_random_bf16(k.as<bf16>(), size_t(n) * hkv * d, 2, 1.f, nullptr);
     cuda::fill_random_bf16(v.as<bf16>(), size_t(n) * hkv * d, 3, 1.f, nullptr);
-    args = {.q = q.as<bf16>(), .q_row_stride = hq * d, .k = k.as<bf16>(), .v = v.as<bf16>(),
-            .kv_head_stride = int64_t(n) * d, .out = out.as<bf16>(), .out_row_stride = hq * d,
-            .lse = lse.as<float>(), .n_queries = n, .n_query_heads = hq, .n_kv_heads = hkv,
-            .head_dim = d, .scale = 1.f / std::sqrt(float(d))};
+    args = {.q = q.as<bf16>(),
+            .q_row_stride = hq * d,
+            .k = k.as<bf16>(),
+            .v = v.as<bf16>(),
+            .kv_head_stride = int64_t(n) * d,
+            .out = out.as<bf16>(),
+            .out_row_stride = hq * d,
+            .lse = lse.as<float>(),
+            .n_queries = n,
+            .n_query_heads = hq,
+            .n_kv_heads = hkv,
+            .head_dim = d,
+            .scale = 1.f / std::sqrt(float(d))};
   }
   cuda::DeviceBuffer q, k, v, out, lse;
   cuda::PrefillAttentionArgs args;
@@ -86,7 +95,8 @@ void BM_FlashPrefill(benchmark::State& state) {
   for (auto _ : state) state.SetIterationTime(mean_ms(prefill, 1) / 1e3);
   // Causal: half of the n x n score matrix, two matmuls of 2 FLOP per multiply-add.
   const double flops = 4.0 * in.hq * in.d * (double(n) * n / 2);
-  state.counters["TFLOP/s"] = benchmark::Counter(flops / 1e12, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["TFLOP/s"] =
+      benchmark::Counter(flops / 1e12, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["gemm_ceiling_TFLOP/s"] = ceilings().gemm_tflops;
 }
 BENCHMARK(BM_FlashPrefill)->Arg(4096)->Arg(32768)->UseManualTime()->Unit(benchmark::kMillisecond);
@@ -99,11 +109,17 @@ void BM_AttentionColumnSums(benchmark::State& state) {
   PrefillInputs in(n);
   cuda::DeviceBuffer sums(size_t(n) * in.hq * 4);
   cudaMemset(sums.data(), 0, sums.bytes());
-  cuda::ColumnSumsArgs a{.q = in.q.as<bf16>(), .q_row_stride = in.hq * in.d,
-                         .k = in.k.as<bf16>(), .kv_head_stride = int64_t(n) * in.d,
-                         .lse = in.lse.as<float>(), .column_sums = sums.as<float>(),
-                         .sums_head_stride = n, .n_queries = n, .n_query_heads = in.hq,
-                         .n_kv_heads = in.hkv, .head_dim = in.d};
+  cuda::ColumnSumsArgs a{.q = in.q.as<bf16>(),
+                         .q_row_stride = in.hq * in.d,
+                         .k = in.k.as<bf16>(),
+                         .kv_head_stride = int64_t(n) * in.d,
+                         .lse = in.lse.as<float>(),
+                         .column_sums = sums.as<float>(),
+                         .sums_head_stride = n,
+                         .n_queries = n,
+                         .n_query_heads = in.hq,
+                         .n_kv_heads = in.hkv,
+                         .head_dim = in.d};
   const auto prefill = [&] { cuda::flash_attention_prefill(in.args, nullptr); };
   const auto column_sums = [&] { cuda::attention_column_sums(a, nullptr); };
   prefill();
@@ -111,11 +127,16 @@ void BM_AttentionColumnSums(benchmark::State& state) {
   column_sums();
   for (auto _ : state) state.SetIterationTime(mean_ms(column_sums, 1) / 1e3);
   const double flops = 2.0 * in.hq * in.d * (double(n) * n / 2);
-  state.counters["TFLOP/s"] = benchmark::Counter(flops / 1e12, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["TFLOP/s"] =
+      benchmark::Counter(flops / 1e12, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["prefill_ms"] = prefill_ms;
   state.counters["gemm_ceiling_TFLOP/s"] = ceilings().gemm_tflops;
 }
-BENCHMARK(BM_AttentionColumnSums)->Arg(4096)->Arg(32768)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AttentionColumnSums)
+    ->Arg(4096)
+    ->Arg(32768)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 void BM_DecodeAttention(benchmark::State& state) {
   if (!cuda::device_available()) return state.SkipWithError("no CUDA device");
@@ -162,9 +183,10 @@ void BM_DecodeAttention(benchmark::State& state) {
     state.SetIterationTime(time_ms(start, stop) / 1e3);
   }
   const double bytes = double(rows) * d * 2 * 2;
-  state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["ratio_to_read_bw"] =
-      benchmark::Counter(bytes / 1e9 / ceilings().bandwidth_gbs, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["ratio_to_read_bw"] = benchmark::Counter(
+      bytes / 1e9 / ceilings().bandwidth_gbs, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_DecodeAttention)
     ->Args({4096, 1})

@@ -130,7 +130,9 @@ int run(int context, int chunk) {
               context, chunk, gemm_tflops);
   // Attention alone, both kernels, at the shapes that matter.
   const bool have_wgmma = cuda::wgmma_prefill_available(kHeadDim);
-  struct Shape { int n, offset; };
+  struct Shape {
+    int n, offset;
+  };
   std::vector<Shape> shapes = {{std::min(4096, chunk), 0}, {chunk, 0}};
   if (context >= 2 * chunk) shapes.push_back({chunk, context - chunk});
   for (const Shape& shape : shapes) {
@@ -138,9 +140,10 @@ int run(int context, int chunk) {
     for (auto kernel : {cuda::PrefillKernel::kMmaSync, cuda::PrefillKernel::kWgmma}) {
       if (kernel == cuda::PrefillKernel::kWgmma && !have_wgmma) continue;
       const double ms = time_ms(attention(shape.n, shape.offset, kernel), stream);
-      std::printf("attention %-7s n=%-6d offset=%-6d %9.3f ms  %6.1f TFLOP/s  (%.2f of the GEMM rate)\n",
-                  kernel == cuda::PrefillKernel::kWgmma ? "wgmma" : "mma", shape.n, shape.offset, ms,
-                  flops / ms / 1e9, flops / ms / 1e9 / gemm_tflops);
+      std::printf(
+          "attention %-7s n=%-6d offset=%-6d %9.3f ms  %6.1f TFLOP/s  (%.2f of the GEMM rate)\n",
+          kernel == cuda::PrefillKernel::kWgmma ? "wgmma" : "mma", shape.n, shape.offset, ms,
+          flops / ms / 1e9, flops / ms / 1e9 / gemm_tflops);
     }
   }
 
@@ -151,8 +154,12 @@ int run(int context, int chunk) {
     const int n = std::min(chunk, context - begin);
     auto gemm = [&](const bf16* x, const cuda::DeviceBuffer& w, bf16* y, int in, int out) {
       gemm_flops += 2.0 * n * in * out * kLayers;
-      return time_ms([&, x, y, in, out](cudaStream_t s) { cuda::gemm_bf16(cublas, x, w.as<bf16>(), y, n, in, out, s); },
-                     stream) * kLayers;
+      return time_ms(
+                 [&, x, y, in, out](cudaStream_t s) {
+                   cuda::gemm_bf16(cublas, x, w.as<bf16>(), y, n, in, out, s);
+                 },
+                 stream) *
+             kLayers;
     };
     gemm_ms += gemm(normed.as<bf16>(), wqkv, qkv.as<bf16>(), kModel, kQkvWidth);
     gemm_ms += gemm(attn_out.as<bf16>(), wo, ffn_out.as<bf16>(), kModel, kModel);
@@ -160,24 +167,29 @@ int run(int context, int chunk) {
     gemm_ms += gemm(act.as<bf16>(), w_down, ffn_out.as<bf16>(), kFfn, kModel);
     attention_ms += time_ms(attention(n, begin, cuda::PrefillKernel::kAuto), stream) * kLayers;
     total_attention_flops += attention_flops(n, begin) * kLayers;
-    other_ms += kLayers * time_ms([&](cudaStream_t s) {
-      cuda::add_rmsnorm(residual.as<float>(), ffn_out.as<bf16>(), norm_weight.as<bf16>(), n, kModel,
-                        1e-5f, normed.as<bf16>(), s);
-      cuda::RopeArgs rope;
-      rope.qkv = qkv.as<bf16>();
-      rope.positions = d_positions.as<int32_t>();
-      rope.inv_freq = inv_freq.as<float>();
-      rope.n = n;
-      rope.n_query_heads = kHeadsQ;
-      rope.n_kv_heads = kHeadsKv;
-      rope.head_dim = kHeadDim;
-      cuda::bias_rope(rope, s);
-      cuda::append_kv(qkv.as<bf16>(), n, n, kHeadsQ, kHeadsKv, kHeadDim, d_offsets.as<int64_t>(),
-                      d_lengths.as<int32_t>(), k_cache.as<bf16>(), v_cache.as<bf16>(), s);
-      cuda::add_rmsnorm(residual.as<float>(), ffn_out.as<bf16>(), norm_weight.as<bf16>(), n, kModel,
-                        1e-5f, normed.as<bf16>(), s);
-      cuda::swiglu(gate_up.as<bf16>(), n, kFfn, act.as<bf16>(), s);
-    }, stream);
+    other_ms += kLayers * time_ms(
+                              [&](cudaStream_t s) {
+                                cuda::add_rmsnorm(residual.as<float>(), ffn_out.as<bf16>(),
+                                                  norm_weight.as<bf16>(), n, kModel, 1e-5f,
+                                                  normed.as<bf16>(), s);
+                                cuda::RopeArgs rope;
+                                rope.qkv = qkv.as<bf16>();
+                                rope.positions = d_positions.as<int32_t>();
+                                rope.inv_freq = inv_freq.as<float>();
+                                rope.n = n;
+                                rope.n_query_heads = kHeadsQ;
+                                rope.n_kv_heads = kHeadsKv;
+                                rope.head_dim = kHeadDim;
+                                cuda::bias_rope(rope, s);
+                                cuda::append_kv(qkv.as<bf16>(), n, n, kHeadsQ, kHeadsKv, kHeadDim,
+                                                d_offsets.as<int64_t>(), d_lengths.as<int32_t>(),
+                                                k_cache.as<bf16>(), v_cache.as<bf16>(), s);
+                                cuda::add_rmsnorm(residual.as<float>(), ffn_out.as<bf16>(),
+                                                  norm_weight.as<bf16>(), n, kModel, 1e-5f,
+                                                  normed.as<bf16>(), s);
+                                cuda::swiglu(gate_up.as<bf16>(), n, kFfn, act.as<bf16>(), s);
+                              },
+                              stream);
   }
   const double total = gemm_ms + attention_ms + other_ms;
   std::printf("prefill of %d tokens, sum of kernels: %.1f ms\n", context, total);

@@ -8,10 +8,11 @@
 // random keys attention is nearly flat, so ART never stops and "full+art" measures the walk's
 // overhead (the paper's p = inf case); its skipping on real caches is measured by the NIAH run.
 //
-// Build and run:  cmake --build build --target decode_step_bench && build/tests/benchmarks/decode_step_bench
-// Each row reports ms per decode step (wall "Time" and "CPU" = CPU time of the whole process, all
-// threads) and ratio_to_full / cpu_ratio_to_full against Full at the same length in the same run.
-// On a shared, loaded machine the wall times swing with the other load; the CPU ratios are steadier.
+// Build and run:  cmake --build build --target decode_step_bench &&
+// build/tests/benchmarks/decode_step_bench Each row reports ms per decode step (wall "Time" and
+// "CPU" = CPU time of the whole process, all threads) and ratio_to_full / cpu_ratio_to_full against
+// Full at the same length in the same run. On a shared, loaded machine the wall times swing with
+// the other load; the CPU ratios are steadier.
 #include <benchmark/benchmark.h>
 
 #include <map>
@@ -88,7 +89,7 @@ void decode_step(benchmark::State& state, const std::string& policy) {
 
 // Registers every method at both lengths, Full first so that the ratios can refer to it.
 void register_all() {
-  const std::vector<std::string> policies = {"full",     "topk",      "quest",
+  const std::vector<std::string> policies = {"full",     "topk",     "quest",
                                              "magicpig", "binarypc", "full+art"};
   for (const std::string& policy : policies)
     benchmark::RegisterBenchmark(("decode_step/" + policy).c_str(),
@@ -108,7 +109,8 @@ class RatioReporter : public benchmark::ConsoleReporter {
     std::vector<Run> annotated = runs;
     for (Run& run : annotated) {
       const int length = std::stoi(run.run_name.args);
-      const std::pair<double, double> per_step = {run.GetAdjustedRealTime(), run.GetAdjustedCPUTime()};
+      const std::pair<double, double> per_step = {run.GetAdjustedRealTime(),
+                                                  run.GetAdjustedCPUTime()};
       if (run.run_name.function_name == "decode_step/full") full_ms()[length] = per_step;
       const auto full = full_ms().find(length);
       if (full != full_ms().end() && full->second.first > 0 && full->second.second > 0) {

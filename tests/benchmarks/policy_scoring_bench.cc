@@ -68,7 +68,8 @@ void compress(benchmark::State& state, const std::string& policy, int tokens) {
     const kvb::PrefillView view = kvb::make_prefill_view(*s.model.weights, &s.snapshot.store,
                                                          s.snapshot.capture, s.snapshot.request);
     benchmark::DoNotOptimize(plan.prefill->select(view, budget));
-    total_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    total_ms +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     ++runs;
   }
   const double ms = total_ms / std::max<int64_t>(runs, 1);
@@ -95,10 +96,9 @@ int main(int argc, char** argv) {
   }
   int rest_count = static_cast<int>(rest.size());
   for (const char* policy : {"snapkv", "dropkv", "cake"})
-    benchmark::RegisterBenchmark((std::string("compress/") + policy).c_str(),
-                                 [policy, tokens](benchmark::State& state) {
-                                   compress(state, policy, tokens);
-                                 })
+    benchmark::RegisterBenchmark(
+        (std::string("compress/") + policy).c_str(),
+        [policy, tokens](benchmark::State& state) { compress(state, policy, tokens); })
         ->Unit(benchmark::kMillisecond)
         ->Iterations(2);
   benchmark::Initialize(&rest_count, rest.data());

@@ -18,10 +18,10 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/errors.h"
 #include "engine/batch_generation.h"
 #include "engine/chat_template.h"
 #include "engine/cpu/cpu_backend.h"
-#include "common/errors.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/presets.h"
@@ -203,9 +203,9 @@ TEST(CudaBackend, CellsTogetherEqualCellsAloneAndTrackTheCpu) {
   KVB_REQUIRE_FILE(test::default_model_path());
   const RealModel m = real_model();
   const std::vector<std::pair<std::string, std::string>> cells = {
-      {"full", ""},        {"snapkv", "20%"}, {"snapkv", "50%"},     {"streamingllm", "20%"},
-      {"dropkv", "20%"},   {"adakv", "20%"},  {"knorm", "50%"},      {"pyramidkv", "20%"},
-      {"binarypc", "20%"}, {"quest", "20%"},  {"topk", "20%"},       {"snapkv+art", "20%"},
+      {"full", ""},        {"snapkv", "20%"}, {"snapkv", "50%"}, {"streamingllm", "20%"},
+      {"dropkv", "20%"},   {"adakv", "20%"},  {"knorm", "50%"},  {"pyramidkv", "20%"},
+      {"binarypc", "20%"}, {"quest", "20%"},  {"topk", "20%"},   {"snapkv+art", "20%"},
       {"full+art", ""}};
   auto run = [&](Engine& engine, bool together) {
     std::vector<CachePlan> plans;

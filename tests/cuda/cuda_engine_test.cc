@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/cpu/forward.h"
 #include "common/errors.h"
+#include "engine/cpu/forward.h"
 #include "engine/model.h"
 #include "engine/presets.h"
 #include "tests/cuda/cuda_test_util.h"

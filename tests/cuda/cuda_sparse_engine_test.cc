@@ -11,9 +11,9 @@
 #include <algorithm>
 #include <functional>
 
+#include "common/errors.h"
 #include "engine/cpu/forward.h"
 #include "engine/cuda/cuda_engine.h"
-#include "common/errors.h"
 #include "engine/presets.h"
 #include "policies/binarypc_projection.h"
 #include "policies/decode_selectors.h"

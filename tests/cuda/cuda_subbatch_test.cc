@@ -22,10 +22,10 @@
 #include <utility>
 #include <vector>
 
+#include "common/errors.h"
 #include "engine/batch_generation.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/cuda_engine.h"
-#include "common/errors.h"
 #include "engine/presets.h"
 #include "policies/binarypc_projection.h"
 #include "policies/decode_selectors.h"

@@ -8,9 +8,9 @@
 #include <optional>
 #include <vector>
 
+#include "common/errors.h"
 #include "engine/cpu/forward.h"
 #include "engine/cuda/cuda_engine.h"
-#include "common/errors.h"
 #include "engine/presets.h"
 #include "kernels/cpu/early_exit_decode.h"
 #include "tests/cuda/cuda_test_util.h"

@@ -16,7 +16,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path fresh_dir(const std::string& name) { return test::fresh_temp_dir("kvb_datasets_fuzz_regressions_" + name); }
+fs::path fresh_dir(const std::string& name) {
+  return test::fresh_temp_dir("kvb_datasets_fuzz_regressions_" + name);
+}
 
 // Review, reproduced by ruler_qa_fuzz: a HotpotQA file whose questions all have an empty context
 // gave a corpus without documents, and qa_2's build() took a document index modulo zero (UBSan:

@@ -29,10 +29,12 @@ TEST(PythonRandom, ShuffleSampleChoicesUuidMatchCPython) {
   std::vector<int> items = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
   PythonRandom(42).shuffle(items);
   EXPECT_EQ(items, (std::vector<int>{7, 3, 2, 8, 5, 6, 9, 4, 0, 1}));
-  // r = random.Random(42); r.sample(range(40), 4); r.sample(range(1000), 8); r.sample(range(30), 10)
+  // r = random.Random(42); r.sample(range(40), 4); r.sample(range(1000), 8); r.sample(range(30),
+  // 10)
   PythonRandom r(42);
   EXPECT_EQ(r.sample_indices(40, 4), (std::vector<size_t>{7, 1, 17, 15}));
-  EXPECT_EQ(r.sample_indices(1000, 8), (std::vector<size_t>{228, 142, 754, 104, 692, 758, 913, 558}));
+  EXPECT_EQ(r.sample_indices(1000, 8),
+            (std::vector<size_t>{228, 142, 754, 104, 692, 758, 913, 558}));
   EXPECT_EQ(r.sample_indices(30, 10), (std::vector<size_t>{2, 18, 13, 1, 0, 29, 6, 7, 16, 19}));
   // str(uuid.UUID(int=random.Random(7).getrandbits(128), version=4))
   EXPECT_EQ(PythonRandom(7).uuid4(), "6513270e-269e-4d37-b2a7-4de452e6b438");
@@ -45,19 +47,23 @@ TEST(PythonRandom, ShuffleSampleChoicesUuidMatchCPython) {
 }
 
 TEST(TextUtils, PythonSplitCollapseStrip) {
-  EXPECT_EQ(split_whitespace("  a\tb\n\nc \xc2\xa0 d "), (std::vector<std::string>{"a", "b", "c", "d"}));
-  EXPECT_EQ(collapse_whitespace("a \n\t b\xe2\x80\x83" "c"), "a b c");
+  EXPECT_EQ(split_whitespace("  a\tb\n\nc \xc2\xa0 d "),
+            (std::vector<std::string>{"a", "b", "c", "d"}));
+  EXPECT_EQ(collapse_whitespace("a \n\t b\xe2\x80\x83"
+                                "c"),
+            "a b c");
   EXPECT_EQ(strip(" \n x y \t"), "x y");
   EXPECT_EQ(replace_all("are you aware", "are", "is"), "is you awis");
 }
 
 TEST(TextUtils, SentencesSplitAtEndsNotAbbreviations) {
   const std::string text =
-      "Mr. Smith went to Washington. He saw e.g. the Capitol! Did he? Yes, said J. Doe. \"Done.\" End";
+      "Mr. Smith went to Washington. He saw e.g. the Capitol! Did he? Yes, said J. Doe. \"Done.\" "
+      "End";
   const std::vector<std::string> sentences = split_sentences(text);
-  EXPECT_EQ(sentences, (std::vector<std::string>{"Mr. Smith went to Washington.",
-                                                  "He saw e.g. the Capitol!", "Did he?",
-                                                  "Yes, said J. Doe.", "\"Done.\"", "End"}));
+  EXPECT_EQ(sentences,
+            (std::vector<std::string>{"Mr. Smith went to Washington.", "He saw e.g. the Capitol!",
+                                      "Did he?", "Yes, said J. Doe.", "\"Done.\"", "End"}));
   EXPECT_EQ(join(sentences, " "), text);
 }
 

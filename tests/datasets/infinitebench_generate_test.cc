@@ -21,9 +21,11 @@ std::vector<nlohmann::json> make(const std::string& task, int length, int num,
   return generate_infinitebench_records({task, length, num, 42, {}}, tokenizer);
 }
 
-void expect_fits(const nlohmann::json& record, int length, int max_new, const Tokenizer& tokenizer) {
+void expect_fits(const nlohmann::json& record, int length, int max_new,
+                 const Tokenizer& tokenizer) {
   const int tokens = static_cast<int>(
-      tokenizer.encode(record["context"].get<std::string>() + record["input"].get<std::string>()).size());
+      tokenizer.encode(record["context"].get<std::string>() + record["input"].get<std::string>())
+          .size());
   EXPECT_LE(tokens + kInfiniteBenchPromptReserve + max_new, length);
   EXPECT_GE(tokens, 0.85 * length);
 }
@@ -38,7 +40,8 @@ TEST(InfiniteBenchGenerate, PasskeyAndNumberString) {
     const std::string key = r["answer"];
     EXPECT_TRUE(std::regex_match(key, std::regex("[0-9]{5}")));
     const std::string context = r["context"];
-    const std::string needle = "The pass key is " + key + ". Remember it. " + key + " is the pass key.\n";
+    const std::string needle =
+        "The pass key is " + key + ". Remember it. " + key + " is the pass key.\n";
     const size_t at = context.find(needle);
     ASSERT_NE(at, std::string::npos);
     if (i > 0) {
@@ -53,8 +56,8 @@ TEST(InfiniteBenchGenerate, PasskeyAndNumberString) {
     const std::string key = r["answer"];
     EXPECT_TRUE(std::regex_match(key, std::regex("[0-9]{10}")));
     EXPECT_NE(r["context"].get<std::string>().find("The sequence of digits is " + key +
-                                                    ". Remember it. " + key +
-                                                    " is the sequence of digits.\n"),
+                                                   ". Remember it. " + key +
+                                                   " is the sequence of digits.\n"),
               std::string::npos);
     EXPECT_EQ(r["input"], "What is the sequence of digits?");
   }
@@ -69,11 +72,13 @@ TEST(InfiniteBenchGenerate, KvRetrieval) {
     EXPECT_EQ(context.rfind("JSON data:\n{\"", 0), 0u);
     EXPECT_EQ(context.back(), '}');
     std::smatch match;
-    ASSERT_TRUE(std::regex_match(
-        input, match, std::regex("\nKey: \"([0-9a-f-]{36})\"\nThe value associated with the "
-                                 "specified key is: ")));
-    EXPECT_NE(context.find("\"" + match[1].str() + "\": \"" + r["answer"].get<std::string>() + "\""),
-              std::string::npos);
+    ASSERT_TRUE(
+        std::regex_match(input, match,
+                         std::regex("\nKey: \"([0-9a-f-]{36})\"\nThe value associated with the "
+                                    "specified key is: ")));
+    EXPECT_NE(
+        context.find("\"" + match[1].str() + "\": \"" + r["answer"].get<std::string>() + "\""),
+        std::string::npos);
     expect_fits(r, 4096, 50, tokenizer);
   }
 }
@@ -81,10 +86,10 @@ TEST(InfiniteBenchGenerate, KvRetrieval) {
 TEST(InfiniteBenchGenerate, MathFindAnswersFollowTheRules) {
   test::FakeTokenizer tokenizer;
   const auto records = make("math_find", 4096, 7, tokenizer);
-  const std::vector<std::string> targets = {"largest number", "second largest number",
-                                            "third largest number", "smallest number",
-                                            "second smallest number", "third smallest number",
-                                            "median"};
+  const std::vector<std::string> targets = {
+      "largest number",  "second largest number",  "third largest number",
+      "smallest number", "second smallest number", "third smallest number",
+      "median"};
   for (size_t i = 0; i < records.size(); ++i) {
     const auto& r = records[i];
     EXPECT_EQ(r["input"], "You should answer with only one number, no other words. The " +

@@ -114,20 +114,23 @@ TEST(LongBenchScoring, PostProcessingAndMaxOverAnswers) {
 }
 
 TEST(LongBenchScoring, RoundingBucketsAndBothAverages) {
-  EXPECT_DOUBLE_EQ(python_round2(12.345), 12.35);   // 12.345 is 12.3450000000000006394884621841 in binary
-  EXPECT_DOUBLE_EQ(python_round2(0.125), 0.12);     // exact tie -> even
+  EXPECT_DOUBLE_EQ(python_round2(12.345),
+                   12.35);  // 12.345 is 12.3450000000000006394884621841 in binary
+  EXPECT_DOUBLE_EQ(python_round2(0.125), 0.12);  // exact tie -> even
   EXPECT_DOUBLE_EQ(python_round2(0.375), 0.38);
   EXPECT_EQ(longbench_length_bucket(3999), "0-4k");
   EXPECT_EQ(longbench_length_bucket(4000), "4-8k");
   EXPECT_EQ(longbench_length_bucket(8000), "8k+");
-  // The README's GPT-3.5-Turbo-16k English categories 39.8, 38.7, 26.5, 67.1, 54.1, 37.8 -> Avg 44.0.
+  // The README's GPT-3.5-Turbo-16k English categories 39.8, 38.7, 26.5, 67.1, 54.1, 37.8 ->
+  // Avg 44.0.
   const std::map<std::string, double> scores = {
-      {"narrativeqa", 39.8}, {"hotpotqa", 38.7},       {"gov_report", 26.5}, {"trec", 67.1},
-      {"passage_count", 54.1}, {"lcc", 37.8}, {"multifieldqa_zh", 99.0}};
+      {"narrativeqa", 39.8},   {"hotpotqa", 38.7}, {"gov_report", 26.5},     {"trec", 67.1},
+      {"passage_count", 54.1}, {"lcc", 37.8},      {"multifieldqa_zh", 99.0}};
   EXPECT_NEAR(longbench_category_average(scores, "en"), 44.0, 1e-9);
   const auto means = longbench_category_means(scores, "zh");
   EXPECT_EQ(means.size(), 2u);  // Single-Doc QA (multifieldqa_zh) and Code
-  EXPECT_NEAR(longbench_dataset_average({{"narrativeqa", 10}, {"qasper", 20}, {"lcc", 60}}), 30.0, 1e-12);
+  EXPECT_NEAR(longbench_dataset_average({{"narrativeqa", 10}, {"qasper", 20}, {"lcc", 60}}), 30.0,
+              1e-12);
   // Plain mean and category mean differ when categories have different sizes.
   const std::map<std::string, double> uneven = {{"narrativeqa", 10}, {"qasper", 20}, {"lcc", 60}};
   EXPECT_NEAR(longbench_category_average(uneven, "en"), (15.0 + 60.0) / 2, 1e-12);
@@ -179,7 +182,8 @@ TEST(PromptTruncation, SmolLm2TokenizerKeepsHeadAndTailWithinTheLimit) {
   const auto gguf = GgufFile::open(model);
   const auto tokenizer = tokenizer_from_gguf(*gguf);
   std::string context;
-  for (int i = 0; i < 800; ++i) context += "Sentence number " + std::to_string(i) + " of the article. ";
+  for (int i = 0; i < 800; ++i)
+    context += "Sentence number " + std::to_string(i) + " of the article. ";
   const auto& qasper = longbench_dataset("qasper");
   const std::string prompt = longbench_format_prompt(qasper, context, "What is measured?");
   const std::string truncated = truncate_middle(*tokenizer, prompt, 500);
@@ -195,17 +199,21 @@ TEST(PromptTruncation, SmolLm2TokenizerKeepsHeadAndTailWithinTheLimit) {
 class LongBenchLoaderTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() / ("kvb_longbench_test_" + std::to_string(::getpid()));
+    dir_ = std::filesystem::temp_directory_path() /
+           ("kvb_longbench_test_" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
-  void write(const std::string& name, const std::string& text) { std::ofstream(dir_ / name) << text; }
+  void write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name) << text;
+  }
   std::filesystem::path dir_;
 };
 
 TEST_F(LongBenchLoaderTest, RecordsBecomeSamplesWithTheOfficialPrompt) {
-  const json record = {{"input", "Who?"}, {"context", "Alice met Bob."}, {"answers", {"Bob"}},
-                       {"length", 3},     {"dataset", "hotpotqa"},      {"language", "en"},
+  const json record = {{"input", "Who?"},        {"context", "Alice met Bob."},
+                       {"answers", {"Bob"}},     {"length", 3},
+                       {"dataset", "hotpotqa"},  {"language", "en"},
                        {"all_classes", nullptr}, {"_id", "abc"}};
   write("hotpotqa.jsonl", record.dump() + "\n\n" + record.dump() + "\n");
   const auto samples = load_longbench(dir_.string(), "hotpotqa");
@@ -215,31 +223,39 @@ TEST_F(LongBenchLoaderTest, RecordsBecomeSamplesWithTheOfficialPrompt) {
   EXPECT_EQ(s.max_new_tokens, 32);
   EXPECT_TRUE(s.use_chat_template);
   EXPECT_EQ(s.references, std::vector<std::string>{"Bob"});
-  EXPECT_EQ(s.full_user_message(), longbench_format_prompt(longbench_dataset("hotpotqa"), "Alice met Bob.", "Who?"));
+  EXPECT_EQ(s.full_user_message(),
+            longbench_format_prompt(longbench_dataset("hotpotqa"), "Alice met Bob.", "Who?"));
   EXPECT_EQ(s.question_part,
-            "\n\nAnswer the question based on the given passages. Only give me the answer and do not output any other "
+            "\n\nAnswer the question based on the given passages. Only give me the answer and do "
+            "not output any other "
             "words.\n\nQuestion: Who?\nAnswer:");
   EXPECT_EQ(s.extra["length"], 3);
 
   const ByteTokenizer tokenizer;
-  const auto truncated = load_longbench(dir_.string(), "hotpotqa", {.tokenizer = &tokenizer, .max_length = 200, .limit = 1});
+  const auto truncated = load_longbench(dir_.string(), "hotpotqa",
+                                        {.tokenizer = &tokenizer, .max_length = 200, .limit = 1});
   ASSERT_EQ(truncated.size(), 1u);
-  EXPECT_EQ(truncated[0].full_user_message(), truncate_middle(tokenizer, s.full_user_message(), 200));
+  EXPECT_EQ(truncated[0].full_user_message(),
+            truncate_middle(tokenizer, s.full_user_message(), 200));
   EXPECT_LE(truncated[0].full_user_message().size(), 199u);
 }
 
 TEST_F(LongBenchLoaderTest, BadDataGivesClearErrors) {
   EXPECT_THROW(load_longbench((dir_ / "absent").string(), "qasper"), InputError);
-  EXPECT_THROW(load_longbench(dir_.string(), "qasper"), InputError);        // file missing
+  EXPECT_THROW(load_longbench(dir_.string(), "qasper"), InputError);  // file missing
   EXPECT_THROW(load_longbench(dir_.string(), "not_a_dataset"), InputError);
-  write("qasper.jsonl", R"({"input": "q", "context": "c", "answers": ["a"]})" "\n" R"({"input": "q", "context": )" "\n");
+  write("qasper.jsonl", R"({"input": "q", "context": "c", "answers": ["a"]})"
+                        "\n"
+                        R"({"input": "q", "context": )"
+                        "\n");
   try {
     load_longbench(dir_.string(), "qasper");
     FAIL() << "expected a FormatError";
   } catch (const FormatError& e) {
     EXPECT_NE(std::string(e.what()).find("qasper.jsonl:2"), std::string::npos) << e.what();
   }
-  write("trec.jsonl", R"({"input": "q", "context": "c"})" "\n");
+  write("trec.jsonl", R"({"input": "q", "context": "c"})"
+                      "\n");
   try {
     load_longbench(dir_.string(), "trec");
     FAIL() << "expected a FormatError";

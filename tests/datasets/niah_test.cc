@@ -20,9 +20,8 @@ void check_needle_placement(const std::vector<Sample>& samples, const Tokenizer&
   for (const Sample& s : samples) {
     SCOPED_TRACE(s.id);
     ASSERT_EQ(s.context_part.rfind(head, 0), 0u);
-    const std::string haystack_and_needle =
-        s.context_part.substr(head.size(), s.context_part.size() - head.size() -
-                                               std::string(kNiahPromptBookEnd).size());
+    const std::string haystack_and_needle = s.context_part.substr(
+        head.size(), s.context_part.size() - head.size() - std::string(kNiahPromptBookEnd).size());
     const size_t at = haystack_and_needle.find(needle);
     ASSERT_NE(at, std::string::npos);
     const std::string before = haystack_and_needle.substr(0, at);
@@ -31,25 +30,25 @@ void check_needle_placement(const std::vector<Sample>& samples, const Tokenizer&
     // requested depth: the haystack between the insertion and the target holds no sentence end.
     const int tokens_before = static_cast<int>(tokenizer.encode(before).size());
     const int haystack_tokens = tokens_before + static_cast<int>(tokenizer.encode(after).size());
-    const int target = s.depth >= 100 ? haystack_tokens
-                                      : static_cast<int>(haystack_tokens * (s.depth / 100.0));
+    const int target =
+        s.depth >= 100 ? haystack_tokens : static_cast<int>(haystack_tokens * (s.depth / 100.0));
     EXPECT_LE(tokens_before, target + 1);
     const std::vector<TokenId> after_ids = tokenizer.encode(after);
-    const std::string gap =
-        tokenizer.decode(std::vector<TokenId>(after_ids.begin(),
-                                              after_ids.begin() + std::max(0, target - tokens_before - 1)));
+    const std::string gap = tokenizer.decode(std::vector<TokenId>(
+        after_ids.begin(), after_ids.begin() + std::max(0, target - tokens_before - 1)));
     EXPECT_EQ(gap.find(". "), std::string::npos) << "skipped a whole sentence: " << gap;
     // A sentence boundary: the haystack before the needle ends with a period (or is empty);
     // depth 100 appends the needle after the last token.
     if (!before.empty() && s.depth < 100) {
       EXPECT_EQ(before.back(), '.') << before.substr(before.size() - 40);
     }
-    EXPECT_EQ(s.references, std::vector<std::string>{
-                                "eat a sandwich and sit in Dolores Park on a sunny day."});
+    EXPECT_EQ(s.references,
+              std::vector<std::string>{"eat a sandwich and sit in Dolores Park on a sunny day."});
     EXPECT_EQ(s.extra.at("rouge_target"),
               "The best thing to do in San Francisco is eat a sandwich and sit in Dolores Park on "
               "a sunny day.");
-    EXPECT_EQ(s.extra.at("substring_answer"), "eat a sandwich and sit in Dolores Park on a sunny day");
+    EXPECT_EQ(s.extra.at("substring_answer"),
+              "eat a sandwich and sit in Dolores Park on a sunny day");
     EXPECT_EQ(s.question_part,
               " Based on the content of the book, Question: The best thing to do in San Francisco "
               "is: \nAnswer:");
@@ -103,7 +102,8 @@ TEST(Niah, ChatTemplateFormDropsTheRawTurnMarker) {
   const Sample chat_sample = generate_niah(chat, tokenizer).at(0);
   EXPECT_FALSE(raw_sample.use_chat_template);
   EXPECT_TRUE(chat_sample.use_chat_template);
-  EXPECT_EQ(raw_sample.context_part.rfind("<|im_start|> This is a very long story book: <book> ", 0), 0u);
+  EXPECT_EQ(
+      raw_sample.context_part.rfind("<|im_start|> This is a very long story book: <book> ", 0), 0u);
   EXPECT_EQ(chat_sample.context_part.rfind("This is a very long story book: <book> ", 0), 0u);
   EXPECT_EQ("<|im_start|> " + chat_sample.context_part, raw_sample.context_part);
   EXPECT_EQ(chat_sample.question_part, raw_sample.question_part);

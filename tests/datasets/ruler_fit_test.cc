@@ -12,9 +12,8 @@
 #include <unistd.h>
 
 #include <fstream>
-#include <regex>
-
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "datasets/ruler/ruler.h"
 #include "datasets/text_utils.h"
@@ -126,13 +125,15 @@ EssayQa write_essay_qa() {
                              {"answers", {{{"text", text(p, 3, 6)}, {"answer_start", 0}}}},
                              {"is_impossible", false}}};
       if (i % 3 == 0)
-        qas.push_back({{"question", "Unanswerable?"}, {"id", "x" + std::to_string(i)},
-                       {"answers", nlohmann::json::array()}, {"is_impossible", true}});
+        qas.push_back({{"question", "Unanswerable?"},
+                       {"id", "x" + std::to_string(i)},
+                       {"answers", nlohmann::json::array()},
+                       {"is_impossible", true}});
       article_paragraphs.push_back({{"context", text(p, 0, p.size())}, {"qas", qas}});
       qa.squad_questions.push_back(question(p));
     }
-    squad["data"].push_back({{"title", "Essay " + std::to_string(article)},
-                             {"paragraphs", article_paragraphs}});
+    squad["data"].push_back(
+        {{"title", "Essay " + std::to_string(article)}, {"paragraphs", article_paragraphs}});
   }
   std::ofstream(qa.folder / "squad.json") << squad.dump();
   nlohmann::json hotpot = nlohmann::json::array();
@@ -141,12 +142,12 @@ EssayQa write_essay_qa() {
     for (size_t i = q * 10; i < q * 10 + 10; ++i) {
       const std::vector<std::string>& p = paragraphs[i];
       const size_t half = p.size() / 2;
-      context.push_back({"Essay part " + std::to_string(i),
-                         {text(p, 0, half) + " ", text(p, half, p.size())}});
+      context.push_back(
+          {"Essay part " + std::to_string(i), {text(p, 0, half) + " ", text(p, half, p.size())}});
     }
     const std::vector<std::string>& gold = paragraphs[q * 10 + 3];
-    hotpot.push_back({{"question", question(gold)}, {"answer", text(gold, 3, 6)},
-                      {"context", context}});
+    hotpot.push_back(
+        {{"question", question(gold)}, {"answer", text(gold, 3, 6)}, {"context", context}});
     qa.hotpot_questions.push_back(question(gold));
   }
   std::ofstream(qa.folder / "hotpotqa.json") << hotpot.dump();
@@ -188,22 +189,24 @@ std::string expect_framed(const std::string& prompt, const std::string& head,
                           const std::string& tail) {
   EXPECT_TRUE(starts_with(prompt, head)) << "head differs:\n" << prompt.substr(0, head.size() + 80);
   EXPECT_TRUE(ends_with(prompt, tail))
-      << "tail differs:\n" << prompt.substr(prompt.size() - std::min(prompt.size(), tail.size() + 80));
+      << "tail differs:\n"
+      << prompt.substr(prompt.size() - std::min(prompt.size(), tail.size() + 80));
   if (prompt.size() < head.size() + tail.size()) return "";
   return prompt.substr(head.size(), prompt.size() - head.size() - tail.size());
 }
 
 void expect_niah_template(const std::string& task, const Sample& s, const ChatFrame& frame) {
-  const bool single = task.find("single") != std::string::npos ||
-                      task == "niah_multikey_1" || task == "niah_multikey_2" ||
-                      task == "niah_multikey_3";
-  const std::string type = task == "niah_single_3" || task == "niah_multikey_3" ? "uuids" : "numbers";
+  const bool single = task.find("single") != std::string::npos || task == "niah_multikey_1" ||
+                      task == "niah_multikey_2" || task == "niah_multikey_3";
+  const std::string type =
+      task == "niah_single_3" || task == "niah_multikey_3" ? "uuids" : "numbers";
   const std::string shown_type = single ? type.substr(0, type.size() - 1) : type;
   // The query: the key(s) from the question, "k1, k2, k3, and k4" for multiquery.
-  const std::regex question(single ? "What is the special magic \\w+ for (.+) mentioned in the "
-                                     "provided text\\?[\\s\\S]*"
-                                   : "What are all the special magic \\w+ for (.+) mentioned in the "
-                                     "provided text\\?[\\s\\S]*");
+  const std::regex question(single
+                                ? "What is the special magic \\w+ for (.+) mentioned in the "
+                                  "provided text\\?[\\s\\S]*"
+                                : "What are all the special magic \\w+ for (.+) mentioned in the "
+                                  "provided text\\?[\\s\\S]*");
   std::smatch match;
   ASSERT_TRUE(std::regex_match(s.question_part, match, question)) << s.question_part;
   const std::string query = match[1];
@@ -213,9 +216,10 @@ void expect_niah_template(const std::string& task, const Sample& s, const ChatFr
   const std::string tail =
       fill_field(fill_field(rewrite(kNiahQuestion), "type_needle_v", shown_type), "query", query) +
       rewrite(frame.suffix) +
-      fill_field(fill_field(rewrite(kNiahAnswerPrefix), "type_needle_v", shown_type), "query", query);
-  const std::string context = expect_framed(s.context_part + s.question_part + s.answer_prefix,
-                                            head, tail);
+      fill_field(fill_field(rewrite(kNiahAnswerPrefix), "type_needle_v", shown_type), "query",
+                 query);
+  const std::string context =
+      expect_framed(s.context_part + s.question_part + s.answer_prefix, head, tail);
   // Needles stay plural; every queried value sits in its key's needle. Keys never hold commas.
   std::vector<std::string> keys;
   const std::string separated = replace_all(replace_all(query, ", and ", "\x1f"), ", ", "\x1f");
@@ -227,14 +231,14 @@ void expect_niah_template(const std::string& task, const Sample& s, const ChatFr
   }
   if (task == "niah_multivalue") {
     for (const std::string& value : s.references)
-      EXPECT_NE(context.find("One of the special magic numbers for " + keys[0] + " is: " + value +
-                             "."),
-                std::string::npos);
+      EXPECT_NE(
+          context.find("One of the special magic numbers for " + keys[0] + " is: " + value + "."),
+          std::string::npos);
   } else {
     ASSERT_EQ(keys.size(), s.references.size()) << query;
     for (size_t i = 0; i < keys.size(); ++i)
-      EXPECT_NE(context.find("One of the special magic " + type + " for " + keys[i] + " is: " +
-                             s.references[i] + "."),
+      EXPECT_NE(context.find("One of the special magic " + type + " for " + keys[i] +
+                             " is: " + s.references[i] + "."),
                 std::string::npos)
           << keys[i];
   }
@@ -257,11 +261,11 @@ void expect_vt_template(const Sample& s, const ChatFrame& frame) {
       "are assigned the value \\1, they are:  [A-Z]{3} [A-Z]{3} [A-Z]{3} [A-Z]{3} [A-Z]{3}\n$");
   const size_t demo_question = demo.rfind("\nQuestion:");
   ASSERT_NE(demo_question, std::string::npos);
-  EXPECT_TRUE(std::regex_match(demo.substr(demo_question), demo_tail)) << demo.substr(demo_question);
-  const std::string context =
-      expect_framed(prompt.substr(task_at + 2), kVtHead,
-                    fill_field(kVtQuestion, "query", value) + frame.suffix +
-                        fill_field(kVtAnswerPrefix, "query", value));
+  EXPECT_TRUE(std::regex_match(demo.substr(demo_question), demo_tail))
+      << demo.substr(demo_question);
+  const std::string context = expect_framed(prompt.substr(task_at + 2), kVtHead,
+                                            fill_field(kVtQuestion, "query", value) + frame.suffix +
+                                                fill_field(kVtAnswerPrefix, "query", value));
   EXPECT_NE(context.find("VAR " + s.references[0] + " = " + value + "\n"), std::string::npos);
   for (size_t j = 1; j < s.references.size(); ++j)
     EXPECT_NE(context.find("VAR " + s.references[j] + " = VAR " + s.references[j - 1] + " "),
@@ -276,12 +280,12 @@ void expect_cwe_template(const Sample& s, const ChatFrame& frame) {
   const size_t task_at = prompt.find(task_head);
   ASSERT_NE(task_at, std::string::npos);
   const std::string demo = prompt.substr(0, task_at);
-  const std::string demo_list = expect_framed(demo.substr(0, demo.rfind(kCweAnswerPrefix) +
-                                                                 std::string(kCweAnswerPrefix).size()),
-                                              frame.prefix + kCweHead, tail);
-  EXPECT_TRUE(std::regex_match(demo.substr(demo.rfind(kCweAnswerPrefix) +
-                                           std::string(kCweAnswerPrefix).size()),
-                               std::regex("( \\d+\\. [^0-9]+){9} 10\\. [^0-9]+")))
+  const std::string demo_list = expect_framed(
+      demo.substr(0, demo.rfind(kCweAnswerPrefix) + std::string(kCweAnswerPrefix).size()),
+      frame.prefix + kCweHead, tail);
+  EXPECT_TRUE(std::regex_match(
+      demo.substr(demo.rfind(kCweAnswerPrefix) + std::string(kCweAnswerPrefix).size()),
+      std::regex("( \\d+\\. [^0-9]+){9} 10\\. [^0-9]+")))
       << demo.substr(demo.rfind(kCweAnswerPrefix));
   EXPECT_TRUE(starts_with(demo_list, "1. "));
   const std::string list = expect_framed(prompt.substr(task_at + 1), frame.prefix + kCweHead, tail);
@@ -291,17 +295,17 @@ void expect_cwe_template(const Sample& s, const ChatFrame& frame) {
 }
 
 void expect_fwe_template(const Sample& s, const ChatFrame& frame) {
-  const std::string text = expect_framed(s.context_part + s.question_part + s.answer_prefix,
-                                         frame.prefix + kFweHead,
-                                         kFweQuestion + frame.suffix + kFweAnswerPrefix);
+  const std::string text =
+      expect_framed(s.context_part + s.question_part + s.answer_prefix, frame.prefix + kFweHead,
+                    kFweQuestion + frame.suffix + kFweAnswerPrefix);
   for (const std::string& word : s.references)
     EXPECT_NE((" " + text + " ").find(" " + word + " "), std::string::npos) << word;
 }
 
 void expect_qa_template(const Sample& s, const ChatFrame& frame, const std::string& query) {
-  const std::string documents = expect_framed(
-      s.context_part + s.question_part + s.answer_prefix, frame.prefix + kQaHead,
-      fill_field(kQaQuestion, "query", query) + frame.suffix + kQaAnswerPrefix);
+  const std::string documents =
+      expect_framed(s.context_part + s.question_part + s.answer_prefix, frame.prefix + kQaHead,
+                    fill_field(kQaQuestion, "query", query) + frame.suffix + kQaAnswerPrefix);
   EXPECT_TRUE(starts_with(documents, "Document 1:\n"));
   EXPECT_NE(documents.find("\n\nDocument 2:\n"), std::string::npos);
 }
@@ -354,16 +358,17 @@ TEST_P(RulerSmolLm2Fit, FitsUsesNinetyPercentHoldsAnswersFollowsTemplate) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllTasks, RulerSmolLm2Fit,
-    ::testing::Combine(::testing::Values("niah_single_1", "niah_single_2", "niah_single_3",
-                                         "niah_multikey_1", "niah_multikey_2", "niah_multikey_3",
-                                         "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe",
-                                         "qa_1", "qa_2"),
-                       ::testing::Values(4096, 8192)),
-    [](const auto& info) {
-      return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(AllTasks, RulerSmolLm2Fit,
+                         ::testing::Combine(::testing::Values("niah_single_1", "niah_single_2",
+                                                              "niah_single_3", "niah_multikey_1",
+                                                              "niah_multikey_2", "niah_multikey_3",
+                                                              "niah_multivalue", "niah_multiquery",
+                                                              "vt", "cwe", "fwe", "qa_1", "qa_2"),
+                                            ::testing::Values(4096, 8192)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 }  // namespace
 }  // namespace kvb

@@ -32,7 +32,8 @@ bool starts_with(const std::string& text, const std::string& head) {
   return text.rfind(head, 0) == 0;
 }
 bool ends_with(const std::string& text, const std::string& tail) {
-  return text.size() >= tail.size() && text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
+  return text.size() >= tail.size() &&
+         text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
 }
 
 RulerDataPaths fixture_paths() {
@@ -60,9 +61,12 @@ void write_synthetic_qa(const fs::path& folder) {
             {{{"question", "Which town does the river of region " + std::to_string(article) +
                                " paragraph " + std::to_string(p) + " pass?"},
               {"id", std::to_string(article * 5 + p)},
-              {"answers", {{{"text", city}, {"answer_start", 0}}, {{"text", city}, {"answer_start", 0}}}},
+              {"answers",
+               {{{"text", city}, {"answer_start", 0}}, {{"text", city}, {"answer_start", 0}}}},
               {"is_impossible", false}},
-             {{"question", "Unanswerable?"}, {"id", "x"}, {"answers", nlohmann::json::array()},
+             {{"question", "Unanswerable?"},
+              {"id", "x"},
+              {"answers", nlohmann::json::array()},
               {"is_impossible", true}}}}});
     }
     squad["data"].push_back({{"title", "T" + std::to_string(article)}, {"paragraphs", paragraphs}});
@@ -118,16 +122,17 @@ TEST_P(RulerFakeTokenizerTest, FitsBudgetContainsAnswersFollowsTemplate) {
   check_samples(task, length, samples, tokenizer, kChatMl);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllTasks, RulerFakeTokenizerTest,
-    ::testing::Combine(::testing::Values("niah_single_1", "niah_single_2", "niah_single_3",
-                                         "niah_multikey_1", "niah_multikey_2", "niah_multikey_3",
-                                         "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe",
-                                         "qa_1", "qa_2"),
-                       ::testing::Values(4096, 8192)),
-    [](const auto& info) {
-      return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(AllTasks, RulerFakeTokenizerTest,
+                         ::testing::Combine(::testing::Values("niah_single_1", "niah_single_2",
+                                                              "niah_single_3", "niah_multikey_1",
+                                                              "niah_multikey_2", "niah_multikey_3",
+                                                              "niah_multivalue", "niah_multiquery",
+                                                              "vt", "cwe", "fwe", "qa_1", "qa_2"),
+                                            ::testing::Values(4096, 8192)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 class RulerTemplateTest : public ::testing::Test {
  protected:
@@ -160,8 +165,8 @@ TEST_F(RulerTemplateTest, SingleNeedleIsRewrittenIncludingTheFrame) {
   EXPECT_EQ(s.answer_prefix,
             " The special magic number for " + key + " mentioned in the provided text is");
   // Needles stay plural; the context ends with "\n" before the question.
-  EXPECT_NE(s.context_part.find("One of the special magic numbers for " + key + " is: " +
-                                s.references[0] + "."),
+  EXPECT_NE(s.context_part.find("One of the special magic numbers for " + key +
+                                " is: " + s.references[0] + "."),
             std::string::npos);
   EXPECT_TRUE(ends_with(s.context_part, "\n"));
   EXPECT_TRUE(std::regex_match(s.references[0], std::regex("[1-9][0-9]{6}")));
@@ -169,16 +174,19 @@ TEST_F(RulerTemplateTest, SingleNeedleIsRewrittenIncludingTheFrame) {
 
 TEST_F(RulerTemplateTest, UuidValuesAndNoiseHaystack) {
   const Sample uuid = one("niah_single_3");
-  EXPECT_NE(uuid.context_part.find("I will quiz you about the uuid afterwards.\n"), std::string::npos);
+  EXPECT_NE(uuid.context_part.find("I will quiz you about the uuid afterwards.\n"),
+            std::string::npos);
   EXPECT_TRUE(std::regex_match(
       uuid.references[0],
       std::regex("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")));
   const Sample noise = one("niah_single_1");
   const std::string unit =
       "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
-  EXPECT_NE(noise.context_part.find("afterwards.\n" + unit + "\n" + unit + "\n"), std::string::npos);
+  EXPECT_NE(noise.context_part.find("afterwards.\n" + unit + "\n" + unit + "\n"),
+            std::string::npos);
   const Sample needles = one("niah_multikey_3");
-  EXPECT_NE(needles.context_part.find("afterwards.\nOne of the special magic uuids for "), std::string::npos);
+  EXPECT_NE(needles.context_part.find("afterwards.\nOne of the special magic uuids for "),
+            std::string::npos);
 }
 
 TEST_F(RulerTemplateTest, PluralTasksKeepTheTemplateAndJoinQueries) {
@@ -199,8 +207,8 @@ TEST_F(RulerTemplateTest, PluralTasksKeepTheTemplateAndJoinQueries) {
   const Sample multikey = one("niah_multikey_1");
   EXPECT_EQ(multikey.references.size(), 1u);
   size_t needles = 0;
-  for (size_t at = 0; (at = multikey.context_part.find("One of the special magic numbers for ", at)) !=
-                      std::string::npos;
+  for (size_t at = 0; (at = multikey.context_part.find("One of the special magic numbers for ",
+                                                       at)) != std::string::npos;
        ++at)
     ++needles;
   EXPECT_EQ(needles, 4u);
@@ -222,11 +230,13 @@ TEST_F(RulerTemplateTest, VariableTrackingWithOneShotDemo) {
       "above\\.<\\|im_end\\|>\n<\\|im_start\\|>assistant\n");
   ASSERT_TRUE(std::regex_match(s.question_part, match, question)) << s.question_part;
   const std::string value = match[1];
-  EXPECT_EQ(s.answer_prefix, " Answer: According to the chain(s) of variable assignment in the "
-                             "text above, 5 variables are assigned the value " + value +
-                                 ", they are: ");
+  EXPECT_EQ(s.answer_prefix,
+            " Answer: According to the chain(s) of variable assignment in the "
+            "text above, 5 variables are assigned the value " +
+                value + ", they are: ");
   ASSERT_EQ(s.references.size(), 5u);
-  EXPECT_NE(s.context_part.find("VAR " + s.references[0] + " = " + value + "\n"), std::string::npos);
+  EXPECT_NE(s.context_part.find("VAR " + s.references[0] + " = " + value + "\n"),
+            std::string::npos);
   for (size_t j = 1; j < 5; ++j)
     EXPECT_NE(s.context_part.find("VAR " + s.references[j] + " = VAR " + s.references[j - 1] + " "),
               std::string::npos);
@@ -269,7 +279,8 @@ TEST_F(RulerTemplateTest, FrequentWordsFollowZipfCounts) {
   ASSERT_TRUE(starts_with(s.context_part, head));
   EXPECT_EQ(s.question_part,
             "Question: Do not provide any explanation. Please ignore the dots '....'. What are the "
-            "three most frequently appeared words in the above coded text?" + kChatMl.suffix);
+            "three most frequently appeared words in the above coded text?" +
+                kChatMl.suffix);
   EXPECT_EQ(s.answer_prefix,
             " Answer: According to the coded text above, the three most frequently appeared words "
             "are:");
@@ -298,7 +309,8 @@ TEST_F(RulerTemplateTest, QuestionAnsweringDocuments) {
   EXPECT_EQ(s.question_part,
             "Answer the question based on the given documents. Only give me the answer and do not "
             "output any other words.\n\nQuestion: Which town does the river of region 0 paragraph "
-            "0 pass?" + kChatMl.suffix);
+            "0 pass?" +
+                kChatMl.suffix);
   EXPECT_EQ(s.answer_prefix, " Answer:");
   EXPECT_EQ(s.references, (std::vector<std::string>{"Cityname0", "Cityname0"}));
   const Sample hotpot = one("qa_2");
@@ -316,8 +328,8 @@ TEST_F(RulerTemplateTest, SameSeedSameSamplesOtherSeedOthers) {
 }
 
 TEST_F(RulerTemplateTest, BaseTemplateHasNoFrame) {
-  const Sample s = generate_ruler({"niah_single_1", 4096, 1, 42, {}}, tokenizer_, ChatFrame{}, paths_)
-                       .front();
+  const Sample s =
+      generate_ruler({"niah_single_1", 4096, 1, 42, {}}, tokenizer_, ChatFrame{}, paths_).front();
   EXPECT_TRUE(starts_with(s.context_part, "A special magic number is hidden"));
   EXPECT_TRUE(ends_with(s.question_part, "mentioned in the provided text?"));
 }
@@ -348,7 +360,8 @@ TEST(RulerFitSample, ReachesTheLargestFittingSizeFromAboveAndBelow) {
       EXPECT_LE(builds, 24);
     }
     // Overestimated tokens per unit: stops once the slack is under one estimated unit.
-    const ruler::FittedDraft fit = ruler::fit_sample(build, start, 3.0, budget, 1 << 30, counter, "t");
+    const ruler::FittedDraft fit =
+        ruler::fit_sample(build, start, 3.0, budget, 1 << 30, counter, "t");
     EXPECT_LE(fit.tokens, budget);
     EXPECT_GT(fit.tokens, budget - 3);
   }
@@ -367,12 +380,13 @@ TEST(RulerFitSample, ReachesTheLargestFittingSizeFromAboveAndBelow) {
 // longer lists; without it the list is capped at the vocabulary and the samples say so. Small word
 // lists stand in for wonderwords so that 8K tokens already exceed them.
 TEST(RulerCwe, LongListsComeFromEnglishWordsOrAreCappedAndFlagged) {
-  const fs::path folder = fs::temp_directory_path() / ("kvb_ruler_cwe_" + std::to_string(::getpid()));
+  const fs::path folder =
+      fs::temp_directory_path() / ("kvb_ruler_cwe_" + std::to_string(::getpid()));
   fs::create_directories(folder / "words");
   const auto write_list = [&](const std::string& name, const std::string& stem, int count) {
     std::ofstream out(folder / "words" / name);
-    for (int i = 0; i < count; ++i) out << stem << static_cast<char>('a' + i % 26)
-                                        << static_cast<char>('a' + i / 26) << "\n";
+    for (int i = 0; i < count; ++i)
+      out << stem << static_cast<char>('a' + i % 26) << static_cast<char>('a' + i / 26) << "\n";
   };
   write_list("nounlist.txt", "noun", 20);
   write_list("adjectivelist.txt", "adj", 15);

@@ -9,9 +9,8 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "tests/test_paths.h"
 
@@ -38,7 +37,8 @@ class ScoreCliTest : public ::testing::Test {
   void SetUp() override {
     if (!std::filesystem::exists(test::kvbench_binary()))
       GTEST_SKIP() << "missing " << test::kvbench_binary() << " (build the kvbench target)";
-    dir_ = std::filesystem::temp_directory_path() / ("kvb_score_cli_test_" + std::to_string(::getpid()));
+    dir_ = std::filesystem::temp_directory_path() /
+           ("kvb_score_cli_test_" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override {
@@ -49,8 +49,8 @@ class ScoreCliTest : public ::testing::Test {
     return (dir_ / name).string();
   }
   CommandResult score(const std::string& args) {
-    const std::string command = test::kvbench_binary().string() + " score " + args + " > " + (dir_ / "out").string() +
-                                " 2> " + (dir_ / "err").string();
+    const std::string command = test::kvbench_binary().string() + " score " + args + " > " +
+                                (dir_ / "out").string() + " 2> " + (dir_ / "err").string();
     const int status = std::system(command.c_str());
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir_ / "out"), slurp(dir_ / "err")};
   }
@@ -68,20 +68,25 @@ TEST_F(ScoreCliTest, InfiniteBenchFilesGiveTheirKnownScores) {
     // No record dropped: every non-blank line is scored.
     std::ifstream in(golden.file);
     size_t lines = 0;
-    for (std::string line; std::getline(in, line);) lines += line.find_first_not_of(" \t\r") != std::string::npos;
+    for (std::string line; std::getline(in, line);)
+      lines += line.find_first_not_of(" \t\r") != std::string::npos;
     EXPECT_EQ(out["num_samples"].get<size_t>(), lines) << golden.file;
   }
 }
 
 TEST_F(ScoreCliTest, JsonHasScoreAndPerSampleOnRequest) {
-  const auto path = write("p.jsonl", R"({"prediction": "The pass key is 123.", "ground_truth": "123"})" "\n"
-                                     R"({"pred": "no", "label": "456"})" "\n");
+  const auto path =
+      write("p.jsonl", R"({"prediction": "The pass key is 123.", "ground_truth": "123"})"
+                       "\n"
+                       R"({"pred": "no", "label": "456"})"
+                       "\n");
   auto r = score("--benchmark infinitebench --dataset passkey --predictions " + path + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   json out = json::parse(r.out);
   EXPECT_DOUBLE_EQ(out["score"].get<double>(), 50.0);
   EXPECT_FALSE(out.contains("per_sample"));
-  r = score("--benchmark infinitebench --dataset passkey --predictions " + path + " --json --per-sample");
+  r = score("--benchmark infinitebench --dataset passkey --predictions " + path +
+            " --json --per-sample");
   out = json::parse(r.out);
   EXPECT_EQ(out["per_sample"], json::array({1.0, 0.0}));
   r = score("--benchmark infinitebench --dataset passkey --predictions " + path);
@@ -90,9 +95,12 @@ TEST_F(ScoreCliTest, JsonHasScoreAndPerSampleOnRequest) {
 }
 
 TEST_F(ScoreCliTest, LongBenchRecordsAndLongBenchEBuckets) {
-  const auto path = write("trec.jsonl",
-                          R"({"pred": "\nLocation\nmore", "answers": ["Location"], "all_classes": ["Location", "Other"], "length": 3000})" "\n"
-                          R"({"pred": "Other", "answers": ["Location"], "all_classes": ["Location", "Other"], "length": 9000})" "\n");
+  const auto path = write(
+      "trec.jsonl",
+      R"({"pred": "\nLocation\nmore", "answers": ["Location"], "all_classes": ["Location", "Other"], "length": 3000})"
+      "\n"
+      R"({"pred": "Other", "answers": ["Location"], "all_classes": ["Location", "Other"], "length": 9000})"
+      "\n");
   auto r = score("--benchmark longbench --dataset trec --predictions " + path + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_DOUBLE_EQ(json::parse(r.out)["score"].get<double>(), 50.0);
@@ -105,13 +113,16 @@ TEST_F(ScoreCliTest, LongBenchRecordsAndLongBenchEBuckets) {
 }
 
 TEST_F(ScoreCliTest, RulerAndNiahRecords) {
-  const auto ruler = write("r.jsonl", R"({"pred": " 123 and 456\u0001", "outputs": ["123", "789"]})" "\n");
+  const auto ruler = write("r.jsonl", R"({"pred": " 123 and 456\u0001", "outputs": ["123", "789"]})"
+                                      "\n");
   auto r = score("--benchmark ruler --dataset niah_multikey_1 --predictions " + ruler + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_DOUBLE_EQ(json::parse(r.out)["score"].get<double>(), 50.0);
   r = score("--benchmark ruler --dataset qa_1 --predictions " + ruler + " --json");
   EXPECT_DOUBLE_EQ(json::parse(r.out)["score"].get<double>(), 100.0);
-  const auto niah = write("n.jsonl", R"({"pred": "Eat a sandwich and sit in Dolores Park on a sunny day."})" "\n");
+  const auto niah =
+      write("n.jsonl", R"({"pred": "Eat a sandwich and sit in Dolores Park on a sunny day."})"
+                       "\n");
   r = score("--benchmark niah --dataset niah --predictions " + niah + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_DOUBLE_EQ(json::parse(r.out)["score"].get<double>(), 100.0);
@@ -120,17 +131,22 @@ TEST_F(ScoreCliTest, RulerAndNiahRecords) {
 }
 
 TEST_F(ScoreCliTest, BadInputIsAClearError) {
-  const auto malformed = write("bad.jsonl", R"({"prediction": "1", "ground_truth": "1"})" "\n\n" R"({"prediction": "2", )" "\n");
+  const auto malformed = write("bad.jsonl", R"({"prediction": "1", "ground_truth": "1"})"
+                                            "\n\n"
+                                            R"({"prediction": "2", )"
+                                            "\n");
   auto r = score("--benchmark infinitebench --dataset passkey --predictions " + malformed);
   EXPECT_EQ(r.exit_code, 3);
   EXPECT_NE(r.err.find("bad.jsonl:3"), std::string::npos) << r.err;
 
-  const auto missing_field = write("nolabel.jsonl", R"({"prediction": "1"})" "\n");
+  const auto missing_field = write("nolabel.jsonl", R"({"prediction": "1"})"
+                                                    "\n");
   r = score("--benchmark infinitebench --dataset passkey --predictions " + missing_field);
   EXPECT_EQ(r.exit_code, 3);
   EXPECT_NE(r.err.find("nolabel.jsonl:1"), std::string::npos) << r.err;
 
-  r = score("--benchmark infinitebench --dataset passkey --predictions " + (dir_ / "absent.jsonl").string());
+  r = score("--benchmark infinitebench --dataset passkey --predictions " +
+            (dir_ / "absent.jsonl").string());
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("absent.jsonl"), std::string::npos) << r.err;
 
@@ -150,7 +166,8 @@ TEST_F(ScoreCliTest, BadInputIsAClearError) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("no records"), std::string::npos) << r.err;
 
-  const auto no_classes = write("lsht.jsonl", R"({"pred": "x", "answers": ["y"]})" "\n");
+  const auto no_classes = write("lsht.jsonl", R"({"pred": "x", "answers": ["y"]})"
+                                              "\n");
   r = score("--benchmark longbench --dataset lsht --predictions " + no_classes);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("all_classes"), std::string::npos) << r.err;

@@ -64,7 +64,8 @@ TEST_P(ForwardShapes, ChunksAndDecodeStepsMatchOnePrefill) {
 INSTANTIATE_TEST_SUITE_P(
     Shapes, ForwardShapes,
     ::testing::Values(TinyShape{}, TinyShape{.n_kv_heads = 4},
-                      TinyShape{.n_query_heads = 6, .n_kv_heads = 2, .qkv_bias = true, .tied = false},
+                      TinyShape{
+                          .n_query_heads = 6, .n_kv_heads = 2, .qkv_bias = true, .tied = false},
                       TinyShape{.interleaved = true}, TinyShape{.llama3 = true},
                       TinyShape{.n_kv_heads = 1, .head_dim = 16}));
 

@@ -14,7 +14,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path fresh_dir(const std::string& name) { return test::fresh_temp_dir("kvb_engine_fuzz_regressions_" + name); }
+fs::path fresh_dir(const std::string& name) {
+  return test::fresh_temp_dir("kvb_engine_fuzz_regressions_" + name);
+}
 
 std::string chat_error(const fs::path& dir) {
   try {

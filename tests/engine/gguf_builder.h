@@ -15,7 +15,8 @@ namespace kvb::test {
 
 class GgufBuilder {
  public:
-  explicit GgufBuilder(uint32_t version = 3, uint64_t alignment = 32) : version_(version), alignment_(alignment) {}
+  explicit GgufBuilder(uint32_t version = 3, uint64_t alignment = 32)
+      : version_(version), alignment_(alignment) {}
 
   GgufBuilder& u32(const std::string& key, uint32_t v) { return scalar(key, 4, &v, 4); }
   GgufBuilder& i32(const std::string& key, int32_t v) { return scalar(key, 5, &v, 4); }
@@ -99,7 +100,8 @@ class GgufBuilder {
 
   static void write_bytes(const std::filesystem::path& path, const std::vector<uint8_t>& bytes) {
     std::ofstream out(path, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
   }
 
  private:

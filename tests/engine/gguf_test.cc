@@ -1,6 +1,6 @@
-// GGUF reader: real files (the default model, llama.cpp's vocab-only fixtures) checked against values
-// read with the `gguf` PyPI package's GGUFReader (an independent implementation), and hand-built
-// images that probe every bounds check.
+// GGUF reader: real files (the default model, llama.cpp's vocab-only fixtures) checked against
+// values read with the `gguf` PyPI package's GGUFReader (an independent implementation), and
+// hand-built images that probe every bounds check.
 #include "engine/gguf.h"
 
 #include <gtest/gtest.h>
@@ -16,8 +16,9 @@ namespace {
 
 using test::GgufBuilder;
 
-// Values printed by: python -c "import gguf; r = gguf.GGUFReader('models/SmolLM2-135M-Instruct.Q4_1.gguf'); ..."
-// (gguf 0.x from PyPI; fields, tensor shapes, types and data offsets relative to r.data_offset).
+// Values printed by: python -c "import gguf; r =
+// gguf.GGUFReader('models/SmolLM2-135M-Instruct.Q4_1.gguf'); ..." (gguf 0.x from PyPI; fields,
+// tensor shapes, types and data offsets relative to r.data_offset).
 TEST(GgufTest, ReadsDefaultModelLikeTheReferenceReader) {
   const auto path = test::default_model_path();
   KVB_REQUIRE_FILE(path);
@@ -176,7 +177,9 @@ std::string parse_error(const std::vector<uint8_t>& bytes) {
   return "";
 }
 
-void patch_u64(std::vector<uint8_t>& bytes, size_t at, uint64_t v) { std::memcpy(&bytes[at], &v, 8); }
+void patch_u64(std::vector<uint8_t>& bytes, size_t at, uint64_t v) {
+  std::memcpy(&bytes[at], &v, 8);
+}
 
 TEST(GgufTest, RejectsHostileHeaders) {
   auto bytes = small_model_image().bytes();

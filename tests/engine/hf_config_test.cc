@@ -1,5 +1,5 @@
-// config.json -> ModelConfig, checked on the published configs of the paper models (copied from their
-// HF model cards: meta-llama/Llama-3.1-8B-Instruct, mistralai/Mistral-7B-Instruct-v0.3,
+// config.json -> ModelConfig, checked on the published configs of the paper models (copied from
+// their HF model cards: meta-llama/Llama-3.1-8B-Instruct, mistralai/Mistral-7B-Instruct-v0.3,
 // Qwen/Qwen2.5-7B-Instruct, HuggingFaceTB/SmolLM2-135M-Instruct) against the presets and the GGUF.
 #include "engine/hf_config.h"
 
@@ -14,7 +14,8 @@
 namespace kvb {
 namespace {
 
-const char* kLlama31 = R"({"architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+const char* kLlama31 =
+    R"({"architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
  "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "hidden_act": "silu", "hidden_size": 4096,
  "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 131072, "mlp_bias": false,
  "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
@@ -23,27 +24,32 @@ const char* kLlama31 = R"({"architectures": ["LlamaForCausalLM"], "attention_bia
  "rope_theta": 500000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true,
  "vocab_size": 128256})";
 
-const char* kMistral03 = R"({"architectures": ["MistralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1,
+const char* kMistral03 =
+    R"({"architectures": ["MistralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1,
  "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
  "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mistral",
  "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
  "rope_theta": 1000000.0, "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
  "use_cache": true, "vocab_size": 32768})";
 
-const char* kQwen25 = R"({"architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+const char* kQwen25 =
+    R"({"architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
  "eos_token_id": 151645, "hidden_act": "silu", "hidden_size": 3584, "initializer_range": 0.02,
  "intermediate_size": 18944, "max_position_embeddings": 32768, "max_window_layers": 28, "model_type": "qwen2",
  "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4, "rms_norm_eps": 1e-06,
  "rope_theta": 1000000.0, "sliding_window": 131072, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
  "use_cache": true, "use_sliding_window": false, "vocab_size": 152064})";
 
-const char* kSmolLM2 = R"({"architectures": ["LlamaForCausalLM"], "attention_bias": false, "bos_token_id": 1,
+const char* kSmolLM2 =
+    R"({"architectures": ["LlamaForCausalLM"], "attention_bias": false, "bos_token_id": 1,
  "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 576, "intermediate_size": 1536,
  "max_position_embeddings": 8192, "model_type": "llama", "num_attention_heads": 9, "num_hidden_layers": 30,
  "num_key_value_heads": 3, "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 100000,
  "tie_word_embeddings": true, "torch_dtype": "bfloat16", "vocab_size": 49152})";
 
-ModelConfig parse(const char* text) { return model_config_from_hf_json(nlohmann::json::parse(text), "config.json"); }
+ModelConfig parse(const char* text) {
+  return model_config_from_hf_json(nlohmann::json::parse(text), "config.json");
+}
 
 void expect_same_shapes(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.architecture, b.architecture);
@@ -118,7 +124,8 @@ std::string error_of(nlohmann::json j) {
 TEST(HfConfigTest, ErrorsNameTheField) {
   auto j = nlohmann::json::parse(kLlama31);
   j["architectures"] = {"GPT2LMHeadModel"};
-  EXPECT_NE(error_of(j).find("cfg.json: architecture 'GPT2LMHeadModel' is not supported"), std::string::npos);
+  EXPECT_NE(error_of(j).find("cfg.json: architecture 'GPT2LMHeadModel' is not supported"),
+            std::string::npos);
   j = nlohmann::json::parse(kLlama31);
   j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
   EXPECT_NE(error_of(j).find("rope_scaling type 'yarn'"), std::string::npos);
@@ -131,7 +138,9 @@ TEST(HfConfigTest, ErrorsNameTheField) {
   j = nlohmann::json::parse(kLlama31);
   j["num_key_value_heads"] = 5;
   EXPECT_NE(error_of(j).find("not a multiple"), std::string::npos);
-  EXPECT_THROW(model_config_from_hf_json(nlohmann::json::parse(R"({"architectures": ["Phi3ForCausalLM"]})"), "c"), InputError);
+  EXPECT_THROW(model_config_from_hf_json(
+                   nlohmann::json::parse(R"({"architectures": ["Phi3ForCausalLM"]})"), "c"),
+               InputError);
   EXPECT_THROW(model_config_from_hf_folder("/nonexistent-folder"), InputError);
 }
 

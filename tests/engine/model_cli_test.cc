@@ -2,13 +2,13 @@
 // file, a file that is not GGUF, a truncated GGUF, an unknown architecture, absurd sizes. Each must
 // exit non-zero with a message naming the file (and the field).
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "tests/engine/tiny_gguf.h"
 #include "tests/test_paths.h"
@@ -102,7 +102,8 @@ TEST_F(ModelCliTest, InfoOnAPresetAndABuiltGguf) {
 
 void expect_error(const CliRun& run, int code, const std::vector<std::string>& needles) {
   EXPECT_EQ(run.exit_code, code) << run.output;
-  for (const auto& needle : needles) EXPECT_NE(run.output.find(needle), std::string::npos) << run.output;
+  for (const auto& needle : needles)
+    EXPECT_NE(run.output.find(needle), std::string::npos) << run.output;
 }
 
 TEST_F(ModelCliTest, BadModelFilesAreClearErrors) {
@@ -115,14 +116,17 @@ TEST_F(ModelCliTest, BadModelFilesAreClearErrors) {
 
   const auto full = test::tiny_gguf().bytes();
   const fs::path cut = dir_ / "cut.gguf";
-  test::GgufBuilder::write_bytes(cut, std::vector<uint8_t>(full.begin(), full.begin() + full.size() / 2));
-  expect_error(kvbench({"info", "--model", cut.string()}), 3, {cut.string(), "GGUF field", "truncated"});
+  test::GgufBuilder::write_bytes(
+      cut, std::vector<uint8_t>(full.begin(), full.begin() + full.size() / 2));
+  expect_error(kvbench({"info", "--model", cut.string()}), 3,
+               {cut.string(), "GGUF field", "truncated"});
 
   const fs::path phi = dir_ / "phi.gguf";
   test::TinyGgufOptions o;
   o.architecture = "phi3";
   test::tiny_gguf(o).write(phi);
-  expect_error(kvbench({"info", "--model", phi.string()}), 2, {phi.string(), "general.architecture 'phi3'"});
+  expect_error(kvbench({"info", "--model", phi.string()}), 2,
+               {phi.string(), "general.architecture 'phi3'"});
 
   auto absurd = full;
   const uint64_t huge = uint64_t{1} << 61;
@@ -131,7 +135,8 @@ TEST_F(ModelCliTest, BadModelFilesAreClearErrors) {
   test::GgufBuilder::write_bytes(big, absurd);
   expect_error(kvbench({"info", "--model", big.string()}), 3, {big.string(), "tensor_count"});
 
-  expect_error(kvbench({"info", "--model", "preset:gpt-9"}), 2, {"unknown preset 'gpt-9'", "llama-3.1-8b"});
+  expect_error(kvbench({"info", "--model", "preset:gpt-9"}), 2,
+               {"unknown preset 'gpt-9'", "llama-3.1-8b"});
   expect_error(kvbench({"info"}), 2, {"--model"});
 }
 

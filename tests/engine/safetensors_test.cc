@@ -1,5 +1,5 @@
-// safetensors reader and writer: hand-assembled files (format: 8-byte LE header length, JSON header,
-// data) with every dtype, sharded folders, and hostile headers.
+// safetensors reader and writer: hand-assembled files (format: 8-byte LE header length, JSON
+// header, data) with every dtype, sharded folders, and hostile headers.
 #include "engine/safetensors.h"
 
 #include <gtest/gtest.h>
@@ -24,13 +24,15 @@ class SafetensorsTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // Writes header + data exactly as given.
-  fs::path write_raw(const std::string& name, const std::string& header, const std::vector<uint8_t>& data) {
+  fs::path write_raw(const std::string& name, const std::string& header,
+                     const std::vector<uint8_t>& data) {
     const fs::path path = dir_ / name;
     std::ofstream out(path, std::ios::binary);
     const uint64_t len = header.size();
     out.write(reinterpret_cast<const char*>(&len), 8);
     out << header;
-    out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+    out.write(reinterpret_cast<const char*>(data.data()),
+              static_cast<std::streamsize>(data.size()));
     return path;
   }
 
@@ -55,20 +57,19 @@ void append(std::vector<uint8_t>& out, T v) {
 TEST_F(SafetensorsTest, ReadsEveryDtype) {
   std::vector<uint8_t> data;
   append<float>(data, 1.5f);
-  append<float>(data, -2.0f);                      // f32 [0, 8)
-  append<uint16_t>(data, 0x3C00);                  // f16 1.0
-  append<uint16_t>(data, 0xC500);                  // f16 -5.0   [8, 12)
-  append<uint16_t>(data, 0x3F80);                  // bf16 1.0
-  append<uint16_t>(data, 0x4049);                  // bf16 3.140625 [12, 16)
-  append<int32_t>(data, -7);                       // i32 [16, 20)
-  append<int64_t>(data, int64_t{1} << 40);         // i64 [20, 28)
-  const std::string header =
-      R"({"__metadata__":{"format":"pt"},)"
-      R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-      R"("b":{"dtype":"F16","shape":[1,2],"data_offsets":[8,12]},)"
-      R"("c":{"dtype":"BF16","shape":[2],"data_offsets":[12,16]},)"
-      R"("d":{"dtype":"I32","shape":[],"data_offsets":[16,20]},)"
-      R"("e":{"dtype":"I64","shape":[1],"data_offsets":[20,28]}})";
+  append<float>(data, -2.0f);               // f32 [0, 8)
+  append<uint16_t>(data, 0x3C00);           // f16 1.0
+  append<uint16_t>(data, 0xC500);           // f16 -5.0   [8, 12)
+  append<uint16_t>(data, 0x3F80);           // bf16 1.0
+  append<uint16_t>(data, 0x4049);           // bf16 3.140625 [12, 16)
+  append<int32_t>(data, -7);                // i32 [16, 20)
+  append<int64_t>(data, int64_t{1} << 40);  // i64 [20, 28)
+  const std::string header = R"({"__metadata__":{"format":"pt"},)"
+                             R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                             R"("b":{"dtype":"F16","shape":[1,2],"data_offsets":[8,12]},)"
+                             R"("c":{"dtype":"BF16","shape":[2],"data_offsets":[12,16]},)"
+                             R"("d":{"dtype":"I32","shape":[],"data_offsets":[16,20]},)"
+                             R"("e":{"dtype":"I64","shape":[1],"data_offsets":[20,28]}})";
   const auto file = SafetensorsFile::open(write_raw("all.safetensors", header, data));
   EXPECT_EQ(file->tensors().size(), 5u);
   EXPECT_EQ(file->metadata().at("format"), "pt");
@@ -97,7 +98,9 @@ TEST_F(SafetensorsTest, WriterRoundTripsAndLaysOutTheFormat) {
   std::string header(len, '\0');
   in.read(header.data(), static_cast<std::streamsize>(len));
   EXPECT_EQ((8 + len) % 8, 0u);
-  EXPECT_NE(header.find(R"("k":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]})"), std::string::npos) << header;
+  EXPECT_NE(header.find(R"("k":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]})"),
+            std::string::npos)
+      << header;
   float first;
   in.read(reinterpret_cast<char*>(&first), 4);
   EXPECT_EQ(first, 1.0f);
@@ -116,22 +119,29 @@ TEST_F(SafetensorsTest, WriterRoundTripsAndLaysOutTheFormat) {
 
 TEST_F(SafetensorsTest, RejectsHostileFiles) {
   const std::vector<uint8_t> four(4);
-  EXPECT_NE(open_error(write_raw("a", R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", four))
-                .find("tensor 'x': data_offsets [0, 8) lie outside"),
+  EXPECT_NE(
+      open_error(write_raw("a", R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", four))
+          .find("tensor 'x': data_offsets [0, 8) lie outside"),
+      std::string::npos);
+  EXPECT_NE(
+      open_error(write_raw("b", R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", four))
+          .find("needs 8"),
+      std::string::npos);
+  EXPECT_NE(
+      open_error(
+          write_raw("c", R"({"x":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})", four))
+          .find("F8_E4M3 is not supported"),
+      std::string::npos);
+  EXPECT_NE(
+      open_error(write_raw("d", R"({"x":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", four))
+          .find("negative"),
+      std::string::npos);
+  EXPECT_NE(open_error(write_raw("e", R"({"x": nope)", four)).find("not valid JSON"),
             std::string::npos);
-  EXPECT_NE(open_error(write_raw("b", R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", four))
-                .find("needs 8"),
-            std::string::npos);
-  EXPECT_NE(open_error(write_raw("c", R"({"x":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})", four))
-                .find("F8_E4M3 is not supported"),
-            std::string::npos);
-  EXPECT_NE(open_error(write_raw("d", R"({"x":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", four))
-                .find("negative"),
-            std::string::npos);
-  EXPECT_NE(open_error(write_raw("e", R"({"x": nope)", four)).find("not valid JSON"), std::string::npos);
-  EXPECT_NE(open_error(write_raw("f", R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})", four))
-                .find("outside"),
-            std::string::npos);
+  EXPECT_NE(
+      open_error(write_raw("f", R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})", four))
+          .find("outside"),
+      std::string::npos);
   // A header length larger than the file.
   const fs::path big = dir_ / "g";
   {
@@ -163,7 +173,8 @@ TEST_F(SafetensorsTest, ShardedFolderFollowsTheIndex) {
   EXPECT_EQ(model.dtype_counts().at("F32"), 2);
   EXPECT_THROW(model.read_f32("model.c"), FormatError);
 
-  std::ofstream(dir_ / "model.safetensors.index.json") << R"({"weight_map":{"model.a":"../etc/passwd"}})";
+  std::ofstream(dir_ / "model.safetensors.index.json")
+      << R"({"weight_map":{"model.a":"../etc/passwd"}})";
   EXPECT_THROW(SafetensorsModel::open_folder(dir_), FormatError);
   fs::remove(dir_ / "model.safetensors.index.json");
   fs::remove(dir_ / "model-00001-of-00002.safetensors");

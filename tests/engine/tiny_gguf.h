@@ -13,12 +13,14 @@ struct TinyGgufOptions {
   std::string architecture = "llama";
   bool tied = true;
   bool qkv_bias = false;
-  std::string skip_tensor;  // leave this tensor out
+  std::string skip_tensor;       // leave this tensor out
   std::string bad_shape_tensor;  // give this tensor one extra row
 };
 
 // Value of element i of the tensor with the given id: distinct per tensor and element.
-inline float tiny_value(int tensor_id, size_t i) { return static_cast<float>(tensor_id) + 0.001f * static_cast<float>(i); }
+inline float tiny_value(int tensor_id, size_t i) {
+  return static_cast<float>(tensor_id) + 0.001f * static_cast<float>(i);
+}
 
 inline GgufBuilder tiny_gguf(const TinyGgufOptions& o = {}) {
   const std::string a = o.architecture;

@@ -74,7 +74,8 @@ inline ModelWeights tiny_model(const TinyShape& s, unsigned seed) {
     L.wo = random_vector(rng, static_cast<size_t>(D) * q, ws);
     L.w_gate = random_vector(rng, static_cast<size_t>(s.ffn_dim) * D, ws);
     L.w_up = random_vector(rng, static_cast<size_t>(s.ffn_dim) * D, ws);
-    L.w_down = random_vector(rng, static_cast<size_t>(D) * s.ffn_dim, 1.0f / std::sqrt(float(s.ffn_dim)));
+    L.w_down =
+        random_vector(rng, static_cast<size_t>(D) * s.ffn_dim, 1.0f / std::sqrt(float(s.ffn_dim)));
     w.layers.push_back(std::move(L));
   }
   w.source = "test:tiny";
@@ -192,7 +193,8 @@ inline std::vector<std::vector<double>> reference_logits(const ModelWeights& w,
     }
   }
   std::vector<std::vector<double>> logits(T);
-  for (int t = 0; t < T; ++t) logits[t] = linear(w.output_matrix(), {}, c.vocab_size, rms(x[t], w.output_norm));
+  for (int t = 0; t < T; ++t)
+    logits[t] = linear(w.output_matrix(), {}, c.vocab_size, rms(x[t], w.output_norm));
   return logits;
 }
 

@@ -439,7 +439,13 @@ TEST(SpmTokenizer, TruncatedModelIsAFormatError) {
 // throws FormatError, never reads out of bounds (run under ASan in a sanitizer build).
 TEST(SpmTokenizer, MutatedModelBytesNeverCrashTheParser) {
   Vocabulary vocab;
-  vocab.tokens = {"<unk>", "<s>", "</s>", "\xE2\x96\x81" "a", "b", "ab"};
+  vocab.tokens = {"<unk>",
+                  "<s>",
+                  "</s>",
+                  "\xE2\x96\x81"
+                  "a",
+                  "b",
+                  "ab"};
   vocab.scores = {0, 0, 0, -1, -2, -3};
   vocab.types = {TokenType::kUnknown, TokenType::kControl, TokenType::kControl,
                  TokenType::kNormal,  TokenType::kNormal,  TokenType::kNormal};

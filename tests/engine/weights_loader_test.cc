@@ -29,14 +29,16 @@ using test::tiny_value;
 using test::TinyGgufOptions;
 
 // llama.cpp's converter: w.reshape(n_head, 2, hd/2, in).swapaxes(1, 2).reshape(w.shape), written
-// here as an explicit index map: converted row (h, i, j) at h*hd + 2i + j <- HF row h*hd + j*hd/2 + i.
+// here as an explicit index map: converted row (h, i, j) at h*hd + 2i + j <- HF row h*hd + j*hd/2 +
+// i.
 std::vector<float> llama_cpp_permute(const std::vector<float>& hf, int n_heads, int hd, int in) {
   std::vector<float> out(hf.size());
   for (int h = 0; h < n_heads; ++h)
     for (int i = 0; i < hd / 2; ++i)
       for (int j = 0; j < 2; ++j)
         for (int c = 0; c < in; ++c)
-          out[(size_t(h) * hd + 2 * i + j) * in + c] = hf[(size_t(h) * hd + j * (hd / 2) + i) * in + c];
+          out[(size_t(h) * hd + 2 * i + j) * in + c] =
+              hf[(size_t(h) * hd + j * (hd / 2) + i) * in + c];
   return out;
 }
 
@@ -55,7 +57,8 @@ TEST(WeightsLoaderTest, UnpermuteInvertsTheLlamaCppPermutation) {
   EXPECT_EQ(permuted_bias, bias);
 }
 
-TinyGgufOptions options(std::string arch, bool tied, bool bias, std::string skip = "", std::string bad = "") {
+TinyGgufOptions options(std::string arch, bool tied, bool bias, std::string skip = "",
+                        std::string bad = "") {
   TinyGgufOptions o;
   o.architecture = std::move(arch);
   o.tied = tied;
@@ -139,18 +142,22 @@ std::string load_error(const TinyGgufOptions& o) {
 }
 
 TEST(WeightsLoaderTest, ErrorsNameTheFileAndTheTensor) {
-  EXPECT_NE(load_error(options("llama", true, false, "blk.1.ffn_up.weight")).find("tiny.gguf: tensor 'blk.1.ffn_up.weight' is missing"),
+  EXPECT_NE(load_error(options("llama", true, false, "blk.1.ffn_up.weight"))
+                .find("tiny.gguf: tensor 'blk.1.ffn_up.weight' is missing"),
             std::string::npos);
-  EXPECT_NE(load_error(options("llama", true, false, "", "blk.0.attn_k.weight")).find("'blk.0.attn_k.weight' has shape [8, 5]"),
+  EXPECT_NE(load_error(options("llama", true, false, "", "blk.0.attn_k.weight"))
+                .find("'blk.0.attn_k.weight' has shape [8, 5]"),
             std::string::npos);
-  EXPECT_NE(load_error(options("qwen2", true, false)).find("attn_q.bias' is missing"), std::string::npos);
+  EXPECT_NE(load_error(options("qwen2", true, false)).find("attn_q.bias' is missing"),
+            std::string::npos);
   std::vector<uint8_t> bytes = tiny_gguf(options("phi3", true, false)).bytes();
   const auto gguf = GgufFile::parse(bytes, "phi.gguf");
   try {
     model_config_from_gguf(*gguf);
     FAIL();
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("general.architecture 'phi3' is not supported"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("general.architecture 'phi3' is not supported"),
+              std::string::npos);
   }
 }
 
@@ -185,7 +192,8 @@ TEST(WeightsLoaderTest, LoadsTheDefaultModel) {
   EXPECT_NEAR(element(w.token_embedding, 1234567, 576), 0.2870464324951172, 1e-7);
   EXPECT_NEAR(w.output_norm[575], 1.984375, 1e-7);
   // blk.0.attn_q.weight goldens are in GGUF (permuted) order. Index 17 = GGUF row 0, a fixed point.
-  // Index 100000 = GGUF row 173, column 352: head 2, in-head row 45 = 2*22 + 1 -> HF row 2*64 + 32 + 22.
+  // Index 100000 = GGUF row 173, column 352: head 2, in-head row 45 = 2*22 + 1 -> HF row 2*64 + 32
+  // + 22.
   EXPECT_NEAR(element(w.layers[0].wq, 17, 576), 0.2841796875, 1e-7);
   EXPECT_NEAR(element(w.layers[0].wq, (2 * 64 + 32 + 22) * 576 + 352, 576), -0.12225341796875,
               1e-7);
@@ -212,19 +220,27 @@ TEST(WeightsLoaderTest, F32FormatHoldsTheStoredBlocksDequantised) {
   EXPECT_TRUE(std::equal(row.begin(), row.end(), f32->token_embedding.f32().begin() + 4321 * 576));
 }
 
-// Writes `w` as an HF folder (two shards + index, config.json) and as a GGUF file the way llama.cpp's
-// converter would (Q/K rows permuted for Llama); both must load back to exactly `w`.
+// Writes `w` as an HF folder (two shards + index, config.json) and as a GGUF file the way
+// llama.cpp's converter would (Q/K rows permuted for Llama); both must load back to exactly `w`.
 void write_hf_folder(const ModelWeights& w, const std::filesystem::path& dir) {
   const ModelConfig& c = w.config;
   std::filesystem::create_directories(dir);
-  nlohmann::json cfg = {{"architectures", {c.architecture == Architecture::kQwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
-                        {"hidden_size", c.d_model}, {"intermediate_size", c.ffn_dim}, {"num_hidden_layers", c.n_layers},
-                        {"num_attention_heads", c.n_query_heads}, {"num_key_value_heads", c.n_kv_heads},
-                        {"vocab_size", c.vocab_size}, {"max_position_embeddings", c.max_context},
-                        {"rms_norm_eps", c.rms_norm_eps}, {"rope_theta", c.rope_theta},
-                        {"tie_word_embeddings", c.tied_embeddings}};
+  nlohmann::json cfg = {
+      {"architectures",
+       {c.architecture == Architecture::kQwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
+      {"hidden_size", c.d_model},
+      {"intermediate_size", c.ffn_dim},
+      {"num_hidden_layers", c.n_layers},
+      {"num_attention_heads", c.n_query_heads},
+      {"num_key_value_heads", c.n_kv_heads},
+      {"vocab_size", c.vocab_size},
+      {"max_position_embeddings", c.max_context},
+      {"rms_norm_eps", c.rms_norm_eps},
+      {"rope_theta", c.rope_theta},
+      {"tie_word_embeddings", c.tied_embeddings}};
   std::ofstream(dir / "config.json") << cfg.dump();
-  const int64_t d = c.d_model, q = int64_t{c.n_query_heads} * c.head_dim, kv = int64_t{c.n_kv_heads} * c.head_dim, f = c.ffn_dim;
+  const int64_t d = c.d_model, q = int64_t{c.n_query_heads} * c.head_dim,
+                kv = int64_t{c.n_kv_heads} * c.head_dim, f = c.ffn_dim;
   F32Tensors first, second;
   first["model.embed_tokens.weight"] = {{c.vocab_size, d}, w.token_embedding.f32()};
   second["model.norm.weight"] = {{d}, w.output_norm};
@@ -270,7 +286,8 @@ test::GgufBuilder gguf_like_llama_cpp(const ModelWeights& w) {
       .u32(a + ".attention.head_count_kv", c.n_kv_heads)
       .f32(a + ".rope.freq_base", c.rope_theta)
       .f32(a + ".attention.layer_norm_rms_epsilon", c.rms_norm_eps);
-  const int64_t d = c.d_model, q = int64_t{c.n_query_heads} * c.head_dim, kv = int64_t{c.n_kv_heads} * c.head_dim, f = c.ffn_dim;
+  const int64_t d = c.d_model, q = int64_t{c.n_query_heads} * c.head_dim,
+                kv = int64_t{c.n_kv_heads} * c.head_dim, f = c.ffn_dim;
   b.f32_tensor("token_embd.weight", {d, c.vocab_size}, w.token_embedding.f32());
   b.f32_tensor("output_norm.weight", {d}, w.output_norm);
   if (!c.tied_embeddings) b.f32_tensor("output.weight", {d, c.vocab_size}, w.output.f32());
@@ -286,8 +303,10 @@ test::GgufBuilder gguf_like_llama_cpp(const ModelWeights& w) {
         permute ? llama_cpp_permute(L.wk.f32(), c.n_kv_heads, c.head_dim, c.d_model) : L.wk.f32());
     b.f32_tensor(p + "attn_v.weight", {d, kv}, L.wv.f32());
     if (c.qkv_bias) {
-      b.f32_tensor(p + "attn_q.bias", {q}, permute ? llama_cpp_permute(L.bq, c.n_query_heads, c.head_dim, 1) : L.bq);
-      b.f32_tensor(p + "attn_k.bias", {kv}, permute ? llama_cpp_permute(L.bk, c.n_kv_heads, c.head_dim, 1) : L.bk);
+      b.f32_tensor(p + "attn_q.bias", {q},
+                   permute ? llama_cpp_permute(L.bq, c.n_query_heads, c.head_dim, 1) : L.bq);
+      b.f32_tensor(p + "attn_k.bias", {kv},
+                   permute ? llama_cpp_permute(L.bk, c.n_kv_heads, c.head_dim, 1) : L.bk);
       b.f32_tensor(p + "attn_v.bias", {kv}, L.bv);
     }
     b.f32_tensor(p + "attn_output.weight", {q, d}, L.wo.f32());
@@ -323,7 +342,8 @@ void expect_same_weights(const ModelWeights& a, const ModelWeights& b) {
 }
 
 TEST(WeightsLoaderTest, HfFolderAndLlamaCppGgufLoadToTheSameWeights) {
-  const auto dir = std::filesystem::temp_directory_path() / ("kvb_hf_equiv_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("kvb_hf_equiv_" + std::to_string(::getpid()));
   for (bool qwen : {false, true}) {
     SCOPED_TRACE(qwen ? "qwen2" : "llama");
     ModelConfig c = preset_config("tiny-llama");
@@ -347,10 +367,12 @@ TEST(WeightsLoaderTest, HfFolderAndLlamaCppGgufLoadToTheSameWeights) {
     // inspect_model reads the folder's metadata; load_model needs a tokenizer, and says so.
     const ModelSummary summary = inspect_model(dir.string());
     EXPECT_EQ(summary.format, "hf-safetensors");
-    EXPECT_EQ(summary.n_parameters, static_cast<int64_t>(truth->token_embedding.size() * (qwen ? 1 : 2) +
-                                                         truth->output_norm.size() + 2 * (truth->layers[0].wq.size() + 2 * truth->layers[0].wk.size() +
-                                                         truth->layers[0].wo.size() + 3 * truth->layers[0].w_up.size() + 128 +
-                                                         (qwen ? 128 : 0))));
+    EXPECT_EQ(summary.n_parameters,
+              static_cast<int64_t>(
+                  truth->token_embedding.size() * (qwen ? 1 : 2) + truth->output_norm.size() +
+                  2 * (truth->layers[0].wq.size() + 2 * truth->layers[0].wk.size() +
+                       truth->layers[0].wo.size() + 3 * truth->layers[0].w_up.size() + 128 +
+                       (qwen ? 128 : 0))));
     EXPECT_EQ(summary.dtype_counts.at("f32"), qwen ? 26 : 21);
     EXPECT_NE(summary.tokenizer_kind.find("unusable"), std::string::npos);
     try {
@@ -386,7 +408,8 @@ TEST(PresetsTest, PaperModelShapes) {
 TEST(PresetsTest, RandomWeightsAreDeterministicAndShaped) {
   const ModelConfig tiny = preset_config("tiny-llama");
   EXPECT_EQ(tiny.group_size(), 2);
-  const auto a = random_weights(tiny, 7), b = random_weights(tiny, 7), other = random_weights(tiny, 8);
+  const auto a = random_weights(tiny, 7), b = random_weights(tiny, 7),
+             other = random_weights(tiny, 8);
   EXPECT_EQ(a->layers[1].wq, b->layers[1].wq);
   EXPECT_NE(a->layers[1].wq, other->layers[1].wq);
   EXPECT_EQ(a->layers[0].wk.size(), 32u * 64u);

@@ -1,7 +1,7 @@
-// LongBench v1 and InfiniteBench as sweep benchmarks: tiny official-format JSONL files written here,
-// config validation, sample counts at plan time, loading (prompts, skip list, truncation), and a
-// sweep on the fake backend scored with the official metrics into the LongBench / InfiniteBench
-// table layouts.
+// LongBench v1 and InfiniteBench as sweep benchmarks: tiny official-format JSONL files written
+// here, config validation, sample counts at plan time, loading (prompts, skip list, truncation),
+// and a sweep on the fake backend scored with the official metrics into the LongBench /
+// InfiniteBench table layouts.
 #include "harness/sweep/benchmark_data.h"
 
 #include <gtest/gtest.h>
@@ -20,7 +20,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path fresh_dir(const std::string& name) { return test::fresh_temp_dir("kvb_bench_data_" + name); }
+fs::path fresh_dir(const std::string& name) {
+  return test::fresh_temp_dir("kvb_bench_data_" + name);
+}
 
 void write_jsonl(const fs::path& path, const std::vector<nlohmann::json>& records) {
   std::ofstream out(path);
@@ -31,9 +33,8 @@ void write_jsonl(const fs::path& path, const std::vector<nlohmann::json>& record
 nlohmann::json longbench_record(const std::string& context, const std::string& input,
                                 const std::vector<std::string>& answers, const std::string& id,
                                 const std::vector<std::string>& classes = {}) {
-  nlohmann::json r = {{"input", input},     {"context", context}, {"answers", answers},
-                      {"length", 120},      {"dataset", "x"},     {"language", "en"},
-                      {"_id", id}};
+  nlohmann::json r = {{"input", input}, {"context", context}, {"answers", answers}, {"length", 120},
+                      {"dataset", "x"}, {"language", "en"},   {"_id", id}};
   r["all_classes"] = classes.empty() ? nlohmann::json(nullptr) : nlohmann::json(classes);
   return r;
 }
@@ -42,10 +43,11 @@ nlohmann::json longbench_record(const std::string& context, const std::string& i
 fs::path make_longbench_dir(const std::string& name) {
   const fs::path dir = fresh_dir(name + "-lb") / "longbench";
   fs::create_directories(dir);
-  write_jsonl(dir / "qasper.jsonl",
-              {longbench_record("Paper A studies owls.", "What does paper A study?", {"owls"}, "q0"),
-               longbench_record("Paper B studies bats.", "What does paper B study?", {"bats"}, "q1"),
-               longbench_record("Paper C studies moles.", "What does paper C study?", {"moles"}, "q2")});
+  write_jsonl(
+      dir / "qasper.jsonl",
+      {longbench_record("Paper A studies owls.", "What does paper A study?", {"owls"}, "q0"),
+       longbench_record("Paper B studies bats.", "What does paper B study?", {"bats"}, "q1"),
+       longbench_record("Paper C studies moles.", "What does paper C study?", {"moles"}, "q2")});
   write_jsonl(dir / "narrativeqa.jsonl",
               {longbench_record("Tom sails to Oslo.", "Where does Tom sail?", {"Oslo"}, "n0")});
   const std::vector<std::string> classes = {"Description", "Entity", "Location"};
@@ -65,11 +67,16 @@ fs::path make_longbench_dir(const std::string& name) {
 fs::path make_infinitebench_dir(const std::string& name) {
   const fs::path dir = fresh_dir(name + "-ib") / "infinitebench";
   fs::create_directories(dir);
-  write_jsonl(dir / "longbook_choice_eng.jsonl",
-              {{{"id", 0}, {"context", "The cat is named Tom."}, {"input", "What is the cat named?"},
-                {"answer", {"Tom"}}, {"options", {"Jerry", "Tom", "Spike", "Tyke"}}},
-               {{"id", 1}, {"context", "The dog is named Rex."}, {"input", "What is the dog named?"},
-                {"answer", {"Rex"}}, {"options", {"Rex", "Tom", "Max", "Bo"}}}});
+  write_jsonl(dir / "longbook_choice_eng.jsonl", {{{"id", 0},
+                                                   {"context", "The cat is named Tom."},
+                                                   {"input", "What is the cat named?"},
+                                                   {"answer", {"Tom"}},
+                                                   {"options", {"Jerry", "Tom", "Spike", "Tyke"}}},
+                                                  {{"id", 1},
+                                                   {"context", "The dog is named Rex."},
+                                                   {"input", "What is the dog named?"},
+                                                   {"answer", {"Rex"}},
+                                                   {"options", {"Rex", "Tom", "Max", "Bo"}}}});
   write_jsonl(dir / "kv_retrieval.jsonl",
               {{{"id", 0},
                 {"context", "JSON data:\n{\"a1b2\": \"c3d4\", \"e5f6\": \"g7h8\"}"},
@@ -85,7 +92,8 @@ SweepConfig config_for(const fs::path& longbench, const fs::path& infinitebench,
     "models": ["m.gguf"],
     "benchmarks": [
       {"benchmark": "longbench", "tasks": ["qasper", "narrativeqa", "trec", "lcc", "passage_count"],
-       "data_dir": ")" + longbench.string() + "\"" + extra_longbench_keys + R"(},
+       "data_dir": ")" + longbench.string() +
+                           "\"" + extra_longbench_keys + R"(},
       {"benchmark": "infinitebench", "tasks": ["longbook_choice_eng", "kv_retrieval"],
        "lengths": [4096], "generate": false, "data_dir": ")" +
                            infinitebench.string() + R"("}],

@@ -6,8 +6,8 @@
 
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,7 +38,8 @@ CliRun kvbench(const std::string& arguments) {
 
 TEST(CliLogits, PresetLogitsEqualTheEngineInProcess) {
   KVB_REQUIRE_FILE(test::kvbench_binary());
-  const CliRun run = kvbench("logits --model preset:tiny-llama --ids 5,17,99,3 --top-k 3 --all --json");
+  const CliRun run =
+      kvbench("logits --model preset:tiny-llama --ids 5,17,99,3 --top-k 3 --all --json");
   ASSERT_EQ(run.exit_code, 0) << run.out;
   const auto json = nlohmann::json::parse(run.out);
   const LoadedModel model = load_model("preset:tiny-llama");
@@ -68,7 +69,8 @@ TEST(CliLogits, PromptLongerThanTheContextIsCapacityError) {
   KVB_REQUIRE_FILE(test::kvbench_binary());
   std::string ids = "1";
   for (int i = 1; i < 8193; ++i) ids += ",1";
-  const CliRun run = kvbench("logits --model " + test::default_model_path().string() + " --ids " + ids);
+  const CliRun run =
+      kvbench("logits --model " + test::default_model_path().string() + " --ids " + ids);
   EXPECT_EQ(run.exit_code, 4) << run.out;
   EXPECT_NE(run.out.find("8193"), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("8192"), std::string::npos) << run.out;
@@ -109,7 +111,8 @@ TEST(CliBench, GpuPrefillChunkMustBePositive) {
 // before the GPU is touched.
 TEST(CliBench, GpuPolicyListNamesThePolicyItCannotHold) {
   KVB_REQUIRE_FILE(test::kvbench_binary());
-  const CliRun run = kvbench("bench --device cuda --preset llama-3.1-8b --dummy --policy full,full+art");
+  const CliRun run =
+      kvbench("bench --device cuda --preset llama-3.1-8b --dummy --policy full,full+art");
   EXPECT_EQ(run.exit_code, 2) << run.out;
   if (run.out.find("without CUDA") == std::string::npos) {
     EXPECT_NE(run.out.find("'full+art' is neither"), std::string::npos) << run.out;
@@ -210,9 +213,9 @@ TEST(CliGenerate, SmolLm2FindsAFactInTheMiddleOfALongPrompt) {
   text += "\n\nWhat is the secret password for the museum vault? Answer with the password only.";
   const auto prompt_file = std::filesystem::temp_directory_path() / "kvb_cli_forward_fact.txt";
   std::ofstream(prompt_file) << text;
-  const CliRun run = kvbench("generate --model " + test::default_model_path().string() +
-                             " --chat --prompt-file " + prompt_file.string() +
-                             " --max-new-tokens 16 --json");
+  const CliRun run =
+      kvbench("generate --model " + test::default_model_path().string() + " --chat --prompt-file " +
+              prompt_file.string() + " --max-new-tokens 16 --json");
   std::filesystem::remove(prompt_file);
   ASSERT_EQ(run.exit_code, 0) << run.out;
   const auto json = nlohmann::json::parse(run.out);
@@ -223,11 +226,13 @@ TEST(CliGenerate, SmolLm2FindsAFactInTheMiddleOfALongPrompt) {
 
 TEST(CliGenerate, BadFlagsAreInputErrors) {
   KVB_REQUIRE_FILE(test::kvbench_binary());
-  EXPECT_EQ(kvbench("generate --model preset:tiny-llama --prompt hi --max-new-tokens 0").exit_code, 2);
+  EXPECT_EQ(kvbench("generate --model preset:tiny-llama --prompt hi --max-new-tokens 0").exit_code,
+            2);
   EXPECT_EQ(kvbench("generate --model preset:tiny-llama --prompt hi --policy nosuch").exit_code, 2);
   EXPECT_EQ(kvbench("generate --model preset:tiny-llama --prompt-file /nonexistent").exit_code, 2);
-  const CliRun run = kvbench("generate --model preset:tiny-llama --prompt 'hello there' "
-                             "--max-new-tokens 3 --json");
+  const CliRun run = kvbench(
+      "generate --model preset:tiny-llama --prompt 'hello there' "
+      "--max-new-tokens 3 --json");
   ASSERT_EQ(run.exit_code, 0) << run.out;
   const int tokens = nlohmann::json::parse(run.out)["output_tokens"];
   EXPECT_GE(tokens, 1);

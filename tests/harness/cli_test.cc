@@ -44,8 +44,9 @@ class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {
     KVB_REQUIRE_FILE(test::kvbench_binary());
-    dir_ = fs::temp_directory_path() /
-           ("kvb_cli_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    dir_ =
+        fs::temp_directory_path() /
+        ("kvb_cli_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -56,7 +57,8 @@ class CliTest : public ::testing::Test {
       "models": ["m.gguf"],
       "benchmarks": [{"benchmark": "ruler", "tasks": ["niah_single_1"], "lengths": [1024], "samples": 2},
                      {"benchmark": "niah", "lengths": [1024, 2048], "depths": [0, 100]}],
-      "policies": ["full", "snapkv", "snapkv+art"], "budgets": ["25%", "10%"]})"), "t.json");
+      "policies": ["full", "snapkv", "snapkv+art"], "budgets": ["25%", "10%"]})"),
+                                                  "t.json");
     ResultStore store(db, ResultStore::Mode::kReadWrite);
     test::FakeBackend backend;
     RunOptions options;
@@ -71,8 +73,9 @@ TEST_F(CliTest, TableLayoutsAndFormats) {
   const fs::path db = make_db("r.db");
   for (const auto& layout : {"ruler", "niah", "latency", "memory"}) {
     for (const auto& format : {"md", "csv", "latex"}) {
-      const Outcome o = kvbench(std::string("table --db ") + db.string() + " --layout " + layout +
-                                    " --format " + format, dir_);
+      const Outcome o = kvbench(
+          std::string("table --db ") + db.string() + " --layout " + layout + " --format " + format,
+          dir_);
       EXPECT_EQ(o.code, 0) << layout << " " << format << ": " << o.err;
       EXPECT_NE(o.out.find("snapkv+art"), std::string::npos) << layout << format << o.out;
     }
@@ -88,11 +91,11 @@ TEST_F(CliTest, CorruptDatabaseIsAClearErrorEverywhereAndStaysUntouched) {
   const fs::path db = dir_ / "corrupt.db";
   std::ofstream(db) << std::string(4096, 'k');
   const std::string before = read_file(db);
-  for (const std::string args : {"table --db " + db.string() + " --layout ruler",
-                                 "report --db " + db.string() + " --out " + (dir_ / "rep").string(),
-                                 "merge --out " + db.string() + " " + make_db("good.db").string(),
-                                 "compare --baseline " + db.string() + " --candidate " +
-                                     (dir_ / "good.db").string()}) {
+  for (const std::string args :
+       {"table --db " + db.string() + " --layout ruler",
+        "report --db " + db.string() + " --out " + (dir_ / "rep").string(),
+        "merge --out " + db.string() + " " + make_db("good.db").string(),
+        "compare --baseline " + db.string() + " --candidate " + (dir_ / "good.db").string()}) {
     const Outcome o = kvbench(args, dir_);
     EXPECT_EQ(o.code, 3) << args << ": " << o.err;
     EXPECT_NE(o.err.find("corrupt.db"), std::string::npos) << o.err;
@@ -118,10 +121,12 @@ TEST_F(CliTest, LockedOutputOfMergeKeepsItsRows) {
 TEST_F(CliTest, ReportIntoUnwritableFolderFailsClearly) {
   const fs::path db = make_db("r.db");
   std::ofstream(dir_ / "blocker") << "x";
-  const Outcome o = kvbench("report --db " + db.string() + " --out " + (dir_ / "blocker" / "rep").string(), dir_);
+  const Outcome o =
+      kvbench("report --db " + db.string() + " --out " + (dir_ / "blocker" / "rep").string(), dir_);
   EXPECT_EQ(o.code, 2);
   EXPECT_NE(o.err.find("blocker"), std::string::npos) << o.err;
-  const Outcome ok = kvbench("report --db " + db.string() + " --out " + (dir_ / "rep").string(), dir_);
+  const Outcome ok =
+      kvbench("report --db " + db.string() + " --out " + (dir_ / "rep").string(), dir_);
   EXPECT_EQ(ok.code, 0) << ok.err;
   EXPECT_TRUE(fs::exists(dir_ / "rep" / "index.html"));
 }
@@ -129,12 +134,13 @@ TEST_F(CliTest, ReportIntoUnwritableFolderFailsClearly) {
 TEST_F(CliTest, UnwritableMergeOutputOrBaselineFailsClearlyAndKeepsFiles) {
   const fs::path db = make_db("r.db");
   std::ofstream(dir_ / "blocker") << "x";
-  Outcome o = kvbench("merge --out " + (dir_ / "blocker" / "m.db").string() + " " + db.string(),
-                      dir_);
+  Outcome o =
+      kvbench("merge --out " + (dir_ / "blocker" / "m.db").string() + " " + db.string(), dir_);
   EXPECT_EQ(o.code, 2) << o.err;
   EXPECT_NE(o.err.find("blocker"), std::string::npos) << o.err;
   o = kvbench("compare --candidate " + db.string() + " --write-baseline " +
-                  (dir_ / "blocker" / "b.json").string(), dir_);
+                  (dir_ / "blocker" / "b.json").string(),
+              dir_);
   EXPECT_EQ(o.code, 2) << o.err;
   EXPECT_NE(o.err.find("blocker"), std::string::npos) << o.err;
   EXPECT_EQ(read_file(dir_ / "blocker"), "x");
@@ -142,7 +148,8 @@ TEST_F(CliTest, UnwritableMergeOutputOrBaselineFailsClearlyAndKeepsFiles) {
   std::ofstream(dir_ / "baseline.json") << "{\"old\": true}";
   std::ofstream(dir_ / "corrupt.db") << std::string(4096, 'q');
   o = kvbench("compare --candidate " + (dir_ / "corrupt.db").string() + " --write-baseline " +
-                  (dir_ / "baseline.json").string(), dir_);
+                  (dir_ / "baseline.json").string(),
+              dir_);
   EXPECT_EQ(o.code, 3) << o.err;
   EXPECT_EQ(read_file(dir_ / "baseline.json"), "{\"old\": true}");
   EXPECT_EQ(ResultStore(db, ResultStore::Mode::kReadOnly).result_count(), 2 * 5 + 4 * 5);
@@ -150,21 +157,24 @@ TEST_F(CliTest, UnwritableMergeOutputOrBaselineFailsClearlyAndKeepsFiles) {
 
 TEST_F(CliTest, MergeAndCompareRoundTrip) {
   const fs::path a = make_db("a.db");
-  const Outcome merged = kvbench("merge --out " + (dir_ / "m.db").string() + " " + a.string(), dir_);
+  const Outcome merged =
+      kvbench("merge --out " + (dir_ / "m.db").string() + " " + a.string(), dir_);
   EXPECT_EQ(merged.code, 0) << merged.err;
   const fs::path summary = dir_ / "baseline.json";
-  EXPECT_EQ(kvbench("compare --candidate " + a.string() + " --write-baseline " + summary.string(),
-                    dir_).code, 0);
-  const Outcome same = kvbench("compare --baseline " + summary.string() + " --candidate " +
-                                   (dir_ / "m.db").string(), dir_);
+  EXPECT_EQ(
+      kvbench("compare --candidate " + a.string() + " --write-baseline " + summary.string(), dir_)
+          .code,
+      0);
+  const Outcome same = kvbench(
+      "compare --baseline " + summary.string() + " --candidate " + (dir_ / "m.db").string(), dir_);
   EXPECT_EQ(same.code, 0) << same.out << same.err;
   EXPECT_NE(same.out.find("0 of"), std::string::npos) << same.out;
   // Lower one accuracy entry's baseline bar: a candidate under it regresses.
   auto json = nlohmann::json::parse(read_file(summary));
   json["accuracy"][0]["score"] = json["accuracy"][0]["score"].get<double>() + 50;
   std::ofstream(summary) << json.dump();
-  const Outcome worse = kvbench("compare --baseline " + summary.string() + " --candidate " +
-                                    a.string(), dir_);
+  const Outcome worse =
+      kvbench("compare --baseline " + summary.string() + " --candidate " + a.string(), dir_);
   EXPECT_EQ(worse.code, 1);
   EXPECT_NE(worse.out.find("REGRESSION"), std::string::npos) << worse.out;
 }
@@ -181,8 +191,11 @@ class RunCliTest : public CliTest {
     std::ofstream(config_) << nlohmann::json{
         {"name", "tiny"},
         {"models", {test::default_model_path().string()}},
-        {"benchmarks", {{{"benchmark", "ruler"}, {"tasks", {"niah_single_1"}},
-                          {"lengths", {512}}, {"samples", 1}}}},
+        {"benchmarks",
+         {{{"benchmark", "ruler"},
+           {"tasks", {"niah_single_1"}},
+           {"lengths", {512}},
+           {"samples", 1}}}},
         {"policies", {"full", "snapkv"}},
         {"budgets", {"50%"}},
         {"max_new_tokens", 12}}.dump();
@@ -194,21 +207,24 @@ TEST_F(RunCliTest, InvalidConfigNamesTheKeyAndCreatesNoDatabase) {
   auto json = nlohmann::json::parse(read_file(config_));
   json["benchmarks"][0]["lengths"][0] = 0;
   std::ofstream(dir_ / "bad.json") << json.dump();
-  const Outcome o = kvbench("run --config " + (dir_ / "bad.json").string() + " --db " +
-                                (dir_ / "r.db").string(), dir_);
+  const Outcome o = kvbench(
+      "run --config " + (dir_ / "bad.json").string() + " --db " + (dir_ / "r.db").string(), dir_);
   EXPECT_EQ(o.code, 2);
   EXPECT_NE(o.err.find("benchmarks[0].lengths[0]"), std::string::npos) << o.err;
   EXPECT_FALSE(fs::exists(dir_ / "r.db"));
   json = nlohmann::json::parse(read_file(config_));
   json["policies"][1] = "snapkvv";
   std::ofstream(dir_ / "bad.json") << json.dump();
-  const Outcome unknown = kvbench("run --config " + (dir_ / "bad.json").string() + " --db " +
-                                      (dir_ / "r.db").string(), dir_);
+  const Outcome unknown = kvbench(
+      "run --config " + (dir_ / "bad.json").string() + " --db " + (dir_ / "r.db").string(), dir_);
   EXPECT_EQ(unknown.code, 2);
   EXPECT_NE(unknown.err.find("policies[1]"), std::string::npos) << unknown.err;
   std::ofstream(dir_ / "broken.json") << "{\"models\": [";
   EXPECT_EQ(kvbench("run --config " + (dir_ / "broken.json").string() + " --db " +
-                        (dir_ / "r.db").string(), dir_).code, 3);
+                        (dir_ / "r.db").string(),
+                    dir_)
+                .code,
+            3);
   EXPECT_FALSE(fs::exists(dir_ / "r.db"));
 }
 
@@ -233,7 +249,8 @@ TEST_F(RunCliTest, CorruptLockedOrForeignDatabaseAndUnwritableReportFolder) {
 
   std::ofstream(dir_ / "blocker") << "x";
   o = kvbench("run --config " + config_.string() + " --db " + (dir_ / "new.db").string() +
-                  " --report " + (dir_ / "blocker" / "reports").string(), dir_);
+                  " --report " + (dir_ / "blocker" / "reports").string(),
+              dir_);
   EXPECT_EQ(o.code, 2);
   EXPECT_NE(o.err.find("blocker"), std::string::npos) << o.err;
   EXPECT_FALSE(fs::exists(dir_ / "new.db"));
@@ -287,38 +304,45 @@ TEST_F(RunCliTest, LongBenchAndInfiniteBenchOnSmolLm2) {
   std::ofstream(longbench / "qasper.jsonl")
       << nlohmann::json{{"input", "Which animal does the paper study?"},
                         {"context", "This paper studies the migration of barn owls in Norway."},
-                        {"answers", {"barn owls"}}, {"all_classes", nullptr}, {"_id", "q0"}}
+                        {"answers", {"barn owls"}},
+                        {"all_classes", nullptr},
+                        {"_id", "q0"}}
              .dump()
       << "\n";
   std::ofstream(longbench / "trec.jsonl")
       << nlohmann::json{{"input", "Where is Rome?"},
                         {"context", "Question: Where is Oslo?\nType: Location\n"},
                         {"answers", {"Location"}},
-                        {"all_classes", {"Location", "Description"}}, {"_id", "t0"}}
+                        {"all_classes", {"Location", "Description"}},
+                        {"_id", "t0"}}
              .dump()
       << "\n";
   std::ofstream(infinitebench / "longbook_choice_eng.jsonl")
-      << nlohmann::json{{"id", 0}, {"context", "The cat in this story is named Tom."},
-                        {"input", "What is the cat named?"}, {"answer", {"Tom"}},
+      << nlohmann::json{{"id", 0},
+                        {"context", "The cat in this story is named Tom."},
+                        {"input", "What is the cat named?"},
+                        {"answer", {"Tom"}},
                         {"options", {"Jerry", "Tom", "Spike", "Tyke"}}}
              .dump()
       << "\n";
-  nlohmann::json config = {
-      {"name", "tiny-longbench"},
-      {"models", {test::default_model_path().string()}},
-      {"benchmarks",
-       {{{"benchmark", "longbench"},
-         {"tasks", {"qasper", "trec"}},
-         {"data_dir", longbench.string()}},
-        {{"benchmark", "infinitebench"}, {"tasks", {"passkey", "longbook_choice_eng"}},
-         {"lengths", {384}}, {"data_dir", infinitebench.string()}}}},
-      {"policies", {"full", "snapkv"}},
-      {"budgets", {"50%"}},
-      {"max_new_tokens", 8}};
+  nlohmann::json config = {{"name", "tiny-longbench"},
+                           {"models", {test::default_model_path().string()}},
+                           {"benchmarks",
+                            {{{"benchmark", "longbench"},
+                              {"tasks", {"qasper", "trec"}},
+                              {"data_dir", longbench.string()}},
+                             {{"benchmark", "infinitebench"},
+                              {"tasks", {"passkey", "longbook_choice_eng"}},
+                              {"lengths", {384}},
+                              {"data_dir", infinitebench.string()}}}},
+                           {"policies", {"full", "snapkv"}},
+                           {"budgets", {"50%"}},
+                           {"max_new_tokens", 8}};
   std::ofstream(dir_ / "lb.json") << config.dump();
   const fs::path db = dir_ / "lb.db";
-  Outcome o = kvbench("run --config " + (dir_ / "lb.json").string() + " --db " + db.string() +
-                          " --no-report", dir_);
+  Outcome o = kvbench(
+      "run --config " + (dir_ / "lb.json").string() + " --db " + db.string() + " --no-report",
+      dir_);
   ASSERT_EQ(o.code, 0) << o.err;
   EXPECT_NE(o.out.find("### LongBench, "), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("### InfiniteBench, "), std::string::npos) << o.out;
@@ -340,8 +364,8 @@ TEST_F(RunCliTest, LongBenchAndInfiniteBenchOnSmolLm2) {
     EXPECT_LT(tokens["trec"], tokens["qasper"]);  // trec is on the skip list: no chat template
   }
   for (const std::string& layout : {std::string("longbench"), std::string("infinitebench")}) {
-    const Outcome t = kvbench("table --db " + db.string() + " --layout " + layout + " --format csv",
-                              dir_);
+    const Outcome t =
+        kvbench("table --db " + db.string() + " --layout " + layout + " --format csv", dir_);
     EXPECT_EQ(t.code, 0) << t.err;
     EXPECT_NE(t.out.find(layout == "longbench" ? "qasper" : "passkey"), std::string::npos) << t.out;
   }

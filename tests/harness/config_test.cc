@@ -124,8 +124,8 @@ TEST(SweepConfig, UnknownPolicyNamesTheKey) {
   }
   auto json = minimal();
   json["policies"][1] = "snapkv+art";
-  EXPECT_NO_THROW(check_policy_names(parse_sweep_config(json, "s.json"),
-                                     {"full", "snapkv", "art", "dropkv"}));
+  EXPECT_NO_THROW(
+      check_policy_names(parse_sweep_config(json, "s.json"), {"full", "snapkv", "art", "dropkv"}));
 }
 
 TEST(SweepConfig, ShippedConfigsParse) {

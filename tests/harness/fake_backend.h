@@ -38,8 +38,8 @@ class FakeBackend : public SweepBackend {
     ++rows_run;
     const size_t h = std::hash<std::string>{}(cell.key() + "#" + std::to_string(sample_index));
     SampleResult r;
-    r.sample_id = group.task + "/" + std::to_string(group.length) + "/" +
-                  std::to_string(sample_index);
+    r.sample_id =
+        group.task + "/" + std::to_string(group.length) + "/" + std::to_string(sample_index);
     r.depth = group.benchmark.depths.empty()
                   ? -1
                   : group.benchmark.depths[sample_index % group.benchmark.depths.size()];

@@ -1,11 +1,11 @@
 // kvbench gen-data end to end with the default model: JSONL of Samples for each benchmark, and
 // clear errors (exit code 2, a message naming the input) for an unknown task or missing data.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
 #include <fstream>
-#include <sys/wait.h>
 
 #include "datasets/sample.h"
 #include "tests/test_paths.h"
@@ -87,11 +87,14 @@ TEST_F(GenDataCli, NiahGridAndInfiniteBench) {
 }
 
 TEST_F(GenDataCli, BadInputIsAClearError) {
-  CliRun run = gen_data("--benchmark ruler --task niah_single_7 --length 4096 --out " + out_.string());
+  CliRun run =
+      gen_data("--benchmark ruler --task niah_single_7 --length 4096 --out " + out_.string());
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_NE(run.output.find("unknown RULER task 'niah_single_7'"), std::string::npos) << run.output;
-  run = gen_data("--benchmark ruler --task niah_single_2 --length 4096 --data-dir /nonexistent "
-                 "--out " + out_.string());
+  run = gen_data(
+      "--benchmark ruler --task niah_single_2 --length 4096 --data-dir /nonexistent "
+      "--out " +
+      out_.string());
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_NE(run.output.find("/nonexistent"), std::string::npos) << run.output;
   const fs::path empty = fs::temp_directory_path() / "kvb_gen_data_empty";

@@ -52,7 +52,7 @@ int count(const std::string& text, const std::string& needle) {
 
 TEST(Report, HasEveryPlotKindAndNoExternalReferences) {
   const std::string html = render_report_html(synthetic_rows(), {}, "test <report>");
-  EXPECT_EQ(count(html, "data-plot=\"niah-heatmap\""), 4);  // one per policy x budget
+  EXPECT_EQ(count(html, "data-plot=\"niah-heatmap\""), 4);        // one per policy x budget
   EXPECT_EQ(count(html, "data-plot=\"accuracy-vs-budget\""), 2);  // niah, ruler
   EXPECT_EQ(count(html, "data-plot=\"accuracy-vs-length\""), 2);
   EXPECT_EQ(count(html, "data-plot=\"tpot-vs-budget\""), 1);
@@ -101,8 +101,10 @@ TEST(Report, RendersInHeadlessChromium) {
   const fs::path dir = fs::temp_directory_path() / "kvb_report_chromium";
   fs::remove_all(dir);
   const fs::path page = write_report(synthetic_rows(), {}, "chromium test", dir);
-  const std::string flags = " --headless --no-sandbox --disable-gpu --disable-dev-shm-usage "
-                            "--user-data-dir=" + (dir / "profile").string() + " ";
+  const std::string flags =
+      " --headless --no-sandbox --disable-gpu --disable-dev-shm-usage "
+      "--user-data-dir=" +
+      (dir / "profile").string() + " ";
   const fs::path dom = dir / "dom.html";
   const std::string dump = browser + flags + "--dump-dom 'file://" + page.string() + "' > " +
                            dom.string() + " 2>/dev/null";
@@ -115,9 +117,10 @@ TEST(Report, RendersInHeadlessChromium) {
   EXPECT_EQ(count(rendered, "data-plot=\"tpot-vs-budget\""), 1);
 
   const fs::path png = dir / "shot.png";
-  const std::string shot = browser + flags + "--hide-scrollbars --window-size=1200,800 "
-                           "--screenshot=" + png.string() + " 'file://" + page.string() +
-                           "' >/dev/null 2>&1";
+  const std::string shot = browser + flags +
+                           "--hide-scrollbars --window-size=1200,800 "
+                           "--screenshot=" +
+                           png.string() + " 'file://" + page.string() + "' >/dev/null 2>&1";
   ASSERT_EQ(std::system(shot.c_str()), 0) << shot;
   ASSERT_TRUE(fs::exists(png));
   // Count pixels of the heatmap's end colours in the screenshot (PNG decoded with zlib only).
@@ -160,8 +163,8 @@ for y in range(height):
     prev = line
 print(counts['green'], counts['red'])
 )py";
-  const std::string run = "python3 " + script.string() + " " + png.string() + " > " +
-                          (dir / "counts.txt").string();
+  const std::string run =
+      "python3 " + script.string() + " " + png.string() + " > " + (dir / "counts.txt").string();
   ASSERT_EQ(std::system(run.c_str()), 0);
   std::ifstream counts(dir / "counts.txt");
   long green = 0, red = 0;

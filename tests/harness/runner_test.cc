@@ -60,8 +60,8 @@ TEST(Runner, PrefillsOncePerSampleAndPromptModeAndReplaysTheRest) {
   ResultStore store(db, ResultStore::Mode::kReadWrite);
   test::FakeBackend backend;
   const RunSummary summary = run_sweep(plan, backend, store, RunInfo{}, quiet());
-  const int samples = 2 * 2 * 3 + 2 * 3;                 // 18 work units
-  const int cells_per_mode = 1 + 4 * 2;                   // 9
+  const int samples = 2 * 2 * 3 + 2 * 3;  // 18 work units
+  const int cells_per_mode = 1 + 4 * 2;   // 9
   EXPECT_EQ(summary.rows_written, samples * cells_per_mode * 2);
   EXPECT_EQ(store.result_count(), summary.rows_written);
   // One shared prefill per (sample, mode), plus one per cake cell (2 budgets) that runs alone.

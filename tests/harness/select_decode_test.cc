@@ -36,8 +36,8 @@ struct Tensors {
 
 TEST(SelectDecode, TopkReportsTheUnionOfTheGroupsExactTopK) {
   const Tensors t;
-  const nlohmann::json out = select_decode_positions("topk", nlohmann::json::object(),
-                                                     Budget::parse("10"), t.inputs());
+  const nlohmann::json out =
+      select_decode_positions("topk", nlohmann::json::object(), Budget::parse("10"), t.inputs());
   ASSERT_EQ(out["selected"].size(), 3u);
   EXPECT_EQ(out["selected"][0][0].size(), 96u) << "layer 0 is dense";
   for (int h = 0; h < t.hkv; ++h) {
@@ -47,7 +47,8 @@ TEST(SelectDecode, TopkReportsTheUnionOfTheGroupsExactTopK) {
       std::vector<std::pair<double, int>> logits;
       for (int j = 0; j < t.length; ++j) {
         double dot = 0;
-        for (int i = 0; i < t.d; ++i) dot += double{q[i]} * t.k[((2 * t.hkv + h) * t.length + j) * t.d + i];
+        for (int i = 0; i < t.d; ++i)
+          dot += double{q[i]} * t.k[((2 * t.hkv + h) * t.length + j) * t.d + i];
         logits.push_back({-dot, j});
       }
       std::sort(logits.begin(), logits.end());
@@ -67,9 +68,9 @@ TEST(SelectDecode, BinaryPcUsesAGivenProjectionAndOtherPoliciesAreRefused) {
   const nlohmann::json online = select_decode_positions("binarypc", nlohmann::json::object(),
                                                         Budget::parse("20"), t.inputs());
   EXPECT_EQ(online["params"]["projection_fit"], "online");
-  EXPECT_THROW(select_decode_positions("snapkv", nlohmann::json::object(), Budget::parse("20"),
-                                       t.inputs()),
-               InputError);
+  EXPECT_THROW(
+      select_decode_positions("snapkv", nlohmann::json::object(), Budget::parse("20"), t.inputs()),
+      InputError);
 }
 
 // The harness hands over the tensors a policy declares in its registry entry, by name alone: the

@@ -121,7 +121,8 @@ TEST(ResultStore, ForeignSqliteDatabaseIsRefused) {
   const fs::path db = fresh_dir("foreign") / "r.db";
   sqlite3* raw = nullptr;
   ASSERT_EQ(sqlite3_open(db.c_str(), &raw), SQLITE_OK);
-  sqlite3_exec(raw, "CREATE TABLE mine(x); INSERT INTO mine VALUES (1);", nullptr, nullptr, nullptr);
+  sqlite3_exec(raw, "CREATE TABLE mine(x); INSERT INTO mine VALUES (1);", nullptr, nullptr,
+               nullptr);
   sqlite3_close(raw);
   EXPECT_THROW(ResultStore(db, ResultStore::Mode::kReadWrite), FormatError);
   raw = nullptr;

@@ -1,6 +1,4 @@
 // CPU attention kernels against textbook double-precision attention on random inputs.
-#include "kernels/cpu/attention.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +6,7 @@
 #include <vector>
 
 #include "kernels/cpu/activations.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/rope.h"
 
 namespace kvb::kernels {
@@ -79,9 +78,8 @@ TEST(CausalAttention, MatchesNaiveWithPrefixGqaAndColumnSums) {
       for (int t = 0; t < T; ++t) {
         std::vector<double> p;
         double expected_lse;
-        const auto expected = naive_attention(&q[t * d_q + a * d], keys[h].data(),
-                                              values[h].data(), pre[h] + t + 1, d, &p,
-                                              &expected_lse);
+        const auto expected = naive_attention(&q[t * d_q + a * d], keys[h].data(), values[h].data(),
+                                              pre[h] + t + 1, d, &p, &expected_lse);
         for (int i = 0; i < d; ++i) ASSERT_NEAR(out[t * d_q + a * d + i], expected[i], 1e-5);
         ASSERT_NEAR(lse[a * T + t], expected_lse, 1e-4);
         for (size_t j = 0; j < p.size(); ++j) expected_sums[j] += p[j];
@@ -104,8 +102,12 @@ TEST(DecodeAttention, AllEntriesMatchNaive) {
   const auto q = random_vector(rng, d), k = random_vector(rng, size_t(n) * d),
              v = random_vector(rng, size_t(n) * d);
   std::vector<float> out(d), probabilities(n);
-  DecodeAttentionArgs args{.query = q.data(), .keys = k.data(), .values = v.data(),
-                           .n_entries = n, .head_dim = d, .output = out.data(),
+  DecodeAttentionArgs args{.query = q.data(),
+                           .keys = k.data(),
+                           .values = v.data(),
+                           .n_entries = n,
+                           .head_dim = d,
+                           .output = out.data(),
                            .probabilities = probabilities.data()};
   const float lse = decode_attention(args);
   std::vector<double> p;
@@ -123,10 +125,17 @@ TEST(DecodeAttention, IndicesAndLogitBiasReweightEntries) {
   const int32_t indices[2] = {2, 0};
   const float bias[2] = {0.0f, std::log(3.0f)};
   float out[4], probabilities[3];
-  kernels::DecodeAttentionArgs args{.query = q, .keys = keys, .values = values, .n_entries = 3,
-                                    .head_dim = 4, .indices = indices, .n_indices = 2,
-                                    .logit_bias = bias, .output = out,
-                                    .probabilities = probabilities, .scale = 1.0f};
+  kernels::DecodeAttentionArgs args{.query = q,
+                                    .keys = keys,
+                                    .values = values,
+                                    .n_entries = 3,
+                                    .head_dim = 4,
+                                    .indices = indices,
+                                    .n_indices = 2,
+                                    .logit_bias = bias,
+                                    .output = out,
+                                    .probabilities = probabilities,
+                                    .scale = 1.0f};
   kernels::decode_attention(args);
   // logits: entry 2 -> 2, entry 0 -> 1 + ln 3. p2 = e^2 / (e^2 + 3e).
   const double p2 = std::exp(2.0) / (std::exp(2.0) + 3 * std::exp(1.0));

@@ -1,5 +1,6 @@
-// AdaKV's head budgets (hand-computed and through the policy), KV bytes after compaction, CriticalKV's
-// projected value norms and two-stage selection, AdaDropKV / CriticalAdaKV / AnDPro wiring.
+// AdaKV's head budgets (hand-computed and through the policy), KV bytes after compaction,
+// CriticalKV's projected value norms and two-stage selection, AdaDropKV / CriticalAdaKV / AnDPro
+// wiring.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -46,8 +47,7 @@ test::SyntheticPrefill peaked_and_flat() {
 
 TEST(AdaKv, PerHeadLengthsDifferAndSumToTheLayerBudget) {
   auto prefill = peaked_and_flat();
-  const CachePlan plan =
-      make_cache_plan("adakv", {{"allocation", "kvpress"}}, Budget::parse("48"));
+  const CachePlan plan = make_cache_plan("adakv", {{"allocation", "kvpress"}}, Budget::parse("48"));
   const KeptIndices kept = plan.prefill->select(prefill.view, 48);
   for (const auto& layer : kept) {
     EXPECT_NE(layer[0].size(), layer[1].size());
@@ -56,8 +56,8 @@ TEST(AdaKv, PerHeadLengthsDifferAndSumToTheLayerBudget) {
       for (int j = 128; j < 160; ++j) EXPECT_TRUE(std::binary_search(head.begin(), head.end(), j));
   }
   // official allocation: lengths differ; the total is off by at most the rounding (≤ H/2 per head)
-  const KeptIndices official = make_cache_plan("adakv", {}, Budget::parse("48"))
-                                   .prefill->select(prefill.view, 48);
+  const KeptIndices official =
+      make_cache_plan("adakv", {}, Budget::parse("48")).prefill->select(prefill.view, 48);
   for (const auto& layer : official) {
     EXPECT_NE(layer[0].size(), layer[1].size());
     EXPECT_NEAR(double(layer[0].size() + layer[1].size()), 96.0, 1.0);
@@ -88,15 +88,16 @@ int64_t bytes_after_compaction(const test::SyntheticPrefill& prefill, const Kept
 
 TEST(KvBytes, MatchKeptEntriesAndAdaKvEqualsSnapKvAtTheSameAverageBudget) {
   auto prefill = peaked_and_flat();
-  const KeptIndices snap = make_cache_plan("snapkv", {}, Budget::parse("48"))
-                               .prefill->select(prefill.view, 48);
+  const KeptIndices snap =
+      make_cache_plan("snapkv", {}, Budget::parse("48")).prefill->select(prefill.view, 48);
   const KeptIndices ada = make_cache_plan("adakv", {{"allocation", "kvpress"}}, Budget::parse("48"))
                               .prefill->select(prefill.view, 48);
   const int64_t snap_bytes = bytes_after_compaction(prefill, snap);
   EXPECT_EQ(snap_bytes, int64_t(2) * 2 * 48 * 2 * 8 * 4);  // layers·heads·48 tokens·(k,v)·d·4
   EXPECT_EQ(bytes_after_compaction(prefill, ada), snap_bytes);
-  const KeptIndices dropkv = make_cache_plan("adadropkv", {{"allocation", "kvpress"}},
-                                             Budget::parse("48")).prefill->select(prefill.view, 48);
+  const KeptIndices dropkv =
+      make_cache_plan("adadropkv", {{"allocation", "kvpress"}}, Budget::parse("48"))
+          .prefill->select(prefill.view, 48);
   EXPECT_EQ(bytes_after_compaction(prefill, dropkv), snap_bytes);
 }
 
@@ -105,10 +106,11 @@ TEST(AdaKv, WrapsAnyScorerAndChecksItsParameters) {
   EXPECT_EQ(dropkv.prefill->capture().window_queries, 8);  // DropKV's own default window
   const CachePlan adadropkv = make_cache_plan("adadropkv", {}, Budget::parse("32"));
   EXPECT_EQ(adadropkv.prefill->capture().window_queries, 8);
-  EXPECT_EQ(make_cache_plan("adakv", {}, Budget::parse("32")).prefill->capture().window_queries, 32);
-  EXPECT_THROW(make_cache_plan("adakv", {{"scorer", "dropkv"}, {"aggregate", "sum"}},
-                               Budget::parse("32")),
-               InputError);  // a SnapKV parameter, unknown to DropKV
+  EXPECT_EQ(make_cache_plan("adakv", {}, Budget::parse("32")).prefill->capture().window_queries,
+            32);
+  EXPECT_THROW(
+      make_cache_plan("adakv", {{"scorer", "dropkv"}, {"aggregate", "sum"}}, Budget::parse("32")),
+      InputError);  // a SnapKV parameter, unknown to DropKV
   EXPECT_THROW(make_cache_plan("adakv", {{"scorer", "nope"}}, Budget::parse("32")), InputError);
   EXPECT_THROW(make_cache_plan("adakv", {{"scorer", "full"}}, Budget::parse("32")), InputError);
 }
@@ -125,7 +127,8 @@ TEST(CriticalKv, ProjectedValueNormsMatchBruteForce) {
         for (int o = 0; o < hidden; ++o) {
           double x = 0;
           for (int i = 0; i < d; ++i)
-            x += double(layer.values[h][j * d + i]) * layer.output_projection[o * inputs + a * d + i];
+            x += double(layer.values[h][j * d + i]) *
+                 layer.output_projection[o * inputs + a * d + i];
           expected += std::fabs(x) / 2;
         }
       EXPECT_NEAR(nu[j], expected, 1e-4) << h << "," << j;
@@ -153,8 +156,9 @@ TEST(AnDPro, IsLabelledAnApproximationAndUsesHeadBudgets) {
   const PolicyFactory& factory = find_policy("andpro");
   EXPECT_NE(factory.info.summary.find("APPROXIMATION"), std::string::npos);
   auto prefill = peaked_and_flat();
-  const KeptIndices kept = make_cache_plan("andpro", {{"allocation", "kvpress"}}, Budget::parse("48"))
-                               .prefill->select(prefill.view, 48);
+  const KeptIndices kept =
+      make_cache_plan("andpro", {{"allocation", "kvpress"}}, Budget::parse("48"))
+          .prefill->select(prefill.view, 48);
   for (const auto& layer : kept) EXPECT_EQ(layer[0].size() + layer[1].size(), 96u);
 }
 

@@ -78,8 +78,9 @@ TEST(EarlyExitAttention, ZeroThresholdsReproduceFullAttentionExactly) {
     disabled.enabled = false;
     EXPECT_EQ(walk(head, 3, disabled, nullptr), out) << "same walk, same arithmetic";
     for (int a = 0; a < 3; ++a) {
-      const std::vector<double> full = test::reference_attention(
-          head.queries.data() + a * 32, head.keys.data(), head.values.data(), 32, test::all_indices(n));
+      const std::vector<double> full =
+          test::reference_attention(head.queries.data() + a * 32, head.keys.data(),
+                                    head.values.data(), 32, test::all_indices(n));
       const std::vector<double> got(out.begin() + a * 32, out.begin() + (a + 1) * 32);
       EXPECT_LT(test::relative_l2(got, full), 1e-5) << "n " << n;
     }
@@ -382,7 +383,8 @@ TEST(EarlyExitOracle, TraceAgreesWithTheWalkAndSummaryAddsUp) {
   merged.add(summary);
   EXPECT_EQ(merged.blocks, summary.blocks);
   EXPECT_EQ(merged.safely_skippable_blocks, summary.safely_skippable_blocks);
-  EXPECT_EQ(summary.agreements + summary.false_positives + summary.false_negatives, summary.boundaries);
+  EXPECT_EQ(summary.agreements + summary.false_positives + summary.false_negatives,
+            summary.boundaries);
   EXPECT_LE(summary.premature_stops, summary.probe_stops);
 }
 
@@ -429,12 +431,15 @@ TEST(ArtRegistry, ComposesWithAnyPolicyByName) {
   ASSERT_TRUE(snapkv_art.early_exit.has_value());
   EXPECT_EQ(snapkv_art.early_exit->patience, 4);
   EXPECT_TRUE(snapkv_art.prefill);
-  const CachePlan quest_art = make_cache_plan("quest+art", nlohmann::json::object(), Budget::parse("64"));
+  const CachePlan quest_art =
+      make_cache_plan("quest+art", nlohmann::json::object(), Budget::parse("64"));
   EXPECT_TRUE(quest_art.selector && quest_art.early_exit);
-  EXPECT_TRUE(make_cache_plan("streamingllm+art", nlohmann::json::object(), Budget::parse("64")).early_exit);
+  EXPECT_TRUE(make_cache_plan("streamingllm+art", nlohmann::json::object(), Budget::parse("64"))
+                  .early_exit);
   EXPECT_THROW(make_cache_plan("full+art", {{"art", {{"patience", 0}}}}, std::nullopt), InputError);
   EXPECT_THROW(make_cache_plan("quest", nlohmann::json::object(), std::nullopt), InputError);
-  EXPECT_THROW(make_cache_plan("quest+topk", nlohmann::json::object(), Budget::parse("64")), InputError);
+  EXPECT_THROW(make_cache_plan("quest+topk", nlohmann::json::object(), Budget::parse("64")),
+               InputError);
 }
 
 }  // namespace
@@ -470,17 +475,23 @@ TEST(ArtGeneration, ZeroThresholdsGenerateLikeFullAndCountEveryBlock) {
   EXPECT_EQ(art.output_ids, full.output_ids);
   // 5 decode steps x 2 layers x 2 KV groups, each over 1 + ceil((T - 4) / 16) blocks.
   int64_t expected_blocks = 0;
-  for (int step = 0; step < 5; ++step) expected_blocks += 2 * 2 * (1 + (150 + step + 1 - 4 + 15) / 16);
+  for (int step = 0; step < 5; ++step)
+    expected_blocks += 2 * 2 * (1 + (150 + step + 1 - 4 + 15) / 16);
   EXPECT_EQ(art.kv_blocks_total, expected_blocks);
   EXPECT_EQ(art.kv_blocks_visited, art.kv_blocks_total);
   // The same with a selector: TOPK at 100% attends to everything.
   const nlohmann::json topk_strict = {{"art", strict["art"]}};
-  EXPECT_EQ(generate_with("topk+art", topk_strict, Budget::parse("100%")).output_ids, full.output_ids);
+  EXPECT_EQ(generate_with("topk+art", topk_strict, Budget::parse("100%")).output_ids,
+            full.output_ids);
 }
 
 TEST(ArtGeneration, LooseThresholdsSkipBlocksAndOracleModeCountsEveryWalk) {
-  const nlohmann::json loose = {
-      {"art", {{"tau", 10}, {"phi", 10}, {"patience", 1}, {"block_size", 16}, {"oracle_tolerance", 1e-3}}}};
+  const nlohmann::json loose = {{"art",
+                                 {{"tau", 10},
+                                  {"phi", 10},
+                                  {"patience", 1},
+                                  {"block_size", 16},
+                                  {"oracle_tolerance", 1e-3}}}};
   const GenerationResult art = generate_with("full+art", loose, std::nullopt);
   EXPECT_EQ(art.kv_blocks_visited, 5 * 2 * 2 * 2) << "sink block + most recent block per walk";
   EXPECT_EQ(art.early_exit_oracle.walks, 5 * 2 * 2);
@@ -489,7 +500,9 @@ TEST(ArtGeneration, LooseThresholdsSkipBlocksAndOracleModeCountsEveryWalk) {
   const GenerationResult streaming =
       generate_with("streamingllm+art", {{"art", loose["art"]}}, Budget::parse("40"));
   EXPECT_LT(streaming.kv_blocks_total, art.kv_blocks_total);
-  EXPECT_EQ(generate_with("quest+art", {{"art", loose["art"]}}, Budget::parse("32")).output_ids.size(), 6u);
+  EXPECT_EQ(
+      generate_with("quest+art", {{"art", loose["art"]}}, Budget::parse("32")).output_ids.size(),
+      6u);
 }
 
 }  // namespace

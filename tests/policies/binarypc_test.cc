@@ -51,7 +51,7 @@ TEST(BinaryHash, BitPlaneScoreEqualsIntegerDotProduct) {
 
 TEST(BinaryHash, QuantisationRoundsHalfToEvenWithOneScalePerGroup) {
   std::vector<float> projected(2 * kBinaryHashBits, 0.0f);
-  projected[0] = 2.5f;    // scale = 127 / 127 = 1
+  projected[0] = 2.5f;  // scale = 127 / 127 = 1
   projected[1] = 3.5f;
   projected[2] = -2.5f;
   projected[kBinaryHashBits + 5] = -127.0f;  // the group maximum sits in the second head
@@ -95,7 +95,8 @@ TEST(BinaryHash, PacksLeastSignificantBitFirstAndSignZeroIsPlusOne) {
 std::vector<float> structured_keys(int n, int d, uint64_t seed) {
   std::vector<float> keys = test::random_vector(static_cast<size_t>(n) * d, seed);
   for (int j = 0; j < n; ++j)
-    for (int t = 0; t < 8; ++t) keys[static_cast<size_t>(j) * d + t] = keys[static_cast<size_t>(j) * d + t] * 6.0f + 2.0f;
+    for (int t = 0; t < 8; ++t)
+      keys[static_cast<size_t>(j) * d + t] = keys[static_cast<size_t>(j) * d + t] * 6.0f + 2.0f;
   return keys;
 }
 
@@ -147,12 +148,14 @@ TEST(BinaryPcProjection, FileRoundTripsAndRejectsBadFiles) {
 TEST(BinaryPcSelector, BadParametersAreClearErrors) {
   const Budget budget = Budget::parse("64");
   EXPECT_THROW(make_binarypc_selector({{"bits", 32}}, budget), InputError);
-  EXPECT_THROW(make_binarypc_selector({{"projection", "/nonexistent/proj.bin"}}, budget), InputError);
+  EXPECT_THROW(make_binarypc_selector({{"projection", "/nonexistent/proj.bin"}}, budget),
+               InputError);
   EXPECT_THROW(make_binarypc_selector({{"err_ratio", -0.1}}, budget), InputError);
   EXPECT_THROW(make_binarypc_selector({{"unknown", 1}}, budget), InputError);
   // A projection of the wrong shape is refused when the cache is seen.
   auto wrong = std::make_shared<BinaryProjectionSet>(1, 1, 16);
-  auto selector = make_binarypc_selector({{"dense_layers", nlohmann::json::array()}}, budget, wrong);
+  auto selector =
+      make_binarypc_selector({{"dense_layers", nlohmann::json::array()}}, budget, wrong);
   const KvStore store = test::random_store(2, 2, 32, 100, 3);
   EXPECT_THROW(selector->start(store, 100, 64), InputError);
 }
@@ -207,7 +210,8 @@ TEST(BinaryPcSelector, KeepsBudgetPlusDecodeTokensSharedAcrossTheGroup) {
       selector->on_append(store, layer);
     }
   }
-  const std::vector<float> query = test::random_vector(static_cast<size_t>(kv_heads) * group * d, 9);
+  const std::vector<float> query =
+      test::random_vector(static_cast<size_t>(kv_heads) * group * d, 9);
   Selection dense = test::empty_selection(kv_heads * group);
   selector->select(0, query.data(), store, dense);
   EXPECT_TRUE(dense.dense);

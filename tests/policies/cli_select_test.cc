@@ -46,8 +46,9 @@ std::filesystem::path write_inputs(const test::SyntheticPrefill& p, bool with_wo
   tensors["v"] = {{p.n_layers, p.n_kv_heads, p.length, p.head_dim}, v};
   const int in = p.n_query_heads * p.head_dim;
   if (with_wo) tensors["w_o"] = {{p.n_layers, in, in}, wo};
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("kvb_select_" + std::to_string(::getpid()) + (with_wo ? "_wo" : "") + ".safetensors");
+  const auto path =
+      std::filesystem::temp_directory_path() /
+      ("kvb_select_" + std::to_string(::getpid()) + (with_wo ? "_wo" : "") + ".safetensors");
   write_safetensors(path, tensors);
   return path;
 }
@@ -83,7 +84,8 @@ TEST(CliSelect, ClearErrorsForBadPolicyParametersBudgetsAndInputs) {
     EXPECT_NE(result.out.find(phrase), std::string::npos) << flags << ": " << result.out;
   };
   expect_error("--policy nosuch --budget 10", "unknown policy 'nosuch'");
-  expect_error("--policy snapkv --budget 10 --params '{\"kernal\": 3}'", "unknown parameter 'kernal'");
+  expect_error("--policy snapkv --budget 10 --params '{\"kernal\": 3}'",
+               "unknown parameter 'kernal'");
   expect_error("--policy snapkv --budget 0", "must be > 0");
   expect_error("--policy snapkv --budget 31 --params '{\"window\": 8}'", "larger than the prompt");
   expect_error("--policy criticalkv --budget 10 --params '{\"window\": 8}'", "w_o");

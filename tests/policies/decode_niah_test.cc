@@ -63,7 +63,8 @@ std::string niah_prompt(const std::string& context) {
 // |set(expected)|.
 double needle_score(const std::string& response) {
   auto words = [](std::string text) {
-    std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
+    std::transform(text.begin(), text.end(), text.begin(),
+                   [](unsigned char c) { return std::tolower(c); });
     std::istringstream in(text);
     std::set<std::string> set;
     for (std::string word; in >> word;) set.insert(word);
@@ -139,7 +140,8 @@ std::string context_with_needle(const Tokenizer& tokenizer, int context_length, 
   } else {
     const std::vector<TokenId> period = tokenizer.encode(".");
     int at = static_cast<int>(haystack.size() * (depth / 100.0));
-    while (at > 0 && std::find(period.begin(), period.end(), haystack[at - 1]) == period.end()) --at;
+    while (at > 0 && std::find(period.begin(), period.end(), haystack[at - 1]) == period.end())
+      --at;
     with.assign(haystack.begin(), haystack.begin() + at);
     with.insert(with.end(), needle.begin(), needle.end());
     with.insert(with.end(), haystack.begin() + at, haystack.end());
@@ -259,7 +261,8 @@ TEST(DecodeNiah, MethodsAnswerAtTenPercentBudgets) {
   const LoadedModel model = load_model(test::default_model_path().string());
   const std::shared_ptr<const Tokenizer> tokenizer =
       model.tokenizer ? model.tokenizer
-                      : std::shared_ptr<const Tokenizer>(tokenizer_from_path(test::default_model_path().string()));
+                      : std::shared_ptr<const Tokenizer>(
+                            tokenizer_from_path(test::default_model_path().string()));
   // CI: kCiDepths and the per-method thresholds; by hand: other depths or the ART sweep, no
   // thresholds.
   const bool art_sweep = std::getenv("KVB_NIAH_ART_SWEEP") != nullptr;
@@ -285,10 +288,9 @@ TEST(DecodeNiah, MethodsAnswerAtTenPercentBudgets) {
   std::vector<CachePlan> plans;
   CaptureRequest request;
   for (const Method& method : methods) {
-    plans.push_back(make_cache_plan(method.policy, method.params,
-                                    method.policy == "full" || method.policy == "full+art"
-                                        ? std::nullopt
-                                        : budget));
+    plans.push_back(make_cache_plan(
+        method.policy, method.params,
+        method.policy == "full" || method.policy == "full+art" ? std::nullopt : budget));
     if (plans.back().prefill) request.merge(plans.back().prefill->capture());
   }
 
@@ -311,7 +313,8 @@ TEST(DecodeNiah, MethodsAnswerAtTenPercentBudgets) {
     const PrefillSnapshot snapshot = generator.prefill(ids, request);  // once per sample
     prefill_ms += snapshot.prefill_ms;
     for (size_t m = 0; m < methods.size(); ++m) {
-      const GenerationResult result = generator.continue_generation(snapshot, plans[m], {}, options);
+      const GenerationResult result =
+          generator.continue_generation(snapshot, plans[m], {}, options);
       const std::string answer = first_non_blank_line(tokenizer->decode(result.output_ids, true));
       const double sample_score = needle_score(answer);
       score[m] += sample_score / samples;
@@ -337,11 +340,13 @@ TEST(DecodeNiah, MethodsAnswerAtTenPercentBudgets) {
     if (!depth_list.empty()) depth_list += ',';
     depth_list += std::to_string(depth);
   }
-  std::printf("\nNIAH (KVCache-Factory protocol), %d samples (depths %s), %d-token prompts, budget "
-              "10%%, prefill %.0f ms per sample\n",
-              samples, depth_list.c_str(), prompt_tokens, prefill_ms / samples);
-  std::printf("| method | mean score | samples answered (score 1.0) | KV blocks skipped by ART | "
-              "ms per decode step |\n|---|---|---|---|---|\n");
+  std::printf(
+      "\nNIAH (KVCache-Factory protocol), %d samples (depths %s), %d-token prompts, budget "
+      "10%%, prefill %.0f ms per sample\n",
+      samples, depth_list.c_str(), prompt_tokens, prefill_ms / samples);
+  std::printf(
+      "| method | mean score | samples answered (score 1.0) | KV blocks skipped by ART | "
+      "ms per decode step |\n|---|---|---|---|---|\n");
   for (size_t m = 0; m < methods.size(); ++m) {
     char skipped[32] = "-";
     if (total[m] > 0)
@@ -352,14 +357,16 @@ TEST(DecodeNiah, MethodsAnswerAtTenPercentBudgets) {
   }
   // Probe/oracle agreement per ART row (ART Table 4's comparison): the probe's stop decision
   // against "the running output is already within the tolerance of the full output".
-  std::printf("\nART probe/oracle (tolerance %.0e relative L2, max over the KV group's heads): walks, "
-              "share the probe stopped, premature stops (error still >= tolerance) among stops, "
-              "mean error at stop; per block boundary: agreement, false positives (probe stops, "
-              "error too large), false negatives; blocks a perfect probe could skip (the error "
-              "stays under the tolerance from its stop on)\n",
-              kOracleTolerance);
-  std::printf("| setting | walks | probe stopped | premature | mean error at stop | agreement | "
-              "false pos. | false neg. | oracle could skip |\n|---|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "\nART probe/oracle (tolerance %.0e relative L2, max over the KV group's heads): walks, "
+      "share the probe stopped, premature stops (error still >= tolerance) among stops, "
+      "mean error at stop; per block boundary: agreement, false positives (probe stops, "
+      "error too large), false negatives; blocks a perfect probe could skip (the error "
+      "stays under the tolerance from its stop on)\n",
+      kOracleTolerance);
+  std::printf(
+      "| setting | walks | probe stopped | premature | mean error at stop | agreement | "
+      "false pos. | false neg. | oracle could skip |\n|---|---|---|---|---|---|---|---|---|\n");
   int art_row = -1;
   for (size_t m = 0; m < methods.size(); ++m) {
     if (oracle[m].walks == 0) continue;

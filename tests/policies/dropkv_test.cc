@@ -17,9 +17,9 @@ namespace {
 using Vector = std::vector<double>;
 
 struct Attention {
-  Vector p;                // softmax weights
-  std::vector<Vector> v;   // values
-  Vector output;           // a = Σ p_j v_j
+  Vector p;               // softmax weights
+  std::vector<Vector> v;  // values
+  Vector output;          // a = Σ p_j v_j
 };
 
 // Softmax attention of one query over the tokens in `subset`, in double.
@@ -64,7 +64,8 @@ TEST(DropKvIdentity, KeptOutputAndPerturbationMatchBruteForceInDouble) {
       for (int i = 0; i < d; ++i) k[j][i] = normal(rng), v[j][i] = normal(rng);
     std::vector<int> all(n), kept, evicted;
     for (int j = 0; j < n; ++j) all[j] = j;
-    for (int j = 0; j < n; ++j) (std::bernoulli_distribution(0.3)(rng) ? evicted : kept).push_back(j);
+    for (int j = 0; j < n; ++j)
+      (std::bernoulli_distribution(0.3)(rng) ? evicted : kept).push_back(j);
     if (evicted.empty() || kept.empty()) continue;
     Vector p;
     const Vector a = attend(q, k, v, all, &p);
@@ -98,8 +99,7 @@ TEST(DropKvIdentity, KeptOutputAndPerturbationMatchBruteForceInDouble) {
 // every key equals the brute-force perturbation of evicting that key alone.
 TEST(DropKvScore, Fp32ScoreIsTheSingleTokenPerturbation) {
   test::SyntheticPrefill prefill(1, 1, 1, 30, 8, 1, 11);
-  const auto scorer = make_scorer(
-      "dropkv", {{"window", 1}, {"kernel", 1}, {"precision", "fp32"}});
+  const auto scorer = make_scorer("dropkv", {{"window", 1}, {"kernel", 1}, {"precision", "fp32"}});
   const LayerPrefillView& layer = prefill.view.layers[0];
   const auto scores = scorer->score(layer)[0];
   const int n = 30, d = 8;
@@ -107,7 +107,8 @@ TEST(DropKvScore, Fp32ScoreIsTheSingleTokenPerturbation) {
   std::vector<Vector> k(n, Vector(d)), v(n, Vector(d));
   for (int i = 0; i < d; ++i) q[i] = layer.query(0, 0)[i];
   for (int j = 0; j < n; ++j)
-    for (int i = 0; i < d; ++i) k[j][i] = layer.keys[0][j * d + i], v[j][i] = layer.values[0][j * d + i];
+    for (int i = 0; i < d; ++i)
+      k[j][i] = layer.keys[0][j * d + i], v[j][i] = layer.values[0][j * d + i];
   std::vector<int> all(n);
   for (int j = 0; j < n; ++j) all[j] = j;
   const Vector a = attend(q, k, v, all);
@@ -127,8 +128,9 @@ TEST(DropKvScore, TokenWithProbabilityNearOneGetsAHugeFiniteScore) {
   for (int i = 0; i < 8; ++i) prefill.keys[0][0][3 * 8 + i] = 1.0f;
   for (auto& x : prefill.queries[0]) x = 3.0f;
   for (const char* precision : {"fp32", "bf16"}) {
-    const auto scores = make_scorer("dropkv", {{"window", 1}, {"kernel", 1}, {"precision", precision}})
-                            ->score(prefill.view.layers[0])[0];
+    const auto scores =
+        make_scorer("dropkv", {{"window", 1}, {"kernel", 1}, {"precision", precision}})
+            ->score(prefill.view.layers[0])[0];
     EXPECT_TRUE(std::isfinite(scores[3])) << precision;
     for (int j = 0; j < 15; ++j) {
       if (j == 3) continue;
@@ -144,7 +146,8 @@ TEST(DropKvScore, PoolsOverTheFullLengthSoWindowScoresSpillIntoThePrefix) {
   const auto pooled = make_scorer("dropkv", {{"precision", "fp32"}})->score(layer)[0];
   const auto expected = pool1d(raw, 11, Pooling::kMax, Precision::kFp32);  // over all 40 positions
   for (int j = 0; j < 40; ++j) EXPECT_FLOAT_EQ(pooled[j], expected[j]) << j;
-  const auto avg = make_scorer("dropkv", {{"precision", "fp32"}, {"pooling", "avg"}})->score(layer)[0];
+  const auto avg =
+      make_scorer("dropkv", {{"precision", "fp32"}, {"pooling", "avg"}})->score(layer)[0];
   const auto expected_avg = pool1d(raw, 11, Pooling::kAvg, Precision::kFp32);
   for (int j = 0; j < 40; ++j) EXPECT_FLOAT_EQ(avg[j], expected_avg[j]) << j;
 }
@@ -169,7 +172,8 @@ TEST(DropKvSelect, Bf16AndFp32ModesAgreeOnMostOfTheKeptSet) {
   const auto bf16 = make_scorer("dropkv", {})->select(prefill.view, 60);
   const auto fp32 = make_scorer("dropkv", {{"precision", "fp32"}})->select(prefill.view, 60);
   const auto bf16_scores = make_scorer("dropkv", {})->score(prefill.view.layers[0]);
-  const auto fp32_scores = make_scorer("dropkv", {{"precision", "fp32"}})->score(prefill.view.layers[0]);
+  const auto fp32_scores =
+      make_scorer("dropkv", {{"precision", "fp32"}})->score(prefill.view.layers[0]);
   EXPECT_NE(bf16_scores, fp32_scores);  // the casts are emulated, not ignored
   for (int h = 0; h < 2; ++h) {
     std::vector<int32_t> common;

@@ -36,14 +36,16 @@ TEST(H2o, PrefillKeepsHeavyHittersByColumnSumsPlusWindow) {
 TEST(H2o, DecodeVariantEvictsTheLowestAccumulatedScoreOutsideTheRecentBlock) {
   test::SyntheticPrefill prefill(1, 2, 1, 8, 4, 1, 37);
   for (int a = 0; a < 2; ++a)
-    for (int j = 0; j < 8; ++j) prefill.column_sums[0][a * 8 + j] = 1.0f + j % 3;  // 1,2,3,1,2,3,1,2
+    for (int j = 0; j < 8; ++j)
+      prefill.column_sums[0][a * 8 + j] = 1.0f + j % 3;                          // 1,2,3,1,2,3,1,2
   const CachePlan plan = make_cache_plan("h2o_decode", {}, Budget::parse("6"));  // hh 3, recent 3
   ASSERT_TRUE(plan.decode_eviction);
   const KeptIndices kept = plan.prefill->select(prefill.view, 6);
   // heavy among [0, 5): scores 1,2,3,1,2 → 2, 1, 4 (tie 1 vs 4 → lower index first)
   EXPECT_EQ(kept[0][0], (std::vector<int32_t>{1, 2, 4, 5, 6, 7}));
   KvStore store(1, 1, 4);
-  for (int j = 0; j < 8; ++j) store.append(0, j, &prefill.keys[0][0][j * 4], &prefill.values[0][0][j * 4]);
+  for (int j = 0; j < 8; ++j)
+    store.append(0, j, &prefill.keys[0][0][j * 4], &prefill.values[0][0][j * 4]);
   store.compact(0, kept[0], 2);
   plan.decode_eviction->start(store, 8, 6);
   // one decode step: the new token gets all the attention of query head 0, entry of position 5

@@ -83,7 +83,8 @@ TEST(MagicPigSelector, ExactSetAndAnAlignedKeyIsAlwaysSampled) {
       EXPECT_NEAR(bias[n], -std::log(1.0 + 1e-4), 1e-4);
     }
   }
-  EXPECT_EQ(exact.size(), static_cast<size_t>(sinks + local + 1)) << "sinks, local window, decode token";
+  EXPECT_EQ(exact.size(), static_cast<size_t>(sinks + local + 1))
+      << "sinks, local window, decode token";
   EXPECT_TRUE(std::count(indices.begin(), indices.end(), 200));
   // Few random keys collide in 2 of 150 tables of 10 bits: the sample is a small fraction.
   EXPECT_LT(indices.size() - exact.size(), static_cast<size_t>((prompt - sinks - local) / 4));

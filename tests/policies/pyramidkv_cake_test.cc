@@ -49,7 +49,8 @@ TEST(Cake, DispersedLayersGetMoreBudgetAndDecodeEvictionHoldsIt) {
   for (auto& q : prefill.queries[0]) q *= 0.05f;
   for (auto& q : prefill.queries[1]) q *= 4.0f;
   prefill.rebuild_view();
-  const CachePlan plan = make_cache_plan("cake", {{"window", 8}, {"tau2", 1e9}}, Budget::parse("24"));
+  const CachePlan plan =
+      make_cache_plan("cake", {{"window", 8}, {"tau2", 1e9}}, Budget::parse("24"));
   ASSERT_TRUE(plan.decode_eviction);
   const KeptIndices kept = plan.prefill->select(prefill.view, 24);
   EXPECT_GT(kept[0][0].size(), kept[1][0].size());

@@ -38,9 +38,9 @@ struct RealModel {
   std::unique_ptr<Generator> generator;
 };
 
-#define KVB_REQUIRE_TOKENIZER(m)                                                      \
-  do {                                                                                \
-    if (!(m).tokenizer) GTEST_SKIP() << "this build loads no GGUF tokenizer yet";       \
+#define KVB_REQUIRE_TOKENIZER(m)                                                  \
+  do {                                                                            \
+    if (!(m).tokenizer) GTEST_SKIP() << "this build loads no GGUF tokenizer yet"; \
   } while (0)
 
 RealModel& real_model() {
@@ -48,10 +48,9 @@ RealModel& real_model() {
     RealModel out;
     out.model = load_model(test::default_model_path().string());
     out.engine = std::make_unique<CpuEngine>(*out.model.weights);
-    out.tokenizer = out.model.tokenizer
-                        ? out.model.tokenizer
-                        : std::shared_ptr<const Tokenizer>(
-                              tokenizer_from_path(test::default_model_path().string()));
+    out.tokenizer = out.model.tokenizer ? out.model.tokenizer
+                                        : std::shared_ptr<const Tokenizer>(tokenizer_from_path(
+                                              test::default_model_path().string()));
     out.generator = std::make_unique<Generator>(*out.engine, out.tokenizer.get());
     return out;
   }();
@@ -67,14 +66,14 @@ std::vector<TokenId> needle_prompt(const Tokenizer& tokenizer, int context_token
   const std::string before = tokenizer.decode({essay.begin(), essay.begin() + middle});
   const std::string after = tokenizer.decode({essay.begin() + middle, essay.end()});
   const std::string text = apply_chat_template(chat_template("chatml-smollm2"),
-                                              before + kFact + after + "\n\n" + kQuestion);
+                                               before + kFact + after + "\n\n" + kQuestion);
   return tokenizer.encode(text, false, true);
 }
 
 GenerationResult answer(const PrefillSnapshot& snapshot, const std::string& policy,
                         const std::string& budget) {
-  CachePlan plan = make_cache_plan(policy, {}, policy == "full" ? std::nullopt
-                                                                : std::optional(Budget::parse(budget)));
+  CachePlan plan = make_cache_plan(
+      policy, {}, policy == "full" ? std::nullopt : std::optional(Budget::parse(budget)));
   GenerationOptions options;
   options.max_new_tokens = 20;
   return real_model().generator->continue_generation(snapshot, plan, {}, options);
@@ -119,7 +118,9 @@ TEST(RealModel, DISABLED_EveryMethodAtHalfAndTenthBudget) {
   const auto ids = needle_prompt(*m.tokenizer, tokens);
   const PrefillSnapshot snapshot = m.generator->prefill(ids, capture_for_all_policies());
   std::printf("prompt %zu tokens, prefill %.0f ms\n", ids.size(), snapshot.prefill_ms);
-  std::printf("| policy | budget | correct | answer | compress ms | KV bytes |\n|---|---|---|---|---|---|\n");
+  std::printf(
+      "| policy | budget | correct | answer | compress ms | KV bytes "
+      "|\n|---|---|---|---|---|---|\n");
   for (const auto& info : list_policies()) {
     if (info.kind == PolicyKind::kKernelWalk) continue;
     for (const char* budget : {"50%", "10%"}) {

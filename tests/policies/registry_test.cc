@@ -26,8 +26,9 @@ TEST(Registry, UnknownPolicyListsKnownNames) {
 }
 
 TEST(Registry, UnknownParameterNamesItAndListsKnownOnes) {
-  const std::string message = error_of(
-      [] { make_cache_plan("snapkv", {{"windw", 8}}, Budget::parse("64")); });
+  const std::string message = error_of([] {
+    make_cache_plan("snapkv", {{"windw", 8}}, Budget::parse("64"));
+  });
   EXPECT_NE(message.find("unknown parameter 'windw'"), std::string::npos) << message;
   EXPECT_NE(message.find("window"), std::string::npos) << message;
   EXPECT_NE(message.find("kernel"), std::string::npos) << message;

@@ -87,7 +87,8 @@ TEST(SnapKv, KeepsTheKeyTheWindowAttendsTo) {
   // make every window query point at key 11 (and only there)
   for (int i = 0; i < 8; ++i) prefill.keys[0][0][11 * 8 + i] = 3.0f;
   for (auto& q : prefill.queries[0]) q = 3.0f;
-  const CachePlan plan = make_cache_plan("snapkv", {{"window", 4}, {"kernel", 1}}, Budget::parse("5"));
+  const CachePlan plan =
+      make_cache_plan("snapkv", {{"window", 4}, {"kernel", 1}}, Budget::parse("5"));
   const KeptIndices kept = plan.prefill->select(prefill.view, 5);
   EXPECT_EQ(kept[0][0], (std::vector<int32_t>{11, 26, 27, 28, 29}));
 }
@@ -102,8 +103,8 @@ TEST(SnapKv, BudgetIncludesWindowByDefaultAndCanExcludeIt) {
   test::SyntheticPrefill prefill(1, 2, 1, 40, 8, 4, 3);
   const auto inside = make_scorer("snapkv", {{"window", 4}})->select(prefill.view, 10);
   EXPECT_EQ(inside[0][0].size(), 10u);
-  const auto outside =
-      make_scorer("snapkv", {{"window", 4}, {"budget_includes_window", false}})->select(prefill.view, 10);
+  const auto outside = make_scorer("snapkv", {{"window", 4}, {"budget_includes_window", false}})
+                           ->select(prefill.view, 10);
   EXPECT_EQ(outside[0][0].size(), 14u);
 }
 

@@ -56,7 +56,8 @@ TEST(TopkSelector, PerHeadSelectionEqualsExactTopK) {
 TEST(TopkSelector, FractionBudgetFollowsTheCurrentLength) {
   const int d = 8, length = 95;
   KvStore store = test::random_store(1, 1, d, length, 2);
-  auto selector = make_topk_selector({{"dense_layers", nlohmann::json::array()}}, Budget::parse("10%"));
+  auto selector =
+      make_topk_selector({{"dense_layers", nlohmann::json::array()}}, Budget::parse("10%"));
   selector->start(store, length, 9);
   const std::vector<float> query = test::random_vector(d, 3);
   Selection selection = test::empty_selection(1);
@@ -87,7 +88,8 @@ TEST(TopkSelector, SharedModeRanksBySummedGroupWeights) {
     const double top = *std::max_element(logits.begin(), logits.end());
     double mass = 0;
     for (double& x : logits) mass += std::exp((x - top) / std::sqrt(double{d}));
-    for (int j = 0; j < length; ++j) summed[j] += std::exp((logits[j] - top) / std::sqrt(double{d})) / mass;
+    for (int j = 0; j < length; ++j)
+      summed[j] += std::exp((logits[j] - top) / std::sqrt(double{d})) / mass;
   }
   for (int a = 0; a < group; ++a) {
     std::vector<int32_t> got = selection.indices[a];
