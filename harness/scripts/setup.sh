@@ -8,9 +8,11 @@ cd "$root"
 packages=(build-essential cmake pkg-config ccache libsentencepiece-dev libtbb-dev libopenblas-dev
           libpcre2-dev libsqlite3-dev nlohmann-json3-dev libgtest-dev libgmock-dev
           libbenchmark-dev sqlite3 python3-jieba clang libclang-rt-14-dev llvm-14
+          clang-format-14
           chromium)  # chromium: the HTML report test opens the report headless; clang,
                      # libclang-rt-14-dev (libFuzzer, ASan) and llvm-14 (llvm-symbolizer for
-                     # readable sanitizer reports): harness/scripts/fuzz.sh and sanitize.sh
+                     # readable sanitizer reports): harness/scripts/fuzz.sh and sanitize.sh;
+                     # clang-format-14: test.sh checks every source against .clang-format
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
