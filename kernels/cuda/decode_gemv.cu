@@ -293,16 +293,21 @@ __global__ void argmax_finish_kernel(unsigned long long* best, int n, int32_t* n
   }
 }
 
-// Warps per row: enough blocks for about two waves of the GPU, while every warp keeps at least
-// one full pass of 32 lanes x 16 bytes over its slice.
-int gemv_splits(int in_features, int out_features) {
-  constexpr int kTargetBlocks = 2048;
-  const int chunks = in_features / 8;
+// Warps that share one output of a block's 8 (a GEMV row, a tensor-core tile), each streaming a
+// contiguous slice of its `row_units` units of work: doubled while the grid has fewer than
+// `target_blocks` blocks and every warp would still keep at least `min_units` units after doubling.
+int warps_per_output(int outputs, int row_units, int min_units, int target_blocks) {
   int splits = 1;
-  while (splits < 8 && (out_features + 8 / splits - 1) / (8 / splits) < kTargetBlocks &&
-         chunks / (2 * splits) >= 32)
+  while (splits < 8 && (outputs + 8 / splits - 1) / (8 / splits) < target_blocks &&
+         row_units / (2 * splits) >= min_units)
     splits *= 2;
   return splits;
+}
+
+// Warps per row: enough blocks for about two waves of the GPU, while every warp keeps at least
+// one full pass of 32 lanes x 16 bytes (32 chunks of 8 weights) over its slice.
+int gemv_splits(int in_features, int out_features) {
+  return warps_per_output(out_features, in_features / 8, 32, 2048);
 }
 
 bool gemv_applies(int n, int in_features) {
@@ -352,8 +357,8 @@ void launch_gemv(const GemvParams<Out>& params, int n, int weight_rows, cudaStre
 // 8c+6, 8c+7) in place of the fragment's (2c, 2c+1 | 2c+8, 2c+9). A and B are permuted alike, so
 // every product term is still W[row, k] x[col, k] exactly once.
 constexpr int kSkinnyMinRows = kDecodeGemvMaxRows + 1;
-constexpr int kSkinnyUnroll =
-    4;  // 32-wide k steps per round (two rounds of 8 16-byte loads a lane)
+// 32-wide k steps per round (two rounds in flight, of 8 16-byte loads a lane each).
+constexpr int kSkinnyUnroll = 4;
 
 __device__ __forceinline__ uint32_t word(int value) { return static_cast<uint32_t>(value); }
 
@@ -454,15 +459,9 @@ __global__ void __launch_bounds__(256)
 }
 
 // Warps per tile: enough blocks to fill the GPU about twice, while each warp keeps at least two
-// rounds of loads over its slice.
+// rounds of loads (2 x kSkinnyUnroll 32-wide k steps) over its slice.
 int skinny_splits(int in_features, int tiles) {
-  constexpr int kTargetBlocks = 1024;
-  const int steps = in_features / 32;  // a warp's 32-wide k steps over the whole row
-  int splits = 1;
-  while (splits < 8 && (tiles + 8 / splits - 1) / (8 / splits) < kTargetBlocks &&
-         steps / (2 * splits) >= 2 * kSkinnyUnroll)
-    splits *= 2;
-  return splits;
+  return warps_per_output(tiles, in_features / 32, 2 * kSkinnyUnroll, 1024);
 }
 
 bool skinny_mma_enabled() {  // KVB_CUDA_SKINNY_MMA=0: cuBLAS for 5 to 16 rows (A/B timing)
