@@ -2,12 +2,13 @@
 # Builds the libFuzzer targets of tests/fuzz/ (clang, ASan + UBSan, KVB_FUZZ=ON) and runs each for a
 # number of inputs or a time, from a fresh copy of its seed corpus (make_fuzz_seeds, make_gguf_seeds).
 #
-#   harness/scripts/fuzz.sh [--runs N | --time SECONDS] [--build-dir DIR] [--no-build] [TARGET...]
+#   harness/scripts/fuzz.sh [--runs N] [--time SECONDS] [--build-dir DIR] [--no-build] [TARGET...]
 #
 # TARGET is a file name of tests/fuzz/ without _fuzz.cc (gguf, safetensors, safetensors_index,
 # hf_config, sweep_config, benchmark_jsonl, ruler_qa, score_predictions, tokenizer, chat_template,
 # results_db); none: all of them. --runs N (default 100000) runs exactly N inputs with -seed=1, so
-# the same binary sees the same inputs every time (ctest's slices); --time S runs each for S seconds.
+# the same binary sees the same inputs every time (ctest's slices); --time S runs each for S seconds;
+# both: each stops at whichever comes first (the issue's "10^6 inputs or 30 minutes").
 # The build folder (default build-san) is the one harness/scripts/sanitize.sh uses; KVB_JOBS caps
 # the build's parallelism. A crash, leak, hang (10 s per input) or sanitizer report stops that
 # target; its input is kept as DIR/fuzz-work/artifacts/TARGET-crash-* and the script exits 1 after
@@ -17,12 +18,13 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="$root/build-san"
 runs=100000
+runs_given=0
 seconds=""
 do_build=1
 targets=()
 while (($#)); do
   case "$1" in
-    --runs) runs="$2"; shift 2 ;;
+    --runs) runs="$2"; runs_given=1; shift 2 ;;
     --time) seconds="$2"; shift 2 ;;
     --build-dir) build="$2"; shift 2 ;;
     --no-build) do_build=0; shift ;;
@@ -92,7 +94,10 @@ for t in "${targets[@]}"; do
   mkdir -p "$corpus"
   [ -d "$seeds/$t" ] && cp "$seeds/$t"/* "$corpus/"
   limit=(-runs="$runs")
-  [ -n "$seconds" ] && limit=(-max_total_time="$seconds")
+  if [ -n "$seconds" ]; then
+    ((runs_given)) || limit=()
+    limit+=(-max_total_time="$seconds")
+  fi
   max_len=8192
   [ "$t" = results_db ] && max_len=65536
   dict=()
