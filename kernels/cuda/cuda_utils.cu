@@ -22,6 +22,11 @@ bool env_switch_on(const char* name) {
   return value == nullptr || std::strcmp(value, "0") != 0;
 }
 
+bool env_switch_set(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && std::strcmp(value, "1") == 0;
+}
+
 bool overlapped_launch_enabled() {
   // Read once: a process-wide launch mode, so that a captured graph and its replays agree.
   static const bool enabled = env_switch_on("KVB_CUDA_PDL");

@@ -26,6 +26,8 @@ class OutOfMemory : public std::runtime_error {
 
 // An A/B switch for timing runs: on unless the environment variable `name` is set to "0".
 bool env_switch_on(const char* name);
+// An opt-in switch: on only when `name` is set to "1".
+bool env_switch_set(const char* name);
 
 // Whether every pointer is a multiple of `bytes` (the vectorised kernels' 8- and 16-byte accesses).
 template <typename... T>

@@ -464,16 +464,20 @@ int skinny_splits(int in_features, int tiles) {
   return warps_per_output(tiles, in_features / 32, 2 * kSkinnyUnroll, 1024);
 }
 
-bool skinny_mma_enabled() {  // KVB_CUDA_SKINNY_MMA=0: cuBLAS for 5 to 16 rows (A/B timing)
-  static const bool enabled = env_switch_on("KVB_CUDA_SKINNY_MMA");
+// Off unless KVB_CUDA_SKINNY_MMA=1: on an H100 the kernel's second version lost to cuBLAS at 8-16
+// rows and tied at 5 (results/gpu-sweeps.md, sixth round), so cuBLAS takes 5-16 rows by default.
+bool skinny_mma_enabled() {
+  static const bool enabled = env_switch_set("KVB_CUDA_SKINNY_MMA");
   return enabled;
 }
 
+bool skinny_mma_applies(int n, int in_features) {
+  return n >= kSkinnyMinRows && n <= kSkinnyMaxRows && in_features % 8 == 0;
+}
+
 template <typename Out>
-bool try_skinny_mma(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int n, int in_features,
-                    int out_features, cudaStream_t stream) {
-  if (n < kSkinnyMinRows || n > kSkinnyMaxRows || in_features % 8 != 0 || !skinny_mma_enabled())
-    return false;
+void launch_skinny_mma(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int n,
+                       int in_features, int out_features, cudaStream_t stream) {
   const int tiles = (out_features + 15) / 16;
   const int splits = skinny_splits(in_features, tiles);
   const int tiles_per_block = 8 / splits;
@@ -481,6 +485,13 @@ bool try_skinny_mma(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int 
   auto kernel = n <= 8 ? skinny_mma_kernel<1, Out> : skinny_mma_kernel<2, Out>;
   launch_overlapped(kernel, grid, 256, 0, stream, "skinny_mma_kernel", x, w, y, n, in_features,
                     out_features, splits);
+}
+
+template <typename Out>
+bool try_skinny_mma(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int n, int in_features,
+                    int out_features, cudaStream_t stream) {
+  if (!skinny_mma_applies(n, in_features) || !skinny_mma_enabled()) return false;
+  launch_skinny_mma(x, w, y, n, in_features, out_features, stream);
   return true;
 }
 
@@ -546,6 +557,16 @@ void gemm_bf16(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat1
 void gemm_bf16_f32out(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w,
                       float* y, int n, int in_features, int out_features, cudaStream_t stream) {
   product(handle, x, w, y, n, in_features, out_features, stream);
+}
+
+void gemm_bf16_skinny_mma(const __nv_bfloat16* x, const __nv_bfloat16* w, float* y, int n,
+                          int in_features, int out_features, cudaStream_t stream) {
+  if (!skinny_mma_applies(n, in_features))
+    throw std::invalid_argument("gemm_bf16_skinny_mma: " + std::to_string(n) + " rows of " +
+                                std::to_string(in_features) + " features (needs " +
+                                std::to_string(kSkinnyMinRows) + "-" +
+                                std::to_string(kSkinnyMaxRows) + " rows, features % 8 == 0)");
+  launch_skinny_mma(x, w, y, n, in_features, out_features, stream);
 }
 
 void gate_up_swiglu(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w_gate_up,

@@ -283,49 +283,79 @@ void pool_and_protect(const float* raw, float* pooled, int n_heads, int length, 
   check(cudaGetLastError(), "protect_kernel");
 }
 
-size_t topk_workspace_bytes(int n_heads, int length) {
-  const size_t n = size_t(n_heads) * length;
+namespace {
+
+size_t cub_sort_bytes(int n_heads, int length) {
+  const int n = n_heads * length;
+  size_t pairs = 0, keys = 0;
+  check(cub::DeviceSegmentedRadixSort::SortPairsDescending(
+            nullptr, pairs, static_cast<const float*>(nullptr), static_cast<float*>(nullptr),
+            static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr), n, n_heads,
+            static_cast<const int*>(nullptr), static_cast<const int*>(nullptr)),
+        "topk_sorted: cub size query");
+  check(cub::DeviceSegmentedRadixSort::SortKeys(
+            nullptr, keys, static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr), n,
+            n_heads, static_cast<const int*>(nullptr), static_cast<const int*>(nullptr)),
+        "topk_sorted: cub size query");
+  return std::max(pairs, keys);
+}
+
+// topk_sorted's scratch, carved in 256-byte aligned slices. The size query and the carving walk
+// the same slices, so the alignment padding is always paid for (a fixed slack once fell short and
+// left cub without its temporary storage).
+struct TopkWorkspace {
+  float* sorted_scores = nullptr;
+  int32_t* index_in = nullptr;
+  int32_t* index_out = nullptr;
+  int* offsets = nullptr;
+  int* keep_offsets = nullptr;
+  void* cub_temp = nullptr;
   size_t cub_bytes = 0;
-  cub::DeviceSegmentedRadixSort::SortPairsDescending(
-      nullptr, cub_bytes, static_cast<const float*>(nullptr), static_cast<float*>(nullptr),
-      static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr), int(n), n_heads,
-      static_cast<const int*>(nullptr), static_cast<const int*>(nullptr));
-  size_t cub_bytes2 = 0;
-  cub::DeviceSegmentedRadixSort::SortKeys(
-      nullptr, cub_bytes2, static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr),
-      int(n), n_heads, static_cast<const int*>(nullptr), static_cast<const int*>(nullptr));
-  // sorted scores, index in/out, offsets, cub temp.
-  return n * 4 * 3 + size_t(n_heads + 1) * 4 * 2 + std::max(cub_bytes, cub_bytes2) + 1024;
+  size_t total = 0;
+
+  TopkWorkspace(void* base, int n_heads, int length) {
+    const size_t n = size_t(n_heads) * length;
+    auto take = [&](size_t bytes) {
+      void* p = base ? static_cast<char*>(base) + total : nullptr;
+      total += (bytes + 255) / 256 * 256;
+      return p;
+    };
+    total = base ? (256 - reinterpret_cast<uintptr_t>(base) % 256) % 256 : 255;
+    sorted_scores = static_cast<float*>(take(n * 4));
+    index_in = static_cast<int32_t*>(take(n * 4));
+    index_out = static_cast<int32_t*>(take(n * 4));
+    offsets = static_cast<int*>(take((n_heads + 1) * 4));
+    keep_offsets = static_cast<int*>(take((n_heads + 1) * 4));
+    cub_bytes = cub_sort_bytes(n_heads, length);
+    cub_temp = take(cub_bytes);
+  }
+};
+
+}  // namespace
+
+size_t topk_workspace_bytes(int n_heads, int length) {
+  return TopkWorkspace(nullptr, n_heads, length).total;
 }
 
 void topk_sorted(const float* scores, int n_heads, int length, int keep, int32_t* kept,
                  void* workspace, cudaStream_t stream) {
   const size_t n = size_t(n_heads) * length;
-  char* cursor = static_cast<char*>(workspace);
-  auto take = [&](size_t bytes) {
-    char* p = cursor;
-    cursor += (bytes + 255) / 256 * 256;
-    return p;
-  };
-  float* sorted_scores = reinterpret_cast<float*>(take(n * 4));
-  int32_t* index_in = reinterpret_cast<int32_t*>(take(n * 4));
-  int32_t* index_out = reinterpret_cast<int32_t*>(take(n * 4));
-  int* offsets = reinterpret_cast<int*>(take((n_heads + 1) * 4));
-  int* keep_offsets = reinterpret_cast<int*>(take((n_heads + 1) * 4));
-  size_t cub_bytes =
-      topk_workspace_bytes(n_heads, length) - (cursor - static_cast<char*>(workspace));
-  void* cub_temp = cursor;
-  iota_kernel<<<1024, 256, 0, stream>>>(index_in, n_heads, length);
-  offsets_kernel<<<1, 256, 0, stream>>>(offsets, n_heads, length);
-  offsets_kernel<<<1, 256, 0, stream>>>(keep_offsets, n_heads, keep);
+  const TopkWorkspace w(workspace, n_heads, length);
+  size_t cub_bytes = w.cub_bytes;
+  iota_kernel<<<1024, 256, 0, stream>>>(w.index_in, n_heads, length);
+  offsets_kernel<<<1, 256, 0, stream>>>(w.offsets, n_heads, length);
+  offsets_kernel<<<1, 256, 0, stream>>>(w.keep_offsets, n_heads, keep);
   // Radix sort is stable: equal scores keep ascending index order, so the lower index wins ties.
-  cub::DeviceSegmentedRadixSort::SortPairsDescending(cub_temp, cub_bytes, scores, sorted_scores,
-                                                     index_in, index_out, int(n), n_heads, offsets,
-                                                     offsets + 1, 0, 32, stream);
-  gather_kept_kernel<<<dim3((keep + 255) / 256, n_heads), 256, 0, stream>>>(index_out, length, keep,
-                                                                            index_in);
-  cub::DeviceSegmentedRadixSort::SortKeys(cub_temp, cub_bytes, index_in, kept, n_heads * keep,
-                                          n_heads, keep_offsets, keep_offsets + 1, 0, 32, stream);
+  check(cub::DeviceSegmentedRadixSort::SortPairsDescending(
+            w.cub_temp, cub_bytes, scores, w.sorted_scores, w.index_in, w.index_out, int(n),
+            n_heads, w.offsets, w.offsets + 1, 0, 32, stream),
+        "topk_sorted: sort by score");
+  gather_kept_kernel<<<dim3((keep + 255) / 256, n_heads), 256, 0, stream>>>(w.index_out, length,
+                                                                            keep, w.index_in);
+  check(cub::DeviceSegmentedRadixSort::SortKeys(w.cub_temp, cub_bytes, w.index_in, kept,
+                                                n_heads * keep, n_heads, w.keep_offsets,
+                                                w.keep_offsets + 1, 0, 32, stream),
+        "topk_sorted: sort kept indices");
   check(cudaGetLastError(), "topk_sorted");
 }
 

@@ -64,12 +64,19 @@ void fill_random_bf16(__nv_bfloat16* out, size_t count, uint64_t seed, float sca
                       cudaStream_t stream);
 
 // y[n, out] = x[n, in] · w[out, in]^T, bf16 in/out, f32 accumulation: a bandwidth-bound GEMV
-// kernel for n <= 4 (decode), a tensor-core one for n <= kSkinnyMaxRows, cuBLAS otherwise.
+// kernel for n <= 4 (decode), cuBLAS otherwise (the tensor-core kernel below for 5 to
+// kSkinnyMaxRows rows with KVB_CUDA_SKINNY_MMA=1).
 void gemm_bf16(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w,
                __nv_bfloat16* y, int n, int in_features, int out_features, cudaStream_t stream);
 // Same with f32 output (logits).
 void gemm_bf16_f32out(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w,
                       float* y, int n, int in_features, int out_features, cudaStream_t stream);
+
+// The tensor-core kernel for 5 to kSkinnyMaxRows rows (in_features % 8 == 0) that streams each
+// weight once for every row, f32 output; throws for other shapes. gemm_bf16 takes it only with
+// KVB_CUDA_SKINNY_MMA=1 (cuBLAS measured faster, results/gpu-sweeps.md); tests call it directly.
+void gemm_bf16_skinny_mma(const __nv_bfloat16* x, const __nv_bfloat16* w, float* y, int n,
+                          int in_features, int out_features, cudaStream_t stream);
 
 // The decode step's fused MLP input: out = swiglu(x · w_gate_upᵀ) with w_gate_up = [gate; up] rows
 // ([2 ffn, in]). For n <= 4 one GEMV streams gate row j and up row j together and writes
@@ -86,8 +93,7 @@ void lm_head_argmax(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bf
                     float* logits, int n, int in_features, int vocab, unsigned long long* best,
                     int32_t* next, cudaStream_t stream);
 
-// The most rows the decode GEMV takes; up to kSkinnyMaxRows a tensor-core kernel streams the
-// weights once for every row (a sample's cells decoded as one batch); cuBLAS above.
+// The most rows the decode GEMV takes, and the tensor-core kernel's (gemm_bf16_skinny_mma).
 constexpr int kDecodeGemvMaxRows = 4;
 constexpr int kSkinnyMaxRows = 16;
 

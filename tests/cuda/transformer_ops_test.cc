@@ -59,8 +59,9 @@ TEST(CudaOps, GemmMatchesCpuMatmul) {
   KVB_REQUIRE_GPU();
   // n <= 4 takes the GEMV kernel, with 1 to 8 warps per row (short rows and a down projection's
   // long ones; an output count that leaves the last block part empty; a last pass of one chunk).
-  // 5 to 16 take the tensor-core kernel: one or two n-tiles, partial ones, an output count that
-  // leaves a 16-row tile part empty, k slices that end inside a 32-wide step (2056, 1000).
+  // 5 to 16 take cuBLAS, and are also given to the tensor-core kernel (opt-in in gemm_bf16): one or
+  // two n-tiles, partial ones, an output count that leaves a 16-row tile part empty, k slices that
+  // end inside a 32-wide step (2056, 1000).
   for (auto [n, in, out] : std::vector<std::tuple<int, int, int>>{{1, 576, 1536},
                                                                   {3, 576, 1536},
                                                                   {4, 576, 1536},
@@ -93,8 +94,16 @@ TEST(CudaOps, GemmMatchesCpuMatmul) {
     cublasDestroy(handle);
     std::vector<float> got(expected.size());
     d_y.download(got.data(), got.size() * 4);
-    EXPECT_LT(test::max_abs_diff(got, expected), 1e-3 * std::sqrt(in / 576.0))
+    const double bound = 1e-3 * std::sqrt(in / 576.0);
+    EXPECT_LT(test::max_abs_diff(got, expected), bound)
         << "n=" << n << " in=" << in << " out=" << out;
+    if (n < 5 || n > cuda::kSkinnyMaxRows) continue;
+    cuda::gemm_bf16_skinny_mma(d_x.as<__nv_bfloat16>(), d_w.as<__nv_bfloat16>(), d_y.as<float>(), n,
+                               in, out, nullptr);
+    cudaDeviceSynchronize();
+    d_y.download(got.data(), got.size() * 4);
+    EXPECT_LT(test::max_abs_diff(got, expected), bound)
+        << "tensor-core kernel: n=" << n << " in=" << in << " out=" << out;
   }
 }
 
