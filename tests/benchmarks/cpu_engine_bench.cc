@@ -76,7 +76,7 @@ void BM_CausalAttention(benchmark::State& state) {
   const int T = state.range(0), Hq = 9, Hkv = 3, d = 64;
   const auto q = random_vector(size_t(T) * Hq * d, 6);
   std::vector<std::vector<float>> k, v;
-  kvb::kernels::CausalAttentionArgs args;
+  kvb::kernels::PrefillAttentionArgs args;
   args.n_query_heads = Hq;
   args.n_kv_heads = Hkv;
   args.head_dim = d;
@@ -94,7 +94,7 @@ void BM_CausalAttention(benchmark::State& state) {
   std::vector<float> out(size_t(T) * Hq * d);
   args.output = out.data();
   for (auto _ : state) {
-    kvb::kernels::causal_attention(args);
+    kvb::kernels::prefill_attention(args);
     benchmark::DoNotOptimize(out.data());
   }
   // Useful work: QK^T and PV over the causal half.
