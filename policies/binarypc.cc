@@ -239,9 +239,9 @@ std::shared_ptr<DescribedDecodeSelector> make_binarypc_selector(
 
 PolicyFactory binarypc_factory() {
   PolicyFactory factory = decode_selector_factory(
-      {"binarypc", PolicyKind::kDecodeSelection,
-       "64-bit binary principal-component key codes, bit-plane popcount top-k, EAS",
-       "yudaohai666/BPC @544b6d2 bpc/bpc/bpc_pytorch.py, bpc/bpc/bpc.py", binarypc_defaults()},
+      {"binarypc", "64-bit binary principal-component key codes, bit-plane popcount top-k, EAS",
+       "yudaohai666/BPC @544b6d2 bpc/bpc/bpc_pytorch.py, bpc/bpc/bpc.py"},
+      binarypc_defaults(),
       [](const nlohmann::json& params, const Budget& budget, PlanFiles& files) {
         return make_binarypc_selector(params, budget, nullptr, &files);
       });
