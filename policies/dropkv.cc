@@ -79,20 +79,19 @@ std::vector<float> raw_scores(const LayerPrefillView& layer, int window, Precisi
         outputs[(static_cast<size_t>(a) * window + t) * d + i] =
             maybe_bf16(output_rows[(static_cast<size_t>(t) * hq + a) * d + i], precision);
   std::vector<float> scores(static_cast<size_t>(hkv) * length);
-  kernels::DropKvScoreArgs args{hq,
-                                hkv,
-                                d,
-                                length,
-                                window,
-                                queries.data(),
-                                outputs.data(),
-                                lse.data(),
-                                keys.data(),
-                                values.data(),
-                                /*round_p_to_bf16=*/precision == Precision::kBf16,
-                                scores.data(),
-                                /*direct_distance=*/precision == Precision::kFp32};
-  kernels::dropkv_scores(args);
+  kernels::dropkv_scores({.n_query_heads = hq,
+                          .n_kv_heads = hkv,
+                          .head_dim = d,
+                          .length = length,
+                          .window = window,
+                          .queries = queries.data(),
+                          .outputs = outputs.data(),
+                          .lse = lse.data(),
+                          .keys = keys.data(),
+                          .values = values.data(),
+                          .round_p_to_bf16 = precision == Precision::kBf16,
+                          .scores = scores.data(),
+                          .direct_distance = precision == Precision::kFp32});
   return scores;
 }
 
