@@ -1,6 +1,7 @@
 // The forward pass's other GPU kernels in bf16 with f32 math: embedding gather, KV append, row
-// copies, argmax, conversions, and the bf16 GEMM/GEMV with its folded norms (CPU twin of the
-// products: kernels/cpu/matmul.h). The element-wise ops with CPU twins of the same name have their
+// copies, argmax, conversions, and the bf16 GEMM/GEMV with its folded norms (CPU twins: the
+// products' kernels/cpu/matmul.h, argmax_rows' kernels/cpu/transformer_ops.h, the conversions'
+// kernels/cpu/dequantize.h). The element-wise ops with CPU twins of the same name have their
 // own files, included here for the engine: rmsnorm.h, rope.h, activations.h. Tests: tests/cuda/.
 #pragma once
 

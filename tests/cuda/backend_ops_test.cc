@@ -33,16 +33,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "kernels/cpu/activations.h"
+#include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/projected_value_norms.h"
 #include "kernels/cpu/query_key_scores.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/row_norms.h"
+#include "kernels/cpu/transformer_ops.h"
 #include "kernels/cuda/activations.h"
 #include "kernels/cuda/projected_value_norms.h"
 #include "kernels/cuda/query_key_scores.h"
@@ -249,6 +252,56 @@ void check_matmul(int n, int in, int out) {
             1e-3 * std::sqrt(in / 576.0));
 }
 
+// argmax_rows against its CPU twin, exact: random bf16 logits, and in each row the maximum planted
+// twice (positions r and vocab - 1 - r), so the lowest index of a tie must win.
+void check_argmax_rows(int rows, int vocab) {
+  auto logits = random_bf16_values(size_t(rows) * vocab, 11, 4.0f);
+  for (int r = 0; r < rows; ++r) {
+    float* row = logits.data() + size_t(r) * vocab;
+    const int a = r % vocab, b = vocab - 1 - r % vocab;
+    row[a] = row[b] = 100.0f + r;
+  }
+  std::vector<int32_t> expected(rows);
+  kernels::argmax_rows(logits.data(), rows, vocab, expected.data());
+  auto d_logits = to_device(logits);
+  cuda::DeviceBuffer d_next(size_t(rows) * 4);
+  cuda::argmax_rows(d_logits.as<float>(), rows, vocab, d_next.as<int32_t>(), nullptr);
+  EXPECT_EQ(from_device<int32_t>(d_next, rows), expected);
+}
+
+// f32_to_bf16 and bf16_to_f32 against the CPU's scalar twins (kernels/cpu/dequantize.h), bit for
+// bit: f32 values over the whole exponent range, exact halfway cases (low 16 bits 0x8000, where
+// round-to-nearest-even decides) and infinities; every bf16 pattern that is not a NaN.
+void check_conversions(int count) {
+  std::mt19937 rng(12);
+  std::vector<float> f32(count);
+  for (int i = 0; i < count; ++i) {
+    uint32_t bits = rng();
+    if (i % 4 == 0) bits = (bits & 0xFFFF0000u) | 0x8000u;
+    if ((bits & 0x7F800000u) == 0x7F800000u) bits &= 0xFF800000u;  // NaN -> infinity
+    std::memcpy(&f32[i], &bits, 4);
+  }
+  std::vector<uint16_t> want16(count);
+  for (int i = 0; i < count; ++i) want16[i] = kvb::f32_to_bf16(f32[i]);
+  auto d_f32 = to_device(f32);
+  cuda::DeviceBuffer d_bf16(size_t(count) * 2);
+  cuda::f32_to_bf16(d_f32.as<float>(), count, d_bf16.as<__nv_bfloat16>(), nullptr);
+  EXPECT_EQ(from_device<uint16_t>(d_bf16, count), want16);
+
+  std::vector<uint16_t> patterns;
+  for (uint32_t b = 0; b < 0x10000u; ++b)
+    if ((b & 0x7F80u) != 0x7F80u || (b & 0x7Fu) == 0) patterns.push_back(uint16_t(b));
+  std::vector<uint32_t> want32(patterns.size());
+  for (size_t i = 0; i < patterns.size(); ++i) {
+    const float value = kvb::bf16_to_f32(patterns[i]);
+    std::memcpy(&want32[i], &value, 4);
+  }
+  auto d_patterns = to_device(patterns);
+  cuda::DeviceBuffer d_out(patterns.size() * 4);
+  cuda::bf16_to_f32(d_patterns.as<__nv_bfloat16>(), patterns.size(), d_out.as<float>(), nullptr);
+  EXPECT_EQ(from_device<uint32_t>(d_out, patterns.size()), want32);
+}
+
 // Two or three sizes of one case.
 struct Size2 {
   int a, b;
@@ -301,6 +354,14 @@ std::vector<OpCase> element_wise_cases() {
         Size3{12, 1000, 20000}, Size3{7, 576, 49152}})
     cases.push_back({case_name("matmul_n", s.a, "_in", s.b, "_out", s.c),
                      [s] { check_matmul(s.a, s.b, s.c); }});
+  // One row; the decode step's batch of rows; SmolLM2's and Qwen2.5's vocabularies; a vocabulary
+  // below the block's thread count.
+  for (const Size2 s : {Size2{1, 49152}, Size2{16, 49152}, Size2{3, 151936}, Size2{5, 100}})
+    cases.push_back(
+        {case_name("argmax_rows_rows", s.a, "_vocab", s.b), [s] { check_argmax_rows(s.a, s.b); }});
+  for (const int count : {1, 1000, (1 << 20) + 3})
+    cases.push_back(
+        {case_name("f32_to_bf16_bf16_to_f32_count", count), [count] { check_conversions(count); }});
   return cases;
 }
 
