@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "common/errors.h"
+#include "kernels/cpu/transformer_ops.h"
 
 namespace kvb {
 namespace {
@@ -29,7 +30,9 @@ size_t find_stop(const std::string& text, const std::vector<std::string>& stops)
 }  // namespace
 
 TokenId argmax(const std::vector<float>& logits) {
-  return static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  int32_t next = 0;
+  kernels::argmax_rows(logits.data(), 1, static_cast<int>(logits.size()), &next);
+  return next;
 }
 
 int64_t peak_rss_bytes() {

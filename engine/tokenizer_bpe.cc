@@ -83,11 +83,10 @@ int ByteToUnicode::decode(char32_t code_point) const {
 }
 
 BpeTokenizer::BpeTokenizer(Vocabulary vocab)
-    : vocab_(std::move(vocab)),
+    : VocabTokenizer(std::move(vocab)),
       spec_(pre_tokenizer_spec(vocab_.pre)),
       pre_tokenizer_(spec_.regexes),
       specials_(vocab_) {
-  vocab_.validate();
   token_ids_.reserve(vocab_.tokens.size());
   for (TokenId id = 0; id < static_cast<TokenId>(vocab_.tokens.size()); ++id)
     token_ids_.emplace(vocab_.tokens[id], id);  // the first id of a duplicated text wins
@@ -228,9 +227,7 @@ std::vector<TokenId> BpeTokenizer::encode(std::string_view text, bool add_bos,
 std::string BpeTokenizer::decode(const std::vector<TokenId>& ids, bool skip_special) const {
   std::string out;
   for (TokenId id : ids) {
-    if (id < 0 || id >= vocab_size())
-      throw InputError("token id " + std::to_string(id) + " is outside the vocabulary of " +
-                       std::to_string(vocab_size()) + " tokens (" + vocab_.source + ")");
+    check_id(id);
     const std::string& text = vocab_.tokens[id];
     const TokenType type = vocab_.type_of(id);
     if (type == TokenType::kControl || type == TokenType::kUnknown) {
@@ -251,17 +248,6 @@ std::string BpeTokenizer::decode(const std::vector<TokenId>& ids, bool skip_spec
     }
   }
   return out;
-}
-
-std::string BpeTokenizer::token_text(TokenId id) const {
-  if (id < 0 || id >= vocab_size())
-    throw InputError("token id " + std::to_string(id) + " is outside the vocabulary");
-  return vocab_.tokens[id];
-}
-
-bool BpeTokenizer::is_end_of_generation(TokenId id) const {
-  return std::find(vocab_.end_of_generation.begin(), vocab_.end_of_generation.end(), id) !=
-         vocab_.end_of_generation.end();
 }
 
 }  // namespace kvb

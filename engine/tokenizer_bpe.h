@@ -46,7 +46,7 @@ class ByteToUnicode {
   std::array<int16_t, 324> code_point_to_byte_;  // every mapped code point is below 324
 };
 
-class BpeTokenizer : public Tokenizer {
+class BpeTokenizer : public VocabTokenizer {
  public:
   // Throws FormatError when the vocabulary or its pre-tokenizer name is not usable.
   explicit BpeTokenizer(Vocabulary vocab);
@@ -55,12 +55,6 @@ class BpeTokenizer : public Tokenizer {
   std::vector<TokenId> encode(std::string_view text, bool add_bos = false,
                               bool parse_special = false) const override;
   std::string decode(const std::vector<TokenId>& ids, bool skip_special = false) const override;
-  std::string token_text(TokenId id) const override;
-  int vocab_size() const override { return static_cast<int>(vocab_.tokens.size()); }
-  TokenId bos_id() const override { return vocab_.bos; }
-  TokenId eos_id() const override { return vocab_.eos; }
-  bool is_end_of_generation(TokenId id) const override;
-  bool adds_bos_by_default() const override { return vocab_.add_bos; }
   std::string kind() const override { return "bpe:" + vocab_.pre; }
 
   // The ids of one pre-tokenized piece (no special-token handling, no cache). Exposed for tests.
@@ -70,7 +64,6 @@ class BpeTokenizer : public Tokenizer {
   void encode_piece_cached(std::string_view piece, std::vector<TokenId>* out) const;
   int merge_rank(std::string_view left, std::string_view right, std::string* key) const;
 
-  Vocabulary vocab_;
   PreTokenizerSpec spec_;
   RegexPreTokenizer pre_tokenizer_;
   SpecialTokenSplitter specials_;

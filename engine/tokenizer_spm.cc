@@ -230,10 +230,9 @@ Vocabulary spm_vocab_from_model_proto(std::string_view serialized, const std::st
 }
 
 SpmTokenizer::SpmTokenizer(Vocabulary vocab, std::string serialized_model)
-    : vocab_(std::move(vocab)),
+    : VocabTokenizer(std::move(vocab)),
       specials_(vocab_),
       processor_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
-  vocab_.validate();
   // The space prefix is ours (see the header); a second NormalizerSpec merges into the first.
   std::string no_dummy_prefix;
   put_varint_field(&no_dummy_prefix, kNormalizerAddDummyPrefix, 0);
@@ -305,9 +304,7 @@ std::string SpmTokenizer::decode(const std::vector<TokenId>& ids, bool skip_spec
   std::string out;
   bool strip_space = vocab_.add_space_prefix;  // undo the prefix encode() put at the start
   for (TokenId id : ids) {
-    if (id < 0 || id >= vocab_size())
-      throw InputError("token id " + std::to_string(id) + " is outside the vocabulary of " +
-                       std::to_string(vocab_size()) + " tokens (" + vocab_.source + ")");
+    check_id(id);
     const std::string& text = vocab_.tokens[id];
     const TokenType type = vocab_.type_of(id);
     if (vocab_.is_special(id)) {
@@ -337,17 +334,6 @@ std::string SpmTokenizer::decode(const std::vector<TokenId>& ids, bool skip_spec
     out += piece;
   }
   return out;
-}
-
-std::string SpmTokenizer::token_text(TokenId id) const {
-  if (id < 0 || id >= vocab_size())
-    throw InputError("token id " + std::to_string(id) + " is outside the vocabulary");
-  return vocab_.tokens[id];
-}
-
-bool SpmTokenizer::is_end_of_generation(TokenId id) const {
-  return std::find(vocab_.end_of_generation.begin(), vocab_.end_of_generation.end(), id) !=
-         vocab_.end_of_generation.end();
 }
 
 std::unique_ptr<SpmTokenizer> spm_tokenizer_from_model_file(const std::string& path,

@@ -32,7 +32,7 @@ std::string spm_model_proto_from_vocab(const Vocabulary& vocab);
 // Bounds-checked: throws FormatError naming `source` on malformed bytes.
 Vocabulary spm_vocab_from_model_proto(std::string_view serialized, const std::string& source);
 
-class SpmTokenizer : public Tokenizer {
+class SpmTokenizer : public VocabTokenizer {
  public:
   // `serialized_model` is a ModelProto whose pieces are `vocab.tokens` in order.
   SpmTokenizer(Vocabulary vocab, std::string serialized_model);
@@ -41,16 +41,9 @@ class SpmTokenizer : public Tokenizer {
   std::vector<TokenId> encode(std::string_view text, bool add_bos = false,
                               bool parse_special = false) const override;
   std::string decode(const std::vector<TokenId>& ids, bool skip_special = false) const override;
-  std::string token_text(TokenId id) const override;
-  int vocab_size() const override { return static_cast<int>(vocab_.tokens.size()); }
-  TokenId bos_id() const override { return vocab_.bos; }
-  TokenId eos_id() const override { return vocab_.eos; }
-  bool is_end_of_generation(TokenId id) const override;
-  bool adds_bos_by_default() const override { return vocab_.add_bos; }
   std::string kind() const override { return "spm"; }
 
  private:
-  Vocabulary vocab_;
   SpecialTokenSplitter specials_;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "common/errors.h"
 
@@ -89,6 +90,24 @@ void SpecialTokenSplitter::split(std::string_view text, bool parse_special,
     raw_start = pos;
   }
   if (raw_start < text.size()) out->push_back({text.substr(raw_start), -1});
+}
+
+VocabTokenizer::VocabTokenizer(Vocabulary vocab) : vocab_(std::move(vocab)) { vocab_.validate(); }
+
+void VocabTokenizer::check_id(TokenId id) const {
+  if (id < 0 || id >= vocab_size())
+    throw InputError("token id " + std::to_string(id) + " is outside the vocabulary of " +
+                     std::to_string(vocab_size()) + " tokens (" + vocab_.source + ")");
+}
+
+std::string VocabTokenizer::token_text(TokenId id) const {
+  check_id(id);
+  return vocab_.tokens[id];
+}
+
+bool VocabTokenizer::is_end_of_generation(TokenId id) const {
+  return std::find(vocab_.end_of_generation.begin(), vocab_.end_of_generation.end(), id) !=
+         vocab_.end_of_generation.end();
 }
 
 }  // namespace kvb

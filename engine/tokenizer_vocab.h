@@ -74,6 +74,26 @@ class SpecialTokenSplitter {
   std::array<std::vector<Candidate>, 256> by_first_byte_;
 };
 
+// What a tokenizer answers from its vocabulary alone, the same for BPE and SentencePiece: sizes,
+// special ids, token texts and end-of-generation. The vocabulary is validated on construction.
+class VocabTokenizer : public Tokenizer {
+ public:
+  explicit VocabTokenizer(Vocabulary vocab);
+
+  std::string token_text(TokenId id) const override;
+  int vocab_size() const override { return static_cast<int>(vocab_.tokens.size()); }
+  TokenId bos_id() const override { return vocab_.bos; }
+  TokenId eos_id() const override { return vocab_.eos; }
+  bool is_end_of_generation(TokenId id) const override;
+  bool adds_bos_by_default() const override { return vocab_.add_bos; }
+
+ protected:
+  // Throws InputError when `id` is not a token of the vocabulary (decode and token_text).
+  void check_id(TokenId id) const;
+
+  Vocabulary vocab_;
+};
+
 // Length in bytes of the UTF-8 sequence starting with `lead` (1 for invalid lead bytes).
 inline size_t utf8_sequence_length(unsigned char lead) {
   if (lead < 0x80) return 1;

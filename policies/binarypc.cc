@@ -167,17 +167,15 @@ class BinaryPcSelector : public ParamDecodeSelector {
     const int group = begin_selection(layer, store, out);
     if (group == 0) return;  // a dense layer
     const int d = store.head_dim();
-    std::vector<float> projected(static_cast<size_t>(group) * kBinaryHashBits);
     std::vector<QuantizedQuery> quantized(group);
     for (int h = 0; h < store.n_kv_heads(); ++h) {
       const HashedKvHead& head = heads_[layer][h];
-      kernels::binary_project_queries(head.projection.data(), d,
-                                      query + static_cast<int64_t>(h) * group * d, group,
-                                      projected.data());
-      kernels::quantize_query_group(projected.data(), group, quantized.data());
+      kernels::binary_pack_queries(head.projection.data(), d,
+                                   query + static_cast<int64_t>(h) * group * d, group,
+                                   quantized.data());
       std::vector<int> scores(head.prompt_length);
-      kernels::binary_hash_group_scores(quantized.data(), group, head.codes.data(),
-                                        head.prompt_length, scores.data());
+      kernels::binary_score_keys(quantized.data(), group, head.codes.data(), head.prompt_length,
+                                 scores.data());
       std::vector<float> ranking(scores.begin(), scores.end());
       for (int32_t j : head.protected_ids) ranking[j] = std::numeric_limits<float>::infinity();
       const int k = std::min(budget_tokens_, head.prompt_length);
@@ -241,9 +239,9 @@ std::shared_ptr<DescribedDecodeSelector> make_binarypc_selector(
 
 PolicyFactory binarypc_factory() {
   PolicyFactory factory = decode_selector_factory(
-      {"binarypc", PolicyKind::kDecodeSelection,
-       "64-bit binary principal-component key codes, bit-plane popcount top-k, EAS",
-       "yudaohai666/BPC @544b6d2 bpc/bpc/bpc_pytorch.py, bpc/bpc/bpc.py", binarypc_defaults()},
+      {"binarypc", "64-bit binary principal-component key codes, bit-plane popcount top-k, EAS",
+       "yudaohai666/BPC @544b6d2 bpc/bpc/bpc_pytorch.py, bpc/bpc/bpc.py"},
+      binarypc_defaults(),
       [](const nlohmann::json& params, const Budget& budget, PlanFiles& files) {
         return make_binarypc_selector(params, budget, nullptr, &files);
       });

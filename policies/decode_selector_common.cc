@@ -75,9 +75,11 @@ int ParamDecodeSelector::begin_selection(int layer, const KvStore& store, Select
   return out.dense ? 0 : n_query_heads / store.n_kv_heads();
 }
 
-PolicyFactory decode_selector_factory(PolicyInfo info, SelectorBuilder build) {
+PolicyFactory decode_selector_factory(SelectorInfo info, nlohmann::json defaults,
+                                      SelectorBuilder build) {
   PolicyFactory factory;
-  factory.info = std::move(info);
+  factory.info = {std::move(info.name), PolicyKind::kDecodeSelection, std::move(info.summary),
+                  std::move(info.source), std::move(defaults)};
   factory.make_selector = [build = std::move(build)](
                               const nlohmann::json& params, const Budget& budget,
                               PlanFiles& files) -> std::shared_ptr<DecodeSelector> {
@@ -86,11 +88,11 @@ PolicyFactory decode_selector_factory(PolicyInfo info, SelectorBuilder build) {
   return factory;
 }
 
-PolicyFactory decode_selector_factory(PolicyInfo info, PlainSelectorMaker make) {
-  return decode_selector_factory(
-      std::move(info), [make](const nlohmann::json& params, const Budget& budget, PlanFiles&) {
-        return make(params, budget);
-      });
+PolicyFactory decode_selector_factory(SelectorInfo info, nlohmann::json defaults,
+                                      PlainSelectorMaker make) {
+  return decode_selector_factory(std::move(info), std::move(defaults),
+                                 [make](const nlohmann::json& params, const Budget& budget,
+                                        PlanFiles&) { return make(params, budget); });
 }
 
 DeviceSelectionSpec device_selection_of(DeviceSelectionSpec::Scores scores, int budget_tokens,

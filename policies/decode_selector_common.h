@@ -66,17 +66,27 @@ class ParamDecodeSelector : public DescribedDecodeSelector {
   const std::vector<int> dense_layers_;
 };
 
+// What the registry lists of a kind-D method besides its defaults (PolicyInfo, whose kind is
+// kDecodeSelection here).
+struct SelectorInfo {
+  std::string name;
+  std::string summary;
+  std::string source;  // official code read (repository @commit, file)
+};
+
 // A kind-D method's selector from its parameters and budget; `files` holds the files the plans of
 // a sweep share (BinaryPC's projection).
 using SelectorBuilder = std::function<std::shared_ptr<DescribedDecodeSelector>(
     const nlohmann::json& params, const Budget& budget, PlanFiles& files)>;
 // The registry entry of a decode selector (policies/registry.h: make_selector), as scored_factory
 // is for prefill scorers.
-PolicyFactory decode_selector_factory(PolicyInfo info, SelectorBuilder build);
+PolicyFactory decode_selector_factory(SelectorInfo info, nlohmann::json defaults,
+                                      SelectorBuilder build);
 // The same for a selector made from its parameters and budget alone (its make_<name>_selector of
 // policies/decode_selectors.h).
 using PlainSelectorMaker = std::shared_ptr<DescribedDecodeSelector> (*)(
     const nlohmann::json& params, const Budget& budget);
-PolicyFactory decode_selector_factory(PolicyInfo info, PlainSelectorMaker make);
+PolicyFactory decode_selector_factory(SelectorInfo info, nlohmann::json defaults,
+                                      PlainSelectorMaker make);
 
 }  // namespace kvb

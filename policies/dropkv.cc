@@ -35,7 +35,7 @@ std::vector<float> copy_at(const float* x, size_t n, Precision precision) {
 }
 
 // Raw scores [Hkv, L] computed as a device computes them: the window forward over the last W
-// queries (kernels/cpu/attention.h, the twin of flash_attention_prefill), then the scorer
+// queries (kernels/cpu/attention.h, the twin of prefill_attention), then the scorer
 // (kernels/cpu/dropkv_scores.h, the twin of the fused CUDA scorer).
 std::vector<float> raw_scores(const LayerPrefillView& layer, int window, Precision precision) {
   const int length = layer.length, d = layer.head_dim;
@@ -57,7 +57,7 @@ std::vector<float> raw_scores(const LayerPrefillView& layer, int window, Precisi
       std::copy(q.begin(), q.end(), &queries[(static_cast<size_t>(a) * window + t) * d]);
     }
   std::vector<float> output_rows(query_rows.size()), lse(static_cast<size_t>(hq) * window);
-  kernels::CausalAttentionArgs forward;
+  kernels::PrefillAttentionArgs forward;
   forward.n_query_heads = hq;
   forward.n_kv_heads = hkv;
   forward.head_dim = d;
@@ -70,7 +70,7 @@ std::vector<float> raw_scores(const LayerPrefillView& layer, int window, Precisi
   forward.prefix.assign(hkv, length - window);
   forward.output = output_rows.data();
   forward.row_log_sum_exp = lse.data();
-  kernels::causal_attention(forward);
+  kernels::prefill_attention(forward);
   // y [Hq, W, d], stored as bf16 in bf16 mode (from the unrounded fp32 probabilities).
   std::vector<float> outputs(output_rows.size());
   for (int a = 0; a < hq; ++a)
@@ -79,20 +79,19 @@ std::vector<float> raw_scores(const LayerPrefillView& layer, int window, Precisi
         outputs[(static_cast<size_t>(a) * window + t) * d + i] =
             maybe_bf16(output_rows[(static_cast<size_t>(t) * hq + a) * d + i], precision);
   std::vector<float> scores(static_cast<size_t>(hkv) * length);
-  kernels::DropKvScoreArgs args{hq,
-                                hkv,
-                                d,
-                                length,
-                                window,
-                                queries.data(),
-                                outputs.data(),
-                                lse.data(),
-                                keys.data(),
-                                values.data(),
-                                /*round_p_to_bf16=*/precision == Precision::kBf16,
-                                scores.data(),
-                                /*direct_distance=*/precision == Precision::kFp32};
-  kernels::dropkv_scores(args);
+  kernels::dropkv_scores({.n_query_heads = hq,
+                          .n_kv_heads = hkv,
+                          .head_dim = d,
+                          .length = length,
+                          .window = window,
+                          .queries = queries.data(),
+                          .outputs = outputs.data(),
+                          .lse = lse.data(),
+                          .keys = keys.data(),
+                          .values = values.data(),
+                          .round_p_to_bf16 = precision == Precision::kBf16,
+                          .scores = scores.data(),
+                          .direct_distance = precision == Precision::kFp32});
   return scores;
 }
 

@@ -222,10 +222,9 @@ std::shared_ptr<DescribedDecodeSelector> make_magicpig_selector(const nlohmann::
 
 PolicyFactory magicpig_factory() {
   return decode_selector_factory(
-      {"magicpig", PolicyKind::kDecodeSelection,
-       "LSH sampling (K bits x L tables) with importance-weighted logits",
-       "Infini-AI-Lab/MagicPIG @ac9aa36 evaluations/RULER/pred/cache_ref.py", magicpig_defaults()},
-      make_magicpig_selector);
+      {"magicpig", "LSH sampling (K bits x L tables) with importance-weighted logits",
+       "Infini-AI-Lab/MagicPIG @ac9aa36 evaluations/RULER/pred/cache_ref.py"},
+      magicpig_defaults(), make_magicpig_selector);
 }
 
 }  // namespace kvb

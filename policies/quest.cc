@@ -128,11 +128,9 @@ std::shared_ptr<DescribedDecodeSelector> make_quest_selector(const nlohmann::jso
 
 PolicyFactory quest_factory() {
   return decode_selector_factory(
-      {"quest", PolicyKind::kDecodeSelection,
-       "pages of 16 keys ranked by a min/max upper bound of q.k per decode step",
-       "mit-han-lab/Quest evaluation/quest_attention.py, quest/utils/controller.py",
-       quest_defaults()},
-      make_quest_selector);
+      {"quest", "pages of 16 keys ranked by a min/max upper bound of q.k per decode step",
+       "mit-han-lab/Quest evaluation/quest_attention.py, quest/utils/controller.py"},
+      quest_defaults(), make_quest_selector);
 }
 
 }  // namespace kvb

@@ -98,10 +98,9 @@ std::shared_ptr<DescribedDecodeSelector> make_topk_selector(const nlohmann::json
 
 PolicyFactory topk_factory() {
   return decode_selector_factory(
-      {"topk", PolicyKind::kDecodeSelection,
-       "oracle: exact top-k logits per decode step (upper bound, not deployable)",
-       "Infini-AI-Lab/MagicPIG @ac9aa36 evaluations/RULER/pred/topk_cache.py", topk_defaults()},
-      make_topk_selector);
+      {"topk", "oracle: exact top-k logits per decode step (upper bound, not deployable)",
+       "Infini-AI-Lab/MagicPIG @ac9aa36 evaluations/RULER/pred/topk_cache.py"},
+      topk_defaults(), make_topk_selector);
 }
 
 }  // namespace kvb

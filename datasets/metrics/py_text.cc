@@ -127,37 +127,46 @@ bool is_ascii_punctuation(char32_t c) {
          (c >= 0x7B && c <= 0x7E);
 }
 
-Text lower(TextView text) {
+namespace {
+
+// One case mapping as Python's str.lower/str.upper: ASCII letters [first, last] move by `shift`,
+// `special` takes its full (multi-character) mapping `expansion`, other code points the C
+// library's simple mapping in a UTF-8 locale (unchanged without one).
+struct CaseMapping {
+  char32_t first, last;
+  int shift;
+  char32_t special;
+  const char32_t* expansion;
+  wint_t (*simple)(wint_t, locale_t);
+};
+
+Text map_case(TextView text, const CaseMapping& mapping) {
   Text out;
   out.reserve(text.size());
   const locale_t locale = utf8_ctype_locale();
   for (char32_t c : text) {
     if (c < 0x80) {
-      out.push_back(c >= 'A' && c <= 'Z' ? c + 32 : c);
-    } else if (c == 0x130) {  // LATIN CAPITAL LETTER I WITH DOT ABOVE -> "i" + COMBINING DOT ABOVE
-      out.push_back(U'i');
-      out.push_back(0x307);
+      out.push_back(c >= mapping.first && c <= mapping.last ? c + mapping.shift : c);
+    } else if (c == mapping.special) {
+      out += mapping.expansion;
     } else {
-      out.push_back(locale ? static_cast<char32_t>(towlower_l(static_cast<wint_t>(c), locale)) : c);
+      out.push_back(locale ? static_cast<char32_t>(mapping.simple(static_cast<wint_t>(c), locale))
+                           : c);
     }
   }
   return out;
 }
 
+}  // namespace
+
+Text lower(TextView text) {
+  // LATIN CAPITAL LETTER I WITH DOT ABOVE -> "i" + COMBINING DOT ABOVE.
+  return map_case(text, {U'A', U'Z', 32, 0x130, U"i\u0307", towlower_l});
+}
+
 Text upper(TextView text) {
-  Text out;
-  out.reserve(text.size());
-  const locale_t locale = utf8_ctype_locale();
-  for (char32_t c : text) {
-    if (c < 0x80) {
-      out.push_back(c >= 'a' && c <= 'z' ? c - 32 : c);
-    } else if (c == 0xDF) {  // LATIN SMALL LETTER SHARP S: full mapping "SS"
-      out += U"SS";
-    } else {
-      out.push_back(locale ? static_cast<char32_t>(towupper_l(static_cast<wint_t>(c), locale)) : c);
-    }
-  }
-  return out;
+  // LATIN SMALL LETTER SHARP S: full mapping "SS".
+  return map_case(text, {U'a', U'z', -32, 0xDF, U"SS", towupper_l});
 }
 
 Text strip(TextView text) {

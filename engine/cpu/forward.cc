@@ -194,7 +194,7 @@ std::vector<float> CpuEngine::forward_chunk(std::span<const TokenId> ids, KvStor
     });
     for (int t = 0; t < T; ++t) store.append(l, p0 + t, &k[t * kv_width], &v[t * kv_width]);
 
-    kernels::CausalAttentionArgs attention;
+    kernels::PrefillAttentionArgs attention;
     attention.n_query_heads = Hq;
     attention.n_kv_heads = Hkv;
     attention.head_dim = d;
@@ -219,7 +219,7 @@ std::vector<float> CpuEngine::forward_chunk(std::span<const TokenId> ids, KvStor
         for (int a = 0; a < Hq; ++a) attention.column_sums.push_back(&sums[a * T]);
       }
     }
-    kernels::causal_attention(attention);
+    kernels::prefill_attention(attention);
     project(layer.wo, D, q_width, attended.data(), T, nullptr, projected.data());
     add_in_place(x, projected);
     feed_forward_rows(layer, T, x);

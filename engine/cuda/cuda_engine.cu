@@ -114,7 +114,7 @@ void CudaEngine::Impl::logits_for_rows(int first_row, int rows, float* out) {
   cuda::add_rmsnorm(ptr<float>(residual) + int64_t(first_row) * d,
                     norms_folded ? nullptr : ptr<bf16>(ffn_out) + int64_t(first_row) * d,
                     ptr<bf16>(output_norm), rows, d, config.rms_norm_eps, norm_out, stream);
-  cuda::gemm_bf16_f32out(cublas, norm_out, lm_head(), out, rows, d, config.vocab_size, stream);
+  cuda::matmul_f32out(cublas, norm_out, lm_head(), out, rows, d, config.vocab_size, stream);
 }
 
 CudaEngine::CudaEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -336,7 +336,7 @@ std::vector<float> CudaEngine::prefill_with_captures(int seq, const std::vector<
                       lengths, ptr<bf16>(m.k_cache[l]), ptr<bf16>(m.v_cache[l]), m.stream);
       cuda::advance_lengths(lengths, c.n_kv_heads, nullptr, 0, n, m.stream);
       cuda::PrefillAttentionArgs a;
-      a.q = ptr<bf16>(m.qkv);  // rotated already (bias_rope ran before this)
+      a.q = ptr<bf16>(m.qkv);  // rotated already (apply_rope ran before this)
       a.q_row_stride = m.qkv_width();
       const int64_t first_row = m.host_offset[int64_t(l) * hkv + int64_t(seq) * c.n_kv_heads];
       a.k = ptr<bf16>(m.k_cache[l]) + first_row * c.head_dim;
@@ -351,7 +351,7 @@ std::vector<float> CudaEngine::prefill_with_captures(int seq, const std::vector<
       a.head_dim = c.head_dim;
       a.scale = 1.f / std::sqrt(float(c.head_dim));
       a.lse = lse;
-      cuda::flash_attention_prefill(a, m.stream);
+      cuda::prefill_attention(a, m.stream);
       statistics.after_attention({l, begin, n, a.q, a.q_row_stride, a.out, lse, a.k, a.v,
                                   a.kv_head_stride, ptr<bf16>(m.layers[l].wo)});
     });

@@ -148,13 +148,13 @@ struct CudaEngine::Impl {
     for (int l = 0; l < config.n_layers; ++l) {
       const CudaLayer& w = layers[l];
       if (norms_folded) {
-        cuda::gemm_bf16(folded_norm(w.attn_norm, 0), ptr<bf16>(w.wqkv), ptr<bf16>(qkv), rows, d,
-                        qkv_width(), stream);
+        cuda::matmul(folded_norm(w.attn_norm, 0), ptr<bf16>(w.wqkv), ptr<bf16>(qkv), rows, d,
+                     qkv_width(), stream);
       } else {
         cuda::add_rmsnorm(ptr<float>(residual), l == 0 ? nullptr : ptr<bf16>(ffn_out),
                           ptr<bf16>(w.attn_norm), rows, d, eps, ptr<bf16>(normed), stream);
-        cuda::gemm_bf16(cublas, ptr<bf16>(normed), ptr<bf16>(w.wqkv), ptr<bf16>(qkv), rows, d,
-                        qkv_width(), stream);
+        cuda::matmul(cublas, ptr<bf16>(normed), ptr<bf16>(w.wqkv), ptr<bf16>(qkv), rows, d,
+                     qkv_width(), stream);
       }
       cuda::RopeArgs rope;
       rope.qkv = ptr<bf16>(qkv);
@@ -166,27 +166,27 @@ struct CudaEngine::Impl {
       rope.n_kv_heads = config.n_kv_heads;
       rope.head_dim = config.head_dim;
       rope.interleaved = pairing == kernels::RopePairing::kInterleavedPairs;
-      if (!attention_applies_rope) cuda::bias_rope(rope, stream);
+      if (!attention_applies_rope) cuda::apply_rope(rope, stream);
       attention(l, rope);
       if (norms_folded) {
         const DeviceBuffer& next_gain =
             l + 1 < config.n_layers ? layers[l + 1].attn_norm : output_norm;
         const cuda::FoldedNorm ffn_norm = folded_norm(w.ffn_norm, 1);
-        cuda::gemm_bf16_into_residual(ptr<bf16>(attn_out), ptr<bf16>(w.wo), ptr<float>(residual),
-                                      rows, attn_width, d, ffn_norm, stream);
+        cuda::matmul_into_residual(ptr<bf16>(attn_out), ptr<bf16>(w.wo), ptr<float>(residual), rows,
+                                   attn_width, d, ffn_norm, stream);
         cuda::gate_up_swiglu(ffn_norm, ptr<bf16>(w.w_gate_up), ptr<bf16>(act), rows, d,
                              config.ffn_dim, stream);
-        cuda::gemm_bf16_into_residual(ptr<bf16>(act), ptr<bf16>(w.w_down), ptr<float>(residual),
-                                      rows, config.ffn_dim, d, folded_norm(next_gain, 0), stream);
+        cuda::matmul_into_residual(ptr<bf16>(act), ptr<bf16>(w.w_down), ptr<float>(residual), rows,
+                                   config.ffn_dim, d, folded_norm(next_gain, 0), stream);
       } else {
-        cuda::gemm_bf16(cublas, ptr<bf16>(attn_out), ptr<bf16>(w.wo), ptr<bf16>(ffn_out), rows,
-                        attn_width, d, stream);
+        cuda::matmul(cublas, ptr<bf16>(attn_out), ptr<bf16>(w.wo), ptr<bf16>(ffn_out), rows,
+                     attn_width, d, stream);
         cuda::add_rmsnorm(ptr<float>(residual), ptr<bf16>(ffn_out), ptr<bf16>(w.ffn_norm), rows, d,
                           eps, ptr<bf16>(normed), stream);
         cuda::gate_up_swiglu(cublas, ptr<bf16>(normed), ptr<bf16>(w.w_gate_up), ptr<bf16>(gate_up),
                              ptr<bf16>(act), rows, d, config.ffn_dim, stream);
-        cuda::gemm_bf16(cublas, ptr<bf16>(act), ptr<bf16>(w.w_down), ptr<bf16>(ffn_out), rows,
-                        config.ffn_dim, d, stream);
+        cuda::matmul(cublas, ptr<bf16>(act), ptr<bf16>(w.w_down), ptr<bf16>(ffn_out), rows,
+                     config.ffn_dim, d, stream);
       }
     }
   }

@@ -72,6 +72,26 @@ struct CudaSparseDecode::State {
     return layer.indices.as<int32_t>() + int64_t(first) * lists_per_sequence() * list_stride();
   }
   bool sign_codes() const { return spec.scores == Scores::kSignCodes; }
+  // decode_attention's list heads (offset, count) of the query heads from sequence `first` on.
+  int64_t* list_offsets(LayerState& layer, int first) const {
+    return layer.index_offset.as<int64_t>() + heads_before(first);
+  }
+  int32_t* list_counts(LayerState& layer, int first) const {
+    return layer.index_count.as<int32_t>() + heads_before(first);
+  }
+  // The k best of each of `n_lists` lists of `length` f32 scores (nullptr: the caller gives 16-bit
+  // keys instead), row after row, into rows of `index_stride` indices; the shared workspace.
+  cuda::TopkSelectArgs top_k_of(const float* scores, int n_lists, int length, int k,
+                                int32_t* indices, int64_t index_stride) {
+    return {.scores = scores,
+            .key_stride = length,
+            .n_lists = n_lists,
+            .length = length,
+            .k = k,
+            .indices = indices,
+            .index_stride = index_stride,
+            .workspace = topk_workspace.data()};
+  }
   // One list per KV head serves the whole group.
   bool shared_lists() const { return sign_codes() || spec.shared_group; }
 
@@ -160,16 +180,9 @@ struct CudaSparseDecode::State {
       hash.reconstruction_error = forced ? errors.as<float>() : nullptr;
       cuda::binary_hash_keys(hash, stream);
       if (forced) {
-        cuda::TopkSelectArgs top;
-        top.scores = errors.as<float>();
-        top.key_stride = prompt_length;
-        top.n_lists = slots;
-        top.length = prompt_length;
-        top.k = err_k;
-        top.indices = forced_set.as<int32_t>();
-        top.index_stride = err_k;
-        top.workspace = topk_workspace.data();
-        cuda::topk_select(top, stream);
+        cuda::topk_select(top_k_of(errors.as<float>(), slots, prompt_length, err_k,
+                                   forced_set.as<int32_t>(), err_k),
+                          stream);
         cuda::binary_mark_tokens(forced_set.as<int32_t>(), err_k, slots, err_k,
                                  layer.forced_mask.as<uint32_t>(), mask_words, stream);
       }
@@ -230,7 +243,7 @@ struct CudaSparseDecode::State {
 
   void attend_sign_codes(LayerState& layer, cuda::DecodeAttentionArgs& a, int first,
                          cudaStream_t stream) {
-    const int64_t slots0 = slots_before(first), heads0 = heads_before(first);
+    const int64_t slots0 = slots_before(first);
     cuda::BinaryPackQueriesArgs pack;
     pack.projection = layer.projection.as<float>() + slots0 * cuda::kSignCodeBits * model.head_dim;
     pack.q = a.q;
@@ -254,20 +267,14 @@ struct CudaSparseDecode::State {
     score.keys = score_keys.as<uint16_t>();
     score.key_slot_stride = prompt_length;
     cuda::binary_score_keys(score, stream);
-    cuda::TopkSelectArgs top;
+    cuda::TopkSelectArgs top = top_k_of(nullptr, a.batch * model.n_kv_heads, prompt_length, k,
+                                        indices_of(layer, first), index_stride);
     top.keys16 = score_keys.as<uint16_t>();
-    top.key_stride = prompt_length;
-    top.n_lists = a.batch * model.n_kv_heads;
-    top.length = prompt_length;
-    top.k = k;
     top.tail_begin = prompt_length;
     top.tail_end = a.kv_length;  // the decode tokens, this step's included
-    top.indices = indices_of(layer, first);
-    top.index_stride = index_stride;
     top.heads_per_list = group;
-    top.index_offset = layer.index_offset.as<int64_t>() + heads0;
-    top.index_count = layer.index_count.as<int32_t>() + heads0;
-    top.workspace = topk_workspace.data();
+    top.index_offset = list_offsets(layer, first);
+    top.index_count = list_counts(layer, first);
     cuda::topk_select(top, stream);
     a.max_kv_length = int(index_stride);
   }
@@ -298,16 +305,10 @@ struct CudaSparseDecode::State {
     scores.lengths = a.kv_length;
     scores.page_size = P;
     cuda::page_bound_scores(scores, stream);
-    cuda::TopkSelectArgs top;
-    top.scores = page_scores.as<float>();
-    top.key_stride = max_pages;
-    top.n_lists = step_lists;
-    top.length = max_pages;
-    top.k = page_budget;  // <= the pages every slot holds, so no absent (-inf) page is chosen
-    top.indices = page_ids.as<int32_t>();
-    top.index_stride = page_cap;
-    top.workspace = topk_workspace.data();
-    cuda::topk_select(top, stream);
+    // page_budget <= the pages every slot holds, so no absent (-inf) page is chosen.
+    cuda::topk_select(top_k_of(page_scores.as<float>(), step_lists, max_pages, page_budget,
+                               page_ids.as<int32_t>(), page_cap),
+                      stream);
     cuda::ExpandPagesArgs expand;
     expand.pages = page_ids.as<int32_t>();
     expand.page_stride = page_cap;
@@ -319,8 +320,8 @@ struct CudaSparseDecode::State {
     expand.indices = indices_of(layer, first);
     expand.index_stride = int64_t(page_cap) * P;
     expand.heads_per_list = spec.shared_group ? group : 1;
-    expand.index_offset = layer.index_offset.as<int64_t>() + heads_before(first);
-    expand.index_count = layer.index_count.as<int32_t>() + heads_before(first);
+    expand.index_offset = list_offsets(layer, first);
+    expand.index_count = list_counts(layer, first);
     cuda::expand_pages(expand, stream);
     a.max_kv_length = page_budget * P;
   }
@@ -341,17 +342,11 @@ struct CudaSparseDecode::State {
     scores.scores = exact_scores.as<float>();
     scores.score_stride = capacity;
     cuda::query_key_scores(scores, stream);
-    cuda::TopkSelectArgs top;
-    top.scores = exact_scores.as<float>();
-    top.key_stride = capacity;
-    top.n_lists = a.batch * model.n_query_heads;
-    top.length = capacity;
-    top.k = step_k;  // <= the entries every slot holds, so no absent (-inf) entry is chosen
-    top.indices = indices_of(layer, first);
-    top.index_stride = index_stride;
-    top.index_offset = layer.index_offset.as<int64_t>() + heads_before(first);
-    top.index_count = layer.index_count.as<int32_t>() + heads_before(first);
-    top.workspace = topk_workspace.data();
+    // step_k <= the entries every slot holds, so no absent (-inf) entry is chosen.
+    cuda::TopkSelectArgs top = top_k_of(exact_scores.as<float>(), a.batch * model.n_query_heads,
+                                        capacity, step_k, indices_of(layer, first), index_stride);
+    top.index_offset = list_offsets(layer, first);
+    top.index_count = list_counts(layer, first);
     cuda::topk_select(top, stream);
     a.max_kv_length = step_k;
   }

@@ -1,5 +1,6 @@
 #include "harness/commands/args.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "common/errors.h"
@@ -71,6 +72,24 @@ double Args::get_double(const std::string& key, double fallback) const {
     throw InputError("kvbench " + command_ + ": --" + key + " expects a number, got '" + *value +
                      "'");
   return parsed;
+}
+
+std::vector<int> Args::get_indices(const std::string& key, const std::string& what) const {
+  const std::string text = get(key);
+  std::vector<int> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    char* end = nullptr;
+    const long value = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || value < 0)
+      throw InputError("kvbench " + command_ + ": --" + key + " expects comma-separated " + what +
+                       " from 0, got '" + item + "' in '" + text + "'");
+    out.push_back(static_cast<int>(value));
+    start = comma + 1;
+  }
+  return out;
 }
 
 std::vector<std::string> Args::all(const std::string& key) const {

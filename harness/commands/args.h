@@ -23,6 +23,9 @@ class Args {
   int get_int(const std::string& key, int fallback) const;
   int get_int(const std::string& key) const;
   double get_double(const std::string& key, double fallback) const;
+  // A comma-separated list of integers >= 0 ("3,0,17"); `what` names them in the error
+  // ("token ids", "line numbers").
+  std::vector<int> get_indices(const std::string& key, const std::string& what) const;
   std::optional<std::string> maybe(const std::string& key) const;
   // Values of a repeated key, or positional arguments with key "".
   std::vector<std::string> all(const std::string& key) const;

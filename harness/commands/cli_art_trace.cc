@@ -95,24 +95,6 @@ std::string chat_name(const std::string& path, const LoadedModel& model) {
   return model.chat_template.empty() ? "plain" : model.chat_template;
 }
 
-std::vector<int> parse_indices(const std::string& text) {
-  std::vector<int> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = std::min(text.find(',', start), text.size());
-    const std::string item = text.substr(start, comma - start);
-    char* end = nullptr;
-    const long value = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || value < 0)
-      throw InputError(
-          "kvbench art-trace: --index expects comma-separated line numbers from 0, got '" + text +
-          "'");
-    out.push_back(static_cast<int>(value));
-    start = comma + 1;
-  }
-  return out;
-}
-
 }  // namespace
 
 int art_trace(const std::vector<std::string>& argv) {
@@ -152,7 +134,7 @@ int art_trace(const std::vector<std::string>& argv) {
   });
   std::vector<int> indices;
   if (args.has("index")) {
-    indices = parse_indices(args.get("index"));
+    indices = args.get_indices("index", "line numbers");
   } else {
     for (int i = 0; i < static_cast<int>(samples.size()); ++i) indices.push_back(i);
   }

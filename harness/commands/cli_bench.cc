@@ -9,9 +9,8 @@
 // decode tokens/s after a prefill of the first length (TTFT/TPOT/KV bytes under the policy), each
 // beside a ceiling measured in the same run: prefill FLOP/s against this machine's sgemm, decode
 // bytes/s against its memory read bandwidth (--no-ceilings leaves the ceilings out).
-#include <tbb/blocked_range.h>
+#include <tbb/global_control.h>
 #include <tbb/info.h>
-#include <tbb/parallel_reduce.h>
 
 #include <algorithm>
 #include <chrono>
@@ -55,28 +54,6 @@ std::vector<TokenId> random_ids(int n, int vocab) {
   std::vector<TokenId> ids(n);
   for (auto& id : ids) id = pick(rng);
   return ids;
-}
-
-// Read bandwidth of a 512 MiB buffer summed by every TBB thread (best of 3), bytes/s.
-double measure_read_bandwidth() {
-  std::vector<float> buffer(size_t(128) << 20, 1.0f);
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto start = Clock::now();
-    const double sum = tbb::parallel_reduce(
-        tbb::blocked_range<size_t>(0, buffer.size(), size_t(1) << 16), 0.0,
-        [&](const tbb::blocked_range<size_t>& r, double acc) {
-          float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-          for (size_t i = r.begin(); i + 8 <= r.end(); i += 8)
-            for (int l = 0; l < 8; ++l) partial[l] += buffer[i + l];
-          for (float p : partial) acc += p;
-          return acc;
-        },
-        [](double a, double b) { return a + b; });
-    const double seconds = seconds_since(start);
-    if (sum > 0) best = std::max(best, buffer.size() * sizeof(float) / seconds);
-  }
-  return best;
 }
 
 // Bytes of weights one decode step reads: every layer's matrices (as stored) and norms, and the
@@ -170,7 +147,7 @@ int bench(const std::vector<std::string>& argv) {
   // The ceilings' 512 MiB read buffer would dominate the peak RSS: --no-ceilings (for measuring
   // the engine's own memory) leaves them out, and the ratios to them read 0.
   const bool ceilings = !args.flag("no-ceilings");
-  const double read_bandwidth = ceilings ? measure_read_bandwidth() : 0.0;
+  const double read_bandwidth = ceilings ? measure_read_bandwidth(size_t(512) << 20) : 0.0;
   const double sgemm_flops = ceilings ? measure_sgemm_flops(512, c.d_model, c.ffn_dim) : 0.0;
   const auto ratio = [](double value, double ceiling) {
     return ceiling > 0 ? value / ceiling : 0.0;

@@ -15,24 +15,6 @@
 namespace kvb::cli {
 namespace {
 
-std::vector<TokenId> parse_ids(const std::string& text) {
-  std::vector<TokenId> ids;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = std::min(text.find(',', start), text.size());
-    const std::string item = text.substr(start, comma - start);
-    char* end = nullptr;
-    const long id = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || end == item.c_str() || *end != '\0' || id < 0)
-      throw InputError(
-          "kvbench logits: --ids expects comma-separated non-negative integers, got '" + item +
-          "' in '" + text + "'");
-    ids.push_back(static_cast<TokenId>(id));
-    start = comma + 1;
-  }
-  return ids;
-}
-
 std::string token_text(const Tokenizer* tokenizer, int id) {
   return tokenizer != nullptr ? tokenizer->token_text(id) : std::string();
 }
@@ -43,7 +25,7 @@ int logits(const std::vector<std::string>& argv) {
   Args args("logits", argv, {"json", "all"});
   args.allow_only({"model", "ids", "top-k", "all", "device", "json", "threads", "weights"});
   const ThreadLimit threads(args);
-  const std::vector<TokenId> ids = parse_ids(args.get("ids"));
+  const std::vector<TokenId> ids = args.get_indices("ids", "token ids");
   const int top_k = args.get_int("top-k", 10);
   if (top_k < 1) throw InputError("kvbench logits: --top-k must be >= 1");
   const std::string device = resolve_device(args.get_or("device", "cpu"));

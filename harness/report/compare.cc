@@ -6,18 +6,10 @@
 #include <sstream>
 
 #include "common/errors.h"
+#include "harness/report/stats.h"
 
 namespace kvb {
 namespace {
-
-std::string fixed(double value, int digits) {
-  if (!std::isfinite(value)) return "-";
-  std::ostringstream out;
-  out.setf(std::ios::fixed);
-  out.precision(digits);
-  out << value;
-  return out.str();
-}
 
 double mean(const std::vector<double>& values) {
   if (values.empty()) return NAN;

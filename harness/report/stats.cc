@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 namespace kvb {
 
@@ -53,6 +54,15 @@ MeanCi mean_ci(const std::vector<double>& values, double range_low, double range
   out.low = std::max(range_low, out.mean - half);
   out.high = std::min(range_high, out.mean + half);
   return out;
+}
+
+std::string fixed(double value, int digits) {
+  if (!std::isfinite(value)) return "-";
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(digits);
+  out << value;
+  return out.str();
 }
 
 }  // namespace kvb

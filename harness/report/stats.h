@@ -3,6 +3,7 @@
 // other scores Student's t interval clipped to the range. Below kMinIntervalSamples no interval.
 #pragma once
 
+#include <string>
 #include <vector>
 
 namespace kvb {
@@ -28,5 +29,9 @@ MeanCi mean_ci(const std::vector<double>& values, double range_low = 0, double r
 // Below this many samples a table shows the interval next to the mean: with few samples a single
 // flipped answer moves a score by several points (kvpress #83), and readers should see that.
 constexpr int kShowCiBelow = 100;
+
+// `value` with `digits` decimals, as the tables and the regression report print it; "-" when it is
+// not finite (a cell with no score).
+std::string fixed(double value, int digits);
 
 }  // namespace kvb

@@ -39,15 +39,6 @@ const std::vector<std::pair<std::string, std::string>> kLongBench = {
 const std::vector<std::string> kLongBenchCategories = {"SD-QA",    "MD-QA", "Sum",
                                                        "Few-shot", "Synth", "Code"};
 
-std::string fixed(double value, int digits) {
-  if (!std::isfinite(value)) return "-";
-  std::ostringstream out;
-  out.setf(std::ios::fixed);
-  out.precision(digits);
-  out << value;
-  return out.str();
-}
-
 // Scores are stored as fractions; tables show points (x100). Below kShowCiBelow samples the cell
 // adds the 95% interval, "75.0 (30.1–95.4)" (harness/report/stats.h: Wilson for 0/1 scores, Student
 // t clipped to [0, 100] otherwise), or "(n=2)" where there are too few samples for one.

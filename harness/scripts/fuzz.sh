@@ -16,6 +16,7 @@
 # (harness/scripts/setup.sh installs clang, libclang-rt-14-dev and llvm-14).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
+. "$root/harness/scripts/clang-fuzzer.sh"
 build="$root/build-san"
 runs=100000
 runs_given=0
@@ -44,19 +45,7 @@ for t in "${targets[@]}"; do
 done
 
 if ((do_build)); then
-  clangxx="$(command -v clang++ || true)"
-  if [ -z "$clangxx" ]; then
-    echo "SKIP: clang++ not found (harness/scripts/setup.sh installs clang and libclang-rt-14-dev)"
-    exit 77
-  fi
-  probe_dir="$(mktemp -d)"
-  echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' > "$probe_dir/p.cc"
-  if ! "$clangxx" -fsanitize=fuzzer,address "$probe_dir/p.cc" -o "$probe_dir/p" 2>/dev/null; then
-    rm -rf "$probe_dir"
-    echo "SKIP: $clangxx cannot link -fsanitize=fuzzer (install libclang-rt-14-dev)"
-    exit 77
-  fi
-  rm -rf "$probe_dir"
+  require_clang_fuzzer
   if [ ! -f "$build/CMakeCache.txt" ]; then
     CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKVB_FUZZ=ON \
       -DKVB_CUDA=OFF -DKVB_BENCHMARKS=OFF -DCMAKE_CXX_FLAGS=-ffp-contract=fast >/dev/null

@@ -17,7 +17,7 @@ namespace {
 constexpr int kQueryBlock = 64;
 
 // Attention of queries [t0, t1) of one query head. `scores` is scratch of (t1-t0) * visible floats.
-void attend_block(const CausalAttentionArgs& args, int q_head, int t0, int t1,
+void attend_block(const PrefillAttentionArgs& args, int q_head, int t0, int t1,
                   std::vector<float>& scores) {
   const int group = args.n_query_heads / args.n_kv_heads;
   const int kv_head = q_head / group;
@@ -49,9 +49,9 @@ void attend_block(const CausalAttentionArgs& args, int q_head, int t0, int t1,
 
 }  // namespace
 
-void causal_attention(const CausalAttentionArgs& args) {
+void prefill_attention(const PrefillAttentionArgs& args) {
   if (args.n_kv_heads <= 0 || args.n_query_heads % args.n_kv_heads != 0)
-    throw std::invalid_argument("causal_attention: query heads must be a multiple of KV heads");
+    throw std::invalid_argument("prefill_attention: query heads must be a multiple of KV heads");
   const int blocks = (args.n_queries + kQueryBlock - 1) / kQueryBlock;
   // Column sums add up over all query blocks of a head: one task per head keeps that race-free.
   const bool per_head_tasks = !args.column_sums.empty();

@@ -1,7 +1,7 @@
 // Scaled dot-product attention on the CPU: the reference every CUDA attention kernel and every
 // decode-time method is checked against.
 //
-// causal_attention: a chunk of T queries per query head over its KV head's entries (GQA: query
+// prefill_attention: a chunk of T queries per query head over its KV head's entries (GQA: query
 // head a reads KV head a / (Hq/Hkv)). The KV head holds `prefix[h]` entries from before the chunk
 // followed by the chunk's own T entries, so chunk query t sees entries [0, prefix + t]. A prefill
 // is a chunk over an empty cache (prefix 0); question-agnostic mode appends the question as a chunk
@@ -17,7 +17,7 @@
 
 namespace kvb::kernels {
 
-struct CausalAttentionArgs {
+struct PrefillAttentionArgs {
   int n_query_heads = 0;
   int n_kv_heads = 0;
   int head_dim = 0;
@@ -33,7 +33,7 @@ struct CausalAttentionArgs {
   std::vector<float*> column_sums;
 };
 
-void causal_attention(const CausalAttentionArgs& args);
+void prefill_attention(const PrefillAttentionArgs& args);
 
 struct DecodeAttentionArgs {
   const float* query = nullptr;   // [head_dim], post-RoPE

@@ -1,6 +1,6 @@
 // H2O's accumulated attention (the column sums of the causal attention matrix), recomputed from the
 // rows' log-sum-exp: the contract the CUDA kernel (kernels/cuda/attention_column_sums.h) is checked
-// against (tests/cuda/attention_column_sums_test.cc). causal_attention's column_sums
+// against (tests/cuda/attention_column_sums_test.cc). prefill_attention's column_sums
 // (kernels/cpu/attention.h) gives the same sums as a by-product of the forward.
 //
 //   column_sums[a][j] += Σ_{i : j ≤ query_offset + i} exp(scale · q_{a,i} · k_{g(a),j} − lse[a][i])

@@ -94,8 +94,15 @@ void quantize_query_group(const float* projected, int n_heads, QuantizedQuery* o
   }
 }
 
-void binary_hash_group_scores(const QuantizedQuery* queries, int n_heads, const uint64_t* codes,
-                              int n, int* scores) {
+void binary_pack_queries(const float* projection, int head_dim, const float* queries, int n_heads,
+                         QuantizedQuery* out) {
+  std::vector<float> projected(static_cast<size_t>(n_heads) * kBinaryHashBits);
+  binary_project_queries(projection, head_dim, queries, n_heads, projected.data());
+  quantize_query_group(projected.data(), n_heads, out);
+}
+
+void binary_score_keys(const QuantizedQuery* queries, int n_heads, const uint64_t* codes, int n,
+                       int* scores) {
   for (int j = 0; j < n; ++j) {
     int best = binary_hash_score(queries[0], codes[j]);
     for (int a = 1; a < n_heads; ++a)

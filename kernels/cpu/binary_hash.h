@@ -47,6 +47,10 @@ void binary_project_queries(const float* projection, int head_dim, const float* 
 
 // Quantises the group's projected queries with one shared scale (Algorithm 3 step 2).
 void quantize_query_group(const float* projected, int n_heads, QuantizedQuery* out);
+// Both for one KV head's group of `n_heads` queries ([n_heads, d]) against its projection: the
+// group's query planes, as the CUDA twin packs them (kernels/cuda/binary_hash.h).
+void binary_pack_queries(const float* projection, int head_dim, const float* queries, int n_heads,
+                         QuantizedQuery* out);
 
 // Score of one quantised query against one code: the integer dot product sum_i p^_i h_i.
 inline int binary_hash_score(const QuantizedQuery& query, uint64_t code) {
@@ -61,7 +65,7 @@ inline int binary_hash_score(const QuantizedQuery& query, uint64_t code) {
 }
 
 // Group score per token: max over the group's queries of binary_hash_score (Algorithm 3 step 4).
-void binary_hash_group_scores(const QuantizedQuery* queries, int n_heads, const uint64_t* codes,
-                              int n, int* scores);
+void binary_score_keys(const QuantizedQuery* queries, int n_heads, const uint64_t* codes, int n,
+                       int* scores);
 
 }  // namespace kvb::kernels

@@ -8,7 +8,7 @@
 //   dropkv_scores_reference)
 //
 // y_a^(t) and LSE_a^(t) are the window rows' attention output and log-sum-exp (the window forward:
-// causal_attention over the last W queries, kernels/cpu/attention.h). With round_p_to_bf16 (the
+// prefill_attention over the last W queries, kernels/cpu/attention.h). With round_p_to_bf16 (the
 // Triton path's match_pytorch_precision) p is rounded to bf16 before ω is formed. The q·k and ⟨y,
 // v⟩ products of one KV head's group are two sgemms; the rest is one pass over the W·g × L
 // products.

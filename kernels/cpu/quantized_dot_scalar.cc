@@ -65,80 +65,73 @@ float k_quant_4_or_5_block(const uint8_t* b, const uint8_t* qh, const uint8_t* q
   return d * static_cast<float>(scaled) - dmin * static_cast<float>(mins);
 }
 
+// Σ over the row's blocks of kBytes bytes of term(block, b), in block order.
+template <int kBytes, class Term>
+float sum_blocks(const uint8_t* row, int64_t blocks, Term term) {
+  float sum = 0;
+  for (int64_t b = 0; b < blocks; ++b) sum += term(row + b * kBytes, b);
+  return sum;
+}
+
+// A block's term from its integer dot product q = Σ q_w q_x: d d_x q for the symmetric formats
+// (Q4_0, Q5_0, Q8_0: d at the block's start), d_x (d q + m Σ q_x) for those with a minimum (Q4_1,
+// Q5_1: d, then m).
+float symmetric_term(const uint8_t* blk, const Activations& x, int64_t b, int32_t q) {
+  return half(blk) * x.scales[b] * static_cast<float>(q);
+}
+float offset_term(const uint8_t* blk, const Activations& x, int64_t b, int32_t q) {
+  return x.scales[b] *
+         (half(blk) * static_cast<float>(q) + half(blk + 2) * static_cast<float>(x.sums[b]));
+}
+
 }  // namespace
 
 float q4_0_scalar(const uint8_t* row, const Activations& x, int64_t blocks) {
-  float sum = 0;
-  for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* blk = row + b * 18;
-    const int32_t q = nibble_dot(blk + 2, x.values + b * 32) - 8 * x.sums[b];
-    sum += half(blk) * x.scales[b] * static_cast<float>(q);
-  }
-  return sum;
+  return sum_blocks<18>(row, blocks, [&](const uint8_t* blk, int64_t b) {
+    return symmetric_term(blk, x, b, nibble_dot(blk + 2, x.values + b * 32) - 8 * x.sums[b]);
+  });
 }
 
 float q4_1_scalar(const uint8_t* row, const Activations& x, int64_t blocks) {
-  float sum = 0;
-  for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* blk = row + b * 20;
-    const int32_t q = nibble_dot(blk + 4, x.values + b * 32);
-    sum += x.scales[b] *
-           (half(blk) * static_cast<float>(q) + half(blk + 2) * static_cast<float>(x.sums[b]));
-  }
-  return sum;
+  return sum_blocks<20>(row, blocks, [&](const uint8_t* blk, int64_t b) {
+    return offset_term(blk, x, b, nibble_dot(blk + 4, x.values + b * 32));
+  });
 }
 
 float q5_0_scalar(const uint8_t* row, const Activations& x, int64_t blocks) {
-  float sum = 0;
-  for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* blk = row + b * 22;
-    const int32_t q = five_bit_dot(blk + 2, blk + 6, x.values + b * 32) - 16 * x.sums[b];
-    sum += half(blk) * x.scales[b] * static_cast<float>(q);
-  }
-  return sum;
+  return sum_blocks<22>(row, blocks, [&](const uint8_t* blk, int64_t b) {
+    return symmetric_term(blk, x, b,
+                          five_bit_dot(blk + 2, blk + 6, x.values + b * 32) - 16 * x.sums[b]);
+  });
 }
 
 float q5_1_scalar(const uint8_t* row, const Activations& x, int64_t blocks) {
-  float sum = 0;
-  for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* blk = row + b * 24;
-    const int32_t q = five_bit_dot(blk + 4, blk + 8, x.values + b * 32);
-    sum += x.scales[b] *
-           (half(blk) * static_cast<float>(q) + half(blk + 2) * static_cast<float>(x.sums[b]));
-  }
-  return sum;
+  return sum_blocks<24>(row, blocks, [&](const uint8_t* blk, int64_t b) {
+    return offset_term(blk, x, b, five_bit_dot(blk + 4, blk + 8, x.values + b * 32));
+  });
 }
 
 float q8_0_scalar(const uint8_t* row, const Activations& x, int64_t blocks) {
-  float sum = 0;
-  for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* blk = row + b * 34;
+  return sum_blocks<34>(row, blocks, [&](const uint8_t* blk, int64_t b) {
     const auto* qs = reinterpret_cast<const int8_t*>(blk + 2);
     int32_t q = 0;
     for (int j = 0; j < 32; ++j) q += qs[j] * x.values[b * 32 + j];
-    sum += half(blk) * x.scales[b] * static_cast<float>(q);
-  }
-  return sum;
+    return symmetric_term(blk, x, b, q);
+  });
 }
 
 float q4_k_scalar(const uint8_t* row, const Activations& x, int64_t blocks) {
-  float sum = 0;
-  for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* blk = row + b * 144;
-    sum += x.scales[b] *
+  return sum_blocks<144>(row, blocks, [&](const uint8_t* blk, int64_t b) {
+    return x.scales[b] *
            k_quant_4_or_5_block(blk, nullptr, blk + 16, x.values + b * 256, x.sums + b * 16);
-  }
-  return sum;
+  });
 }
 
 float q5_k_scalar(const uint8_t* row, const Activations& x, int64_t blocks) {
-  float sum = 0;
-  for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* blk = row + b * 176;
-    sum += x.scales[b] *
+  return sum_blocks<176>(row, blocks, [&](const uint8_t* blk, int64_t b) {
+    return x.scales[b] *
            k_quant_4_or_5_block(blk, blk + 16, blk + 48, x.values + b * 256, x.sums + b * 16);
-  }
-  return sum;
+  });
 }
 
 float q6_k_scalar(const uint8_t* row, const Activations& x, int64_t blocks) {

@@ -15,4 +15,11 @@ void rmsnorm(const float* x, const float* weight, int64_t rows, int64_t dim, flo
   }
 }
 
+void add_rmsnorm(float* residual, const float* delta, const float* weight, int64_t rows,
+                 int64_t dim, float eps, float* y) {
+  if (delta != nullptr)
+    for (int64_t i = 0; i < rows * dim; ++i) residual[i] += delta[i];
+  rmsnorm(residual, weight, rows, dim, eps, y);
+}
+
 }  // namespace kvb::kernels

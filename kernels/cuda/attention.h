@@ -1,6 +1,6 @@
 // CUDA attention kernels (bf16 in, f32 accumulate). CPU twins: kernels/cpu/attention.h.
 //
-// flash_attention_prefill: causal attention of a chunk of n queries against the keys of one
+// prefill_attention: causal attention of a chunk of n queries against the keys of one
 //   sequence's cache (the chunk's own keys already appended), with GQA. Query i sits at position
 //   `query_offset + i` and sees keys 0 .. query_offset + i. Returns the row log-sum-exp (natural
 //   log, of the scaled logits) when `lse` is non-null: DropKV's fused scoring recomputes p from it.
@@ -40,7 +40,7 @@ struct PrefillAttentionArgs {
   PrefillKernel kernel = PrefillKernel::kAuto;
   void* workspace = nullptr;  // prefill_split_kv_workspace_bytes(...), or nullptr
 };
-void flash_attention_prefill(const PrefillAttentionArgs& args, cudaStream_t stream);
+void prefill_attention(const PrefillAttentionArgs& args, cudaStream_t stream);
 // Workspace of the split-KV path (kSplitKv) for these queries over query_offset + n_queries keys.
 size_t prefill_split_kv_workspace_bytes(const PrefillAttentionArgs& args);
 // True when the wgmma prefill kernel is built and runs on the current device for this head_dim.

@@ -1,5 +1,5 @@
 // H2O's accumulated attention on the GPU: the column sums of the causal attention matrix,
-// recomputed from the rows' log-sum-exp (flash_attention_prefill's `lse`, kernels/cuda/attention.h)
+// recomputed from the rows' log-sum-exp (prefill_attention's `lse`, kernels/cuda/attention.h)
 // after the prefill's attention. CPU twin and contract: kernels/cpu/attention_column_sums.h.
 // Test: tests/cuda/attention_column_sums_test.cc.
 //
@@ -36,7 +36,7 @@ struct ColumnSumsArgs {
   const __nv_bfloat16* k = nullptr;
   int64_t kv_head_stride = 0;  // a multiple of 8
   // [n_query_heads, n_queries]: natural-log log-sum-exp of row i's scaled logits over its visible
-  // keys (flash_attention_prefill's lse).
+  // keys (prefill_attention's lse).
   const float* lse = nullptr;
   // [n_query_heads, sums_head_stride]: ADDS Σ_i p(i -> j) for j < query_offset + n_queries
   // (callers zero it); columns beyond are left alone.

@@ -1,7 +1,7 @@
 // The decode step's append done inside an attention kernel (DecodeAppend in attention.h): the
 // new token's K/V row written with its bias and RoPE, and the group's queries rotated for the
 // kernel's own use. Shared by the dense decode kernel (decode_attention.cu) and the ART walk
-// (early_exit_decode.cu), so both round exactly as bias_rope + append_kv would (rope.cuh).
+// (early_exit_decode.cu), so both round exactly as apply_rope + append_kv would (rope.cuh).
 #pragma once
 
 #include <cuda_bf16.h>

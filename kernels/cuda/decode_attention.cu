@@ -289,15 +289,9 @@ __global__ void __launch_bounds__(kThreads)
     const __nv_bfloat16* k_tile = s_k + buf * kTileKeys * D;
     const __nv_bfloat16* v_tile = s_v + buf * kTileKeys * D;
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-    const int j = lane / 8;
 #pragma unroll
-    for (int ks = 0; ks < kSteps; ++ks) {
-      uint32_t kb[4];
-      ldmatrix_x4(
-          kb, k_tile + swizzled<D>(warp * 16 + (j / 2) * 8 + (lane % 8), ks * 16 + (j % 2) * 8));
-      mma_bf16(s[0], q_frag[ks], kb[0], kb[1]);
-      mma_bf16(s[1], q_frag[ks], kb[2], kb[3]);
-    }
+    for (int ks = 0; ks < kSteps; ++ks)
+      mma_query_keys16<D>(s[0], s[1], q_frag[ks], k_tile, warp * 16, ks);
     const int key0 = begin + tile * kTileKeys + warp * 16;
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
@@ -310,14 +304,7 @@ __global__ void __launch_bounds__(kThreads)
     rescale_rows(o, step.correction);
     uint32_t p_frag[4];
     probability_fragment(s, 0, p_frag);
-#pragma unroll
-    for (int dp = 0; dp < kDimTiles / 2; ++dp) {
-      uint32_t vb[4];
-      ldmatrix_x4_trans(
-          vb, v_tile + swizzled<D>(warp * 16 + (j % 2) * 8 + (lane % 8), dp * 16 + (j / 2) * 8));
-      mma_bf16(o[2 * dp], p_frag, vb[0], vb[1]);
-      mma_bf16(o[2 * dp + 1], p_frag, vb[2], vb[3]);
-    }
+    mma_probs_values16<D>(o, p_frag, v_tile, warp * 16);
     __syncthreads();
   }
 

@@ -40,10 +40,10 @@ void check_cublas(cublasStatus_t status, const char* what) {
 
 // What a GEMV does with its dot products. kStore: y = x·wᵀ. kSwiGLU: the weight holds gate rows
 // then up rows (2·items rows); a warp streams gate row j and up row j together and writes
-// silu(gate)·up, each rounded to bf16 exactly as gemm_bf16 then swiglu would. kArgmax: f32 y, and
+// silu(gate)·up, each rounded to bf16 exactly as matmul then swiglu would. kArgmax: f32 y, and
 // the maxima as (value, row) keys folded into best[r] by 64-bit atomicMax (order-independent, so
 // deterministic); argmax_finish_kernel turns best into token ids. kAddToResidual: the f32
-// residual stream y += the product rounded to bf16 (bit for bit gemm_bf16 into a delta, then
+// residual stream y += the product rounded to bf16 (bit for bit matmul into a delta, then
 // add_rmsnorm's add), and the next RMSNorm folded in: scaled = bf16(y · next_gain) and
 // sum_sq[r] += Σ y² over the block's outputs (see FoldedNorm in transformer_ops.h).
 enum class GemvEpilogue { kStore, kSwiGLU, kArgmax, kAddToResidual };
@@ -549,20 +549,20 @@ void product(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16*
 
 }  // namespace
 
-void gemm_bf16(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w,
-               __nv_bfloat16* y, int n, int in_features, int out_features, cudaStream_t stream) {
+void matmul(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y,
+            int n, int in_features, int out_features, cudaStream_t stream) {
   product(handle, x, w, y, n, in_features, out_features, stream);
 }
 
-void gemm_bf16_f32out(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w,
-                      float* y, int n, int in_features, int out_features, cudaStream_t stream) {
+void matmul_f32out(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w, float* y,
+                   int n, int in_features, int out_features, cudaStream_t stream) {
   product(handle, x, w, y, n, in_features, out_features, stream);
 }
 
-void gemm_bf16_skinny_mma(const __nv_bfloat16* x, const __nv_bfloat16* w, float* y, int n,
-                          int in_features, int out_features, cudaStream_t stream) {
+void matmul_skinny_mma(const __nv_bfloat16* x, const __nv_bfloat16* w, float* y, int n,
+                       int in_features, int out_features, cudaStream_t stream) {
   if (!skinny_mma_applies(n, in_features))
-    throw std::invalid_argument("gemm_bf16_skinny_mma: " + std::to_string(n) + " rows of " +
+    throw std::invalid_argument("matmul_skinny_mma: " + std::to_string(n) + " rows of " +
                                 std::to_string(in_features) + " features (needs " +
                                 std::to_string(kSkinnyMinRows) + "-" +
                                 std::to_string(kSkinnyMaxRows) + " rows, features % 8 == 0)");
@@ -574,7 +574,7 @@ void gate_up_swiglu(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bf
                     cudaStream_t stream) {
   if (n == 0) return;
   if (!gemv_applies(n, in_features)) {
-    gemm_bf16(handle, x, w_gate_up, gate_up, n, in_features, 2 * ffn, stream);
+    matmul(handle, x, w_gate_up, gate_up, n, in_features, 2 * ffn, stream);
     swiglu(gate_up, n, ffn, out, stream);
     return;
   }
@@ -588,7 +588,7 @@ void lm_head_argmax(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bf
                     int32_t* next, cudaStream_t stream) {
   if (n == 0) return;
   if (!gemv_applies(n, in_features)) {
-    gemm_bf16_f32out(handle, x, w, logits, n, in_features, vocab, stream);
+    matmul_f32out(handle, x, w, logits, n, in_features, vocab, stream);
     argmax_rows(logits, n, vocab, next, stream);
     return;
   }
@@ -605,8 +605,8 @@ bool norms_fold(int n, std::initializer_list<int> in_features) {
   return true;
 }
 
-void gemm_bf16(const FoldedNorm& x, const __nv_bfloat16* w, __nv_bfloat16* y, int n,
-               int in_features, int out_features, cudaStream_t stream) {
+void matmul(const FoldedNorm& x, const __nv_bfloat16* w, __nv_bfloat16* y, int n, int in_features,
+            int out_features, cudaStream_t stream) {
   if (n == 0) return;
   GemvParams<__nv_bfloat16> p{.w = w, .y = y, .in_features = in_features, .items = out_features};
   launch_folded<__nv_bfloat16, GemvEpilogue::kStore>(p, x, n, out_features, stream);
@@ -629,11 +629,11 @@ void lm_head_argmax(const FoldedNorm& x, const __nv_bfloat16* w, float* logits, 
   launch_overlapped(argmax_finish_kernel, 1, 32, 0, stream, "argmax_finish_kernel", best, n, next);
 }
 
-void gemm_bf16_into_residual(const __nv_bfloat16* x, const __nv_bfloat16* w, float* residual, int n,
-                             int in_features, int out_features, const FoldedNorm& next,
-                             cudaStream_t stream) {
+void matmul_into_residual(const __nv_bfloat16* x, const __nv_bfloat16* w, float* residual, int n,
+                          int in_features, int out_features, const FoldedNorm& next,
+                          cudaStream_t stream) {
   if (n == 0) return;
-  require_decode_gemv("gemm_bf16_into_residual", n, in_features);
+  require_decode_gemv("matmul_into_residual", n, in_features);
   GemvParams<float> p{.x = x,
                       .w = w,
                       .y = residual,

@@ -1,5 +1,5 @@
 // DropKV on the GPU (docs/methods.md §9.2; the fused Triton scorer's scheme). CPU twin:
-// kernels/cpu/dropkv_scores.h. The window forward (outputs y and LSE) is flash_attention_prefill
+// kernels/cpu/dropkv_scores.h. The window forward (outputs y and LSE) is prefill_attention
 // over the last W queries, given a workspace so that it runs split-KV; this file scores every key
 // without materialising the W×L attention or the W×L×d differences: each block streams 64-key K/V
 // tiles, recomputes p from the LSE with tensor-core q·k, and gets ⟨y, v⟩ from a second tensor-core

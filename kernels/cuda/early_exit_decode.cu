@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         append, rope, qkv_row, wk.head0, wk.rows, kMaxRows,
         [&](int r, int col, bf16 value) { scratch.query[r * D + col] = value; });
   }
-  const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4, j = lane / 8;
+  const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   constexpr int kSteps = D / 16, kDimTiles = D / 8;
   // Query fragments, held in registers for the whole walk: row g holds columns 2t, 2t+1 and
   // 2t+8, 2t+9; rows 8..15 of the mma tile stay zero (at most 8 heads).
@@ -287,11 +287,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
       for (int ks = 0; ks < kSteps; ++ks) {
         const uint32_t a[4] = {q_frag[ks][0], 0u, q_frag[ks][1], 0u};
-        uint32_t kb[4];
-        ldmatrix_x4(
-            kb, k_tile + swizzled<D>(warp * 16 + (j / 2) * 8 + (lane % 8), ks * 16 + (j % 2) * 8));
-        mma_bf16(s[0], a, kb[0], kb[1]);
-        mma_bf16(s[1], a, kb[2], kb[3]);
+        mma_query_keys16<D>(s[0], s[1], a, k_tile, warp * 16, ks);
       }
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
@@ -309,14 +305,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       rescale_rows(o, step.correction);
       uint32_t p_frag[4];
       probability_fragment(s, 0, p_frag);
-#pragma unroll
-      for (int dp = 0; dp < kDimTiles / 2; ++dp) {
-        uint32_t vb[4];
-        ldmatrix_x4_trans(
-            vb, v_tile + swizzled<D>(warp * 16 + (j % 2) * 8 + (lane % 8), dp * 16 + (j / 2) * 8));
-        mma_bf16(o[2 * dp], p_frag, vb[0], vb[1]);
-        mma_bf16(o[2 * dp + 1], p_frag, vb[2], vb[3]);
-      }
+      mma_probs_values16<D>(o, p_frag, v_tile, warp * 16);
       __syncthreads();  // every warp is done with this tile's K and V
       store_block_state<D>(o, row_max[0], row_sum[0], step.tile_sum[0],
                            reinterpret_cast<float*>(s_k + buf * kTile * D), scratch, wk.rows, ws, b,

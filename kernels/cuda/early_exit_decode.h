@@ -36,14 +36,14 @@
 // Why not stop the KV stream itself at the stop: the decision after block b needs the merged
 // state of every earlier block, so deciding while the walk streams needs the earlier blocks done
 // first: either one thread block per walker walking serially (the previous version, whose decider
-// split made full+art 5-13x slower than the plain kernel end to end) or thread blocks waiting on
-// each other, and in one wave of resident blocks (what fills the GPU at batch 1) every block is
-// done at about the same time anyway. So the walk always streams every tile (`loaded` = the total)
-// and the stop changes the output and blocks_visited only; what ART costs over the plain kernel is
-// the per-block partial (a merge of the 4 warps through shared memory and 2 D + 4 floats written
-// per head and block) and the decision kernel. What stopping the stream could save at most: the
-// blocks the stops skip, 0.5-6.7% on Qwen2.5-Coder-0.5B at 4-32K with decision_window 128
-// (results/reproduction-qwen2.5-coder-0.5b.md).
+// split made full+art several times slower than the plain kernel end to end: results/gpu-sweeps.md)
+// or thread blocks waiting on each other, and in one wave of resident blocks (what fills the GPU at
+// batch 1) every block is done at about the same time anyway. So the walk always streams every tile
+// (`loaded` = the total) and the stop changes the output and blocks_visited only; what ART costs
+// over the plain kernel is the per-block partial (a merge of the 4 warps through shared memory and
+// 2 D + 4 floats written per head and block) and the decision kernel. What stopping the stream
+// could save at most: the blocks the stops skip, 0.5-6.7% on Qwen2.5-Coder-0.5B at 4-32K with
+// decision_window 128 (results/reproduction-qwen2.5-coder-0.5b.md).
 //
 // Layout: the walk's chunk C is the plain kernel's (as many thread blocks per SM as fit at once
 //   over all walkers, in dense mode no more); a segment is a multiple of C near 16 walk blocks (at

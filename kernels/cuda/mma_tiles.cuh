@@ -85,6 +85,38 @@ __device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, ui
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// S += Q Kᵀ over one 16-dimension step `ks` for 16 keys, rows key_row0 .. key_row0 + 15 of a
+// swizzled K tile (one ldmatrix_x4 gives both 8-key B fragments): keys 0-7 into s_lo, 8-15 into
+// s_hi. The attention kernels' shared Q·K step.
+template <int D>
+__device__ __forceinline__ void mma_query_keys16(float (&s_lo)[4], float (&s_hi)[4],
+                                                 const uint32_t (&q)[4],
+                                                 const __nv_bfloat16* k_tile, int key_row0,
+                                                 int ks) {
+  const int lane = threadIdx.x % 32, j = lane / 8;
+  uint32_t kb[4];
+  ldmatrix_x4(kb, k_tile + swizzled<D>(key_row0 + (j / 2) * 8 + (lane % 8), ks * 16 + (j % 2) * 8));
+  mma_bf16(s_lo, q, kb[0], kb[1]);
+  mma_bf16(s_hi, q, kb[2], kb[3]);
+}
+
+// O += P V over 16 keys, rows key_row0 .. key_row0 + 15 of a swizzled V tile (ldmatrix
+// transposed), P being the A fragment of those keys' probabilities. The attention kernels' shared
+// P·V step.
+template <int D>
+__device__ __forceinline__ void mma_probs_values16(float (&o)[D / 8][4], const uint32_t (&p)[4],
+                                                   const __nv_bfloat16* v_tile, int key_row0) {
+  const int lane = threadIdx.x % 32, j = lane / 8;
+#pragma unroll
+  for (int dp = 0; dp < D / 16; ++dp) {
+    uint32_t vb[4];
+    ldmatrix_x4_trans(
+        vb, v_tile + swizzled<D>(key_row0 + (j % 2) * 8 + (lane % 8), dp * 16 + (j / 2) * 8));
+    mma_bf16(o[2 * dp], p, vb[0], vb[1]);
+    mma_bf16(o[2 * dp + 1], p, vb[2], vb[3]);
+  }
+}
+
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);

@@ -1,7 +1,7 @@
 // The online-softmax update of one key tile (FlashAttention-2's running max, rescale and sum),
-// shared by the mma.sync attention kernels: the causal prefill (flash_attention_prefill.cu), the
+// shared by the mma.sync attention kernels: the causal prefill (prefill_attention.cu), the
 // dense decode (decode_attention.cu) and the ART walk (early_exit_decode.cu). The Hopper prefill
-// (flash_attention_prefill_sm90a.cu) keeps its own: wgmma's accumulator layout, the scale folded
+// (prefill_attention_sm90a.cu) keeps its own: wgmma's accumulator layout, the scale folded
 // into the exponent's FMA and ex2.approx.ftz.
 //
 // A thread holds two rows of the m16n8 accumulator tiles (mma_tiles.cuh): s[nt][e] is row e >> 1

@@ -1,5 +1,5 @@
 // RMSNorm of the residual stream on the GPU, bf16 out with f32 math. CPU twin:
-// kernels/cpu/rmsnorm.h (the residual add is the caller's there). Test:
+// kernels/cpu/rmsnorm.h (add_rmsnorm, in f32). Test:
 // tests/cuda/backend_ops_test.cc. The decode step's norms folded into the products around them:
 // FoldedNorm in kernels/cuda/transformer_ops.h.
 #pragma once

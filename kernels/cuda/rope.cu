@@ -6,17 +6,17 @@
 namespace kvb::cuda {
 namespace {
 
-__global__ void bias_rope_kernel(RopeArgs args) {
+__global__ void apply_rope_kernel(RopeArgs args) {
   wait_for_predecessor();
   allow_successor_launch();
-  bias_rope_row(args, blockIdx.x);
+  apply_rope_row(args, blockIdx.x);
 }
 
 }  // namespace
 
-void bias_rope(const RopeArgs& args, cudaStream_t stream) {
+void apply_rope(const RopeArgs& args, cudaStream_t stream) {
   if (args.n == 0) return;
-  launch_overlapped(bias_rope_kernel, args.n, 256, 0, stream, "bias_rope_kernel", args);
+  launch_overlapped(apply_rope_kernel, args.n, 256, 0, stream, "apply_rope_kernel", args);
 }
 
 }  // namespace kvb::cuda

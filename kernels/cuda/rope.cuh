@@ -1,4 +1,4 @@
-// RoPE on one pair of a bf16 head, shared by the RoPE kernels (bias_rope in rope.cu, the decode
+// RoPE on one pair of a bf16 head, shared by the RoPE kernels (apply_rope in rope.cu, the decode
 // step's fused rope + append in transformer_ops.cu) and the decode attention that appends its
 // step's token itself (decode_append.cuh), so all round exactly alike. CPU twin:
 // kernels/cpu/rope.h.
@@ -38,7 +38,7 @@ __device__ __forceinline__ void rotate_pair(float x0, float x1, float sine, floa
 // depends on the position and the pair index only, so each thread takes one pair index for a group
 // of heads and computes its sine and cosine once for all of them (per element, the sincosf work was
 // the costliest part of a long prefill's RoPE: results/gpu-kernel-tuning.md §3.1).
-__device__ inline void bias_rope_row(const RopeArgs& args, int row) {
+__device__ inline void apply_rope_row(const RopeArgs& args, int row) {
   const int heads = args.n_query_heads + 2 * args.n_kv_heads;
   const int width = heads * args.head_dim;
   __nv_bfloat16* x = args.qkv + int64_t(row) * width;

@@ -25,6 +25,6 @@ struct RopeArgs {
   int head_dim = 0;
   bool interleaved = false;
 };
-void bias_rope(const RopeArgs& args, cudaStream_t stream);
+void apply_rope(const RopeArgs& args, cudaStream_t stream);
 
 }  // namespace kvb::cuda

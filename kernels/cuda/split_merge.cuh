@@ -64,14 +64,15 @@ __device__ __forceinline__ void store_split_partials(float (&o)[D / 8][4],
 // Across splits, one block per (query head, sequence), one thread per dimension (blockDim.x == D,
 // whole warps): out[dim] from partials [0, used) (stride D + 2). The block is latency-bound (a few
 // KB from L2), so its loads go out in as few dependent rounds as possible: kRound splits per round
-// (64: 33 at batch 1 on the H200 take one round trip), folded with a running maximum. Each lane
-// holds two splits' max and sum, passed to the warp by shuffles, so a thread holds only its
-// dimension's kRound values: the merge then fits beside the decode kernels' blocks on an SM and is
-// resident (launch.cuh) while they finish. The first round's loads cover [0, min(stored, kRound))
-// whatever `used` is: `used` may come from a load of its own (a length, a stop word), and its
-// round trip then overlaps theirs; splits in [used, stored) hold stale partials (any bits) and are
-// masked after the loads. Sums run in split order, as a sequential merge. `lse`, when given,
-// receives the row's log-sum-exp in natural-log units (max ln 2 + ln sum), as the prefill kernels.
+// (64: the dense kernel's splits of one head at batch 1 take one round trip), folded with a running
+// maximum. Each lane holds two splits' max and sum, passed to the warp by shuffles, so a thread
+// holds only its dimension's kRound values: the merge then fits beside the decode kernels' blocks
+// on an SM and is resident (launch.cuh) while they finish. The first round's loads cover [0,
+// min(stored, kRound)) whatever `used` is: `used` may come from a load of its own (a length, a stop
+// word), and its round trip then overlaps theirs; splits in [used, stored) hold stale partials (any
+// bits) and are masked after the loads. Sums run in split order, as a sequential merge. `lse`, when
+// given, receives the row's log-sum-exp in natural-log units (max ln 2 + ln sum), as the prefill
+// kernels.
 template <int D>
 __device__ __forceinline__ void merge_split_partials(const float* partial, int stored, int used,
                                                      __nv_bfloat16* out, float* lse = nullptr) {

@@ -231,6 +231,18 @@ __device__ void count_against(const KeyOf& key, int begin, int end, uint32_t thr
   __syncthreads();
 }
 
+// What every top-k kernel does first: waits for the kernel before it (they are launched with
+// launch_overlapped, so nothing is read before this), lets the next one launch, and points `key`
+// at its list, blockIdx.y, which it returns.
+template <class KeyOf>
+__device__ __forceinline__ int begin_list(const TopkSelectArgs& args, KeyOf& key) {
+  wait_for_predecessor();
+  allow_successor_launch();
+  const int list = blockIdx.y;
+  key.p += list * args.key_stride;
+  return list;
+}
+
 // One list per cluster of C blocks (grid (C, lists); C = 1: one block per list, no cluster).
 // Block rank r takes the r-th contiguous part of the list; the levels' histograms merge through
 // distributed shared memory, so cluster barriers stand in for the split path's launches; every
@@ -239,11 +251,8 @@ __device__ void count_against(const KeyOf& key, int begin, int end, uint32_t thr
 template <class KeyOf, int C>
 __global__ void __launch_bounds__(kThreads) topk_list_kernel(TopkSelectArgs args, KeyOf key) {
   __shared__ SharedScratch s;
-  wait_for_predecessor();  // launched with launch_overlapped: nothing read before this
-  allow_successor_launch();
   const int rank = blockIdx.x;  // the cluster spans gridDim.x = C
-  const int list = blockIdx.y;
-  key.p += list * args.key_stride;
+  const int list = begin_list(args, key);
   const int n = args.length;
   const int k = min(max(args.k, 0), n);
   const int part = (n + C - 1) / C;
@@ -307,10 +316,7 @@ template <class KeyOf>
 __global__ void __launch_bounds__(kThreads)
     topk_hist_kernel(TopkSelectArgs args, KeyOf key, int level, SplitWorkspace w) {
   __shared__ SharedScratch s;
-  wait_for_predecessor();  // launched with launch_overlapped: nothing read before this
-  allow_successor_launch();
-  const int list = blockIdx.y;
-  key.p += list * args.key_stride;
+  const int list = begin_list(args, key);
   int* list_hists = w.hists + list * kMaxLevels * kBins;
   const RadixState state = replay<KeyOf::kBits>(list_hists, level, args.k, s);
   for (int i = threadIdx.x; i < kBins; i += kThreads) s.hist[i] = 0;
@@ -326,10 +332,7 @@ template <class KeyOf>
 __global__ void __launch_bounds__(kThreads)
     topk_count_kernel(TopkSelectArgs args, KeyOf key, SplitWorkspace w) {
   __shared__ SharedScratch s;
-  wait_for_predecessor();  // launched with launch_overlapped: nothing read before this
-  allow_successor_launch();
-  const int list = blockIdx.y;
-  key.p += list * args.key_stride;
+  const int list = begin_list(args, key);
   const RadixState state = replay<KeyOf::kBits>(w.hists + list * kMaxLevels * kBins,
                                                 levels_for(KeyOf::kBits), args.k, s);
   if (blockIdx.x == 0 && threadIdx.x == 0) {
@@ -348,10 +351,7 @@ template <class KeyOf>
 __global__ void __launch_bounds__(kThreads)
     topk_write_kernel(TopkSelectArgs args, KeyOf key, SplitWorkspace w) {
   __shared__ SharedScratch s;
-  wait_for_predecessor();  // launched with launch_overlapped: nothing read before this
-  allow_successor_launch();
-  const int list = blockIdx.y;
-  key.p += list * args.key_stride;
+  const int list = begin_list(args, key);
   RadixState state;
   const int* word = w.states + list * kStateWords;
   state.prefix = static_cast<uint32_t>(word[0]);

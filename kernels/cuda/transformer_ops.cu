@@ -87,7 +87,7 @@ __global__ void rope_append_decode_kernel(RopeArgs args, const int64_t* kv_offse
   wait_for_predecessor();
   allow_successor_launch();
   const int seq = blockIdx.x;
-  bias_rope_row(args, seq);
+  apply_rope_row(args, seq);
   __syncthreads();
   append_kv_row<kWidth>(args.qkv, seq, 1, args.n_query_heads, args.n_kv_heads, args.head_dim,
                         kv_offset, kv_length, k, v);
@@ -309,8 +309,8 @@ double measure_gemm_tflops(cublasHandle_t handle, int size, int repeats) {
   float best_ms = FLT_MAX;
   for (int r = 0; r < repeats + 1; ++r) {
     cudaEventRecord(start);
-    gemm_bf16(handle, a.as<__nv_bfloat16>(), b.as<__nv_bfloat16>(), c.as<__nv_bfloat16>(), size,
-              size, size, nullptr);
+    matmul(handle, a.as<__nv_bfloat16>(), b.as<__nv_bfloat16>(), c.as<__nv_bfloat16>(), size, size,
+           size, nullptr);
     cudaEventRecord(stop);
     cudaEventSynchronize(stop);
     float ms = 0;

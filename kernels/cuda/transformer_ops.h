@@ -1,6 +1,7 @@
 // The forward pass's other GPU kernels in bf16 with f32 math: embedding gather, KV append, row
-// copies, argmax, conversions, and the bf16 GEMM/GEMV with its folded norms (CPU twin of the
-// products: kernels/cpu/matmul.h). The element-wise ops with CPU twins of the same name have their
+// copies, argmax, conversions, and the bf16 GEMM/GEMV with its folded norms (CPU twins: the
+// products' kernels/cpu/matmul.h, argmax_rows' kernels/cpu/transformer_ops.h, the conversions'
+// kernels/cpu/dequantize.h). The element-wise ops with CPU twins of the same name have their
 // own files, included here for the engine: rmsnorm.h, rope.h, activations.h. Tests: tests/cuda/.
 #pragma once
 
@@ -42,7 +43,7 @@ inline DecodeAppend decode_append_for(const RopeArgs& rope, __nv_bfloat16* k_cac
 void append_kv(const __nv_bfloat16* qkv, int n, int rows_per_seq, int n_query_heads, int n_kv_heads,
                int head_dim, const int64_t* kv_offset, const int32_t* kv_length, __nv_bfloat16* k,
                __nv_bfloat16* v, cudaStream_t stream);
-// The decode step's fusion of bias_rope and append_kv (rope.n rows, one per sequence): rotates the
+// The decode step's fusion of apply_rope and append_kv (rope.n rows, one per sequence): rotates the
 // row, appends its K and V at each head's current length, then advances those lengths by one.
 void rope_append_kv_decode(const RopeArgs& rope, const int64_t* kv_offset, int32_t* kv_length,
                            __nv_bfloat16* k, __nv_bfloat16* v, cudaStream_t stream);
@@ -66,40 +67,40 @@ void fill_random_bf16(__nv_bfloat16* out, size_t count, uint64_t seed, float sca
 // y[n, out] = x[n, in] · w[out, in]^T, bf16 in/out, f32 accumulation: a bandwidth-bound GEMV
 // kernel for n <= 4 (decode), cuBLAS otherwise (the tensor-core kernel below for 5 to
 // kSkinnyMaxRows rows with KVB_CUDA_SKINNY_MMA=1).
-void gemm_bf16(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w,
-               __nv_bfloat16* y, int n, int in_features, int out_features, cudaStream_t stream);
+void matmul(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y,
+            int n, int in_features, int out_features, cudaStream_t stream);
 // Same with f32 output (logits).
-void gemm_bf16_f32out(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w,
-                      float* y, int n, int in_features, int out_features, cudaStream_t stream);
+void matmul_f32out(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w, float* y,
+                   int n, int in_features, int out_features, cudaStream_t stream);
 
 // The tensor-core kernel for 5 to kSkinnyMaxRows rows (in_features % 8 == 0) that streams each
-// weight once for every row, f32 output; throws for other shapes. gemm_bf16 takes it only with
+// weight once for every row, f32 output; throws for other shapes. matmul takes it only with
 // KVB_CUDA_SKINNY_MMA=1 (cuBLAS measured faster, results/gpu-sweeps.md); tests call it directly.
-void gemm_bf16_skinny_mma(const __nv_bfloat16* x, const __nv_bfloat16* w, float* y, int n,
-                          int in_features, int out_features, cudaStream_t stream);
+void matmul_skinny_mma(const __nv_bfloat16* x, const __nv_bfloat16* w, float* y, int n,
+                       int in_features, int out_features, cudaStream_t stream);
 
 // The decode step's fused MLP input: out = swiglu(x · w_gate_upᵀ) with w_gate_up = [gate; up] rows
 // ([2 ffn, in]). For n <= 4 one GEMV streams gate row j and up row j together and writes
-// silu(gate)·up (the same bf16 roundings as gemm_bf16 then swiglu, bit for bit), so neither the
-// [n, 2 ffn] product nor a second kernel is needed; otherwise gemm_bf16 into `gate_up`, then
+// silu(gate)·up (the same bf16 roundings as matmul then swiglu, bit for bit), so neither the
+// [n, 2 ffn] product nor a second kernel is needed; otherwise matmul into `gate_up`, then
 // swiglu.
 void gate_up_swiglu(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w_gate_up,
                     __nv_bfloat16* gate_up, __nv_bfloat16* out, int n, int in_features, int ffn,
                     cudaStream_t stream);
 // logits = x · wᵀ (f32) and next[r] = argmax_j logits[r, j] (lowest index on ties), as
-// gemm_bf16_f32out then argmax_rows. For n <= 4 the GEMV reduces the maxima itself through
+// matmul_f32out then argmax_rows. For n <= 4 the GEMV reduces the maxima itself through
 // `best` (n words, zero before the first call, left zero) and one tiny kernel writes `next`.
 void lm_head_argmax(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w,
                     float* logits, int n, int in_features, int vocab, unsigned long long* best,
                     int32_t* next, cudaStream_t stream);
 
-// The most rows the decode GEMV takes, and the tensor-core kernel's (gemm_bf16_skinny_mma).
+// The most rows the decode GEMV takes, and the tensor-core kernel's (matmul_skinny_mma).
 constexpr int kDecodeGemvMaxRows = 4;
 constexpr int kSkinnyMaxRows = 16;
 
 // The decode step's RMSNorms folded into the products around them, for the GEMV's n <= 4 rows
 // (norms_fold says whether every product of the step takes it; KVB_CUDA_FUSED_NORM=0 says no). The
-// product that adds into the residual stream (o, down: gemm_bf16_into_residual) also writes
+// product that adds into the residual stream (o, down: matmul_into_residual) also writes
 // `scaled` = bf16(v · gain), with v the new residual and gain the next norm's weight, and adds Σv²
 // per row into `sum_sq`. The product after the norm (qkv, gate/up, LM head) streams `scaled` as its
 // input and multiplies its sums by 1/sqrt(mean(v²) + eps). The step then runs no norm kernel (each
@@ -141,18 +142,18 @@ bool norms_fold(int n, std::initializer_list<int> in_features);
 // zeroed), one block per row.
 void fold_rmsnorm(const float* residual, int n, int d_model, const FoldedNorm& norm,
                   cudaStream_t stream);
-void gemm_bf16(const FoldedNorm& x, const __nv_bfloat16* w, __nv_bfloat16* y, int n,
-               int in_features, int out_features, cudaStream_t stream);
+void matmul(const FoldedNorm& x, const __nv_bfloat16* w, __nv_bfloat16* y, int n, int in_features,
+            int out_features, cudaStream_t stream);
 void gate_up_swiglu(const FoldedNorm& x, const __nv_bfloat16* w_gate_up, __nv_bfloat16* out, int n,
                     int in_features, int ffn, cudaStream_t stream);
 void lm_head_argmax(const FoldedNorm& x, const __nv_bfloat16* w, float* logits, int n,
                     int in_features, int vocab, unsigned long long* best, int32_t* next,
                     cudaStream_t stream);
-// residual += x · wᵀ, the product rounded to bf16 first (bit for bit gemm_bf16 into a delta, then
+// residual += x · wᵀ, the product rounded to bf16 first (bit for bit matmul into a delta, then
 // add_rmsnorm's add), with the next norm folded in as above.
-void gemm_bf16_into_residual(const __nv_bfloat16* x, const __nv_bfloat16* w, float* residual, int n,
-                             int in_features, int out_features, const FoldedNorm& next,
-                             cudaStream_t stream);
+void matmul_into_residual(const __nv_bfloat16* x, const __nv_bfloat16* w, float* residual, int n,
+                          int in_features, int out_features, const FoldedNorm& next,
+                          cudaStream_t stream);
 
 // Reads `bytes` of device memory and returns the achieved GB/s (best of `repeats`): the
 // bandwidth ceiling that bench ratios are taken against.

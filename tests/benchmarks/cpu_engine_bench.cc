@@ -7,12 +7,11 @@
 // Shapes are SmolLM2-135M's (d_model 576, 9 query / 3 KV heads of 64, FFN 1536).
 // Run: build/tests/benchmarks/cpu_engine_bench [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_reduce.h>
 
 #include <random>
 #include <vector>
 
+#include "engine/cpu/blas.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
 
@@ -30,16 +29,7 @@ void BM_ReadBandwidth(benchmark::State& state) {
   const size_t n = static_cast<size_t>(state.range(0)) * state.range(1);
   const auto buffer = random_vector(n, 1);
   for (auto _ : state) {
-    const double sum = tbb::parallel_reduce(
-        tbb::blocked_range<size_t>(0, n, 1 << 14), 0.0,
-        [&](const tbb::blocked_range<size_t>& r, double acc) {
-          float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-          for (size_t i = r.begin(); i + 8 <= r.end(); i += 8)
-            for (int l = 0; l < 8; ++l) partial[l] += buffer[i + l];
-          for (float p : partial) acc += p;
-          return acc;
-        },
-        [](double a, double b) { return a + b; });
+    const double sum = kvb::parallel_read_sum(buffer.data(), n, 1 << 14);
     benchmark::DoNotOptimize(sum);
   }
   state.SetBytesProcessed(state.iterations() * n * sizeof(float));
@@ -76,7 +66,7 @@ void BM_CausalAttention(benchmark::State& state) {
   const int T = state.range(0), Hq = 9, Hkv = 3, d = 64;
   const auto q = random_vector(size_t(T) * Hq * d, 6);
   std::vector<std::vector<float>> k, v;
-  kvb::kernels::CausalAttentionArgs args;
+  kvb::kernels::PrefillAttentionArgs args;
   args.n_query_heads = Hq;
   args.n_kv_heads = Hkv;
   args.head_dim = d;
@@ -94,7 +84,7 @@ void BM_CausalAttention(benchmark::State& state) {
   std::vector<float> out(size_t(T) * Hq * d);
   args.output = out.data();
   for (auto _ : state) {
-    kvb::kernels::causal_attention(args);
+    kvb::kernels::prefill_attention(args);
     benchmark::DoNotOptimize(out.data());
   }
   // Useful work: QK^T and PV over the causal half.

@@ -184,15 +184,14 @@ int run(int context) {
   std::vector<Step> steps = {
       {"gemv qkv (folded norm)", 2.0 * kQkvWidth * kModel,
        [&](int l, cudaStream_t s) {
-         cuda::gemm_bf16(folded(layers[l].norm1, 0), layers[l].wqkv.as<bf16>(), qkv.as<bf16>(), 1,
-                         kModel, kQkvWidth, s);
+         cuda::matmul(folded(layers[l].norm1, 0), layers[l].wqkv.as<bf16>(), qkv.as<bf16>(), 1,
+                      kModel, kQkvWidth, s);
        }},
       {"attention + append", kv_bytes, attention_appending},
       {"gemv o + residual", 2.0 * kModel * kModel,
        [&](int l, cudaStream_t s) {
-         cuda::gemm_bf16_into_residual(attn.as<bf16>(), layers[l].wo.as<bf16>(),
-                                       residual.as<float>(), 1, kModel, kModel,
-                                       folded(layers[l].norm2, 1), s);
+         cuda::matmul_into_residual(attn.as<bf16>(), layers[l].wo.as<bf16>(), residual.as<float>(),
+                                    1, kModel, kModel, folded(layers[l].norm2, 1), s);
        }},
       {"gate_up + swiglu (folded)", 2.0 * 2 * kFfn * kModel,
        [&](int l, cudaStream_t s) {
@@ -201,9 +200,9 @@ int run(int context) {
        }},
       {"gemv down + residual", 2.0 * kModel * kFfn,
        [&](int l, cudaStream_t s) {
-         cuda::gemm_bf16_into_residual(act.as<bf16>(), layers[l].w_down.as<bf16>(),
-                                       residual.as<float>(), 1, kFfn, kModel,
-                                       folded(layers[(l + 1) % kLayers].norm1, 0), s);
+         cuda::matmul_into_residual(act.as<bf16>(), layers[l].w_down.as<bf16>(),
+                                    residual.as<float>(), 1, kFfn, kModel,
+                                    folded(layers[(l + 1) % kLayers].norm1, 0), s);
        }},
   };
   std::printf("Llama-3.1-8B shapes, B=1, context %d; measured read bandwidth %.0f GB/s\n", context,
@@ -230,13 +229,13 @@ int run(int context) {
        }},
       {"(gemv qkv)", 2.0 * kQkvWidth * kModel,
        [&](int l, cudaStream_t s) {
-         cuda::gemm_bf16(cublas, normed.as<bf16>(), layers[l].wqkv.as<bf16>(), qkv.as<bf16>(), 1,
-                         kModel, kQkvWidth, s);
+         cuda::matmul(cublas, normed.as<bf16>(), layers[l].wqkv.as<bf16>(), qkv.as<bf16>(), 1,
+                      kModel, kQkvWidth, s);
        }},
       {"(gemv o)", 2.0 * kModel * kModel,
        [&](int l, cudaStream_t s) {
-         cuda::gemm_bf16(cublas, attn.as<bf16>(), layers[l].wo.as<bf16>(), delta.as<bf16>(), 1,
-                         kModel, kModel, s);
+         cuda::matmul(cublas, attn.as<bf16>(), layers[l].wo.as<bf16>(), delta.as<bf16>(), 1, kModel,
+                      kModel, s);
        }},
       {"(gate_up + swiglu)", 2.0 * 2 * kFfn * kModel,
        [&](int l, cudaStream_t s) {
@@ -245,15 +244,15 @@ int run(int context) {
        }},
       {"(gemv down)", 2.0 * kModel * kFfn,
        [&](int l, cudaStream_t s) {
-         cuda::gemm_bf16(cublas, act.as<bf16>(), layers[l].w_down.as<bf16>(), delta.as<bf16>(), 1,
-                         kFfn, kModel, s);
+         cuda::matmul(cublas, act.as<bf16>(), layers[l].w_down.as<bf16>(), delta.as<bf16>(), 1,
+                      kFfn, kModel, s);
        }},
       {"(rope + append_kv)", 0, rope_append},
       {"(decode_attention)", kv_bytes, attention},
       {"(gemv gate_up)", 2.0 * 2 * kFfn * kModel,
        [&](int l, cudaStream_t s) {
-         cuda::gemm_bf16(cublas, normed.as<bf16>(), layers[l].w_gate_up.as<bf16>(),
-                         gate_up.as<bf16>(), 1, kModel, 2 * kFfn, s);
+         cuda::matmul(cublas, normed.as<bf16>(), layers[l].w_gate_up.as<bf16>(), gate_up.as<bf16>(),
+                      1, kModel, 2 * kFfn, s);
        }},
       {"(swiglu)", 0,
        [&](int, cudaStream_t s) { cuda::swiglu(gate_up.as<bf16>(), 1, kFfn, act.as<bf16>(), s); }},
@@ -266,8 +265,8 @@ int run(int context) {
                 floor_us > 0 ? std::to_string(us / floor_us).substr(0, 5).c_str() : "-");
   }
   auto head_unfused = [&](int, cudaStream_t s) {
-    cuda::gemm_bf16_f32out(cublas, normed.as<bf16>(), lm_head.as<bf16>(), logits.as<float>(), 1,
-                           kModel, kVocab, s);
+    cuda::matmul_f32out(cublas, normed.as<bf16>(), lm_head.as<bf16>(), logits.as<float>(), 1,
+                        kModel, kVocab, s);
     cuda::argmax_rows(logits.as<float>(), 1, kVocab, next.as<int32_t>(), s);
   };
   std::printf("%-24s %10.2f\n", "(lm head, argmax)", time_in_graph(head_unfused, 1, stream));

@@ -39,7 +39,7 @@ struct LayerInputs {
   void window_forward() {
     cuda::PrefillAttentionArgs a = window_args();
     a.workspace = window_workspace.data();
-    cuda::flash_attention_prefill(a, nullptr);
+    cuda::prefill_attention(a, nullptr);
   }
   cuda::PrefillAttentionArgs window_args() {
     cuda::PrefillAttentionArgs a;
@@ -126,7 +126,7 @@ void BM_DropKvFused(benchmark::State& state) {
   state.counters["window_ms"] = stage_ms([&] { in.window_forward(); });
   // The same window forward without a workspace: the prefill kernel, one block per query head.
   state.counters["window_prefill_kernel_ms"] =
-      stage_ms([&] { cuda::flash_attention_prefill(in.window_args(), nullptr); });
+      stage_ms([&] { cuda::prefill_attention(in.window_args(), nullptr); });
   state.counters["scorer_ms"] = stage_ms([&] { cuda::dropkv_scores(in.score_args(), nullptr); });
   state.counters["select_ms"] = stage_ms(select);
   state.counters["scratch_MB"] = in.fused_scratch_bytes() / 1e6;

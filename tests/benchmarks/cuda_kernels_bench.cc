@@ -90,7 +90,7 @@ void BM_FlashPrefill(benchmark::State& state) {
   if (!cuda::device_available()) return state.SkipWithError("no CUDA device");
   const int n = static_cast<int>(state.range(0));
   PrefillInputs in(n);
-  const auto prefill = [&] { cuda::flash_attention_prefill(in.args, nullptr); };
+  const auto prefill = [&] { cuda::prefill_attention(in.args, nullptr); };
   prefill();
   for (auto _ : state) state.SetIterationTime(mean_ms(prefill, 1) / 1e3);
   // Causal: half of the n x n score matrix, two matmuls of 2 FLOP per multiply-add.
@@ -120,7 +120,7 @@ void BM_AttentionColumnSums(benchmark::State& state) {
                          .n_query_heads = in.hq,
                          .n_kv_heads = in.hkv,
                          .head_dim = in.d};
-  const auto prefill = [&] { cuda::flash_attention_prefill(in.args, nullptr); };
+  const auto prefill = [&] { cuda::prefill_attention(in.args, nullptr); };
   const auto column_sums = [&] { cuda::attention_column_sums(a, nullptr); };
   prefill();
   const float prefill_ms = mean_ms(prefill, 5);

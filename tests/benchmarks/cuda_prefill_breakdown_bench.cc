@@ -122,7 +122,7 @@ int run(int context, int chunk) {
       a.head_dim = kHeadDim;
       a.scale = 1.f / std::sqrt(float(kHeadDim));
       a.kernel = kernel;
-      cuda::flash_attention_prefill(a, s);
+      cuda::prefill_attention(a, s);
     };
   };
 
@@ -156,7 +156,7 @@ int run(int context, int chunk) {
       gemm_flops += 2.0 * n * in * out * kLayers;
       return time_ms(
                  [&, x, y, in, out](cudaStream_t s) {
-                   cuda::gemm_bf16(cublas, x, w.as<bf16>(), y, n, in, out, s);
+                   cuda::matmul(cublas, x, w.as<bf16>(), y, n, in, out, s);
                  },
                  stream) *
              kLayers;
@@ -180,7 +180,7 @@ int run(int context, int chunk) {
                                 rope.n_query_heads = kHeadsQ;
                                 rope.n_kv_heads = kHeadsKv;
                                 rope.head_dim = kHeadDim;
-                                cuda::bias_rope(rope, s);
+                                cuda::apply_rope(rope, s);
                                 cuda::append_kv(qkv.as<bf16>(), n, n, kHeadsQ, kHeadsKv, kHeadDim,
                                                 d_offsets.as<int64_t>(), d_lengths.as<int32_t>(),
                                                 k_cache.as<bf16>(), v_cache.as<bf16>(), s);

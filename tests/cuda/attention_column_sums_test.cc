@@ -1,4 +1,4 @@
-// The column-sums kernel (H2O's accumulated attention) fed by flash_attention_prefill's own LSE,
+// The column-sums kernel (H2O's accumulated attention) fed by prefill_attention's own LSE,
 // chunk by chunk, against its CPU twin (kernels/cpu/attention_column_sums.h) over the whole prompt
 // with an LSE computed on the host in double; and its refusals. Against the twin over many shapes,
 // both fed the same LSE: tests/cuda/backend_ops_test.cc.
@@ -100,7 +100,7 @@ void expect_sums_match(const std::vector<float>& got, const std::vector<float>& 
 }
 
 // A prefill of 300 tokens in chunks of 128, 100 and 72, each chunk's LSE from
-// flash_attention_prefill on the device: the accumulated sums equal the twin's over the whole
+// prefill_attention on the device: the accumulated sums equal the twin's over the whole
 // prompt with the host LSE (the engine's use).
 TEST(ColumnSumsKernel, ChunkedPrefillWithFlashLseAccumulates) {
   KVB_REQUIRE_GPU();
@@ -130,7 +130,7 @@ TEST(ColumnSumsKernel, ChunkedPrefillWithFlashLseAccumulates) {
                                              .n_kv_heads = hkv,
                                              .head_dim = d,
                                              .scale = 1.0f / std::sqrt(float(d))};
-    cuda::flash_attention_prefill(forward, nullptr);
+    cuda::prefill_attention(forward, nullptr);
     cuda::attention_column_sums(p.gpu_chunk(d_q, d_k, d_lse.as<float>(), d_sums, first, count),
                                 nullptr);
     first += count;

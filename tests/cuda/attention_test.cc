@@ -27,12 +27,12 @@ TEST(FlashPrefill, SplitKvNeedsAWorkspace) {
   a.head_dim = 128;
   a.n_query_heads = a.n_kv_heads = 1;
   a.kernel = cuda::PrefillKernel::kSplitKv;
-  EXPECT_THROW(cuda::flash_attention_prefill(a, nullptr), std::invalid_argument);
+  EXPECT_THROW(cuda::prefill_attention(a, nullptr), std::invalid_argument);
 }
 
 // Both kernels move rows in 16-byte pieces: a query stride off that grid is refused before any
 // launch (a misaligned-address fault would poison the context); runs without a GPU too. A padded
-// stride on the grid: the backend-ops row flash_attention_prefill_mma_..._pad8.
+// stride on the grid: the backend-ops row prefill_attention_mma_..._pad8.
 TEST(FlashPrefill, RefusesRowsOffThe16ByteGrid) {
   cuda::PrefillAttentionArgs a;
   a.n_queries = 200;
@@ -44,7 +44,7 @@ TEST(FlashPrefill, RefusesRowsOffThe16ByteGrid) {
   a.kv_head_stride = 260 * 128;
   for (const auto kernel : {cuda::PrefillKernel::kAuto, cuda::PrefillKernel::kMmaSync}) {
     a.kernel = kernel;
-    EXPECT_THROW(cuda::flash_attention_prefill(a, nullptr), std::invalid_argument);
+    EXPECT_THROW(cuda::prefill_attention(a, nullptr), std::invalid_argument);
   }
 }
 
@@ -75,7 +75,7 @@ TEST(WgmmaPrefill, AgreesWithMmaSyncAt4096Tokens) {
     a.head_dim = kDim;
     a.scale = 1.0f / std::sqrt(float(kDim));
     a.kernel = kernel;
-    cuda::flash_attention_prefill(a, nullptr);
+    cuda::prefill_attention(a, nullptr);
     cuda::check(cudaDeviceSynchronize(), "sync");
     lse.resize(size_t(kHeadsQ) * kQueries);
     d_lse.download(lse.data(), lse.size() * 4);

@@ -18,7 +18,8 @@ struct OpCase {
 };
 inline void PrintTo(const OpCase& c, std::ostream* os) { *os << c.name; }
 
-// The parts streamed together: case_name("rmsnorm_rows", 5, "_dim", 576) = "rmsnorm_rows5_dim576".
+// The parts streamed together: case_name("add_rmsnorm_rows", 5, "_dim", 576) is
+// "add_rmsnorm_rows5_dim576".
 template <typename... Parts>
 std::string case_name(const Parts&... parts) {
   std::ostringstream out;

@@ -1,5 +1,5 @@
 // The backend-ops rows of the attention kernels (tests/cuda/backend_ops_test.cc, whose header says
-// why each tolerance is what it is): flash_attention_prefill against causal_attention (each of its
+// why each tolerance is what it is): prefill_attention against prefill_attention (each of its
 // kernels), decode_attention (dense, per-head lists with a logit bias, lists shared by the group)
 // against the CPU's, attention_column_sums, dropkv_scores and early_exit_decode against their
 // twins.
@@ -44,8 +44,8 @@ inline const char* prefill_kernel_name(cuda::PrefillKernel kernel) {
   return "auto";
 }
 
-// One prefill kernel on `s`: output and row log-sum-exp against causal_attention.
-inline void check_flash_attention_prefill(const PrefillShape& s, cuda::PrefillKernel kernel) {
+// One prefill kernel on `s`: output and row log-sum-exp against prefill_attention.
+inline void check_prefill_attention(const PrefillShape& s, cuda::PrefillKernel kernel) {
   if (kernel == cuda::PrefillKernel::kWgmma && !cuda::wgmma_prefill_available(s.head_dim))
     GTEST_SKIP() << "the wgmma prefill needs an sm_90 GPU";
   const int keys = s.prefix + s.n_queries, d = s.head_dim;
@@ -54,7 +54,7 @@ inline void check_flash_attention_prefill(const PrefillShape& s, cuda::PrefillKe
   const auto k = random_bf16_values(size_t(s.n_kv_heads) * keys * d, 2);
   const auto v = random_bf16_values(size_t(s.n_kv_heads) * keys * d, 3);
 
-  kernels::CausalAttentionArgs cpu;
+  kernels::PrefillAttentionArgs cpu;
   cpu.n_query_heads = s.n_query_heads;
   cpu.n_kv_heads = s.n_kv_heads;
   cpu.head_dim = d;
@@ -69,7 +69,7 @@ inline void check_flash_attention_prefill(const PrefillShape& s, cuda::PrefillKe
   std::vector<float> expected_lse(size_t(s.n_query_heads) * s.n_queries);
   cpu.output = expected.data();
   cpu.row_log_sum_exp = expected_lse.data();
-  kernels::causal_attention(cpu);
+  kernels::prefill_attention(cpu);
 
   const int q_stride = q_width + s.q_row_padding;
   std::vector<float> q_rows(size_t(s.n_queries) * q_stride, 0.f);
@@ -97,7 +97,7 @@ inline void check_flash_attention_prefill(const PrefillShape& s, cuda::PrefillKe
     workspace = cuda::DeviceBuffer(cuda::prefill_split_kv_workspace_bytes(gpu));
     gpu.workspace = workspace.data();
   }
-  cuda::flash_attention_prefill(gpu, nullptr);
+  cuda::prefill_attention(gpu, nullptr);
   cuda::check(cudaDeviceSynchronize(), "sync");
   EXPECT_LT(max_abs_diff(from_device_bf16(d_out, expected.size()), expected), 2e-2);
   EXPECT_LT(max_abs_diff(from_device<float>(d_lse, expected_lse.size()), expected_lse), 2e-3);
@@ -279,7 +279,7 @@ struct DropKvShape {
   int head_dim, n_query_heads, n_kv_heads, length, window;
 };
 
-// The window forward on the device (flash_attention_prefill over the last W queries), then both
+// The window forward on the device (prefill_attention over the last W queries), then both
 // scorers fed its outputs y and LSE.
 inline void check_dropkv_scores(const DropKvShape& s) {
   const int d = s.head_dim, L = s.length, W = s.window, hq = s.n_query_heads, hkv = s.n_kv_heads;
@@ -289,21 +289,21 @@ inline void check_dropkv_scores(const DropKvShape& s) {
   auto d_q = to_device_bf16(q), d_k = to_device_bf16(k), d_v = to_device_bf16(v);
   cuda::DeviceBuffer d_y(size_t(W) * hq * d * 2), d_lse(size_t(hq) * W * 4),
       d_scores(size_t(hkv) * L * 4);
-  cuda::flash_attention_prefill({.q = d_q.as<__nv_bfloat16>(),
-                                 .q_row_stride = int64_t(hq) * d,
-                                 .k = d_k.as<__nv_bfloat16>(),
-                                 .v = d_v.as<__nv_bfloat16>(),
-                                 .kv_head_stride = int64_t(L) * d,
-                                 .out = d_y.as<__nv_bfloat16>(),
-                                 .out_row_stride = int64_t(hq) * d,
-                                 .lse = d_lse.as<float>(),
-                                 .n_queries = W,
-                                 .query_offset = L - W,
-                                 .n_query_heads = hq,
-                                 .n_kv_heads = hkv,
-                                 .head_dim = d,
-                                 .scale = 1.0f / std::sqrt(float(d))},
-                                nullptr);
+  cuda::prefill_attention({.q = d_q.as<__nv_bfloat16>(),
+                           .q_row_stride = int64_t(hq) * d,
+                           .k = d_k.as<__nv_bfloat16>(),
+                           .v = d_v.as<__nv_bfloat16>(),
+                           .kv_head_stride = int64_t(L) * d,
+                           .out = d_y.as<__nv_bfloat16>(),
+                           .out_row_stride = int64_t(hq) * d,
+                           .lse = d_lse.as<float>(),
+                           .n_queries = W,
+                           .query_offset = L - W,
+                           .n_query_heads = hq,
+                           .n_kv_heads = hkv,
+                           .head_dim = d,
+                           .scale = 1.0f / std::sqrt(float(d))},
+                          nullptr);
   cuda::dropkv_scores({.queries = d_q.as<__nv_bfloat16>(),
                        .outputs = d_y.as<__nv_bfloat16>(),
                        .row_stride = int64_t(hq) * d,
@@ -372,10 +372,10 @@ inline std::vector<OpCase> attention_cases() {
   std::vector<OpCase> cases;
   auto add_prefill = [&](cuda::PrefillKernel kernel, std::initializer_list<PrefillShape> shapes) {
     for (const PrefillShape& s : shapes)
-      cases.push_back({case_name("flash_attention_prefill_", prefill_kernel_name(kernel), "_d",
+      cases.push_back({case_name("prefill_attention_", prefill_kernel_name(kernel), "_d",
                                  s.head_dim, "_hq", s.n_query_heads, "_hkv", s.n_kv_heads, "_n",
                                  s.n_queries, "_prefix", s.prefix, "_pad", s.q_row_padding),
-                       [=] { check_flash_attention_prefill(s, kernel); }});
+                       [=] { check_prefill_attention(s, kernel); }});
   };
   // The mma.sync kernel (every GPU; the only one for head_dim 64): lengths off the 64-row tiles,
   // GQA groups 1 / 3 / 4 / 7, prefixes, a padded query row.

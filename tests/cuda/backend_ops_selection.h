@@ -83,7 +83,7 @@ inline void check_binary_pack_queries(int batch, int hq, int hkv, int d) {
                       cpu_quantized(projection, q, batch, hq, hkv, d));
 }
 
-// binary_score_keys over `codes` ([slots, length]) against binary_hash_group_scores of the CPU's
+// binary_score_keys over `codes` ([slots, length]) against binary_score_keys of the CPU's
 // quantised queries; forced: 3 sinks everywhere and tokens 7, 100 and length - 1 of slot 1 through
 // the mask (binary_mark_tokens).
 inline void expect_scores_equal(const std::vector<uint64_t>& codes,
@@ -116,8 +116,8 @@ inline void expect_scores_equal(const std::vector<uint64_t>& codes,
   const std::vector<QuantizedQuery> quantized = cpu_quantized(projection, q, batch, hq, hkv, d);
   std::vector<int> expected(length);
   for (int s = 0; s < slots; ++s) {
-    kernels::binary_hash_group_scores(quantized.data() + s * group, group,
-                                      codes.data() + int64_t(s) * length, length, expected.data());
+    kernels::binary_score_keys(quantized.data() + s * group, group,
+                               codes.data() + int64_t(s) * length, length, expected.data());
     int mismatches = 0;
     for (int j = 0; j < length; ++j) {
       const bool forced = j < 3 || (s == 1 && (j == 7 || j == 100 || j == length - 1));

@@ -33,21 +33,26 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "kernels/cpu/activations.h"
+#include "kernels/cpu/dequantize.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/projected_value_norms.h"
 #include "kernels/cpu/query_key_scores.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/row_norms.h"
+#include "kernels/cpu/transformer_ops.h"
 #include "kernels/cuda/activations.h"
 #include "kernels/cuda/projected_value_norms.h"
 #include "kernels/cuda/query_key_scores.h"
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/row_norms.h"
+#include "kernels/cuda/transformer_ops.h"
 #include "tests/cuda/backend_ops_attention.h"
 #include "tests/cuda/backend_ops_selection.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -55,18 +60,19 @@
 namespace kvb::test {
 namespace {
 
-// add_rmsnorm (residual += delta, then the norm) against rmsnorm of the sum.
-void check_rmsnorm(int rows, int dim) {
+// add_rmsnorm (residual += delta, then the norm) against its CPU twin; a row set without a delta
+// too, which is the plain norm.
+void check_add_rmsnorm(int rows, int dim, bool with_delta) {
   const auto residual = random_bf16_values(size_t(rows) * dim, 1, 3.0f);
   const auto delta = random_bf16_values(size_t(rows) * dim, 2);
   const auto weight = random_bf16_values(dim, 3);
-  std::vector<float> summed(residual.size()), expected(residual.size());
-  for (size_t i = 0; i < summed.size(); ++i) summed[i] = residual[i] + delta[i];
-  kernels::rmsnorm(summed.data(), weight.data(), rows, dim, 1e-5f, expected.data());
+  std::vector<float> summed = residual, expected(residual.size());
+  kernels::add_rmsnorm(summed.data(), with_delta ? delta.data() : nullptr, weight.data(), rows, dim,
+                       1e-5f, expected.data());
   auto d_residual = to_device(residual);
   auto d_delta = to_device_bf16(delta), d_weight = to_device_bf16(weight);
   cuda::DeviceBuffer d_out(summed.size() * 2);
-  cuda::add_rmsnorm(d_residual.as<float>(), d_delta.as<__nv_bfloat16>(),
+  cuda::add_rmsnorm(d_residual.as<float>(), with_delta ? d_delta.as<__nv_bfloat16>() : nullptr,
                     d_weight.as<__nv_bfloat16>(), rows, dim, 1e-5f, d_out.as<__nv_bfloat16>(),
                     nullptr);
   EXPECT_LT(max_abs_diff(from_device<float>(d_residual, summed.size()), summed), 1e-5);
@@ -78,7 +84,7 @@ struct RopeShape {
   bool interleaved, llama3, bias;
 };
 
-// bias_rope against the bias rounded to bf16 (as the device stores the row), then apply_rope.
+// apply_rope against the bias rounded to bf16 (as the device stores the row), then apply_rope.
 void check_rope(const RopeShape& s) {
   const int d = s.head_dim, width = (s.n_query_heads + 2 * s.n_kv_heads) * d;
   const std::vector<int32_t> positions = {0, 1, 5, 100, 4095, 30000, 131000};
@@ -99,16 +105,16 @@ void check_rope(const RopeShape& s) {
   auto d_qkv = to_device_bf16(qkv), d_bias = to_device_bf16(bias);
   auto d_positions = to_device(positions);
   auto d_freq = to_device(freq);
-  cuda::bias_rope({.qkv = d_qkv.as<__nv_bfloat16>(),
-                   .bias = s.bias ? d_bias.as<__nv_bfloat16>() : nullptr,
-                   .positions = d_positions.as<int32_t>(),
-                   .inv_freq = d_freq.as<float>(),
-                   .n = rows,
-                   .n_query_heads = s.n_query_heads,
-                   .n_kv_heads = s.n_kv_heads,
-                   .head_dim = d,
-                   .interleaved = s.interleaved},
-                  nullptr);
+  cuda::apply_rope({.qkv = d_qkv.as<__nv_bfloat16>(),
+                    .bias = s.bias ? d_bias.as<__nv_bfloat16>() : nullptr,
+                    .positions = d_positions.as<int32_t>(),
+                    .inv_freq = d_freq.as<float>(),
+                    .n = rows,
+                    .n_query_heads = s.n_query_heads,
+                    .n_kv_heads = s.n_kv_heads,
+                    .head_dim = d,
+                    .interleaved = s.interleaved},
+                   nullptr);
   // V heads untouched (biased only); Q and K within bf16 rounding of the rotated values.
   EXPECT_LT(max_abs_diff(from_device_bf16(d_qkv, qkv.size()), expected), 1.6e-2);
 }
@@ -226,6 +232,83 @@ void check_projected_value_norms(const ProjectedShape& s) {
     ASSERT_NEAR(got[i], expected[i], 1e-4 * std::abs(expected[i]) + 1e-5) << "entry " << i;
 }
 
+// The bf16 GEMM (matmul_f32out, kernels/cuda/transformer_ops.h; decode_gemv.cu for up to 4 rows)
+// against matmul, its CPU twin: f32 sums of `in` bf16 products in another order, 1e-3 at in 576
+// growing with sqrt(in) (a random walk of rounding errors). For 5 to kSkinnyMaxRows rows the
+// opt-in tensor-core kernel (matmul_skinny_mma) is held to the same bound.
+void check_matmul(int n, int in, int out) {
+  const auto x = random_bf16_values(size_t(n) * in, 7);
+  const auto w = random_bf16_values(size_t(out) * in, 8, 0.1f);
+  std::vector<float> expected(size_t(n) * out);
+  kernels::matmul(x.data(), n, in, w.data(), out, nullptr, expected.data());
+  auto d_x = to_device_bf16(x), d_w = to_device_bf16(w);
+  cuda::DeviceBuffer d_y(expected.size() * 4);
+  cublasHandle_t handle;
+  cublasCreate(&handle);
+  cuda::matmul_f32out(handle, d_x.as<__nv_bfloat16>(), d_w.as<__nv_bfloat16>(), d_y.as<float>(), n,
+                      in, out, nullptr);
+  cuda::check(cudaDeviceSynchronize(), "matmul_f32out");
+  cublasDestroy(handle);
+  const double bound = 1e-3 * std::sqrt(in / 576.0);
+  EXPECT_LT(max_abs_diff(from_device<float>(d_y, expected.size()), expected), bound);
+  if (n < 5 || n > cuda::kSkinnyMaxRows) return;
+  cuda::matmul_skinny_mma(d_x.as<__nv_bfloat16>(), d_w.as<__nv_bfloat16>(), d_y.as<float>(), n, in,
+                          out, nullptr);
+  cuda::check(cudaDeviceSynchronize(), "matmul_skinny_mma");
+  EXPECT_LT(max_abs_diff(from_device<float>(d_y, expected.size()), expected), bound)
+      << "tensor-core kernel";
+}
+
+// argmax_rows against its CPU twin, exact: random bf16 logits, and in each row the maximum planted
+// twice (positions r and vocab - 1 - r), so the lowest index of a tie must win.
+void check_argmax_rows(int rows, int vocab) {
+  auto logits = random_bf16_values(size_t(rows) * vocab, 11, 4.0f);
+  for (int r = 0; r < rows; ++r) {
+    float* row = logits.data() + size_t(r) * vocab;
+    const int a = r % vocab, b = vocab - 1 - r % vocab;
+    row[a] = row[b] = 100.0f + r;
+  }
+  std::vector<int32_t> expected(rows);
+  kernels::argmax_rows(logits.data(), rows, vocab, expected.data());
+  auto d_logits = to_device(logits);
+  cuda::DeviceBuffer d_next(size_t(rows) * 4);
+  cuda::argmax_rows(d_logits.as<float>(), rows, vocab, d_next.as<int32_t>(), nullptr);
+  EXPECT_EQ(from_device<int32_t>(d_next, rows), expected);
+}
+
+// f32_to_bf16 and bf16_to_f32 against the CPU's scalar twins (kernels/cpu/dequantize.h), bit for
+// bit: f32 values over the whole exponent range, exact halfway cases (low 16 bits 0x8000, where
+// round-to-nearest-even decides) and infinities; every bf16 pattern that is not a NaN.
+void check_conversions(int count) {
+  std::mt19937 rng(12);
+  std::vector<float> f32(count);
+  for (int i = 0; i < count; ++i) {
+    uint32_t bits = rng();
+    if (i % 4 == 0) bits = (bits & 0xFFFF0000u) | 0x8000u;
+    if ((bits & 0x7F800000u) == 0x7F800000u) bits &= 0xFF800000u;  // NaN -> infinity
+    std::memcpy(&f32[i], &bits, 4);
+  }
+  std::vector<uint16_t> want16(count);
+  for (int i = 0; i < count; ++i) want16[i] = kvb::f32_to_bf16(f32[i]);
+  auto d_f32 = to_device(f32);
+  cuda::DeviceBuffer d_bf16(size_t(count) * 2);
+  cuda::f32_to_bf16(d_f32.as<float>(), count, d_bf16.as<__nv_bfloat16>(), nullptr);
+  EXPECT_EQ(from_device<uint16_t>(d_bf16, count), want16);
+
+  std::vector<uint16_t> patterns;
+  for (uint32_t b = 0; b < 0x10000u; ++b)
+    if ((b & 0x7F80u) != 0x7F80u || (b & 0x7Fu) == 0) patterns.push_back(uint16_t(b));
+  std::vector<uint32_t> want32(patterns.size());
+  for (size_t i = 0; i < patterns.size(); ++i) {
+    const float value = kvb::bf16_to_f32(patterns[i]);
+    std::memcpy(&want32[i], &value, 4);
+  }
+  auto d_patterns = to_device(patterns);
+  cuda::DeviceBuffer d_out(patterns.size() * 4);
+  cuda::bf16_to_f32(d_patterns.as<__nv_bfloat16>(), patterns.size(), d_out.as<float>(), nullptr);
+  EXPECT_EQ(from_device<uint32_t>(d_out, patterns.size()), want32);
+}
+
 // Two or three sizes of one case.
 struct Size2 {
   int a, b;
@@ -242,8 +325,11 @@ std::vector<OpCase> element_wise_cases() {
   for (const Size2 s :
        {Size2{1, 576}, Size2{5, 576}, Size2{5, 896}, Size2{5, 4096}, Size2{5, 5000}, Size2{17, 64},
         Size2{300, 576}, Size2{300, 3584}, Size2{300, 4096}, Size2{300, 8192}, Size2{300, 5002}})
-    cases.push_back(
-        {case_name("rmsnorm_rows", s.a, "_dim", s.b), [s] { check_rmsnorm(s.a, s.b); }});
+    cases.push_back({case_name("add_rmsnorm_rows", s.a, "_dim", s.b),
+                     [s] { check_add_rmsnorm(s.a, s.b, true); }});
+  for (const Size2 s : {Size2{5, 576}, Size2{300, 576}})
+    cases.push_back({case_name("add_rmsnorm_nodelta_rows", s.a, "_dim", s.b),
+                     [s] { check_add_rmsnorm(s.a, s.b, false); }});
   std::vector<RopeShape> rope = {{9, 3, 64, false, false, false},   // SmolLM2
                                  {14, 2, 64, false, false, true},   // Qwen2.5-Coder-0.5B
                                  {28, 4, 128, false, false, true},  // Qwen2.5-7B
@@ -262,6 +348,27 @@ std::vector<OpCase> element_wise_cases() {
   for (const Size2 s : {Size2{3, 1536}, Size2{2, 1001}, Size2{70000, 16}, Size2{1, 4864},
                         Size2{4, 14336}, Size2{2, 18944}, Size2{5, 128}})
     cases.push_back({case_name("swiglu_rows", s.a, "_ffn", s.b), [s] { check_swiglu(s.a, s.b); }});
+  // n <= 4 takes the GEMV kernel, with 1 to 8 warps per row (short rows and a down projection's
+  // long ones; an output count that leaves the last block part empty; a last pass of one chunk).
+  // 5 to 16 (cuBLAS, and the opt-in tensor-core kernel): one or two n-tiles, partial ones, an
+  // output count that leaves a 16-row tile part empty, k slices that end inside a 32-wide step
+  // (2056, 1000); 17 and more take cuBLAS.
+  for (const Size3 s :
+       {Size3{1, 576, 1536}, Size3{3, 576, 1536}, Size3{4, 576, 1536}, Size3{17, 576, 1536},
+        Size3{256, 576, 1536}, Size3{1, 14336, 1536}, Size3{4, 8192, 1536}, Size3{2, 4096, 1001},
+        Size3{1, 4096, 28672}, Size3{3, 2056, 17000}, Size3{2, 1000, 20000}, Size3{5, 576, 1536},
+        Size3{8, 4096, 1001}, Size3{9, 14336, 1536}, Size3{10, 4096, 6144}, Size3{16, 2056, 17000},
+        Size3{12, 1000, 20000}, Size3{7, 576, 49152}})
+    cases.push_back({case_name("matmul_n", s.a, "_in", s.b, "_out", s.c),
+                     [s] { check_matmul(s.a, s.b, s.c); }});
+  // One row; the decode step's batch of rows; SmolLM2's and Qwen2.5's vocabularies; a vocabulary
+  // below the block's thread count.
+  for (const Size2 s : {Size2{1, 49152}, Size2{16, 49152}, Size2{3, 151936}, Size2{5, 100}})
+    cases.push_back(
+        {case_name("argmax_rows_rows", s.a, "_vocab", s.b), [s] { check_argmax_rows(s.a, s.b); }});
+  for (const int count : {1, 1000, (1 << 20) + 3})
+    cases.push_back(
+        {case_name("f32_to_bf16_bf16_to_f32_count", count), [count] { check_conversions(count); }});
   return cases;
 }
 

@@ -70,14 +70,12 @@ inline std::vector<QuantizedQuery> cpu_quantized(const std::vector<float>& proje
                                                  int hkv, int d) {
   const int group = hq / hkv;
   std::vector<QuantizedQuery> out(size_t(batch) * hq);
-  std::vector<float> projected(size_t(group) * kBinaryHashBits);
   for (int b = 0; b < batch; ++b)
     for (int h = 0; h < hkv; ++h) {
       const int slot = b * hkv + h;
-      kernels::binary_project_queries(projection.data() + int64_t(slot) * kBinaryHashBits * d, d,
-                                      q.data() + (int64_t(b) * hq + h * group) * d, group,
-                                      projected.data());
-      kernels::quantize_query_group(projected.data(), group, out.data() + b * hq + h * group);
+      kernels::binary_pack_queries(projection.data() + int64_t(slot) * kBinaryHashBits * d, d,
+                                   q.data() + (int64_t(b) * hq + h * group) * d, group,
+                                   out.data() + b * hq + h * group);
     }
   return out;
 }

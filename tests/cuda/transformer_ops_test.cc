@@ -1,7 +1,7 @@
 // The forward pass's other CUDA kernels (kernels/cuda/transformer_ops.h): the KV append, row copies
-// and argmax, the bf16 GEMM/GEMV against kernels::matmul, its fusions (gate/up with SwiGLU, the LM
-// head with its argmax, the folded norms) and the decode step's fused RoPE + append. RMSNorm, RoPE
-// and SwiGLU against their CPU twins: tests/cuda/backend_ops_test.cc.
+// and argmax, the bf16 GEMM/GEMV's fusions (gate/up with SwiGLU, the LM head with its argmax, the
+// folded norms) and the decode step's fused RoPE + append. RMSNorm, RoPE, SwiGLU and the GEMM
+// itself against their CPU twins: tests/cuda/backend_ops_test.cc.
 #include "kernels/cuda/transformer_ops.h"
 
 #include <gtest/gtest.h>
@@ -55,58 +55,6 @@ TEST(CudaOps, AppendKvPlacesPrefillRowsInTheCache) {
   }
 }
 
-TEST(CudaOps, GemmMatchesCpuMatmul) {
-  KVB_REQUIRE_GPU();
-  // n <= 4 takes the GEMV kernel, with 1 to 8 warps per row (short rows and a down projection's
-  // long ones; an output count that leaves the last block part empty; a last pass of one chunk).
-  // 5 to 16 take cuBLAS, and are also given to the tensor-core kernel (opt-in in gemm_bf16): one or
-  // two n-tiles, partial ones, an output count that leaves a 16-row tile part empty, k slices that
-  // end inside a 32-wide step (2056, 1000).
-  for (auto [n, in, out] : std::vector<std::tuple<int, int, int>>{{1, 576, 1536},
-                                                                  {3, 576, 1536},
-                                                                  {4, 576, 1536},
-                                                                  {17, 576, 1536},
-                                                                  {256, 576, 1536},
-                                                                  {1, 14336, 1536},
-                                                                  {4, 8192, 1536},
-                                                                  {2, 4096, 1001},
-                                                                  {1, 4096, 28672},
-                                                                  {3, 2056, 17000},
-                                                                  {2, 1000, 20000},
-                                                                  {5, 576, 1536},
-                                                                  {8, 4096, 1001},
-                                                                  {9, 14336, 1536},
-                                                                  {10, 4096, 6144},
-                                                                  {16, 2056, 17000},
-                                                                  {12, 1000, 20000},
-                                                                  {7, 576, 49152}}) {
-    auto x = random_bf16_values(size_t(n) * in, 7);
-    auto w = random_bf16_values(size_t(out) * in, 8, 0.1f);
-    std::vector<float> expected(size_t(n) * out);
-    kernels::matmul(x.data(), n, in, w.data(), out, nullptr, expected.data());
-    auto d_x = test::to_device_bf16(x), d_w = test::to_device_bf16(w);
-    cuda::DeviceBuffer d_y(expected.size() * 4);
-    cublasHandle_t handle;
-    cublasCreate(&handle);
-    cuda::gemm_bf16_f32out(handle, d_x.as<__nv_bfloat16>(), d_w.as<__nv_bfloat16>(),
-                           d_y.as<float>(), n, in, out, nullptr);
-    cudaDeviceSynchronize();
-    cublasDestroy(handle);
-    std::vector<float> got(expected.size());
-    d_y.download(got.data(), got.size() * 4);
-    const double bound = 1e-3 * std::sqrt(in / 576.0);
-    EXPECT_LT(test::max_abs_diff(got, expected), bound)
-        << "n=" << n << " in=" << in << " out=" << out;
-    if (n < 5 || n > cuda::kSkinnyMaxRows) continue;
-    cuda::gemm_bf16_skinny_mma(d_x.as<__nv_bfloat16>(), d_w.as<__nv_bfloat16>(), d_y.as<float>(), n,
-                               in, out, nullptr);
-    cudaDeviceSynchronize();
-    d_y.download(got.data(), got.size() * 4);
-    EXPECT_LT(test::max_abs_diff(got, expected), bound)
-        << "tensor-core kernel: n=" << n << " in=" << in << " out=" << out;
-  }
-}
-
 TEST(CudaOps, CopyRowsAndArgmax) {
   KVB_REQUIRE_GPU();
   auto rows = random_bf16_values(10 * 64, 9);
@@ -142,7 +90,7 @@ TEST(CudaOps, CopyRowsAndArgmax) {
   EXPECT_EQ(next[0], 128250);
 }
 
-// The fused gate/up GEMV + SwiGLU equals gemm_bf16 then swiglu bit for bit (n <= 4: the same sums
+// The fused gate/up GEMV + SwiGLU equals matmul then swiglu bit for bit (n <= 4: the same sums
 // in the same order, the same roundings), and both match the CPU twins; n = 6 and 12 take the
 // unfused path (the tensor-core product with bf16 output, then swiglu).
 TEST(CudaOps, GateUpSwigluMatchesUnfusedAndCpu) {
@@ -170,8 +118,8 @@ TEST(CudaOps, GateUpSwigluMatchesUnfusedAndCpu) {
     cuda::gate_up_swiglu(handle, d_x.as<__nv_bfloat16>(), d_w.as<__nv_bfloat16>(),
                          d_gate_up.as<__nv_bfloat16>(), d_fused.as<__nv_bfloat16>(), n, in, ffn,
                          nullptr);
-    cuda::gemm_bf16(handle, d_x.as<__nv_bfloat16>(), d_w.as<__nv_bfloat16>(),
-                    d_gate_up.as<__nv_bfloat16>(), n, in, 2 * ffn, nullptr);
+    cuda::matmul(handle, d_x.as<__nv_bfloat16>(), d_w.as<__nv_bfloat16>(),
+                 d_gate_up.as<__nv_bfloat16>(), n, in, 2 * ffn, nullptr);
     cuda::swiglu(d_gate_up.as<__nv_bfloat16>(), n, ffn, d_unfused.as<__nv_bfloat16>(), nullptr);
     cuda::check(cudaDeviceSynchronize(), "sync");
     const auto fused = test::from_device_bf16(d_fused, expected.size());
@@ -187,7 +135,7 @@ TEST(CudaOps, GateUpSwigluMatchesUnfusedAndCpu) {
   cublasDestroy(handle);
 }
 
-// The LM head with its argmax folded in: logits as gemm_bf16_f32out's, next = the argmax of those
+// The LM head with its argmax folded in: logits as matmul_f32out's, next = the argmax of those
 // logits with the lowest index on ties (two identical weight rows), over two calls (the argmax
 // keys must be left zero) and for n = 6 (the unfused fallback).
 TEST(CudaOps, LmHeadArgmaxMatchesCpu) {
@@ -326,11 +274,10 @@ TEST(CudaOps, FoldedNormChainMatchesCpu) {
       EXPECT_LT(worst, 0.05) << where << " " << step;
     };
     auto add_into_residual = [&](int gain, int slot, const char* step) {
-      cuda::gemm_bf16(handle, d_x.as<__nv_bfloat16>(), d_w_in.as<__nv_bfloat16>(),
-                      d_plain.as<__nv_bfloat16>(), n, hidden, d, nullptr);
-      cuda::gemm_bf16_into_residual(d_x.as<__nv_bfloat16>(), d_w_in.as<__nv_bfloat16>(),
-                                    d_residual.as<float>(), n, hidden, d, folded(gain, slot),
-                                    nullptr);
+      cuda::matmul(handle, d_x.as<__nv_bfloat16>(), d_w_in.as<__nv_bfloat16>(),
+                   d_plain.as<__nv_bfloat16>(), n, hidden, d, nullptr);
+      cuda::matmul_into_residual(d_x.as<__nv_bfloat16>(), d_w_in.as<__nv_bfloat16>(),
+                                 d_residual.as<float>(), n, hidden, d, folded(gain, slot), nullptr);
       cuda::check(cudaDeviceSynchronize(), "sync");
       const auto plain = test::from_device_bf16(d_plain, residual.size());
       for (size_t i = 0; i < residual.size(); ++i) residual[i] += plain[i];
@@ -342,8 +289,8 @@ TEST(CudaOps, FoldedNormChainMatchesCpu) {
 
     cuda::fold_rmsnorm(d_residual.as<float>(), n, d, folded(0, 0), nullptr);
     expect_folded(0, 0, "fold_rmsnorm");
-    cuda::gemm_bf16(folded(0, 0), d_w_out.as<__nv_bfloat16>(), d_y.as<__nv_bfloat16>(), n, d, out,
-                    nullptr);
+    cuda::matmul(folded(0, 0), d_w_out.as<__nv_bfloat16>(), d_y.as<__nv_bfloat16>(), n, d, out,
+                 nullptr);
     cuda::check(cudaDeviceSynchronize(), "sync");
     expect_slot_zeroed(1, "gemm");
     std::vector<float> want(size_t(n) * out);
@@ -382,12 +329,11 @@ TEST(CudaOps, FoldedNormChainMatchesCpu) {
   }
   // Rows past the GEMV's are refused with a message, not computed wrong.
   cuda::FoldedNorm norm;
-  EXPECT_THROW(cuda::gemm_bf16(norm, nullptr, nullptr, 5, 576, 576, nullptr),
-               std::invalid_argument);
+  EXPECT_THROW(cuda::matmul(norm, nullptr, nullptr, 5, 576, 576, nullptr), std::invalid_argument);
   cublasDestroy(handle);
 }
 
-// The decode step's fused bias + RoPE + append + advance equals bias_rope then append_kv then
+// The decode step's fused bias + RoPE + append + advance equals apply_rope then append_kv then
 // advance_lengths, bit for bit; chained in a captured graph (overlapped launches), each step sees
 // the lengths the previous one advanced.
 TEST(CudaOps, FusedRopeAppendDecodeInAGraph) {
@@ -444,7 +390,7 @@ TEST(CudaOps, FusedRopeAppendDecodeInAGraph) {
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
   ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
   for (int s = 0; s < steps; ++s) {
-    cuda::bias_rope(rope_for(separate, s), stream);
+    cuda::apply_rope(rope_for(separate, s), stream);
     cuda::append_kv(separate.qkv[s].as<__nv_bfloat16>(), batch, 1, hq, hkv, d,
                     d_offsets.as<int64_t>(), separate.lengths.as<int32_t>(),
                     separate.k.as<__nv_bfloat16>(), separate.v.as<__nv_bfloat16>(), stream);

@@ -19,6 +19,7 @@
 #include "datasets/text_utils.h"
 #include "engine/chat_template.h"
 #include "engine/gguf.h"
+#include "tests/datasets/ruler_tasks.h"
 #include "tests/test_paths.h"
 
 namespace kvb {
@@ -358,17 +359,8 @@ TEST_P(RulerSmolLm2Fit, FitsUsesNinetyPercentHoldsAnswersFollowsTemplate) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTasks, RulerSmolLm2Fit,
-                         ::testing::Combine(::testing::Values("niah_single_1", "niah_single_2",
-                                                              "niah_single_3", "niah_multikey_1",
-                                                              "niah_multikey_2", "niah_multikey_3",
-                                                              "niah_multivalue", "niah_multiquery",
-                                                              "vt", "cwe", "fwe", "qa_1", "qa_2"),
-                                            ::testing::Values(4096, 8192)),
-                         [](const auto& info) {
-                           return std::get<0>(info.param) + "_" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(AllTasks, RulerSmolLm2Fit, test::ruler_task_lengths(),
+                         test::ruler_case_name);
 
 }  // namespace
 }  // namespace kvb

@@ -12,6 +12,7 @@
 #include "common/errors.h"
 #include "datasets/ruler/ruler_task.h"
 #include "tests/datasets/fake_tokenizer.h"
+#include "tests/datasets/ruler_tasks.h"
 #include "tests/test_paths.h"
 
 namespace kvb {
@@ -122,17 +123,8 @@ TEST_P(RulerFakeTokenizerTest, FitsBudgetContainsAnswersFollowsTemplate) {
   check_samples(task, length, samples, tokenizer, kChatMl);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTasks, RulerFakeTokenizerTest,
-                         ::testing::Combine(::testing::Values("niah_single_1", "niah_single_2",
-                                                              "niah_single_3", "niah_multikey_1",
-                                                              "niah_multikey_2", "niah_multikey_3",
-                                                              "niah_multivalue", "niah_multiquery",
-                                                              "vt", "cwe", "fwe", "qa_1", "qa_2"),
-                                            ::testing::Values(4096, 8192)),
-                         [](const auto& info) {
-                           return std::get<0>(info.param) + "_" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(AllTasks, RulerFakeTokenizerTest, test::ruler_task_lengths(),
+                         test::ruler_case_name);
 
 class RulerTemplateTest : public ::testing::Test {
  protected:

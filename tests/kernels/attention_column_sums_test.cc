@@ -1,5 +1,5 @@
 // attention_column_sums (H2O's accumulated attention from the rows' LSE) against explicit softmax
-// rows in double, and against causal_attention's column sums over a prefill cut into two chunks.
+// rows in double, and against prefill_attention's column sums over a prefill cut into two chunks.
 #include "kernels/cpu/attention_column_sums.h"
 
 #include <gtest/gtest.h>
@@ -71,7 +71,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ColumnSumsVsSoftmaxRows,
                          ::testing::Values(Shape{4, 4, 16, 1, 0}, Shape{8, 2, 16, 70, 0},
                                            Shape{7, 1, 32, 45, 29}, Shape{6, 2, 64, 33, 100}));
 
-// A prefill in two chunks through causal_attention (its column sums, its LSE) and the same chunks
+// A prefill in two chunks through prefill_attention (its column sums, its LSE) and the same chunks
 // through attention_column_sums fed that LSE: the accumulated sums agree.
 TEST(ColumnSums, ChunkedPrefillMatchesCausalAttention) {
   const int hq = 8, hkv = 2, d = 32, group = hq / hkv;
@@ -83,7 +83,7 @@ TEST(ColumnSums, ChunkedPrefillMatchesCausalAttention) {
   std::vector<float> by_attention(size_t(hq) * n_keys, 0.0f), by_lse(by_attention.size(), 0.0f);
   int offset = 0;
   for (const int n : chunks) {
-    CausalAttentionArgs attention;
+    PrefillAttentionArgs attention;
     attention.n_query_heads = hq;
     attention.n_kv_heads = hkv;
     attention.head_dim = d;
@@ -98,7 +98,7 @@ TEST(ColumnSums, ChunkedPrefillMatchesCausalAttention) {
     attention.output = out.data();
     attention.row_log_sum_exp = lse.data();
     for (int a = 0; a < hq; ++a) attention.column_sums.push_back(&by_attention[a * n_keys]);
-    causal_attention(attention);
+    prefill_attention(attention);
     attention_column_sums({.q = attention.queries,
                            .q_row_stride = int64_t(hq) * d,
                            .k = k.data(),

@@ -47,7 +47,7 @@ TEST(CausalAttention, MatchesNaiveWithPrefixGqaAndColumnSums) {
   // A prefill (no prefix) and a chunk over cached entries of different lengths per KV head.
   for (const std::vector<int>& pre : {std::vector<int>{0, 0}, std::vector<int>{37, 5}}) {
     std::vector<std::vector<float>> keys, values;
-    CausalAttentionArgs args;
+    PrefillAttentionArgs args;
     args.n_query_heads = Hq;
     args.n_kv_heads = Hkv;
     args.head_dim = d;
@@ -71,7 +71,7 @@ TEST(CausalAttention, MatchesNaiveWithPrefixGqaAndColumnSums) {
     }
     args.output = out.data();
     args.row_log_sum_exp = lse.data();
-    causal_attention(args);
+    prefill_attention(args);
     for (int a = 0; a < Hq; ++a) {
       const int h = a / 3;
       std::vector<double> expected_sums(pre[h] + T, 0.0);
@@ -91,7 +91,7 @@ TEST(CausalAttention, MatchesNaiveWithPrefixGqaAndColumnSums) {
     args.column_sums.clear();
     std::vector<float> out2(out.size());
     args.output = out2.data();
-    causal_attention(args);
+    prefill_attention(args);
     EXPECT_EQ(out, out2);
   }
 }

@@ -43,7 +43,7 @@ TEST(BinaryHash, BitPlaneScoreEqualsIntegerDotProduct) {
         expected_group[a] = dot;
       }
       int group_score = 0;
-      binary_hash_group_scores(queries.data(), heads, &code, 1, &group_score);
+      binary_score_keys(queries.data(), heads, &code, 1, &group_score);
       EXPECT_EQ(group_score, *std::max_element(expected_group.begin(), expected_group.end()));
     }
   }

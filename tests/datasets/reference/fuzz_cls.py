@@ -1,4 +1,7 @@
 import json, random, subprocess, sys, warnings
+# The kvbench binary under test: $KVBENCH, else build/kvbench of this checkout.
+import os
+KVBENCH = os.environ.get('KVBENCH', os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '..', 'build', 'kvbench'))
 warnings.filterwarnings('ignore'); sys.path.insert(0,'/tmp/lbref')
 import metrics as M
 rng=random.Random(5)
@@ -13,7 +16,7 @@ for trial in range(40):
         recs.append((p,g))
     with open('/tmp/lbref/fz_trec.jsonl','w') as f:
         for p,g in recs: f.write(json.dumps({"pred":p,"answers":[g],"all_classes":classes})+"\n")
-    out=json.loads(subprocess.run(['/work/wt-scoring/build/kvbench','score','--benchmark','longbench','--dataset','trec','--predictions','/tmp/lbref/fz_trec.jsonl','--json','--per-sample'],capture_output=True,text=True).stdout)
+    out=json.loads(subprocess.run([KVBENCH,'score','--benchmark','longbench','--dataset','trec','--predictions','/tmp/lbref/fz_trec.jsonl','--json','--per-sample'],capture_output=True,text=True).stdout)
     for (p,g),v in zip(recs,out['per_sample']):
         e=M.classification_score(p.lstrip('\n').split('\n')[0],g,all_classes=classes)
         if abs(e-v)>1e-12:

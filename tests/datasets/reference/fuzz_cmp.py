@@ -1,4 +1,7 @@
 import json, random, subprocess, sys, warnings
+# The kvbench binary under test: $KVBENCH, else build/kvbench of this checkout.
+import os
+KVBENCH = os.environ.get('KVBENCH', os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '..', 'build', 'kvbench'))
 warnings.filterwarnings('ignore')
 sys.path.insert(0,'/tmp/lbref')
 import logging, jieba; jieba.setLogLevel(logging.ERROR)
@@ -26,7 +29,7 @@ bad=0
 for ds, cs in cases.items():
     with open(f'/tmp/lbref/fz_{ds}.jsonl','w') as f:
         for p,g in cs: f.write(json.dumps({"pred":p,"answers":[g],"all_classes":None})+"\n")
-    out=json.loads(subprocess.run(['/work/wt-scoring/build/kvbench','score','--benchmark','longbench','--dataset',ds,'--predictions',f'/tmp/lbref/fz_{ds}.jsonl','--json','--per-sample'],capture_output=True,text=True).stdout)
+    out=json.loads(subprocess.run([KVBENCH,'score','--benchmark','longbench','--dataset',ds,'--predictions',f'/tmp/lbref/fz_{ds}.jsonl','--json','--per-sample'],capture_output=True,text=True).stdout)
     for (p,g),v in zip(cs,out['per_sample']):
         e=fn[ds](p,g)
         if abs(e-v)>1e-12:

@@ -1,8 +1,9 @@
 // Causal flash attention for prefill on Hopper (sm_90a): the FlashAttention-2 scheme of
-// flash_attention_prefill.cu on warpgroup tensor-core instructions (wgmma), which the sm_90
-// mma.sync path cannot reach (it peaks well below half of the H200's bf16 rate). Same contract:
-// GQA, causal with a prefix offset, row log-sum-exp. Built only for sm_90a (kernels/CMakeLists.txt)
-// and launched only on compute capability 9.0; other GPUs and head_dim 64 use the mma.sync kernel.
+// prefill_attention.cu on warpgroup tensor-core instructions (wgmma), which the sm_90
+// mma.sync path cannot reach (its peak is well below the device's bf16 rate:
+// results/gpu-kernel-tuning.md §8). Same contract: GQA, causal with a prefix offset, row
+// log-sum-exp. Built only for sm_90a (kernels/CMakeLists.txt) and launched only on compute
+// capability 9.0; other GPUs and head_dim 64 use the mma.sync kernel.
 // Test: tests/cuda/attention_test.cc (both kernels against the CPU reference).
 //
 // Block = kGroups consumer warpgroups (64 query rows each, of one query head) + 1 producer
@@ -418,7 +419,7 @@ EncodeTiled find_tensor_map_encoder() {
         "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
   if (found != cudaDriverEntryPointSuccess || function == nullptr)
     throw std::runtime_error(
-        "flash_attention_prefill: the CUDA driver has no cuTensorMapEncodeTiled "
+        "prefill_attention: the CUDA driver has no cuTensorMapEncodeTiled "
         "(needs a CUDA 12 or newer driver)");
   return reinterpret_cast<EncodeTiled>(function);
 }
@@ -439,9 +440,8 @@ CUtensorMap encode_map(EncodeTiled encode, const __nv_bfloat16* base, uint64_t d
       box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (status != CUDA_SUCCESS)
-    throw std::runtime_error(
-        std::string("flash_attention_prefill: cuTensorMapEncodeTiled failed for ") + what +
-        " (CUresult " + std::to_string(int(status)) + ")");
+    throw std::runtime_error(std::string("prefill_attention: cuTensorMapEncodeTiled failed for ") +
+                             what + " (CUresult " + std::to_string(int(status)) + ")");
   return map;
 }
 
@@ -461,7 +461,7 @@ PrefillMaps make_prefill_maps(const PrefillAttentionArgs& args) {
 
 }  // namespace
 
-void flash_attention_prefill_wgmma(const PrefillAttentionArgs& args, cudaStream_t stream) {
+void prefill_attention_wgmma(const PrefillAttentionArgs& args, cudaStream_t stream) {
   if (args.n_queries <= 0) return;
   check(cudaFuncSetAttribute(flash_prefill_wgmma_kernel,
                              cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),

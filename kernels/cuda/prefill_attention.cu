@@ -1,5 +1,5 @@
 // Causal flash attention for prefill (FlashAttention-2 scheme) with GQA and row log-sum-exp.
-// CPU twin: kernels/cpu/attention.h (causal_attention). Test: tests/cuda/attention_test.cc.
+// CPU twin: kernels/cpu/attention.h (prefill_attention). Test: tests/cuda/attention_test.cc.
 //
 // Block = 4 warps = 64 query rows of one query head; KV tiles of 64 keys, double-buffered with
 // cp.async; S = QK^T and O += PV on bf16 mma.sync m16n8k16 tensor-core instructions; the online
@@ -98,14 +98,8 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(PrefillAttentio
 #pragma unroll
     for (int ks = 0; ks < kSteps; ++ks) {
 #pragma unroll
-      for (int np = 0; np < kKeyTiles / 2; ++np) {
-        uint32_t b[4];
-        const int j = lane / 8;
-        ldmatrix_x4(
-            b, k_tile + swizzled<D>(np * 16 + (j / 2) * 8 + (lane % 8), ks * 16 + (j % 2) * 8));
-        mma_bf16(s[2 * np], q_frag[ks], b[0], b[1]);
-        mma_bf16(s[2 * np + 1], q_frag[ks], b[2], b[3]);
-      }
+      for (int np = 0; np < kKeyTiles / 2; ++np)
+        mma_query_keys16<D>(s[2 * np], s[2 * np + 1], q_frag[ks], k_tile, np * 16, ks);
     }
 
     // Scale, mask, online softmax (rows g and g+8 of this warp's 16).
@@ -128,15 +122,7 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(PrefillAttentio
     for (int kk = 0; kk < kKeysPerTile / 16; ++kk) {
       uint32_t p_frag[4];
       probability_fragment(s, kk, p_frag);
-#pragma unroll
-      for (int dp = 0; dp < kDimTiles / 2; ++dp) {
-        uint32_t b[4];
-        const int j = lane / 8;
-        ldmatrix_x4_trans(
-            b, v_tile + swizzled<D>(kk * 16 + (j % 2) * 8 + (lane % 8), dp * 16 + (j / 2) * 8));
-        mma_bf16(o_acc[2 * dp], p_frag, b[0], b[1]);
-        mma_bf16(o_acc[2 * dp + 1], p_frag, b[2], b[3]);
-      }
+      mma_probs_values16<D>(o_acc, p_frag, v_tile, kk * 16);
     }
     __syncthreads();
   }
@@ -181,7 +167,7 @@ void check_rows_aligned(const PrefillAttentionArgs& args) {
   if (!aligned(args.q, args.q_row_stride) || !aligned(args.k, args.kv_head_stride) ||
       !aligned(args.v, args.kv_head_stride))
     throw std::invalid_argument(
-        "flash_attention_prefill: q, k and v must be 16-byte aligned and q_row_stride / "
+        "prefill_attention: q, k and v must be 16-byte aligned and q_row_stride / "
         "kv_head_stride "
         "multiples of 8 elements (got q_row_stride " +
         std::to_string(args.q_row_stride) + ", kv_head_stride " +
@@ -241,7 +227,7 @@ DecodeAttentionArgs split_kv_decode_args(const PrefillAttentionArgs& args) {
 void prefill_split_kv(const PrefillAttentionArgs& args, cudaStream_t stream) {
   if (args.workspace == nullptr || !split_kv_applies(args))
     throw std::invalid_argument(
-        "flash_attention_prefill: the split-KV path needs a workspace "
+        "prefill_attention: the split-KV path needs a workspace "
         "(prefill_split_kv_workspace_bytes), at most " +
         std::to_string(kSplitKvMaxQueries) +
         " queries, a GQA group of at most 16 and kv_head_stride a multiple of head_dim");
@@ -277,15 +263,15 @@ size_t prefill_split_kv_workspace_bytes(const PrefillAttentionArgs& args) {
 }
 
 #if KVB_HAVE_WGMMA_PREFILL
-// flash_attention_prefill_sm90a.cu (compiled for sm_90a only).
+// prefill_attention_sm90a.cu (compiled for sm_90a only).
 bool wgmma_prefill_supported(int head_dim);
-void flash_attention_prefill_wgmma(const PrefillAttentionArgs& args, cudaStream_t stream);
+void prefill_attention_wgmma(const PrefillAttentionArgs& args, cudaStream_t stream);
 bool wgmma_prefill_available(int head_dim) { return wgmma_prefill_supported(head_dim); }
 #else
 bool wgmma_prefill_available(int) { return false; }
 #endif
 
-void flash_attention_prefill(const PrefillAttentionArgs& args, cudaStream_t stream) {
+void prefill_attention(const PrefillAttentionArgs& args, cudaStream_t stream) {
   if (args.n_queries <= 0) return;
   check_rows_aligned(args);
   if (args.kernel == PrefillKernel::kSplitKv ||
@@ -296,13 +282,13 @@ void flash_attention_prefill(const PrefillAttentionArgs& args, cudaStream_t stre
   }
   if (args.kernel != PrefillKernel::kMmaSync && wgmma_prefill_available(args.head_dim)) {
 #if KVB_HAVE_WGMMA_PREFILL
-    flash_attention_prefill_wgmma(args, stream);
+    prefill_attention_wgmma(args, stream);
     return;
 #endif
   }
   if (args.kernel == PrefillKernel::kWgmma)
     throw std::invalid_argument(
-        "flash_attention_prefill: the wgmma kernel needs an sm_90 GPU, "
+        "prefill_attention: the wgmma kernel needs an sm_90 GPU, "
         "head_dim 128 and a build with sm_90a support");
   switch (args.head_dim) {
     case 64:
@@ -312,8 +298,8 @@ void flash_attention_prefill(const PrefillAttentionArgs& args, cudaStream_t stre
       launch_prefill<128>(args, stream);
       break;
     default:
-      throw std::invalid_argument("flash_attention_prefill: head_dim " +
-                                  std::to_string(args.head_dim) + " unsupported (64 or 128)");
+      throw std::invalid_argument("prefill_attention: head_dim " + std::to_string(args.head_dim) +
+                                  " unsupported (64 or 128)");
   }
 }
 
