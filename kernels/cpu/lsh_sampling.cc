@@ -53,8 +53,10 @@ void lsh_hash_keys(const LshTables& tables, const float* keys, int begin, int en
   }
 }
 
-void lsh_hash_query(const LshTables& tables, const float* x, uint16_t* codes) {
-  table_codes(tables, x, codes, 1);
+void lsh_hash_queries(const LshTables& tables, const float* queries, int n, uint16_t* codes) {
+  for (int i = 0; i < n; ++i)
+    table_codes(tables, queries + static_cast<int64_t>(i) * tables.head_dim,
+                codes + static_cast<int64_t>(i) * tables.tables, 1);
 }
 
 double lsh_sampling_probability(double p, int bits_per_table, int tables, int min_collisions) {
@@ -69,8 +71,11 @@ double lsh_sampling_probability(double p, int bits_per_table, int tables, int mi
   return std::clamp(1.0 - below, 0.0, 1.0);
 }
 
-void lsh_sample_list(const LshSampleArgs& args, std::vector<int32_t>& indices,
-                     std::vector<float>& logit_bias) {
+namespace {
+
+// One query's list (lsh_sample_lists).
+void sample_list(const LshSampleArgs& args, const float* query, const uint16_t* query_codes,
+                 std::vector<int32_t>& indices, std::vector<float>& logit_bias) {
   const LshTables& tables = args.tables;
   const int d = tables.head_dim;
   indices.clear();
@@ -82,10 +87,10 @@ void lsh_sample_list(const LshSampleArgs& args, std::vector<int32_t>& indices,
   std::vector<int> collisions(std::max(n_middle, 0), 0);
   for (int l = 0; l < tables.tables; ++l) {
     const uint16_t* codes = args.key_codes + l * args.code_table_stride;
-    const uint16_t query_code = args.query_codes[l];
+    const uint16_t query_code = query_codes[l];
     for (int m = 0; m < n_middle; ++m) collisions[m] += codes[m] == query_code;
   }
-  const double query_norm = std::sqrt(dot(args.query, args.query, d));
+  const double query_norm = std::sqrt(dot(query, query, d));
   std::vector<float> centred(d);
   for (int m = 0; m < n_middle; ++m) {
     if (collisions[m] < args.min_collisions) continue;
@@ -94,8 +99,7 @@ void lsh_sample_list(const LshSampleArgs& args, std::vector<int32_t>& indices,
     for (int t = 0; t < d; ++t) centred[t] = k[t] - args.mean[t];
     const double denominator = query_norm * args.centred_norms[m];
     const double cosine =
-        denominator > 0 ? std::clamp(dot(args.query, centred.data(), d) / denominator, -1.0, 1.0)
-                        : 0.0;
+        denominator > 0 ? std::clamp(dot(query, centred.data(), d) / denominator, -1.0, 1.0) : 0.0;
     const double p = 1.0 - std::acos(cosine) / std::numbers::pi;
     const double u =
         lsh_sampling_probability(p, tables.bits_per_table, tables.tables, args.min_collisions);
@@ -106,6 +110,16 @@ void lsh_sample_list(const LshSampleArgs& args, std::vector<int32_t>& indices,
     indices.push_back(j);
     logit_bias.push_back(0.0f);
   }
+}
+
+}  // namespace
+
+void lsh_sample_lists(const LshSampleArgs& args, std::vector<int32_t>* indices,
+                      std::vector<float>* logit_bias) {
+  for (int i = 0; i < args.n_queries; ++i)
+    sample_list(args, args.queries + static_cast<int64_t>(i) * args.tables.head_dim,
+                args.query_codes + static_cast<int64_t>(i) * args.tables.tables, indices[i],
+                logit_bias[i]);
 }
 
 }  // namespace kvb::kernels

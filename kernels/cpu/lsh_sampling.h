@@ -39,16 +39,17 @@ void lsh_hash_keys(const LshTables& tables, const float* keys, int begin, int en
                    const float* mean, uint16_t* codes, int64_t code_table_stride,
                    float* centred_norms);
 
-// The L codes of one vector (a query; not centred).
-void lsh_hash_query(const LshTables& tables, const float* x, uint16_t* codes);
+// The L codes of each of `n` queries ([n, head_dim], not centred): codes[i * tables + l].
+void lsh_hash_queries(const LshTables& tables, const float* queries, int n, uint16_t* codes);
 
 // P(at least min_collisions of `tables` independent tables collide), each with probability
 // p^bits_per_table; in [0, 1].
 double lsh_sampling_probability(double p, int bits_per_table, int tables, int min_collisions);
 
-// One query head's list over one KV head's cache of `length` entries: the exact entries
-// [0, middle_begin) with bias 0, the sampled hashed entries of [middle_begin, middle_end) in
-// increasing order with their biases, then the exact entries [middle_end, length) with bias 0.
+// The lists of `n_queries` query heads over one KV head's cache of `length` entries, each: the
+// exact entries [0, middle_begin) with bias 0, the query's sampled hashed entries of
+// [middle_begin, middle_end) in increasing order with their biases, then the exact entries
+// [middle_end, length) with bias 0.
 struct LshSampleArgs {
   LshTables tables;
   int min_collisions = 2;
@@ -58,10 +59,12 @@ struct LshSampleArgs {
   const uint16_t* key_codes = nullptr;    // lsh_hash_keys over [middle_begin, middle_end)
   int64_t code_table_stride = 0;          // >= middle_end - middle_begin
   const float* centred_norms = nullptr;   // [middle_end - middle_begin]
-  const float* query = nullptr;           // [head_dim]
-  const uint16_t* query_codes = nullptr;  // lsh_hash_query of `query`
+  const float* queries = nullptr;         // [n_queries, head_dim]
+  const uint16_t* query_codes = nullptr;  // lsh_hash_queries of `queries`
+  int n_queries = 1;
 };
-void lsh_sample_list(const LshSampleArgs& args, std::vector<int32_t>& indices,
-                     std::vector<float>& logit_bias);
+// Writes indices[i] and logit_bias[i] for i < n_queries.
+void lsh_sample_lists(const LshSampleArgs& args, std::vector<int32_t>* indices,
+                      std::vector<float>* logit_bias);
 
 }  // namespace kvb::kernels

@@ -79,7 +79,7 @@ TEST(LshSampling, MeanCodesAndNormsAreThoseOfTheCentredKeys) {
   }
   EXPECT_EQ(codes[hashed], 0xABCD) << "nothing written past the hashed keys";
   std::vector<uint16_t> query_codes(L);
-  lsh_hash_query(tables, keys.data(), query_codes.data());
+  lsh_hash_queries(tables, keys.data(), 1, query_codes.data());
   const std::vector<long double> first(keys.begin(), keys.begin() + d);
   EXPECT_EQ(query_codes, brute_codes(rows, K, L, d, first)) << "a query is not centred";
 }
@@ -111,7 +111,7 @@ TEST(LshSampling, RandomProjectionsSampleAKeyWithProbabilityU) {
     std::vector<uint16_t> key_codes(L), query_codes(L);
     float norm = 0;
     lsh_hash_keys(tables, keys.data(), 1, 2, zero.data(), key_codes.data(), 1, &norm);
-    lsh_hash_query(tables, q.data(), query_codes.data());
+    lsh_hash_queries(tables, q.data(), 1, query_codes.data());
     LshSampleArgs args{.tables = tables,
                        .min_collisions = t,
                        .keys = keys.data(),
@@ -122,11 +122,11 @@ TEST(LshSampling, RandomProjectionsSampleAKeyWithProbabilityU) {
                        .key_codes = key_codes.data(),
                        .code_table_stride = 1,
                        .centred_norms = &norm,
-                       .query = q.data(),
+                       .queries = q.data(),
                        .query_codes = query_codes.data()};
     std::vector<int32_t> indices;
     std::vector<float> bias;
-    lsh_sample_list(args, indices, bias);
+    lsh_sample_lists(args, &indices, &bias);
     sampled += indices.size() == 2;
     if (draw == 0) {
       double dot = 0, qq = 0, kk = 0;
@@ -158,7 +158,7 @@ TEST(LshSampling, ListHoldsExactEntriesThenCollidingKeysThenTheTail) {
   std::vector<uint16_t> codes(static_cast<size_t>(L) * hashed), query_codes(L);
   std::vector<float> norms(hashed);
   lsh_hash_keys(tables, keys.data(), begin, end, mean.data(), codes.data(), hashed, norms.data());
-  lsh_hash_query(tables, q.data(), query_codes.data());
+  lsh_hash_queries(tables, q.data(), 1, query_codes.data());
   LshSampleArgs args{.tables = tables,
                      .min_collisions = t,
                      .keys = keys.data(),
@@ -169,11 +169,11 @@ TEST(LshSampling, ListHoldsExactEntriesThenCollidingKeysThenTheTail) {
                      .key_codes = codes.data(),
                      .code_table_stride = hashed,
                      .centred_norms = norms.data(),
-                     .query = q.data(),
+                     .queries = q.data(),
                      .query_codes = query_codes.data()};
   std::vector<int32_t> indices;
   std::vector<float> bias;
-  lsh_sample_list(args, indices, bias);
+  lsh_sample_lists(args, &indices, &bias);
   std::vector<int32_t> want;
   std::vector<double> want_bias;
   for (int j = 0; j < begin; ++j) want.push_back(j), want_bias.push_back(0);
@@ -216,7 +216,7 @@ TEST(LshSampling, NoBitsSampleEverythingAndNoMiddleKeepsTheExactEntries) {
   std::vector<uint16_t> codes(static_cast<size_t>(L) * 13, 7), query_codes(L, 7);
   std::vector<float> norms(13);
   lsh_hash_keys(tables, keys.data(), 2, 15, mean.data(), codes.data(), 13, norms.data());
-  lsh_hash_query(tables, q.data(), query_codes.data());
+  lsh_hash_queries(tables, q.data(), 1, query_codes.data());
   EXPECT_EQ(codes, std::vector<uint16_t>(codes.size(), 0));
   EXPECT_EQ(query_codes, std::vector<uint16_t>(L, 0));
   LshSampleArgs args{.tables = tables,
@@ -229,11 +229,11 @@ TEST(LshSampling, NoBitsSampleEverythingAndNoMiddleKeepsTheExactEntries) {
                      .key_codes = codes.data(),
                      .code_table_stride = 13,
                      .centred_norms = norms.data(),
-                     .query = q.data(),
+                     .queries = q.data(),
                      .query_codes = query_codes.data()};
   std::vector<int32_t> indices;
   std::vector<float> bias;
-  lsh_sample_list(args, indices, bias);
+  lsh_sample_lists(args, &indices, &bias);
   ASSERT_EQ(indices.size(), static_cast<size_t>(length));
   for (int j = 0; j < length; ++j) {
     EXPECT_EQ(indices[j], j);
@@ -241,7 +241,7 @@ TEST(LshSampling, NoBitsSampleEverythingAndNoMiddleKeepsTheExactEntries) {
     EXPECT_FLOAT_EQ(bias[j], middle ? static_cast<float>(-std::log(1.0 + 1e-4)) : 0.0f) << j;
   }
   args.middle_begin = args.middle_end = 4;
-  lsh_sample_list(args, indices, bias);
+  lsh_sample_lists(args, &indices, &bias);
   EXPECT_EQ(indices.size(), static_cast<size_t>(length));
   EXPECT_EQ(bias, std::vector<float>(length, 0.0f));
 }
