@@ -4,14 +4,10 @@
 #include <cmath>
 #include <numbers>
 
+#include "kernels/cpu/exact_dot.h"
+
 namespace kvb::kernels {
 namespace {
-
-double dot(const float* a, const float* b, int n) {
-  double sum = 0;
-  for (int t = 0; t < n; ++t) sum += static_cast<double>(a[t]) * b[t];
-  return sum;
-}
 
 // The L codes of x against the rows (x already centred where it should be).
 void table_codes(const LshTables& tables, const float* x, uint16_t* codes, int64_t stride) {
@@ -21,7 +17,7 @@ void table_codes(const LshTables& tables, const float* x, uint16_t* codes, int64
     for (int i = 0; i < tables.bits_per_table; ++i) {
       const float* row =
           tables.projection + (static_cast<int64_t>(l) * tables.bits_per_table + i) * d;
-      if (dot(x, row, d) > 0) code |= uint32_t{1} << i;
+      if (exact_dot(x, row, d) > 0) code |= uint32_t{1} << i;
     }
     codes[l * stride] = static_cast<uint16_t>(code);
   }
@@ -48,7 +44,7 @@ void lsh_hash_keys(const LshTables& tables, const float* keys, int begin, int en
     const float* k = keys + static_cast<int64_t>(j) * d;
     for (int t = 0; t < d; ++t) centred[t] = k[t] - mean[t];
     centred_norms[j - begin] =
-        static_cast<float>(std::sqrt(dot(centred.data(), centred.data(), d)));
+        static_cast<float>(std::sqrt(exact_dot(centred.data(), centred.data(), d)));
     table_codes(tables, centred.data(), codes + (j - begin), code_table_stride);
   }
 }
@@ -90,7 +86,7 @@ void sample_list(const LshSampleArgs& args, const float* query, const uint16_t* 
     const uint16_t query_code = query_codes[l];
     for (int m = 0; m < n_middle; ++m) collisions[m] += codes[m] == query_code;
   }
-  const double query_norm = std::sqrt(dot(query, query, d));
+  const double query_norm = std::sqrt(exact_dot(query, query, d));
   std::vector<float> centred(d);
   for (int m = 0; m < n_middle; ++m) {
     if (collisions[m] < args.min_collisions) continue;
@@ -99,7 +95,8 @@ void sample_list(const LshSampleArgs& args, const float* query, const uint16_t* 
     for (int t = 0; t < d; ++t) centred[t] = k[t] - args.mean[t];
     const double denominator = query_norm * args.centred_norms[m];
     const double cosine =
-        denominator > 0 ? std::clamp(dot(query, centred.data(), d) / denominator, -1.0, 1.0) : 0.0;
+        denominator > 0 ? std::clamp(exact_dot(query, centred.data(), d) / denominator, -1.0, 1.0)
+                        : 0.0;
     const double p = 1.0 - std::acos(cosine) / std::numbers::pi;
     const double u =
         lsh_sampling_probability(p, tables.bits_per_table, tables.tables, args.min_collisions);

@@ -48,6 +48,48 @@ std::vector<uint16_t> brute_codes(const std::vector<float>& rows, int K, int L, 
   return codes;
 }
 
+// The middle keys [begin, end) hashed around `mean`, and the query's codes.
+struct Hashed {
+  std::vector<float> mean, norms;
+  std::vector<uint16_t> codes, query_codes;
+};
+
+Hashed hash_middle(const LshTables& tables, const std::vector<float>& keys, int begin, int end,
+                   const std::vector<float>& mean, const std::vector<float>& q) {
+  Hashed h{mean, std::vector<float>(end - begin),
+           std::vector<uint16_t>(static_cast<size_t>(tables.tables) * (end - begin), 7),
+           std::vector<uint16_t>(tables.tables, 7)};
+  lsh_hash_keys(tables, keys.data(), begin, end, mean.data(), h.codes.data(), end - begin,
+                h.norms.data());
+  lsh_hash_queries(tables, q.data(), 1, h.query_codes.data());
+  return h;
+}
+
+// One query's list over a cache of `length` entries.
+struct Sampled {
+  std::vector<int32_t> indices;
+  std::vector<float> bias;
+};
+
+Sampled sample(const LshTables& tables, int min_collisions, const std::vector<float>& keys,
+               int begin, int end, int length, const Hashed& h, const std::vector<float>& q) {
+  Sampled out;
+  lsh_sample_lists({.tables = tables,
+                    .min_collisions = min_collisions,
+                    .keys = keys.data(),
+                    .middle_begin = begin,
+                    .middle_end = end,
+                    .length = length,
+                    .mean = h.mean.data(),
+                    .key_codes = h.codes.data(),
+                    .code_table_stride = end - begin,
+                    .centred_norms = h.norms.data(),
+                    .queries = q.data(),
+                    .query_codes = h.query_codes.data()},
+                   &out.indices, &out.bias);
+  return out;
+}
+
 TEST(LshSampling, MeanCodesAndNormsAreThoseOfTheCentredKeys) {
   std::mt19937 rng(5);
   const int d = 24, K = 7, L = 9, n = 90, begin = 4, end = 70;
@@ -108,25 +150,8 @@ TEST(LshSampling, RandomProjectionsSampleAKeyWithProbabilityU) {
   for (int draw = 0; draw < draws; ++draw) {
     const std::vector<float> rows = random_vector(rng, static_cast<size_t>(K) * L * d, 1.0f);
     const LshTables tables{rows.data(), K, L, d};
-    std::vector<uint16_t> key_codes(L), query_codes(L);
-    float norm = 0;
-    lsh_hash_keys(tables, keys.data(), 1, 2, zero.data(), key_codes.data(), 1, &norm);
-    lsh_hash_queries(tables, q.data(), 1, query_codes.data());
-    LshSampleArgs args{.tables = tables,
-                       .min_collisions = t,
-                       .keys = keys.data(),
-                       .middle_begin = 1,
-                       .middle_end = 2,
-                       .length = 2,
-                       .mean = zero.data(),
-                       .key_codes = key_codes.data(),
-                       .code_table_stride = 1,
-                       .centred_norms = &norm,
-                       .queries = q.data(),
-                       .query_codes = query_codes.data()};
-    std::vector<int32_t> indices;
-    std::vector<float> bias;
-    lsh_sample_lists(args, &indices, &bias);
+    const Hashed hashed = hash_middle(tables, keys, 1, 2, zero, q);
+    const std::vector<int32_t> indices = sample(tables, t, keys, 1, 2, 2, hashed, q).indices;
     sampled += indices.size() == 2;
     if (draw == 0) {
       double dot = 0, qq = 0, kk = 0;
@@ -155,32 +180,15 @@ TEST(LshSampling, ListHoldsExactEntriesThenCollidingKeysThenTheTail) {
   for (int i = 0; i < d; ++i) keys[100 * d + i] = mean[i] + 0.5f * q[i];
   const LshTables tables{rows.data(), K, L, d};
   const int hashed = end - begin;
-  std::vector<uint16_t> codes(static_cast<size_t>(L) * hashed), query_codes(L);
-  std::vector<float> norms(hashed);
-  lsh_hash_keys(tables, keys.data(), begin, end, mean.data(), codes.data(), hashed, norms.data());
-  lsh_hash_queries(tables, q.data(), 1, query_codes.data());
-  LshSampleArgs args{.tables = tables,
-                     .min_collisions = t,
-                     .keys = keys.data(),
-                     .middle_begin = begin,
-                     .middle_end = end,
-                     .length = length,
-                     .mean = mean.data(),
-                     .key_codes = codes.data(),
-                     .code_table_stride = hashed,
-                     .centred_norms = norms.data(),
-                     .queries = q.data(),
-                     .query_codes = query_codes.data()};
-  std::vector<int32_t> indices;
-  std::vector<float> bias;
-  lsh_sample_lists(args, &indices, &bias);
+  const Hashed h = hash_middle(tables, keys, begin, end, mean, q);
+  const auto [indices, bias] = sample(tables, t, keys, begin, end, length, h, q);
   std::vector<int32_t> want;
   std::vector<double> want_bias;
   for (int j = 0; j < begin; ++j) want.push_back(j), want_bias.push_back(0);
   for (int j = begin; j < end; ++j) {
     int together = 0;
     for (int l = 0; l < L; ++l)
-      together += codes[static_cast<size_t>(l) * hashed + j - begin] == query_codes[l];
+      together += h.codes[static_cast<size_t>(l) * hashed + j - begin] == h.query_codes[l];
     if (together < t) continue;
     double dot = 0, qq = 0, kk = 0;
     for (int i = 0; i < d; ++i) {
@@ -212,38 +220,20 @@ TEST(LshSampling, NoBitsSampleEverythingAndNoMiddleKeepsTheExactEntries) {
   const std::vector<float> keys = random_vector(rng, static_cast<size_t>(length) * d, 1.0f);
   const std::vector<float> q = random_vector(rng, d, 1.0f);
   const LshTables tables{nullptr, 0, L, d};
-  const std::vector<float> mean = lsh_key_mean(keys.data(), 2, 15, d);
-  std::vector<uint16_t> codes(static_cast<size_t>(L) * 13, 7), query_codes(L, 7);
-  std::vector<float> norms(13);
-  lsh_hash_keys(tables, keys.data(), 2, 15, mean.data(), codes.data(), 13, norms.data());
-  lsh_hash_queries(tables, q.data(), 1, query_codes.data());
-  EXPECT_EQ(codes, std::vector<uint16_t>(codes.size(), 0));
-  EXPECT_EQ(query_codes, std::vector<uint16_t>(L, 0));
-  LshSampleArgs args{.tables = tables,
-                     .min_collisions = 2,
-                     .keys = keys.data(),
-                     .middle_begin = 2,
-                     .middle_end = 15,
-                     .length = length,
-                     .mean = mean.data(),
-                     .key_codes = codes.data(),
-                     .code_table_stride = 13,
-                     .centred_norms = norms.data(),
-                     .queries = q.data(),
-                     .query_codes = query_codes.data()};
-  std::vector<int32_t> indices;
-  std::vector<float> bias;
-  lsh_sample_lists(args, &indices, &bias);
+  const Hashed h = hash_middle(tables, keys, 2, 15, lsh_key_mean(keys.data(), 2, 15, d), q);
+  EXPECT_EQ(h.codes, std::vector<uint16_t>(h.codes.size(), 0));
+  EXPECT_EQ(h.query_codes, std::vector<uint16_t>(L, 0));
+  const auto [indices, bias] = sample(tables, 2, keys, 2, 15, length, h, q);
   ASSERT_EQ(indices.size(), static_cast<size_t>(length));
   for (int j = 0; j < length; ++j) {
     EXPECT_EQ(indices[j], j);
     const bool middle = j >= 2 && j < 15;
     EXPECT_FLOAT_EQ(bias[j], middle ? static_cast<float>(-std::log(1.0 + 1e-4)) : 0.0f) << j;
   }
-  args.middle_begin = args.middle_end = 4;
-  lsh_sample_lists(args, &indices, &bias);
-  EXPECT_EQ(indices.size(), static_cast<size_t>(length));
-  EXPECT_EQ(bias, std::vector<float>(length, 0.0f));
+  const Sampled exact =
+      sample(tables, 2, keys, 4, 4, length, hash_middle(tables, keys, 4, 4, h.mean, q), q);
+  EXPECT_EQ(exact.indices.size(), static_cast<size_t>(length));
+  EXPECT_EQ(exact.bias, std::vector<float>(length, 0.0f));
 }
 
 }  // namespace
