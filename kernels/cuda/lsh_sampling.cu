@@ -59,39 +59,54 @@ __global__ void __launch_bounds__(kMeanThreads) key_mean_kernel(LshKeyMeanArgs a
   args.mean[int64_t(slot) * D + dim] = n > 0 ? float(sum / n) : 0.f;
 }
 
-// ---- lsh_hash_keys: one thread per key, its centred values in registers, rows broadcast from
-// shared memory in tiles. A product is decided in f32 unless it lies within the f32 error bound
-// of a D-term sum, |x . r| <= 2e-5 ||x|| ||r|| (Cauchy-Schwarz over D * 2^-24 per term); then
-// the CPU's sequential f64 sum decides it, bit for bit. The centred norm is that sum too. ----
+// ---- lsh_hash_keys: 4 lanes per key, each holding every 4th float4 of its centred values in
+// registers (one thread holding all 128 spilled them to local memory); rows broadcast from shared
+// memory in tiles, conflict-free (the 4 lanes read 4 consecutive float4). A product is decided in
+// f32 unless it lies within the f32 error bound of a D-term sum, |x . r| <= 2e-5 ||x|| ||r||
+// (Cauchy-Schwarz over D * 2^-24 per term); then exact f64 products decide it, like the CPU's. ----
 
 constexpr int kHashThreads = 128;
+constexpr int kLanesPerKey = 4;
+constexpr int kKeysPerBlock = kHashThreads / kLanesPerKey;
 constexpr int kRowTile = 32;
 
 template <int D>
 __global__ void __launch_bounds__(kHashThreads) hash_keys_kernel(LshHashKeysArgs args) {
+  constexpr int kVectors = D / 4 / kLanesPerKey;  // float4 per lane
   __shared__ __align__(16) float s_rows[kRowTile * D];
   __shared__ float s_row_norms[kRowTile];
   const int slot = blockIdx.y;
   const float* rows = args.projections[slot];
   const float* mean = args.mean + int64_t(slot) * D;
-  const int key = args.begin + blockIdx.x * kHashThreads + threadIdx.x;
+  const int lane = threadIdx.x % kLanesPerKey;
+  const int key = args.begin + blockIdx.x * kKeysPerBlock + threadIdx.x / kLanesPerKey;
   const bool live = key < args.end;
-  float c[D];
+  float4 c[kVectors];
   double squares = 0.0;
   {
     const __nv_bfloat16* k = args.keys + slot * args.key_slot_stride + int64_t(live ? key : 0) * D;
 #pragma unroll
-    for (int t = 0; t < D; ++t) {
-      c[t] = live ? __bfloat162float(k[t]) - mean[t] : 0.f;
-      squares += double(c[t]) * double(c[t]);
+    for (int v = 0; v < kVectors; ++v) {
+      const int t = 4 * (lane + kLanesPerKey * v);
+      float x[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        x[i] = live ? __bfloat162float(k[t + i]) - mean[t + i] : 0.f;
+        squares += double(x[i]) * double(x[i]);
+      }
+      c[v] = make_float4(x[0], x[1], x[2], x[3]);
     }
   }
+#pragma unroll
+  for (int off = kLanesPerKey / 2; off > 0; off /= 2)
+    squares += __shfl_xor_sync(kFullMask, squares, off);
   const float norm = float(sqrt(squares));
   uint16_t* codes = args.codes + slot * args.code_slot_stride + (key - args.begin);
-  if (live) args.centred_norms[slot * args.norm_slot_stride + key - args.begin] = norm;
+  const bool writes = live && lane == 0;
+  if (writes) args.centred_norms[slot * args.norm_slot_stride + key - args.begin] = norm;
   const int K = args.bits_per_table, n_rows = K * args.tables;
   if (K == 0) {
-    if (live)
+    if (writes)
       for (int l = 0; l < args.tables; ++l) codes[l * args.code_table_stride] = 0;
     return;
   }
@@ -112,22 +127,32 @@ __global__ void __launch_bounds__(kHashThreads) hash_keys_kernel(LshHashKeysArgs
       const float4* row = reinterpret_cast<const float4*>(s_rows + r * D);
       float dot = 0.f;
 #pragma unroll
-      for (int t4 = 0; t4 < D / 4; ++t4) {
-        const float4 w = row[t4];
-        dot += c[4 * t4] * w.x + c[4 * t4 + 1] * w.y + c[4 * t4 + 2] * w.z + c[4 * t4 + 3] * w.w;
+      for (int v = 0; v < kVectors; ++v) {
+        const float4 w = row[lane + kLanesPerKey * v];
+        dot += c[v].x * w.x + c[v].y * w.y + c[v].z * w.z + c[v].w * w.w;
       }
+#pragma unroll
+      for (int off = kLanesPerKey / 2; off > 0; off /= 2)
+        dot += __shfl_xor_sync(kFullMask, dot, off);
       bool positive = dot > 0.f;
-      if (fabsf(dot) <= 2e-5f * norm * s_row_norms[r]) {
-        const float* exact_row = s_rows + r * D;
+      const bool ambiguous = live && fabsf(dot) <= 2e-5f * norm * s_row_norms[r];
+      if (__any_sync(kFullMask, ambiguous)) {
         double exact = 0.0;
 #pragma unroll
-        for (int t = 0; t < D; ++t) exact += double(c[t]) * double(exact_row[t]);
-        positive = exact > 0.0;
+        for (int v = 0; v < kVectors; ++v) {
+          const float4 w = row[lane + kLanesPerKey * v];
+          exact += double(c[v].x) * w.x + double(c[v].y) * w.y + double(c[v].z) * w.z +
+                   double(c[v].w) * w.w;
+        }
+#pragma unroll
+        for (int off = kLanesPerKey / 2; off > 0; off /= 2)
+          exact += __shfl_xor_sync(kFullMask, exact, off);
+        if (ambiguous) positive = exact > 0.0;
       }
       const int row_index = tile + r, bit = row_index % K;
       if (positive) code |= 1u << bit;
       if (bit == K - 1) {
-        if (live) codes[(row_index / K) * args.code_table_stride] = uint16_t(code);
+        if (writes) codes[(row_index / K) * args.code_table_stride] = uint16_t(code);
         code = 0;
       }
     }
@@ -335,7 +360,7 @@ void lsh_key_mean(const LshKeyMeanArgs& args, cudaStream_t stream) {
 void lsh_hash_keys(const LshHashKeysArgs& args, cudaStream_t stream) {
   check_tables(args.bits_per_table, args.tables, "lsh_hash_keys");
   if (args.n_slots <= 0 || args.end <= args.begin) return;
-  const dim3 grid((args.end - args.begin + kHashThreads - 1) / kHashThreads, args.n_slots);
+  const dim3 grid((args.end - args.begin + kKeysPerBlock - 1) / kKeysPerBlock, args.n_slots);
   with_head_dim(args.head_dim, "lsh_hash_keys", [&](auto dim) {
     hash_keys_kernel<decltype(dim)::value><<<grid, kHashThreads, 0, stream>>>(args);
   });
