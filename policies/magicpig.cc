@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <tuple>
 
 #include "common/errors.h"
 #include "kernels/cpu/lsh_sampling.h"
@@ -45,18 +46,19 @@ struct HashedHead {
   std::vector<uint16_t> codes;      // [L, n_middle] (table-major, kernels/cpu/lsh_sampling.h)
 };
 
-// The Gaussian rows [K * L, d] of KV head `kv_head` in the group of 16 layers `layer_group`, one
-// generator per (seed, group, head); drawn once and shared by the CPU selection and the device's.
+// The Gaussian rows [K * L, d] of KV head `kv_head` for the group of 16 layers that holds `layer`,
+// one generator per (seed, group, head); drawn once per head dimension and shared by the CPU
+// selection and the device's.
 class ProjectionRows {
  public:
   ProjectionRows(uint64_t seed, int rows) : seed_(seed), rows_(rows) {}
 
   std::shared_ptr<const std::vector<float>> of(int layer, int kv_head, int d) {
     const std::lock_guard<std::mutex> lock(mutex_);
-    const std::pair<int, int> key{layer / 16, kv_head};
+    const std::tuple<int, int, int> key{layer / 16, kv_head, d};
     auto found = drawn_.find(key);
     if (found != drawn_.end()) return found->second;
-    std::mt19937_64 generator(seed_ * 1000003u + static_cast<uint64_t>(key.first) * 7919u +
+    std::mt19937_64 generator(seed_ * 1000003u + static_cast<uint64_t>(layer / 16) * 7919u +
                               kv_head);
     std::normal_distribution<float> gaussian(0.0f, 1.0f);
     auto matrix = std::make_shared<std::vector<float>>(static_cast<size_t>(rows_) * d);
@@ -68,7 +70,7 @@ class ProjectionRows {
   const uint64_t seed_;
   const int rows_;
   std::mutex mutex_;
-  std::map<std::pair<int, int>, std::shared_ptr<const std::vector<float>>> drawn_;
+  std::map<std::tuple<int, int, int>, std::shared_ptr<const std::vector<float>>> drawn_;
 };
 
 class MagicPigSelector : public ParamDecodeSelector {
