@@ -1,10 +1,13 @@
 // A decode-time selection (kind D) as the generic operations a device engine runs inside its decode
 // step: score the cached entries, keep the best per list (top-k), gather them into the index-list
-// attention. A selector (policies/) fills this from its own parameters
-// (DecodeSelector::device_selection); the engine reads only these building blocks and never learns
-// which method asked for them. Plain C++ so that the policy layer can build it without CUDA.
+// attention; or sample entries by hash collisions, each with an importance weight (LSH sampling). A
+// selector (policies/) fills this from its own parameters (DecodeSelector::device_selection); the
+// engine reads only these building blocks and never learns which method asked for them. Plain C++
+// so that the policy layer can build it without CUDA.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <vector>
 
 namespace kvb {
@@ -25,6 +28,14 @@ struct DeviceSelectionSpec {
     kPageBounds,
     // The exact q.k of every cached entry per query head; the budget's best entries are kept.
     kExactDot,
+    // No ranking and no budget: per (layer, KV head) the prompt's middle entries (all but the
+    // first exact_first and the last exact_last) are centred on their mean and hashed into L
+    // tables of K sign bits after prefill; at each step every query head keeps the middle entries
+    // whose codes equal its own in at least min_collisions tables, each with the logit bias
+    // -log(u + 1e-4), u its collision probability from cos(q, k - mean)
+    // (kernels/cpu/lsh_sampling.h), plus the exact entries and every entry appended after the
+    // prompt (bias 0). One list per query head; its length depends on the data.
+    kLshSampling,
   };
   Scores scores = Scores::kExactDot;
 
@@ -52,6 +63,18 @@ struct DeviceSelectionSpec {
     int min_pages = 3;
     bool keep_last_page = false;  // the cache's last page always counts inside the page budget
   } pages;
+
+  struct LshSampling {
+    int bits_per_table = 10;  // K, at most 16
+    int tables = 150;         // L
+    int min_collisions = 2;
+    int exact_first = 4;  // prompt entries [0, exact_first) are attended exactly
+    int exact_last = 64;  // so are the prompt's last exact_last entries
+    // The rows [K * L, d] of (layer, KV head) for head dimension d; (layer, head) pairs given the
+    // same pointer share one device copy. Called once per selecting (layer, KV head) at start.
+    std::function<std::shared_ptr<const std::vector<float>>(int layer, int kv_head, int d)>
+        projection;
+  } lsh_sampling;
 
   // Keep each selecting layer's last decode query (tests compare the lists with a CPU twin).
   bool record_queries = false;

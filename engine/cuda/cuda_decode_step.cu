@@ -279,6 +279,11 @@ std::vector<int32_t> CudaEngine::sparse_selection(int layer, int seq, int q_head
   return impl_->sparse->selection(layer, seq, q_head, impl_->stream);
 }
 
+std::vector<float> CudaEngine::sparse_selection_bias(int layer, int seq, int q_head) const {
+  if (!impl_->sparse) return {};
+  return impl_->sparse->selection_bias(layer, seq, q_head, impl_->stream);
+}
+
 std::vector<float> CudaEngine::sparse_query(int layer, int seq) const {
   if (!impl_->sparse) return {};
   return impl_->sparse->recorded_query(layer, seq, impl_->stream);

@@ -114,8 +114,10 @@ class CudaEngine {
   void start_sparse_decode(const DeviceSelectionSpec& spec);
   void stop_sparse_decode();
   // The entries query head q_head of sequence seq attended to at `layer` in the last decode step
-  // (empty for dense layers); with spec.record_queries also that step's queries ([Hq, head_dim]).
+  // (empty for dense layers), the logit bias of each (empty unless the selection weights its
+  // entries), and with spec.record_queries also that step's queries ([Hq, head_dim]).
   std::vector<int32_t> sparse_selection(int layer, int seq, int q_head) const;
+  std::vector<float> sparse_selection_bias(int layer, int seq, int q_head) const;
   std::vector<float> sparse_query(int layer, int seq) const;
   // The live keys of one (layer, sequence, KV head), [length, head_dim] (tests).
   std::vector<float> cached_keys(int layer, int seq, int head) const;

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -6,6 +7,7 @@
 #include "engine/cuda/cuda_sparse_decode.h"
 #include "kernels/cuda/binary_hash.h"
 #include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/lsh_sampling.h"
 #include "kernels/cuda/page_bounds.h"
 #include "kernels/cuda/query_key_scores.h"
 #include "kernels/cuda/topk_select.h"
@@ -18,6 +20,9 @@ using bf16 = __nv_bfloat16;
 namespace {
 
 constexpr int kSparseChunk = 64;  // keys per block of the index-list attention
+// Sampled lists are sized for the whole cache but hold a few percent of it: larger chunks leave
+// fewer blocks with nothing to attend to.
+constexpr int kSampledChunk = 256;
 
 using Scores = DeviceSelectionSpec::Scores;
 
@@ -31,6 +36,11 @@ struct LayerState {
   DeviceBuffer index_offset;        // [B * Hq] int64
   DeviceBuffer index_count;         // [B * Hq] int32
   DeviceBuffer query;               // record_queries: [B, Hq, d] bf16
+  DeviceBuffer logit_bias;          // LSH sampling: [lists, index_stride] f32, parallel to indices
+  DeviceBuffer row_pointers;        // LSH sampling: [slots] device pointers to [K * L, d] rows
+  DeviceBuffer mean;                // LSH sampling: [slots, d] f32, the middle keys' mean
+  DeviceBuffer centred_norms;       // LSH sampling: [slots, n_middle] f32
+  DeviceBuffer table_codes;         // LSH sampling: [slots, L, n_middle] u16
 };
 
 }  // namespace
@@ -55,6 +65,11 @@ struct CudaSparseDecode::State {
   int step_k = 0;
   DeviceBuffer exact_scores;
   DeviceBuffer topk_workspace;
+  // LSH sampling: the hashed (middle) prompt entries [lsh_begin, lsh_end), every distinct set of
+  // rows once (by the policy's pointer), and the step's scratch.
+  int lsh_begin = 0, lsh_end = 0;
+  std::map<const std::vector<float>*, DeviceBuffer> lsh_rows;
+  DeviceBuffer query_codes, sampled_mask, sampled_bias;
 
   int64_t key_slot_stride() const { return int64_t(capacity) * model.head_dim; }
   // A step over sequences [first, first + count) (CudaEngine::decode_step's sub-batch) reads and
@@ -114,6 +129,10 @@ struct CudaSparseDecode::State {
     if (prompt_length < 1) throw InputError("GPU decode selection: start it after prefill");
     if (spec.budget_fraction <= 0 && spec.budget_tokens < 1)
       throw InputError("GPU decode selection: the token budget must be >= 1");
+    if (spec.scores == Scores::kLshSampling && spec.shared_group)
+      throw InputError(
+          "GPU decode selection: LSH sampling keeps one list per query head; a list shared by "
+          "the GQA group has no device form");
     if (spec.scores == Scores::kExactDot && spec.shared_group)
       throw InputError(
           "GPU decode selection: exact scores select per query head; a list shared by the GQA "
@@ -232,6 +251,155 @@ struct CudaSparseDecode::State {
       layers[l].indices = DeviceBuffer(size_t(lists) * index_stride * 4, "exact lists");
       allocate_list_heads(layers[l]);
     }
+  }
+
+  int lsh_hashed() const { return lsh_end - lsh_begin; }
+
+  void check_lsh_spec() const {
+    const DeviceSelectionSpec::LshSampling& lsh = spec.lsh_sampling;
+    if (lsh.bits_per_table < 0 || lsh.bits_per_table > 16 || lsh.tables < 1 ||
+        lsh.min_collisions < 1 || lsh.exact_first < 0 || lsh.exact_last < 0 || !lsh.projection)
+      throw InputError(
+          "GPU LSH sampling needs 0 <= K <= 16 bits per table, L >= 1 tables, min_collisions >= "
+          "1, exact entry counts >= 0 and the projection rows; got K " +
+          std::to_string(lsh.bits_per_table) + ", L " + std::to_string(lsh.tables) +
+          ", min_collisions " + std::to_string(lsh.min_collisions));
+  }
+
+  // The device copy of the rows of (layer, KV head), uploaded once per distinct set of rows;
+  // `held` keeps the policy's rows alive while their address is a key.
+  const float* lsh_rows_of(int layer, int h,
+                           std::vector<std::shared_ptr<const std::vector<float>>>& held) {
+    const DeviceSelectionSpec::LshSampling& lsh = spec.lsh_sampling;
+    std::shared_ptr<const std::vector<float>> rows = lsh.projection(layer, h, model.head_dim);
+    const size_t floats = size_t(lsh.bits_per_table) * lsh.tables * model.head_dim;
+    if (!rows || rows->size() != floats)
+      throw InputError("GPU LSH sampling: the rows of layer " + std::to_string(layer) +
+                       ", KV head " + std::to_string(h) + " hold " +
+                       std::to_string(rows ? rows->size() : 0) +
+                       " floats; expected K x L x d = " + std::to_string(floats));
+    auto found = lsh_rows.find(rows.get());
+    if (found == lsh_rows.end()) {
+      DeviceBuffer copy(std::max<size_t>(floats, 1) * 4, "LSH rows");
+      if (floats > 0) copy.upload(rows->data(), floats * 4);
+      found = lsh_rows.emplace(rows.get(), std::move(copy)).first;
+      held.push_back(std::move(rows));
+    }
+    return found->second.as<float>();
+  }
+
+  // Per selecting layer: the rows of every slot, the middle keys' mean, their codes and centred
+  // norms, and lists with room for every entry of the cache.
+  void build_lsh_sampling(cudaStream_t stream) {
+    check_lsh_spec();
+    const DeviceSelectionSpec::LshSampling& lsh = spec.lsh_sampling;
+    const int d = model.head_dim, L = lsh.tables;
+    lsh_begin = std::min(lsh.exact_first, prompt_length);
+    lsh_end = std::max(lsh_begin, prompt_length - lsh.exact_last);
+    const int64_t n = lsh_hashed(), words = (n + 31) / 32;
+    lists = batch * model.n_query_heads;
+    index_stride = capacity;
+    query_codes = DeviceBuffer(size_t(lists) * L * 2, "query codes");
+    sampled_mask = DeviceBuffer(std::max<size_t>(size_t(lists) * words, 1) * 4, "sampled mask");
+    sampled_bias = DeviceBuffer(std::max<size_t>(size_t(lists) * n, 1) * 4, "sampled bias");
+    std::vector<std::shared_ptr<const std::vector<float>>> held;
+    for (int l = 0; l < model.n_layers; ++l) {
+      if (!selecting[l]) continue;
+      LayerState& layer = layers[l];
+      std::vector<const float*> pointers(slots);
+      for (int h = 0; h < model.n_kv_heads; ++h) {
+        const float* rows = lsh_rows_of(l, h, held);
+        for (int b = 0; b < batch; ++b) pointers[b * model.n_kv_heads + h] = rows;
+      }
+      layer.row_pointers = DeviceBuffer(pointers.size() * sizeof(const float*), "LSH row pointers");
+      layer.row_pointers.upload(pointers.data(), pointers.size() * sizeof(const float*));
+      layer.mean = DeviceBuffer(size_t(slots) * d * 4, "LSH mean");
+      layer.table_codes = DeviceBuffer(std::max<size_t>(size_t(slots) * L * n, 1) * 2, "LSH codes");
+      layer.centred_norms = DeviceBuffer(std::max<size_t>(size_t(slots) * n, 1) * 4, "LSH norms");
+      cuda::lsh_key_mean({.keys = keys[l],
+                          .key_slot_stride = key_slot_stride(),
+                          .n_slots = slots,
+                          .head_dim = d,
+                          .begin = lsh_begin,
+                          .end = lsh_end,
+                          .mean = layer.mean.as<float>()},
+                         stream);
+      cuda::lsh_hash_keys({.projections = layer.row_pointers.as<const float*>(),
+                           .bits_per_table = lsh.bits_per_table,
+                           .tables = L,
+                           .keys = keys[l],
+                           .key_slot_stride = key_slot_stride(),
+                           .mean = layer.mean.as<float>(),
+                           .n_slots = slots,
+                           .head_dim = d,
+                           .begin = lsh_begin,
+                           .end = lsh_end,
+                           .codes = layer.table_codes.as<uint16_t>(),
+                           .code_slot_stride = L * n,
+                           .code_table_stride = n,
+                           .centred_norms = layer.centred_norms.as<float>(),
+                           .norm_slot_stride = n},
+                          stream);
+      layer.indices = DeviceBuffer(size_t(lists) * index_stride * 4, "sampled lists");
+      layer.logit_bias = DeviceBuffer(size_t(lists) * index_stride * 4, "sampled biases");
+      allocate_list_heads(layer);
+    }
+    cuda::check(cudaStreamSynchronize(stream), "LSH sampling start");
+  }
+
+  void attend_lsh_sampling(LayerState& layer, cuda::DecodeAttentionArgs& a, int first,
+                           cudaStream_t stream) {
+    const DeviceSelectionSpec::LshSampling& lsh = spec.lsh_sampling;
+    const int64_t slots0 = slots_before(first), heads0 = heads_before(first);
+    const int d = model.head_dim, L = lsh.tables;
+    const int64_t n = lsh_hashed();
+    const float* const* rows = layer.row_pointers.as<const float*>() + slots0;
+    cuda::lsh_hash_queries({.projections = rows,
+                            .bits_per_table = lsh.bits_per_table,
+                            .tables = L,
+                            .q = a.q,
+                            .q_seq_stride = a.q_seq_stride,
+                            .batch = a.batch,
+                            .n_query_heads = model.n_query_heads,
+                            .n_kv_heads = model.n_kv_heads,
+                            .head_dim = d,
+                            .codes = query_codes.as<uint16_t>()},
+                           stream);
+    cuda::LshSampleListsArgs sample{.bits_per_table = lsh.bits_per_table,
+                                    .tables = L,
+                                    .min_collisions = lsh.min_collisions,
+                                    .q = a.q,
+                                    .q_seq_stride = a.q_seq_stride,
+                                    .query_codes = query_codes.as<uint16_t>(),
+                                    .keys = keys_of(layer) + slots0 * key_slot_stride(),
+                                    .key_slot_stride = key_slot_stride(),
+                                    .lengths = a.kv_length,
+                                    .mean = layer.mean.as<float>() + slots0 * d,
+                                    .codes = layer.table_codes.as<uint16_t>() + slots0 * L * n,
+                                    .code_slot_stride = L * n,
+                                    .code_table_stride = n,
+                                    .centred_norms = layer.centred_norms.as<float>() + slots0 * n,
+                                    .norm_slot_stride = n,
+                                    .begin = lsh_begin,
+                                    .end = lsh_end,
+                                    .batch = a.batch,
+                                    .n_query_heads = model.n_query_heads,
+                                    .n_kv_heads = model.n_kv_heads,
+                                    .head_dim = d,
+                                    .sampled_mask = sampled_mask.as<uint32_t>(),
+                                    .sampled_bias = sampled_bias.as<float>(),
+                                    .indices = indices_of(layer, first),
+                                    .logit_bias = bias_of(layer, first),
+                                    .index_stride = index_stride,
+                                    .index_offset = layer.index_offset.as<int64_t>() + heads0,
+                                    .index_count = layer.index_count.as<int32_t>() + heads0};
+    cuda::lsh_sample_lists(sample, stream);
+    a.logit_bias = bias_of(layer, first);
+    a.max_kv_length = int(index_stride);
+  }
+
+  float* bias_of(const LayerState& layer, int first) const {
+    return layer.logit_bias.as<float>() + int64_t(first) * lists_per_sequence() * list_stride();
   }
 
   void allocate_list_heads(LayerState& layer) {
@@ -400,6 +568,9 @@ CudaSparseDecode::CudaSparseDecode(DeviceSelectionSpec spec, const SparseCacheVi
       case Scores::kExactDot:
         s.build_exact_scores();
         break;
+      case Scores::kLshSampling:
+        s.build_lsh_sampling(stream);
+        break;
     }
   } catch (const cuda::OutOfMemory& e) {
     throw CapacityError(std::string("decode selection metadata does not fit on the GPU: ") +
@@ -424,6 +595,8 @@ int CudaSparseDecode::prepare_step(int length) {
     case Scores::kExactDot:
       s.step_k = s.step_budget(length);
       return s.step_k;
+    case Scores::kLshSampling:  // every size is fixed; the lengths come from the device
+      return 0;
   }
   return 0;
 }
@@ -444,6 +617,9 @@ void CudaSparseDecode::attend(int layer, cuda::DecodeAttentionArgs a, int first,
     case Scores::kExactDot:
       s.attend_exact_scores(state, a, first, stream);
       break;
+    case Scores::kLshSampling:
+      s.attend_lsh_sampling(state, a, first, stream);
+      break;
   }
   a.indices = s.indices_of(state, first);
   a.index_offset = state.index_offset.as<int64_t>() + s.heads_before(first);
@@ -453,7 +629,7 @@ void CudaSparseDecode::attend(int layer, cuda::DecodeAttentionArgs a, int first,
   // with two dependent gather rounds, instead of ~300 blocks walking 256 keys (the automatic
   // choice), which left the step waiting on gather latency. Shared lists: one 64-key tile per
   // block of the group.
-  a.chunk_size = kSparseChunk;
+  a.chunk_size = s.spec.scores == Scores::kLshSampling ? kSampledChunk : kSparseChunk;
   cuda::decode_attention(a, stream);
   // After the attention (the queries stay in place until the output projection), so that the
   // selection kernels, launched overlapped, follow kernels only.
@@ -483,6 +659,21 @@ std::vector<int32_t> CudaSparseDecode::selection(int layer, int seq, int q_head,
   offset = int64_t(seq) * per_sequence + offset % per_sequence;
   std::vector<int32_t> out(count);
   if (count > 0) state.indices.download(out.data(), size_t(count) * 4, offset * 4);
+  return out;
+}
+
+std::vector<float> CudaSparseDecode::selection_bias(int layer, int seq, int q_head,
+                                                    cudaStream_t stream) const {
+  const State& s = *state_;
+  const LayerState& state = s.layers.at(layer);
+  if (!s.selecting[layer] || !state.logit_bias.data()) return {};
+  cuda::check(cudaStreamSynchronize(stream), "selection bias");
+  const int64_t head = int64_t(seq) * s.model.n_query_heads + q_head;
+  int32_t count = 0;
+  state.index_count.download(&count, 4, head * 4);
+  std::vector<float> out(count);
+  if (count > 0)
+    state.logit_bias.download(out.data(), size_t(count) * 4, head * s.index_stride * 4);
   return out;
 }
 

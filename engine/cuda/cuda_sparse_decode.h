@@ -1,14 +1,17 @@
 // Decode-time selection (kind D) inside CudaEngine's decode step, from the generic operations a
 // policy asks for (engine/device_selection.h): scores of the cached entries (sign codes, page
 // bounds or exact q.k; kernels/cuda/{binary_hash,page_bounds,query_key_scores}.h), a per-list
-// top-k (kernels/cuda/topk_select.h), then the index-list form of decode_attention. Each policy's
+// top-k (kernels/cuda/topk_select.h), then the index-list form of decode_attention; or LSH
+// sampling (kernels/cuda/lsh_sampling.h), whose lists carry a logit bias per entry. Each policy's
 // CPU selector is the twin: tests/cuda/cuda_sparse_engine_test.cc compares their lists on the
 // same keys and queries.
 //
 // Built once from the cache after prefill (every slot at the same length L): sign codes cover the
 // L prompt keys of every selecting layer (codes, the forced worst-reconstructed set); later
 // entries are never coded and join every list as a forced tail L .. T-1. Page bounds cover the L
-// keys and the step updates the page of each appended entry. Exact scores need no metadata.
+// keys and the step updates the page of each appended entry. Exact scores need no metadata. LSH
+// sampling hashes the prompt's middle keys (centred on their mean); its lists, of a length only the
+// data decides, get room for the worst case: every entry up to the capacity, per query head.
 // Every launch of a step has fixed sizes; what grows with the cache (the tail, the pages and
 // their lengths, the exact scores) is read from the device lengths, so one captured decode graph
 // serves every step. The exception is a budget that still moves with the cache (pages while the
@@ -60,6 +63,8 @@ class CudaSparseDecode {
   // The list query head a of sequence b attended to at `layer` in the last step that computed
   // sequence b (synchronises).
   std::vector<int32_t> selection(int layer, int seq, int q_head, cudaStream_t stream) const;
+  // The logit biases of that list (LSH sampling), empty for selections without them.
+  std::vector<float> selection_bias(int layer, int seq, int q_head, cudaStream_t stream) const;
   // With spec.record_queries: that step's post-RoPE queries of sequence b, [Hq, head_dim].
   std::vector<float> recorded_query(int layer, int seq, cudaStream_t stream) const;
 

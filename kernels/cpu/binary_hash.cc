@@ -4,18 +4,9 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/exact_dot.h"
+
 namespace kvb::kernels {
-namespace {
-
-// Dot product accumulated in double: the hash bit of a near-zero projection should not depend on
-// the summation order the compiler picks.
-double dot(const float* a, const float* b, int n) {
-  double sum = 0;
-  for (int i = 0; i < n; ++i) sum += static_cast<double>(a[i]) * b[i];
-  return sum;
-}
-
-}  // namespace
 
 uint64_t binary_hash_key(const float* projection, int head_dim, const float* key,
                          float* residual_norms) {
@@ -23,13 +14,13 @@ uint64_t binary_hash_key(const float* projection, int head_dim, const float* key
   auto record = [&](int slot) {
     if (residual_norms)
       residual_norms[slot] =
-          static_cast<float>(std::sqrt(dot(residual.data(), residual.data(), head_dim)));
+          static_cast<float>(std::sqrt(exact_dot(residual.data(), residual.data(), head_dim)));
   };
   record(0);
   uint64_t code = 0;
   for (int i = 0; i < kBinaryHashBits; ++i) {
     const float* row = projection + static_cast<int64_t>(i) * head_dim;
-    const double along = dot(residual.data(), row, head_dim);
+    const double along = exact_dot(residual.data(), row, head_dim);
     if (along < 0) code |= uint64_t{1} << i;
     if (along != 0) {  // PyTorch's sign(0) = 0: an exact zero leaves the residual as it is
       const float sign = along > 0 ? 1.0f : -1.0f;
@@ -67,8 +58,8 @@ void binary_project_queries(const float* projection, int head_dim, const float* 
   for (int a = 0; a < n_heads; ++a) {
     for (int i = 0; i < kBinaryHashBits; ++i) {
       projected[a * kBinaryHashBits + i] =
-          static_cast<float>(dot(queries + static_cast<int64_t>(a) * head_dim,
-                                 projection + static_cast<int64_t>(i) * head_dim, head_dim));
+          static_cast<float>(exact_dot(queries + static_cast<int64_t>(a) * head_dim,
+                                       projection + static_cast<int64_t>(i) * head_dim, head_dim));
     }
   }
 }

@@ -26,7 +26,9 @@
 //   the f32 log-sum-exp (another summation order, exp2 on the special-function unit);
 // - f32 sums in another order: 1e-5 relative for row norms, 1e-4 for the projected value norms
 //   (cuBLAS products), 1e-3 for the column sums (exp2 of f32 logits); DropKV 3e-2 relative, its p
-//   being rounded to bf16 on both sides and so able to land on either side of a rounding boundary.
+//   being rounded to bf16 on both sides and so able to land on either side of a rounding boundary;
+// - LSH sampling (lsh_sampling_check.h): codes and lists bit-equal, means within an f32 ulp,
+//   biases within 1e-5 (the device's acos, pow and log against libm's).
 #include "tests/cuda/backend_ops.h"
 
 #include <gtest/gtest.h>
@@ -56,6 +58,7 @@
 #include "tests/cuda/backend_ops_attention.h"
 #include "tests/cuda/backend_ops_selection.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda/lsh_sampling_check.h"
 
 namespace kvb::test {
 namespace {
@@ -397,7 +400,8 @@ std::vector<OpCase> statistic_cases() {
 
 std::vector<OpCase> all_cases() {
   std::vector<OpCase> cases;
-  for (auto part : {element_wise_cases(), statistic_cases(), attention_cases(), selection_cases()})
+  for (auto part : {element_wise_cases(), statistic_cases(), attention_cases(), selection_cases(),
+                    lsh_sampling_cases()})
     cases.insert(cases.end(), part.begin(), part.end());
   return cases;
 }

@@ -9,7 +9,9 @@
 // - the window queries the GPU prefill hands down are the CPU's (bf16 tolerance);
 // - a sample's cells decoded together on the GPU give the ids each gives decoded alone (batch 1),
 //   and the GPU's greedy answers are the CPU's for most cells;
-// - plans the device cannot run are refused, naming the method (TOPK per head runs there).
+// - MagicPIG's sampled decode answers as the CPU's does;
+// - plans the device cannot run are refused, naming the method (TOPK per head and MagicPIG run
+//   there).
 #include "engine/cuda/cuda_backend.h"
 
 #include <gtest/gtest.h>
@@ -267,6 +269,43 @@ TEST(CudaBackend, QuestionAgnosticCellsTogetherEqualCellsAlone) {
   }
 }
 
+// MagicPIG samples on the device (LSH sampling, engine/device_selection.h): on the real prompt the
+// GPU's greedy answer is the CPU's. The two forwards differ (bf16 against f32), so the hashed
+// keys, and with them the sampled sets, are not the same; the answer to a retrieval question
+// should be. Cells of one decode-time method decode together as they do alone.
+TEST(CudaBackend, MagicPigGeneratesTheCpuAnswer) {
+  KVB_REQUIRE_GPU();
+  KVB_REQUIRE_FILE(test::default_model_path());
+  const RealModel m = real_model();
+  // `cells` requests of one plan: one decode group, decoded as one batch.
+  auto run = [&](Engine& engine, int cells) {
+    CachePlan plan = make_cache_plan("magicpig", nlohmann::json::object(), Budget::parse("20%"));
+    GenerationOptions options;
+    options.max_new_tokens = 12;
+    const std::vector<CellRequest> requests(cells, CellRequest{&plan, options});
+    return generate_cells(engine, m.model.tokenizer.get(), m.prompt, {}, requests,
+                          BatchOptions{true});
+  };
+  CudaBackend gpu(*m.model.weights);
+  CpuBackend cpu(*m.model.weights);
+  const auto on_gpu = run(gpu, 2);
+  const auto alone = run(gpu, 1);
+  const auto on_cpu = run(cpu, 1);
+  std::printf("[ magicpig ] gpu '%s' | cpu '%s'\n", on_gpu[0].text.c_str(), on_cpu[0].text.c_str());
+  EXPECT_EQ(on_gpu[0].decode_batch, 2);
+  EXPECT_EQ(on_gpu[0].output_ids, on_gpu[1].output_ids) << "two cells of one batch";
+  EXPECT_EQ(on_gpu[0].output_ids, alone[0].output_ids) << "batch of two against batch 1";
+  if (on_cpu[0].text.find("4817") != std::string::npos) {
+    EXPECT_NE(on_gpu[0].text.find("4817"), std::string::npos) << "the CPU retrieves the number";
+  }
+  size_t common = 0;
+  const auto& a = on_gpu[0].output_ids;
+  const auto& b = on_cpu[0].output_ids;
+  while (common < std::min(a.size(), b.size()) && a[common] == b[common]) ++common;
+  EXPECT_GE(common, std::min<size_t>(4, std::min(a.size(), b.size())))
+      << "the first tokens of the answer";
+}
+
 TEST(CudaBackend, RefusesPlansItCannotRunNamingTheMethod) {
   KVB_REQUIRE_GPU();
   const ModelConfig config = test::small_random_model("refuse", 2, 64, 16, 96, 100);
@@ -275,7 +314,6 @@ TEST(CudaBackend, RefusesPlansItCannotRunNamingTheMethod) {
   const std::vector<std::pair<std::string, nlohmann::json>> refused = {
       {"h2o_decode", nlohmann::json::object()},
       {"tova", nlohmann::json::object()},
-      {"magicpig", nlohmann::json::object()},
       {"topk", {{"gqa", "shared"}}}};  // per head it runs on the device; shared over the group not
   for (const auto& [policy, params] : refused) {
     const CachePlan plan = make_cache_plan(policy, params, Budget::parse("50%"));
@@ -288,6 +326,7 @@ TEST(CudaBackend, RefusesPlansItCannotRunNamingTheMethod) {
   }
   EXPECT_NO_THROW(gpu.check_plan(make_cache_plan("snapkv+art", {}, Budget::parse("50%"))));
   EXPECT_NO_THROW(gpu.check_plan(make_cache_plan("topk", {}, Budget::parse("50%"))));
+  EXPECT_NO_THROW(gpu.check_plan(make_cache_plan("magicpig", {}, Budget::parse("50%"))));
 }
 
 }  // namespace

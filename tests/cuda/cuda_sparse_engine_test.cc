@@ -1,11 +1,13 @@
-// The GPU engine's decode with the device selections of BinaryPC, Quest and TOPK
+// The GPU engine's decode with the device selections of BinaryPC, Quest, TOPK and MagicPIG
 // (DecodeSelector::device_selection run by engine/cuda/cuda_sparse_decode.h) against the CPU
-// selectors (policies/binarypc.cc, policies/quest.cc, policies/topk.cc) and the CPU engine, on a
-// small random model: at every decode step and selecting layer the GPU's lists equal what the CPU
-// selector picks from the same keys (the GPU cache) and queries; the CPU engine attending to those
-// lists gives the GPU's logits within bf16 tolerance and the same greedy tokens. Steps after the
-// first replay the captured decode graph; Quest's steps cross a page boundary, and with a budget
-// above the prompt its page budget moves (the graph is re-captured).
+// selectors (policies/binarypc.cc, quest.cc, topk.cc, magicpig.cc) and the CPU engine, on a small
+// random model: at every decode step and selecting layer the GPU's lists equal what the CPU
+// selector picks from the same keys (the GPU cache) and queries — MagicPIG's sampled sets too,
+// exactly (both hash with f64 signs near zero), with logit biases within 1e-4 (f64 sums in the
+// same order; the device's acos/pow/log against libm's); the CPU engine attending to those lists
+// with those biases gives the GPU's logits within bf16 tolerance and the same greedy tokens. Steps
+// after the first replay the captured decode graph; Quest's steps cross a page boundary, and with a
+// budget above the prompt its page budget moves (the graph is re-captured).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -37,23 +39,64 @@ int argmax(const std::vector<float>& x) {
   return static_cast<int>(std::max_element(x.begin(), x.end()) - x.begin());
 }
 
+// One layer's lists of a step, per query head, with their logit biases (empty: none).
+struct StepLists {
+  std::vector<std::vector<int32_t>> indices;
+  std::vector<std::vector<float>> bias;
+};
+
 // The CPU engine's decode attends to the lists the GPU used in the same step.
 class ReplaySelector : public DecodeSelector {
  public:
-  explicit ReplaySelector(const std::vector<std::vector<std::vector<int32_t>>>* lists)
-      : lists_(lists) {}
+  explicit ReplaySelector(const std::vector<StepLists>* lists) : lists_(lists) {}
   std::string name() const override { return "replay"; }
   void start(const KvStore&, int, int) override {}
   void on_append(const KvStore&, int) override {}
   void select(int layer, const float*, const KvStore&, Selection& out) override {
+    const StepLists& lists = (*lists_)[layer];
     out.logit_bias.clear();
-    out.dense = (*lists_)[layer].empty();
-    if (!out.dense) out.indices = (*lists_)[layer];
+    out.dense = lists.indices.empty();
+    if (out.dense) return;
+    out.indices = lists.indices;
+    out.logit_bias = lists.bias;
   }
 
  private:
-  const std::vector<std::vector<std::vector<int32_t>>>* lists_;  // [layer][query head]
+  const std::vector<StepLists>* lists_;  // [layer]
 };
+
+// A list's (index, bias) pairs in index order (bias 0 where the list has none).
+std::vector<std::pair<int32_t, float>> by_index(const std::vector<int32_t>& indices,
+                                                const std::vector<float>& bias) {
+  std::vector<std::pair<int32_t, float>> pairs;
+  for (size_t i = 0; i < indices.size(); ++i)
+    pairs.emplace_back(indices[i], bias.empty() ? 0.f : bias[i]);
+  std::sort(pairs.begin(), pairs.end());
+  return pairs;
+}
+
+// The GPU's list of one query head against the CPU selector's: the same entries, biases within
+// 1e-4. Returns the GPU's entries in index order, and their biases into `bias`.
+std::vector<int32_t> expect_same_list(const std::vector<int32_t>& gpu,
+                                      const std::vector<float>& gpu_bias,
+                                      const std::vector<int32_t>& cpu,
+                                      const std::vector<float>& cpu_bias,
+                                      std::vector<float>& bias) {
+  EXPECT_EQ(gpu_bias.empty(), cpu_bias.empty());
+  const auto got = by_index(gpu, gpu_bias), want = by_index(cpu, cpu_bias);
+  std::vector<int32_t> got_indices, want_indices;
+  bias.clear();
+  for (const auto& [j, b] : got) {
+    got_indices.push_back(j);
+    if (!gpu_bias.empty()) bias.push_back(b);
+  }
+  for (const auto& [j, b] : want) want_indices.push_back(j);
+  EXPECT_EQ(got_indices, want_indices);
+  if (got.size() == want.size())
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_NEAR(got[i].second, want[i].second, 1e-4f) << "entry " << got[i].first;
+  return got_indices;
+}
 
 // Keys of the GPU cache as a CPU store (values unused by the selectors: zeros).
 KvStore mirror_of(const CudaEngine& gpu, const ModelConfig& c) {
@@ -107,7 +150,7 @@ void check_against_cpu(const SelectorFactory& make_selector, const Budget& budge
   CpuEngine cpu(*weights);
   KvStore cpu_store(c.n_layers, c.n_kv_heads, c.head_dim);
   cpu.forward_chunk(prompt, cpu_store, CaptureRequest{}, nullptr);
-  std::vector<std::vector<std::vector<int32_t>>> gpu_lists(c.n_layers);
+  std::vector<StepLists> gpu_lists(c.n_layers);
   CachePlan replay;
   replay.selector = std::make_shared<ReplaySelector>(&gpu_lists);
 
@@ -120,7 +163,7 @@ void check_against_cpu(const SelectorFactory& make_selector, const Budget& budge
     const std::vector<float> gpu_logits = gpu->last_logits(0);
     selecting_layers = 0;
     for (int l = 0; l < c.n_layers; ++l) {
-      gpu_lists[l].clear();
+      gpu_lists[l] = StepLists{};
       std::vector<float> query = gpu->sparse_query(l, 0);
       const std::vector<float> zeros(c.head_dim, 0.f);
       for (int h = 0; h < c.n_kv_heads; ++h) {
@@ -136,14 +179,19 @@ void check_against_cpu(const SelectorFactory& make_selector, const Budget& budge
       cpu_selector->select(l, query.data(), mirror, expected);
       ASSERT_FALSE(expected.dense);
       for (int a = 0; a < c.n_query_heads; ++a) {
-        std::vector<int32_t> got = gpu->sparse_selection(l, 0, a);
-        std::vector<int32_t> want = expected.indices[a];
-        std::sort(got.begin(), got.end());
-        std::sort(want.begin(), want.end());
-        ASSERT_EQ(got, want) << "step " << step << " layer " << l << " query head " << a;
+        SCOPED_TRACE("step " + std::to_string(step) + " layer " + std::to_string(l) +
+                     " query head " + std::to_string(a));
+        const std::vector<float> no_bias;
+        std::vector<float> bias;
+        const std::vector<int32_t> got =
+            expect_same_list(gpu->sparse_selection(l, 0, a), gpu->sparse_selection_bias(l, 0, a),
+                             expected.indices[a],
+                             expected.logit_bias.empty() ? no_bias : expected.logit_bias[a], bias);
+        if (::testing::Test::HasFailure()) return;
         EXPECT_LE(got.size(), size_t(position + 1));
         if (got.size() < size_t(position + 1)) ++sparse_lists;
-        gpu_lists[l].push_back(got);
+        gpu_lists[l].indices.push_back(got);
+        gpu_lists[l].bias.push_back(bias);
       }
     }
     const std::vector<float> cpu_logits = cpu.decode_step(token, position, step, cpu_store, replay);
@@ -218,6 +266,22 @@ TEST(CudaSparseEngine, TopkFractionBudgetMatchesCpuSelector) {
       Budget::parse("33%"));
 }
 
+// MagicPIG (LSH sampling, importance-weighted): its defaults (K 10, L 150), which sample a few
+// entries of this cache, and short codes (K 3, L 16, threshold 3) that sample a good share.
+TEST(CudaSparseEngine, MagicPigMatchesCpuSelector) {
+  KVB_REQUIRE_GPU();
+  for (const nlohmann::json& params :
+       {nlohmann::json{{"dense_layers", {0}}},
+        nlohmann::json{{"dense_layers", {0}}, {"K", 3}, {"L", 16}, {"threshold", 3}}}) {
+    SCOPED_TRACE(params.dump());
+    check_against_cpu(
+        [&](const Budget& budget, std::shared_ptr<const BinaryProjectionSet>) {
+          return make_magicpig_selector(params, budget);
+        },
+        Budget::parse("64"));
+  }
+}
+
 // Two sequences with the same prompt in one batch: every step each selects what the other does and
 // decodes the same tokens (slots, per-sequence lists and the batch's lengths kept apart).
 TEST(CudaSparseEngine, BatchOfTwoSelectsPerSequence) {
@@ -259,8 +323,8 @@ TEST(CudaSparseEngine, RefusesSelectorsWithoutGpuPath) {
   EXPECT_FALSE(shared_topk->runs_on_device());
   EXPECT_FALSE(shared_topk->device_selection(KvStore(), 64).has_value());
   auto magicpig = make_magicpig_selector(nlohmann::json::object(), Budget::parse("64"));
-  EXPECT_FALSE(magicpig->runs_on_device());
-  EXPECT_FALSE(magicpig->device_selection(KvStore(), 64).has_value());
+  EXPECT_TRUE(magicpig->runs_on_device());
+  EXPECT_TRUE(magicpig->device_selection(KvStore(), 64).has_value());
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 // - a range of a batch stepped alone computes what an engine holding only that range computes,
 //   bit for bit (the same capacity gives the same length bound, split layout and GEMV rows), while
 //   the batch's other sequences keep their lengths and positions: plain attention, ART's walk and
-//   every device selection (sign codes, page bounds, exact scores), graph-captured per range;
+//   every device selection (sign codes, page bounds, exact scores, LSH sampling), graph-captured
+//   per range;
 // - sequences decoded one at a time give the tokens of the full batched step on the same caches
 //   (the layouts differ, so logits agree to bf16 rounding and tokens wherever the top two logits
 //   are apart by more than that);
@@ -117,6 +118,14 @@ std::vector<DecodeMethod> decode_methods() {
                                Budget::parse("512"));
                          },
                          512)});
+  methods.push_back({"magicpig-short-codes", std::nullopt,
+                     selection(
+                         [](const CudaEngine&) {
+                           return make_magicpig_selector(
+                               {{"dense_layers", {0}}, {"K", 3}, {"L", 16}, {"threshold", 3}},
+                               Budget::parse("64"));
+                         },
+                         64)});
   methods.push_back(
       {"topk-fraction", std::nullopt,
        selection(

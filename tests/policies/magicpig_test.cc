@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/errors.h"
+#include "kernels/cpu/lsh_sampling.h"
 #include "policies/decode_selectors.h"
 #include "tests/policies/decode_test_util.h"
 
@@ -90,10 +91,82 @@ TEST(MagicPigSelector, ExactSetAndAnAlignedKeyIsAlwaysSampled) {
   EXPECT_LT(indices.size() - exact.size(), static_cast<size_t>((prompt - sinks - local) / 4));
 }
 
+// The device form (engine/device_selection.h, LSH sampling) run through the CPU twins of its
+// kernels (kernels/cpu/lsh_sampling.h) as the engine runs them: the same lists and biases as the
+// selector's, at every layer and query head, decode tokens included; the rows are the selector's
+// (one set per 16 layers and KV head).
+TEST(MagicPigSelector, DeviceFormSelectsWhatTheSelectorSelects) {
+  const int layers = 18, kv_heads = 2, group = 3, d = 16, prompt = 260;
+  KvStore store = test::random_store(layers, kv_heads, d, prompt, 21);
+  const nlohmann::json params = {{"K", 3},     {"L", 10},     {"threshold", 3},
+                                 {"sinks", 5}, {"local", 30}, {"dense_layers", {1}}};
+  auto selector = make_magicpig_selector(params, Budget::parse("10%"));
+  ASSERT_TRUE(selector->runs_on_device());
+  const std::optional<DeviceSelectionSpec> spec = selector->device_selection(KvStore(), 100);
+  ASSERT_TRUE(spec.has_value());
+  ASSERT_EQ(spec->scores, DeviceSelectionSpec::Scores::kLshSampling);
+  EXPECT_EQ(spec->dense_layers, std::vector<int>{1});
+  const DeviceSelectionSpec::LshSampling& lsh = spec->lsh_sampling;
+  EXPECT_EQ(lsh.projection(0, 1, d), lsh.projection(15, 1, d)) << "one set per 16 layers";
+  EXPECT_NE(lsh.projection(0, 1, d), lsh.projection(16, 1, d));
+  EXPECT_NE(lsh.projection(0, 0, d), lsh.projection(0, 1, d));
+  ASSERT_EQ(lsh.projection(3, 0, d)->size(), static_cast<size_t>(3 * 10 * d));
+  selector->start(store, prompt, 100);
+  for (int layer = 0; layer < layers; ++layer) {
+    const std::vector<float> kv = test::random_vector(kv_heads * d, 300 + layer);
+    store.append(layer, prompt, kv.data(), kv.data());
+  }
+  const int begin = std::min(lsh.exact_first, prompt);
+  const int end = std::max(begin, prompt - lsh.exact_last);
+  int sampled = 0;
+  for (int layer = 0; layer < layers; ++layer) {
+    const std::vector<float> query = test::random_vector(kv_heads * group * d, 40 + layer, 2.0f);
+    Selection selection = test::empty_selection(kv_heads * group);
+    selector->select(layer, query.data(), store, selection);
+    EXPECT_EQ(selection.dense, layer == 1);
+    if (layer == 1) continue;
+    for (int h = 0; h < kv_heads; ++h) {
+      const kernels::LshTables tables{lsh.projection(layer, h, d)->data(), lsh.bits_per_table,
+                                      lsh.tables, d};
+      const std::vector<float> mean = kernels::lsh_key_mean(store.keys(layer, h), begin, end, d);
+      std::vector<uint16_t> codes(static_cast<size_t>(lsh.tables) * (end - begin));
+      std::vector<float> norms(end - begin);
+      kernels::lsh_hash_keys(tables, store.keys(layer, h), begin, end, mean.data(), codes.data(),
+                             end - begin, norms.data());
+      std::vector<uint16_t> query_codes(static_cast<size_t>(group) * lsh.tables);
+      const float* queries = query.data() + h * group * d;
+      kernels::lsh_hash_queries(tables, queries, group, query_codes.data());
+      std::vector<std::vector<int32_t>> indices(group);
+      std::vector<std::vector<float>> bias(group);
+      kernels::lsh_sample_lists({.tables = tables,
+                                 .min_collisions = lsh.min_collisions,
+                                 .keys = store.keys(layer, h),
+                                 .middle_begin = begin,
+                                 .middle_end = end,
+                                 .length = store.length(layer, h),
+                                 .mean = mean.data(),
+                                 .key_codes = codes.data(),
+                                 .code_table_stride = end - begin,
+                                 .centred_norms = norms.data(),
+                                 .queries = queries,
+                                 .query_codes = query_codes.data(),
+                                 .n_queries = group},
+                                indices.data(), bias.data());
+      for (int g = 0; g < group; ++g) {
+        const int a = h * group + g;
+        EXPECT_EQ(selection.indices[a], indices[g]) << "layer " << layer << " head " << a;
+        EXPECT_EQ(selection.logit_bias[a], bias[g]) << "layer " << layer << " head " << a;
+        sampled += static_cast<int>(indices[g].size()) - (begin + prompt + 1 - end);
+      }
+    }
+  }
+  EXPECT_GT(sampled, 0);
+}
+
 TEST(MagicPigSelector, BadParametersAreClearErrors) {
   const Budget budget = Budget::parse("10%");
   EXPECT_THROW(make_magicpig_selector({{"threshold", 5}, {"L", 3}}, budget), InputError);
-  EXPECT_THROW(make_magicpig_selector({{"K", 40}}, budget), InputError);
+  EXPECT_THROW(make_magicpig_selector({{"K", 17}}, budget), InputError);  // codes are 16-bit
   EXPECT_THROW(make_magicpig_selector({{"L", 0}}, budget), InputError);
   EXPECT_THROW(make_magicpig_selector({{"tables", 3}}, budget), InputError);
 }
