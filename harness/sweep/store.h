@@ -122,6 +122,7 @@ class ResultStore {
   void exec(const std::string& sql) const;
   void check_health(Mode mode);
   void create_schema();
+  void check_every_result_has_its_cell() const;
   [[noreturn]] void fail(int code, const std::string& doing) const;
 
   std::filesystem::path path_;

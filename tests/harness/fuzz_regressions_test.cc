@@ -71,6 +71,17 @@ TEST(FuzzRegressions, ReferencesOfTheWrongTypeAreAFormatError) {
   EXPECT_NE(load_error(db).find(db.string()), std::string::npos);
 }
 
+// results_db_fuzz found (2026-12-05, one flipped bit): a result row whose cell_id names no cell
+// passes SQLite's integrity check, and load_rows()'s join dropped it silently (the fuzz property
+// "load_rows() and result_count() agree" failed). Opening the file now refuses it.
+TEST(FuzzRegressions, ResultRowWithoutItsCellIsAFormatErrorNamingTheDatabase) {
+  const fs::path db = database_with_a_row("orphan.db");
+  execute(db, "PRAGMA foreign_keys=OFF; UPDATE results SET cell_id = cell_id + 100");
+  const std::string error = load_error(db);
+  EXPECT_NE(error.find(db.string()), std::string::npos) << error;
+  EXPECT_NE(error.find("refer to cells it does not hold"), std::string::npos) << error;
+}
+
 // Review: a cell key whose length is a float beyond int: get<int>() of it is undefined behaviour
 // (UBSan's float-cast-overflow); cell_from_json now refuses it.
 TEST(FuzzRegressions, CellFieldsMustBeIntegersInRange) {
