@@ -103,20 +103,11 @@ void CudaDecodeEviction::evict(int layer, const cuda::DecodeAttentionArgs& a,
   const int d = config_.head_dim, hkv = config_.n_kv_heads;
   const int64_t first_slot = int64_t(first) * hkv;
   const int width = a.max_kv_length;
-  cuda::QueryKeyScoresArgs dots;
-  dots.q = a.q;
-  dots.q_seq_stride = a.q_seq_stride;
-  dots.keys = k_cache + first_slot * capacity_ * d;
-  dots.key_slot_stride = int64_t(capacity_) * d;
-  dots.batch = a.batch;
-  dots.n_query_heads = config_.n_query_heads;
-  dots.n_kv_heads = hkv;
-  dots.head_dim = d;
-  dots.lengths = lengths;
-  dots.width = width;
-  dots.scores = logits_.as<float>();
-  dots.score_stride = capacity_;
-  cuda::query_key_scores(dots, stream);
+  // a.kv_length are `lengths`: the step's token counted.
+  cuda::query_key_scores(
+      cuda::decode_step_scores(a, k_cache + first_slot * capacity_ * d, int64_t(capacity_) * d,
+                               width, logits_.as<float>(), capacity_),
+      stream);
   cuda::attention_probabilities({.logits = logits_.as<float>(),
                                  .stride = capacity_,
                                  .lse = lse_.as<float>(),
