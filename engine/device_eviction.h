@@ -11,6 +11,8 @@
 
 #include <vector>
 
+#include "kernels/cpu/decode_eviction.h"
+
 namespace kvb {
 
 struct DeviceEvictionSpec {
@@ -49,5 +51,38 @@ struct DeviceEvictionSpec {
 
   bool evicts(int layer) const { return layer < static_cast<int>(keep.size()) && keep[layer] >= 0; }
 };
+
+// The spec's rule in the arguments of the kernels that run it (kernels/cpu/decode_eviction.h and
+// its device twin, whose fields are the same): what eviction_scores derives, and what
+// evict_to_keep keeps in `layer`. A device engine and the tests that emulate it with the CPU twins
+// share these.
+inline kernels::EvictionStatistic eviction_statistic(DeviceEvictionSpec::Statistic statistic) {
+  switch (statistic) {
+    case DeviceEvictionSpec::Statistic::kAccumulatedGroupSum:
+      return kernels::EvictionStatistic::kAccumulatedGroupSum;
+    case DeviceEvictionSpec::Statistic::kLayerMean:
+      return kernels::EvictionStatistic::kLayerMean;
+    case DeviceEvictionSpec::Statistic::kPooledGroupMean:
+      break;
+  }
+  return kernels::EvictionStatistic::kPooledGroupMean;
+}
+
+template <typename ScoresArgs>
+void set_scores_rule(const DeviceEvictionSpec& spec, ScoresArgs& args) {
+  args.statistic = eviction_statistic(spec.statistic);
+  args.pool_kernel = spec.pool_kernel;
+  args.round_bf16 = spec.round_bf16;
+  args.recent = spec.recent;
+}
+
+template <typename KeepArgs>
+void set_keep_rule(const DeviceEvictionSpec& spec, int layer, KeepArgs& args) {
+  args.keep = spec.keep[layer];
+  args.sinks = spec.sinks;
+  args.recent = spec.recent;
+  // An accumulated statistic belongs to its entries: it moves with them.
+  args.compact_scores = spec.statistic == DeviceEvictionSpec::Statistic::kAccumulatedGroupSum;
+}
 
 }  // namespace kvb

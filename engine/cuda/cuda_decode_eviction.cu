@@ -14,18 +14,6 @@ namespace {
 
 using Statistic = DeviceEvictionSpec::Statistic;
 
-kernels::EvictionStatistic kernel_statistic(Statistic statistic) {
-  switch (statistic) {
-    case Statistic::kAccumulatedGroupSum:
-      return kernels::EvictionStatistic::kAccumulatedGroupSum;
-    case Statistic::kLayerMean:
-      return kernels::EvictionStatistic::kLayerMean;
-    case Statistic::kPooledGroupMean:
-      break;
-  }
-  return kernels::EvictionStatistic::kPooledGroupMean;
-}
-
 void check_spec(const DeviceEvictionSpec& spec, const ModelConfig& config) {
   const int d = config.head_dim, group = config.n_query_heads / config.n_kv_heads;
   if (d % 8 != 0 || d > 256)
@@ -118,41 +106,35 @@ void CudaDecodeEviction::evict(int layer, const cuda::DecodeAttentionArgs& a,
                                  .width = width,
                                  .scale = a.scale},
                                 stream);
-  const bool accumulate = spec_.statistic == Statistic::kAccumulatedGroupSum;
-  float* scores =
-      accumulate ? accumulated_[layer].as<float>() + first_slot * capacity_ : scores_.as<float>();
-  cuda::eviction_scores({.probabilities = logits_.as<float>(),
-                         .probability_stride = capacity_,
-                         .lengths = lengths,
-                         .batch = a.batch,
-                         .n_query_heads = config_.n_query_heads,
-                         .n_kv_heads = hkv,
-                         .width = width,
-                         .statistic = kernel_statistic(spec_.statistic),
-                         .pool_kernel = spec_.pool_kernel,
-                         .round_bf16 = spec_.round_bf16,
-                         .recent = spec_.recent,
-                         .scores = scores,
-                         .score_stride = capacity_},
-                        stream);
-  cuda::evict_to_keep(
-      {.keys = k_cache,
-       .values = v_cache,
-       .kv_offset = a.kv_offset,
-       .lengths = lengths,
-       .n_slots = a.batch * hkv,
-       .head_dim = d,
-       .scores = scores,
-       .score_stride = capacity_,
-       .compact_scores = accumulate,
-       .keep = spec_.keep[layer],
-       .sinks = spec_.sinks,
-       .recent = spec_.recent,
-       .entry_ids =
-           spec_.record_origins ? origins_[layer].as<int32_t>() + first_slot * capacity_ : nullptr,
-       .appended_ids = positions,
-       .n_kv_heads = hkv},
-      stream);
+  float* scores = accumulated_.empty() ? scores_.as<float>()
+                                       : accumulated_[layer].as<float>() + first_slot * capacity_;
+  cuda::EvictionScoresArgs statistic;
+  statistic.probabilities = logits_.as<float>();
+  statistic.probability_stride = capacity_;
+  statistic.lengths = lengths;
+  statistic.batch = a.batch;
+  statistic.n_query_heads = config_.n_query_heads;
+  statistic.n_kv_heads = hkv;
+  statistic.width = width;
+  statistic.scores = scores;
+  statistic.score_stride = capacity_;
+  set_scores_rule(spec_, statistic);
+  cuda::eviction_scores(statistic, stream);
+  cuda::EvictToKeepArgs evict;
+  evict.keys = k_cache;
+  evict.values = v_cache;
+  evict.kv_offset = a.kv_offset;
+  evict.lengths = lengths;
+  evict.n_slots = a.batch * hkv;
+  evict.head_dim = d;
+  evict.scores = scores;
+  evict.score_stride = capacity_;
+  set_keep_rule(spec_, layer, evict);
+  if (spec_.record_origins)
+    evict.entry_ids = origins_[layer].as<int32_t>() + first_slot * capacity_;
+  evict.appended_ids = positions;
+  evict.n_kv_heads = hkv;
+  cuda::evict_to_keep(evict, stream);
 }
 
 std::vector<int32_t> CudaDecodeEviction::origins(int layer, int64_t slot, int length,

@@ -29,13 +29,6 @@ namespace {
 constexpr int kLayers = 3, kQueryHeads = 4, kKvHeads = 2, kLength = 48, kDim = 8;
 constexpr int kQuestion = 3, kSteps = 24, kBudget = 16, kCapacity = kLength + kQuestion + kSteps;
 
-kernels::EvictionStatistic statistic_of(DeviceEvictionSpec::Statistic statistic) {
-  using S = DeviceEvictionSpec::Statistic;
-  return statistic == S::kAccumulatedGroupSum ? kernels::EvictionStatistic::kAccumulatedGroupSum
-         : statistic == S::kLayerMean         ? kernels::EvictionStatistic::kLayerMean
-                                              : kernels::EvictionStatistic::kPooledGroupMean;
-}
-
 // One sequence's evicting layers as a device holds them: per layer the slots' ids (positions),
 // lengths and statistic, rows of one dummy float.
 struct EmulatedDevice {
@@ -67,35 +60,30 @@ struct EmulatedDevice {
         ids[layer][h * kCapacity + lengths[layer][h] - 1] = position;
       return;
     }
-    kernels::eviction_scores({.probabilities = p.data(),
-                              .probability_stride = kCapacity,
-                              .lengths = lengths[layer].data(),
-                              .batch = 1,
-                              .n_query_heads = kQueryHeads,
-                              .n_kv_heads = kKvHeads,
-                              .statistic = statistic_of(spec.statistic),
-                              .pool_kernel = spec.pool_kernel,
-                              .round_bf16 = spec.round_bf16,
-                              .recent = spec.recent,
-                              .scores = scores[layer].data(),
-                              .score_stride = kCapacity});
-    kernels::evict_to_keep(
-        {.keys = rows.data(),
-         .values = rows.data(),
-         .kv_offset = offsets.data(),
-         .lengths = lengths[layer].data(),
-         .n_slots = kKvHeads,
-         .head_dim = 1,
-         .scores = scores[layer].data(),
-         .score_stride = kCapacity,
-         .compact_scores = spec.statistic == DeviceEvictionSpec::Statistic::kAccumulatedGroupSum,
-         .keep = spec.keep[layer],
-         .sinks = spec.sinks,
-         .recent = spec.recent,
-         .entry_ids = ids[layer].data(),
-         .appended_ids = &position,
-         .n_kv_heads = kKvHeads});
-    // The host's mirror of the lengths follows without reading them back.
+    // The arguments as the engine sets them (engine/cuda/cuda_decode_eviction.cu), on the twins.
+    kernels::EvictionScoresArgs statistic{.probabilities = p.data(),
+                                          .probability_stride = kCapacity,
+                                          .lengths = lengths[layer].data(),
+                                          .batch = 1,
+                                          .n_query_heads = kQueryHeads,
+                                          .n_kv_heads = kKvHeads,
+                                          .scores = scores[layer].data(),
+                                          .score_stride = kCapacity};
+    set_scores_rule(spec, statistic);
+    kernels::eviction_scores(statistic);
+    kernels::EvictToKeepArgs evict{.keys = rows.data(),
+                                   .values = rows.data(),
+                                   .kv_offset = offsets.data(),
+                                   .lengths = lengths[layer].data(),
+                                   .n_slots = kKvHeads,
+                                   .head_dim = 1,
+                                   .scores = scores[layer].data(),
+                                   .score_stride = kCapacity,
+                                   .entry_ids = ids[layer].data(),
+                                   .appended_ids = &position,
+                                   .n_kv_heads = kKvHeads};
+    set_keep_rule(spec, layer, evict);
+    kernels::evict_to_keep(evict);
   }
 
   std::vector<int32_t> held(int layer, int head) const {
