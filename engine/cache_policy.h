@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/device_eviction.h"
 #include "engine/device_selection.h"
 #include "engine/kv_store.h"
 #include "kernels/cpu/early_exit_decode.h"
@@ -156,6 +157,18 @@ class DecodeEvictionPolicy {
   // Called once after prefill compaction, before the first decode step.
   virtual void start(const KvStore& store, int prompt_length, int budget_tokens) = 0;
   virtual void after_step(const DecodeStepView& step, KvStore& store) = 0;
+
+  // The same eviction in a device engine's decode step, as the generic operations it is built from
+  // (engine/device_eviction.h: a statistic of the step's attention, a per-layer keep count,
+  // protected sinks and recent entries), for a model of `n_layers` layers at `budget_tokens`, from
+  // the state the prefill selection left (layer budgets, accumulated scores). It replaces start():
+  // the device then holds the state. nullopt: the eviction runs on the CPU engine only;
+  // runs_on_device() says the same without a budget (a backend's plan check).
+  virtual bool runs_on_device() const { return false; }
+  virtual std::optional<DeviceEvictionSpec> device_eviction(int /*n_layers*/,
+                                                            int /*budget_tokens*/) const {
+    return std::nullopt;
+  }
 };
 
 // Kind D: which entries each query head attends to at one decode step.

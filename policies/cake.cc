@@ -13,7 +13,9 @@
 // the top B_ℓ plus the window.
 // Decode (decode_eviction, official default on): once layer ℓ holds more than B_ℓ + w tokens, score
 // the new query's attention row without its last w columns the same way (avg-pool, group mean)
-// and keep the top B_ℓ plus the last w. Without prefill compression B_ℓ = S − w.
+// and keep the top B_ℓ plus the last w. Without prefill compression B_ℓ = S − w. On a device engine
+// the decode step evicts the same way (engine/device_eviction.h, kPooledGroupMean, keep = B_ℓ + w,
+// the last w protected).
 //
 // Source: antgroup/cakekv @c4675ce `cake/model/modify_llama.py`, `cake/cake_cache.py`,
 // `cake/utils.py` (adjust_budgets, calculate_entropy) (docs/methods.md §6). Defaults
@@ -201,6 +203,22 @@ class CakeDecodeEviction : public DecodeEvictionPolicy {
       scores.resize(length, 0.0f);
       evict_except(store, step.layer, h, keep_top(scores, budget + window_, 0, window_));
     }
+  }
+  // The device form: the same pooled group mean and rule with the prefill's layer budgets.
+  bool runs_on_device() const override { return true; }
+  std::optional<DeviceEvictionSpec> device_eviction(int n_layers,
+                                                    int budget_tokens) const override {
+    DeviceEvictionSpec spec;
+    spec.statistic = DeviceEvictionSpec::Statistic::kPooledGroupMean;
+    spec.pool_kernel = kernel_;
+    spec.round_bf16 = precision_ == Precision::kBf16;
+    spec.recent = window_;
+    const bool set = static_cast<int>(state_->prefix_budgets.size()) == n_layers;
+    for (int l = 0; l < n_layers; ++l) {
+      const int prefix = set ? state_->prefix_budgets[l] : std::max(0, budget_tokens - window_);
+      spec.keep.push_back(is_dense_layer(dense_layers_, l) ? -1 : prefix + window_);
+    }
+    return spec;
   }
 
  private:

@@ -11,6 +11,9 @@
 //   group). Whenever the cache holds more than hh + recent tokens, keep the top-hh by S among
 //   [0, T − recent) plus the last `recent`. Budget = hh + recent; recent = recent_ratio · budget
 //   (the scripts' heavy_ratio = recent_ratio gives 0.5). The prefill applies the same rule once.
+//   On a device engine the decode step runs the same rule (engine/device_eviction.h,
+//   kAccumulatedGroupSum from the prefill's column sums, keep = budget, recent protected): the
+//   accumulated scores then live on the device.
 //
 // Source: FMInference/H2O; KVCache-Factory @5fb995d `pyramidkv/pyramidkv_utils.py` (docs/methods.md
 // §4). Ties: lower position first (kept), i.e. the later of equal scores is evicted.
@@ -120,6 +123,17 @@ class H2oDecodeEviction : public DecodeEvictionPolicy {
       for (int32_t j : kept) survivors.push_back(scores[j]);
       scores = std::move(survivors);
     }
+  }
+  // The device form: the same accumulation and rule, starting from the prefill's sums.
+  bool runs_on_device() const override { return true; }
+  std::optional<DeviceEvictionSpec> device_eviction(int n_layers,
+                                                    int budget_tokens) const override {
+    DeviceEvictionSpec spec;
+    spec.statistic = DeviceEvictionSpec::Statistic::kAccumulatedGroupSum;
+    spec.keep.assign(n_layers, budget_tokens);
+    spec.recent = recent_tokens(recent_ratio_, budget_tokens);
+    spec.initial = state_->accumulated;
+    return spec;
   }
 
  private:

@@ -8,7 +8,9 @@
 // port additionally forces the last token; not done here).
 // Source: schwartz-lab-NLP/TOVA `src/tova_cache.py` (`reduce`); kvpress `tova_press.py`
 // (docs/methods.md §4). Budget C per layer (every KV head), covering all tokens. Ties: lower
-// position kept.
+// position kept. On a device engine the decode step evicts the same way (engine/device_eviction.h,
+// kLayerMean, keep = C): every KV head of a layer holds the same entries, so each head's own top-C
+// of the shared score is the layer's.
 #include "policies/methods.h"
 #include "policies/scored_policy.h"
 #include "policies/selection.h"
@@ -48,6 +50,16 @@ class TovaDecodeEviction : public DecodeEvictionPolicy {
       for (int j = 0; j < length; ++j) mean[j] += step.probabilities[a][j] / n_query_heads;
     const auto kept = keep_top(mean, budget_, 0, 0);
     for (int h = 0; h < store.n_kv_heads(); ++h) evict_except(store, step.layer, h, kept);
+  }
+  // The device form: the layer mean of this step's attention, keep = budget outside dense layers.
+  bool runs_on_device() const override { return true; }
+  std::optional<DeviceEvictionSpec> device_eviction(int n_layers,
+                                                    int budget_tokens) const override {
+    DeviceEvictionSpec spec;
+    spec.statistic = DeviceEvictionSpec::Statistic::kLayerMean;
+    for (int l = 0; l < n_layers; ++l)
+      spec.keep.push_back(is_dense_layer(dense_layers_, l) ? -1 : budget_tokens);
+    return spec;
   }
 
  private:

@@ -41,7 +41,10 @@ void CudaBackend::check_plan(const CachePlan& plan) const {
     throw InputError("policy '" + plan.label + "' cannot run on the CUDA engine: " + why +
                      "; run it with \"device\": \"cpu\"");
   };
-  if (plan.decode_eviction) refuse("its decode-time eviction runs on the CPU engine only");
+  if (plan.decode_eviction && !plan.decode_eviction->runs_on_device())
+    refuse("its decode-time eviction '" + plan.decode_eviction->name() + "' has no device form");
+  if (plan.decode_eviction && (plan.selector || plan.early_exit))
+    refuse("decode-time eviction beside a decode selector or ART runs on the CPU engine only");
   if (plan.selector && !plan.selector->runs_on_device())
     refuse("its decode selector '" + plan.selector->name() + "' has no device form");
   if (plan.early_exit) {
@@ -134,6 +137,7 @@ std::vector<TokenId> CudaBackend::extend(std::span<const int> sequences,
   // A question of a few dozen tokens after compaction: one batched step per token, each sequence
   // attending to its own (ragged) cache, before any decode-time method is set.
   engine_->stop_sparse_decode();
+  engine_->stop_decode_eviction();  // the CPU engine evicts from the first decode step on, too
   engine_->set_early_exit(std::nullopt);
   decode_configured_ = false;
   std::vector<int32_t> next;
@@ -170,13 +174,15 @@ void CudaBackend::configure_decode() {
     const bool same_selection = (plan->selector == nullptr) == (first->selector == nullptr) &&
                                 (!plan->selector || (plan->selector == first->selector &&
                                                      started_[s].budget_tokens == budget));
-    if (!same_selection || plan->early_exit.has_value() != first->early_exit.has_value())
+    if (!same_selection || plan->decode_eviction != first->decode_eviction ||
+        plan->early_exit.has_value() != first->early_exit.has_value())
       throw std::logic_error(
           "CudaBackend: a batch decodes under one decode-time method; group "
           "the cells by decode_group_of()");
   }
   if (!first) throw std::logic_error("CudaBackend::decode: start_decode was not called");
   engine_->stop_sparse_decode();
+  engine_->stop_decode_eviction();
   engine_->set_early_exit(first->early_exit);
   engine_->reset_early_exit_counts();
   if (first->selector) {
@@ -189,6 +195,13 @@ void CudaBackend::configure_decode() {
       device = first->selector->device_selection(host_store(first_seq), budget);
     if (!device) throw std::logic_error("CudaBackend: selector without a device form");
     engine_->start_sparse_decode(*device);
+  }
+  if (first->decode_eviction) {
+    // In place of the policy's start(): the device holds its state from here on.
+    const std::optional<DeviceEvictionSpec> eviction =
+        first->decode_eviction->device_eviction(config().n_layers, budget);
+    if (!eviction) throw std::logic_error("CudaBackend: decode eviction without a device form");
+    engine_->start_decode_eviction(*eviction);
   }
   decode_configured_ = true;
 }

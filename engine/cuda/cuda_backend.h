@@ -15,11 +15,13 @@
 // - decode selectors that describe themselves as generic device operations
 //   (DecodeSelector::device_selection, engine/device_selection.h);
 // - ART (kind E) with the kernel's 64-entry blocks, no oracle mode;
-// - no decode-time eviction (H2O real-drop, TOVA, CAKE's decode switch).
+// - decode-time evictions that describe themselves as generic device operations
+//   (DecodeEvictionPolicy::device_eviction, engine/device_eviction.h: H2O real-drop, TOVA, CAKE's
+//   decode switch), alone (not beside a selector or ART); the device then holds their state.
 // Every sequence of a batch decodes under the same decode-time method (generate_cells groups
-// cells so), whether its sequences step together or one after another. ART's walk counts of a
-// cell are those of the steps from its first to its last: the batch's when its cells step
-// together, its own when each decodes alone.
+// cells so, an eviction's cell alone), whether its sequences step together or one after another.
+// ART's walk counts of a cell are those of the steps from its first to its last: the batch's when
+// its cells step together, its own when each decodes alone.
 #pragma once
 
 #include <memory>

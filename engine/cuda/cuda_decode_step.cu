@@ -71,6 +71,17 @@ void CudaEngine::Impl::decode_graph_body(int first, int count, int length_bound)
     a.head_dim = config.head_dim;
     a.scale = 1.f / std::sqrt(float(config.head_dim));
     a.workspace = ptr<float>(decode_workspace);
+    if (eviction && eviction->evicts(l)) {
+      // The statistic needs the rotated query in memory and the attention's log-sum-exp: the
+      // append runs on its own, as on the index-list path.
+      cuda::rope_append_kv_decode(rope, offsets, lengths, ptr<bf16>(k_cache[l]),
+                                  ptr<bf16>(v_cache[l]), stream);
+      a.lse = eviction->lse();
+      cuda::decode_attention(a, stream);
+      eviction->evict(l, a, ptr<bf16>(k_cache[l]), ptr<bf16>(v_cache[l]), lengths, rope.positions,
+                      first, stream);
+      return;
+    }
     if (sparse && sparse->selects(l)) {  // the index-list path appends in a kernel of its own
       cuda::rope_append_kv_decode(rope, offsets, lengths, ptr<bf16>(k_cache[l]),
                                   ptr<bf16>(v_cache[l]), stream);
@@ -179,6 +190,7 @@ void CudaEngine::decode_step(int first, int count, bool use_graph) {
   }
   for (int l = 0; l < m.config.n_layers; ++l)
     for (int64_t s = slot_begin; s < slot_end; ++s) ++m.host_length[int64_t(l) * hkv + s];
+  if (m.eviction) m.eviction->follow_lengths(m.host_length, first, count);
   for (int b = first; b < first + count; ++b) ++m.host_position[b];
 }
 
@@ -248,6 +260,34 @@ void CudaEngine::reset_early_exit_counts() {
       cudaMemsetAsync(impl_->walk_counts.data(), 0, impl_->walk_counts.bytes(), impl_->stream),
       "memset");
   cuda::check(cudaStreamSynchronize(impl_->stream), "sync");
+}
+
+// Decode-time eviction (kind C); the work is in engine/cuda/cuda_decode_eviction.cu.
+void CudaEngine::start_decode_eviction(const DeviceEvictionSpec& spec) {
+  Impl& m = *impl_;
+  m.drop_graph();
+  m.eviction.reset();
+  if (m.host_length.empty())
+    throw InputError("start_decode_eviction: allocate and fill the cache first");
+  if (m.sparse || m.early_exit)
+    throw InputError(
+        "start_decode_eviction: decode eviction beside a decode selection or ART has no device "
+        "form; run that plan on the CPU engine");
+  m.eviction = std::make_unique<CudaDecodeEviction>(spec, m.config, m.batch, m.capacity,
+                                                    m.host_length, m.stream);
+}
+
+void CudaEngine::stop_decode_eviction() {
+  impl_->drop_graph();
+  impl_->eviction.reset();
+}
+
+std::vector<int32_t> CudaEngine::eviction_origins(int layer, int seq, int head) const {
+  const Impl& m = *impl_;
+  if (!m.eviction) return {};
+  const int64_t slot = int64_t(seq) * m.config.n_kv_heads + head;
+  return m.eviction->origins(layer, slot, m.host_length[int64_t(layer) * m.heads_total() + slot],
+                             m.stream);
 }
 
 // Decode-time selection (kind D); the work is in engine/cuda/cuda_sparse_decode.cu.

@@ -232,6 +232,7 @@ void CudaEngine::allocate_cache(int batch, int capacity) {
   m.drop_graph();
   m.decode_graphs.clear();  // their length bounds belong to the old capacity
   m.sparse.reset();
+  m.eviction.reset();
   m.k_cache.clear();
   m.v_cache.clear();
   m.decode_workspace = DeviceBuffer();

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/cache_policy.h"
+#include "engine/device_eviction.h"
 #include "engine/device_selection.h"
 #include "engine/model_config.h"
 #include "engine/prefill_capture.h"
@@ -113,6 +114,18 @@ class CudaEngine {
   // to dense attention.
   void start_sparse_decode(const DeviceSelectionSpec& spec);
   void stop_sparse_decode();
+  // Decode-time eviction (kind C) from a policy's generic operations (engine/device_eviction.h,
+  // engine/cuda/cuda_decode_eviction.h): from the next step on, each evicting layer of every
+  // sequence scores its entries from the step's attention and evicts down to its keep count on the
+  // device (lengths() follows), still capturable as one graph. Every sequence of the batch starts
+  // from the spec's initial statistic. Not beside a selection or ART (InputError). Anything that
+  // rewrites the cache (allocate_cache, prefill, compact, fill_cache_random) or
+  // stop_decode_eviction ends it.
+  void start_decode_eviction(const DeviceEvictionSpec& spec);
+  void stop_decode_eviction();
+  // With spec.record_origins: where the entries of (layer, seq, head) came from
+  // (DeviceEvictionSpec::record_origins); empty for a layer that does not evict.
+  std::vector<int32_t> eviction_origins(int layer, int seq, int head) const;
   // The entries query head q_head of sequence seq attended to at `layer` in the last decode step
   // (empty for dense layers), the logit bias of each (empty unless the selection weights its
   // entries), and with spec.record_queries also that step's queries ([Hq, head_dim]).

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/cuda/cuda_decode_eviction.h"
 #include "engine/cuda/cuda_engine.h"
 #include "engine/cuda/cuda_sparse_decode.h"
 #include "engine/cuda/device_weights.h"
@@ -66,6 +67,7 @@ struct CudaEngine::Impl {
   DeviceBuffer walker_state;                               // [B * Hkv * kStateWords] int32
   DeviceBuffer walk_counts;                                // visited, total, loaded (u64)
   std::unique_ptr<CudaSparseDecode> sparse;                // kind-D selection in the decode step
+  std::unique_ptr<CudaDecodeEviction> eviction;            // kind-C eviction in the decode step
 
   // The decode step of one range of sequences [first, first + count) (the whole batch, or a
   // sub-batch decoded on its own) and its captured graph. Every launch of a step takes the range
@@ -109,11 +111,13 @@ struct CudaEngine::Impl {
   // Activation buffers for `rows` rows (cuda_engine.cu); growing them drops the decode graph.
   void ensure_activations(int rows);
 
-  // Decode selection's metadata (codes, pages) describes the cache it started on: once the cache is
-  // rewritten it goes, and with it the graph that captured its kernels.
+  // Decode selection's metadata (codes, pages) and decode eviction's accumulated statistic describe
+  // the cache they started on: once the cache is rewritten they go, and with them the graph that
+  // captured their kernels.
   void forget_stale_selection() {
-    if (!sparse) return;
+    if (!sparse && !eviction) return;
     sparse.reset();
+    eviction.reset();
     drop_graph();
   }
 

@@ -496,20 +496,10 @@ struct CudaSparseDecode::State {
 
   void attend_exact_scores(LayerState& layer, cuda::DecodeAttentionArgs& a, int first,
                            cudaStream_t stream) {
-    cuda::QueryKeyScoresArgs scores;
-    scores.q = a.q;
-    scores.q_seq_stride = a.q_seq_stride;
-    scores.keys = keys_of(layer) + slots_before(first) * key_slot_stride();
-    scores.key_slot_stride = key_slot_stride();
-    scores.batch = a.batch;
-    scores.n_query_heads = model.n_query_heads;
-    scores.n_kv_heads = model.n_kv_heads;
-    scores.head_dim = model.head_dim;
-    scores.lengths = a.kv_length;
-    scores.width = capacity;
-    scores.scores = exact_scores.as<float>();
-    scores.score_stride = capacity;
-    cuda::query_key_scores(scores, stream);
+    cuda::query_key_scores(
+        cuda::decode_step_scores(a, keys_of(layer) + slots_before(first) * key_slot_stride(),
+                                 key_slot_stride(), capacity, exact_scores.as<float>(), capacity),
+        stream);
     // step_k <= the entries every slot holds, so no absent (-inf) entry is chosen.
     cuda::TopkSelectArgs top = top_k_of(exact_scores.as<float>(), a.batch * model.n_query_heads,
                                         capacity, step_k, indices_of(layer, first), index_stride);

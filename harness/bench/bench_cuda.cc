@@ -57,6 +57,14 @@ KeptIndices recent_kept(const ModelConfig& config, int length, int keep) {
   return KeptIndices(config.n_layers, std::vector<std::vector<int32_t>>(config.n_kv_heads, head));
 }
 
+// A plan's decode eviction from the next step on, at the kept budget (every timed step then
+// evicts one entry per head); after the cache is filled, which ends any earlier one.
+void start_eviction(CudaEngine& engine, const CudaBenchOptions& options, int keep) {
+  if (options.decode_eviction)
+    engine.start_decode_eviction(
+        *options.decode_eviction->device_eviction(engine.config().n_layers, keep));
+}
+
 double time_decode(CudaEngine& engine, int steps, bool graphs) {
   engine.decode_step(graphs);  // warm-up (captures the graph)
   engine.synchronize();
@@ -240,6 +248,7 @@ nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
       };
       // Sequence 0 already holds the timed prefill, compressed.
       fill_cache(1);
+      start_eviction(*engine, options, keep);
       const std::function<void()> reset_cache = [&] {
         if (!prompt_ids.empty()) engine->allocate_cache(batch, context + options.decode_steps + 2);
         fill_cache(0);
@@ -274,6 +283,7 @@ nlohmann::json run_cuda_bench(const CudaBenchOptions& options) {
         engine->fill_cache_random(keep, 13);
         engine->set_next_tokens(std::vector<int32_t>(max_batch, 1),
                                 std::vector<int32_t>(max_batch, context));
+        start_eviction(*engine, options, keep);
         const double tpot_ms =
             time_decode(*engine, std::max(8, options.decode_steps / 4), options.use_graphs);
         row["tpot_ms"] = tpot_ms;

@@ -4,6 +4,7 @@
 // read bandwidth). Built from the engine's generic operations; the policy plan decides what runs.
 #pragma once
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -35,6 +36,10 @@ struct CudaBenchOptions {
   // A plan with early exit (kind E): the decode step walks with it; TPOT is measured with and
   // without it on the same cache (speed-up and the fraction of KV blocks skipped).
   std::optional<EarlyExitParams> early_exit;
+  // A plan with decode-time eviction (kind C, alone): its device form
+  // (DecodeEvictionPolicy::device_eviction) at the kept budget runs in every timed step, which
+  // then scores every entry and evicts one per head.
+  std::shared_ptr<const DecodeEvictionPolicy> decode_eviction;
   // Decode selectors timed on the same full cache as the Full row (random projection rows for
   // sign codes without any: the decode cost does not depend on their values).
   std::vector<SparseDecodeBench> selectors;

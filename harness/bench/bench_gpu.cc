@@ -98,7 +98,8 @@ SparseDecodeBench selector_bench(const std::string& policy, const CachePlan& pla
 
 // What --policy asks for, from the plan the sweep builds for the same string: a prefill policy
 // shapes the cache, early exit walks each decode step, decode selectors are timed on the full
-// cache beside Full ("full,A,B" lists several). Decode-time eviction has no device form.
+// cache beside Full ("full,A,B" lists several). Decode-time eviction runs in the timed steps where
+// it has a device form, alone.
 void apply_policy(const std::string& policy, const nlohmann::json& params,
                   CudaBenchOptions& options) {
   const std::vector<std::string> policies = policy_list(policy);
@@ -110,10 +111,10 @@ void apply_policy(const std::string& policy, const nlohmann::json& params,
   for (const std::string& one : policies) {
     if (listed && one == "full") continue;
     const CachePlan plan = make_cache_plan(one, params, budget);
-    if (plan.decode_eviction)
+    if (plan.decode_eviction && (!plan.decode_eviction->runs_on_device() || plan.early_exit))
       throw InputError("bench on the GPU: '" + one +
-                       "' evicts during decode, which runs on the CPU engine only; bench it with "
-                       "--device cpu");
+                       "' evicts during decode without a device form (or beside ART), which runs "
+                       "on the CPU engine only; bench it with --device cpu");
     if (plan.selector) {
       options.selectors.push_back(selector_bench(one, plan, *budget));
       continue;
@@ -124,6 +125,7 @@ void apply_policy(const std::string& policy, const nlohmann::json& params,
     options.label = plan.label.empty() ? one : plan.label;
     options.compress_prefill = plan.prefill != nullptr;
     options.early_exit = plan.early_exit;
+    options.decode_eviction = plan.decode_eviction;
   }
   if (!options.selectors.empty()) {
     options.label = "full";

@@ -70,6 +70,25 @@ __global__ void __launch_bounds__(kThreads) query_key_scores_kernel(QueryKeyScor
 
 }  // namespace
 
+QueryKeyScoresArgs decode_step_scores(const DecodeAttentionArgs& attention,
+                                      const __nv_bfloat16* keys, int64_t key_slot_stride, int width,
+                                      float* scores, int64_t score_stride) {
+  QueryKeyScoresArgs args;
+  args.q = attention.q;
+  args.q_seq_stride = attention.q_seq_stride;
+  args.keys = keys;
+  args.key_slot_stride = key_slot_stride;
+  args.batch = attention.batch;
+  args.n_query_heads = attention.n_query_heads;
+  args.n_kv_heads = attention.n_kv_heads;
+  args.head_dim = attention.head_dim;
+  args.lengths = attention.kv_length;
+  args.width = width;
+  args.scores = scores;
+  args.score_stride = score_stride;
+  return args;
+}
+
 void query_key_scores(const QueryKeyScoresArgs& args, cudaStream_t stream) {
   const int group = args.n_kv_heads > 0 ? args.n_query_heads / args.n_kv_heads : 0;
   if (group < 1 || group > kMaxGroup || group * args.n_kv_heads != args.n_query_heads)

@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/attention.h"
+
 namespace kvb::cuda {
 
 struct QueryKeyScoresArgs {
@@ -31,5 +33,12 @@ struct QueryKeyScoresArgs {
   int64_t score_stride = 0;
 };
 void query_key_scores(const QueryKeyScoresArgs& args, cudaStream_t stream);
+
+// The arguments for a decode step's queries against its own cache: the queries, batch, heads and
+// lengths of the step's dense attention `attention`, its keys from `keys` (slot s of the step at
+// keys + s * key_slot_stride), `width` scores per list at `scores` with `score_stride`.
+QueryKeyScoresArgs decode_step_scores(const DecodeAttentionArgs& attention,
+                                      const __nv_bfloat16* keys, int64_t key_slot_stride, int width,
+                                      float* scores, int64_t score_stride);
 
 }  // namespace kvb::cuda

@@ -28,7 +28,9 @@
 //   (cuBLAS products), 1e-3 for the column sums (exp2 of f32 logits); DropKV 3e-2 relative, its p
 //   being rounded to bf16 on both sides and so able to land on either side of a rounding boundary;
 // - LSH sampling (lsh_sampling_check.h): codes and lists bit-equal, means within an f32 ulp,
-//   biases within 1e-5 (the device's acos, pow and log against libm's).
+//   biases within 1e-5 (the device's acos, pow and log against libm's);
+// - decode eviction (backend_ops_eviction.h): probabilities 1e-6 relative (expf), statistics the
+//   same sums in the same order, kept entries and compacted rows exact.
 #include "tests/cuda/backend_ops.h"
 
 #include <gtest/gtest.h>
@@ -56,6 +58,7 @@
 #include "kernels/cuda/row_norms.h"
 #include "kernels/cuda/transformer_ops.h"
 #include "tests/cuda/backend_ops_attention.h"
+#include "tests/cuda/backend_ops_eviction.h"
 #include "tests/cuda/backend_ops_selection.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/cuda/lsh_sampling_check.h"
@@ -401,7 +404,7 @@ std::vector<OpCase> statistic_cases() {
 std::vector<OpCase> all_cases() {
   std::vector<OpCase> cases;
   for (auto part : {element_wise_cases(), statistic_cases(), attention_cases(), selection_cases(),
-                    lsh_sampling_cases()})
+                    lsh_sampling_cases(), eviction_cases()})
     cases.insert(cases.end(), part.begin(), part.end());
   return cases;
 }

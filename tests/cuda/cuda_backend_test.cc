@@ -11,7 +11,7 @@
 //   and the GPU's greedy answers are the CPU's for most cells;
 // - MagicPIG's sampled decode answers as the CPU's does;
 // - plans the device cannot run are refused, naming the method (TOPK per head and MagicPIG run
-//   there).
+//   there; so do the decode evictions with a device form, not beside ART).
 #include "engine/cuda/cuda_backend.h"
 
 #include <gtest/gtest.h>
@@ -29,53 +29,16 @@
 #include "engine/presets.h"
 #include "policies/registry.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda/real_prompt.h"
 #include "tests/test_paths.h"
 
 namespace kvb {
 namespace {
 
-// ~1,500 tokens of varied English with facts to retrieve, deterministic.
-std::string long_prompt() {
-  const char* subjects[] = {"The archive",   "A river pilot",      "The night baker",
-                            "Our neighbour", "The old clockmaker", "A travelling violinist"};
-  const char* verbs[] = {"remembered", "described", "counted", "painted", "repaired", "sold"};
-  const char* objects[] = {"seven lanterns",   "the blue ledger",    "a map of the harbour",
-                           "three brass keys", "the winter orchard", "a box of letters"};
-  std::string text = "Read the notes below and answer the question at the end.\n\n";
-  for (int i = 0; i < 150; ++i)
-    text += std::string(subjects[(i * 7) % 6]) + " " + verbs[(i * 5 + 1) % 6] + " " +
-            objects[(i * 11 + 2) % 6] + " on day " + std::to_string(100 + i * 3) + ". ";
-  text += "\n\nThe special magic number for Lisbon is 4817. ";
-  for (int i = 0; i < 30; ++i)
-    text += std::string(subjects[(i * 5) % 6]) + " " + verbs[(i * 3) % 6] + " " +
-            objects[(i * 7) % 6] + ". ";
-  text += "\n\nQuestion: What is the special magic number for Lisbon? Answer with the number.";
-  return text;
-}
-
-double jaccard(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
-  std::vector<int32_t> common;
-  std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(common));
-  const double joined = static_cast<double>(a.size() + b.size() - common.size());
-  return joined == 0 ? 1.0 : common.size() / joined;
-}
-
-// With `copied_keys`: whether the backend copied the prompt's keys and values to the host.
-KeptIndices kept_on(Engine& engine, const std::vector<TokenId>& ids, CachePlan& plan,
-                    bool* copied_keys = nullptr) {
-  engine.reserve(1, static_cast<int>(ids.size()) + 8);
-  PrefillCapture captured;
-  engine.prefill(0, ids, plan.prefill->capture(), captured);
-  KvStore host_copy;
-  KeptIndices kept = select_kept(
-      plan, captured,
-      [&](const PrefillCapture& captures, const CaptureRequest& wanted) {
-        return engine.prefill_view(0, captures, wanted, host_copy);
-      },
-      engine.config(), budget_tokens_for(plan, static_cast<int>(ids.size())));
-  if (copied_keys) *copied_keys = host_copy.n_layers() > 0;
-  return kept;
-}
+using test::jaccard;
+using test::kept_on;
+using test::real_model;
+using test::RealModel;
 
 // The same selection code fed the GPU's own prefill — its keys, values and window queries copied
 // to the host — instead of the statistics the device computed beside the prefill. Against
@@ -116,22 +79,6 @@ JaccardSummary compare_kept(const KeptIndices& a, const KeptIndices& b) {
     }
   s.mean = sum / s.heads;
   return s;
-}
-
-struct RealModel {
-  LoadedModel model;
-  std::vector<TokenId> prompt;
-};
-
-// The prompt in the model's chat template (an instruction-tuned model answers a raw prompt with an
-// immediate end of turn).
-RealModel real_model() {
-  RealModel m;
-  const std::string path = test::default_model_path().string();
-  m.model = load_model(path, {.weight_format = WeightFormat::kF32});  // the CPU: the f32 reference
-  const ChatTemplate& chat = chat_template(chat_template_name_for(*GgufFile::open(path)));
-  m.prompt = m.model.tokenizer->encode(apply_chat_template(chat, long_prompt()), false, true);
-  return m;
 }
 
 TEST(CudaBackend, PrefillPolicyKeptSetsMatchCpuOnARealPrompt) {
@@ -312,8 +259,6 @@ TEST(CudaBackend, RefusesPlansItCannotRunNamingTheMethod) {
   const std::shared_ptr<ModelWeights> weights = random_weights(config, 3);
   CudaBackend gpu(*weights);
   const std::vector<std::pair<std::string, nlohmann::json>> refused = {
-      {"h2o_decode", nlohmann::json::object()},
-      {"tova", nlohmann::json::object()},
       {"topk", {{"gqa", "shared"}}}};  // per head it runs on the device; shared over the group not
   for (const auto& [policy, params] : refused) {
     const CachePlan plan = make_cache_plan(policy, params, Budget::parse("50%"));
@@ -324,6 +269,22 @@ TEST(CudaBackend, RefusesPlansItCannotRunNamingTheMethod) {
       EXPECT_NE(std::string(e.what()).find(policy), std::string::npos) << e.what();
     }
   }
+  // A decode eviction without a device form, and one beside ART.
+  class HostOnlyEviction : public DecodeEvictionPolicy {
+   public:
+    std::string name() const override { return "host_only"; }
+    void start(const KvStore&, int, int) override {}
+    void after_step(const DecodeStepView&, KvStore&) override {}
+  };
+  CachePlan host_only;
+  host_only.label = "host_only";
+  host_only.decode_eviction = std::make_shared<HostOnlyEviction>();
+  EXPECT_THROW(gpu.check_plan(host_only), InputError);
+  CachePlan with_art = make_cache_plan("h2o_decode", {}, Budget::parse("50%"));
+  with_art.early_exit = EarlyExitParams{};
+  EXPECT_THROW(gpu.check_plan(with_art), InputError);
+  for (const char* policy : {"h2o_decode", "tova", "cake"})  // their device forms
+    EXPECT_NO_THROW(gpu.check_plan(make_cache_plan(policy, {}, Budget::parse("50%")))) << policy;
   EXPECT_NO_THROW(gpu.check_plan(make_cache_plan("snapkv+art", {}, Budget::parse("50%"))));
   EXPECT_NO_THROW(gpu.check_plan(make_cache_plan("topk", {}, Budget::parse("50%"))));
   EXPECT_NO_THROW(gpu.check_plan(make_cache_plan("magicpig", {}, Budget::parse("50%"))));

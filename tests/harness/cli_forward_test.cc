@@ -125,8 +125,8 @@ TEST(CliBench, GpuPolicyListNamesThePolicyItCannotHold) {
 TEST(CliBench, GpuRefusesPlansWithoutDeviceFormByName) {
   KVB_REQUIRE_FILE(test::kvbench_binary());
   const std::vector<std::pair<std::string, std::string>> refused = {
-      {"h2o_decode --budget 5%", "'h2o_decode' evicts during decode"},
-      {"full,tova --budget 5%", "'tova' evicts during decode"}};
+      {"h2o_decode+art --budget 5%", "'h2o_decode+art' evicts during decode"},
+      {"full,tova+art --budget 5%", "'tova+art' evicts during decode"}};
   for (const auto& [policy, message] : refused) {
     const CliRun run =
         kvbench("bench --device cuda --preset llama-3.1-8b --dummy --policy " + policy);

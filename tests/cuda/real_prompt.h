@@ -1,0 +1,84 @@
+// The real prompt the CUDA engine tests set the GPU against the CPU on: SmolLM2-135M
+// (test::default_model_path) with ~1,500 tokens of varied English in its chat template, and the
+// Jaccard index the kept sets are compared by, and the kept sets a prefill policy chooses on an
+// engine.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "engine/chat_template.h"
+#include "engine/engine.h"
+#include "engine/generation.h"
+#include "engine/gguf.h"
+#include "engine/model.h"
+#include "tests/test_paths.h"
+
+namespace kvb::test {
+
+// ~1,500 tokens of varied English with facts to retrieve, deterministic.
+inline std::string long_prompt() {
+  const char* subjects[] = {"The archive",   "A river pilot",      "The night baker",
+                            "Our neighbour", "The old clockmaker", "A travelling violinist"};
+  const char* verbs[] = {"remembered", "described", "counted", "painted", "repaired", "sold"};
+  const char* objects[] = {"seven lanterns",   "the blue ledger",    "a map of the harbour",
+                           "three brass keys", "the winter orchard", "a box of letters"};
+  std::string text = "Read the notes below and answer the question at the end.\n\n";
+  for (int i = 0; i < 150; ++i)
+    text += std::string(subjects[(i * 7) % 6]) + " " + verbs[(i * 5 + 1) % 6] + " " +
+            objects[(i * 11 + 2) % 6] + " on day " + std::to_string(100 + i * 3) + ". ";
+  text += "\n\nThe special magic number for Lisbon is 4817. ";
+  for (int i = 0; i < 30; ++i)
+    text += std::string(subjects[(i * 5) % 6]) + " " + verbs[(i * 3) % 6] + " " +
+            objects[(i * 7) % 6] + ". ";
+  text += "\n\nQuestion: What is the special magic number for Lisbon? Answer with the number.";
+  return text;
+}
+
+inline double jaccard(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  std::vector<int32_t> common;
+  std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(common));
+  const double joined = static_cast<double>(a.size() + b.size() - common.size());
+  return joined == 0 ? 1.0 : common.size() / joined;
+}
+
+struct RealModel {
+  LoadedModel model;
+  std::vector<TokenId> prompt;
+};
+
+// The prompt in the model's chat template (an instruction-tuned model answers a raw prompt with an
+// immediate end of turn).
+inline RealModel real_model() {
+  RealModel m;
+  const std::string path = test::default_model_path().string();
+  m.model = load_model(path, {.weight_format = WeightFormat::kF32});  // the CPU: the f32 reference
+  const ChatTemplate& chat = chat_template(chat_template_name_for(*GgufFile::open(path)));
+  m.prompt = m.model.tokenizer->encode(apply_chat_template(chat, long_prompt()), false, true);
+  return m;
+}
+
+// With `copied_keys`: whether the backend copied the prompt's keys and values to the host. The
+// cache has room for `spare` more tokens; `logits`, when given, receives the prompt's last logits.
+inline KeptIndices kept_on(Engine& engine, const std::vector<TokenId>& ids, CachePlan& plan,
+                           bool* copied_keys = nullptr, int spare = 8,
+                           std::vector<float>* logits = nullptr) {
+  engine.reserve(1, static_cast<int>(ids.size()) + spare);
+  PrefillCapture captured;
+  const std::vector<float> last = engine.prefill(0, ids, plan.prefill->capture(), captured);
+  if (logits) *logits = last;
+  KvStore host_copy;
+  KeptIndices kept = select_kept(
+      plan, captured,
+      [&](const PrefillCapture& captures, const CaptureRequest& wanted) {
+        return engine.prefill_view(0, captures, wanted, host_copy);
+      },
+      engine.config(), budget_tokens_for(plan, static_cast<int>(ids.size())));
+  if (copied_keys) *copied_keys = host_copy.n_layers() > 0;
+  return kept;
+}
+
+}  // namespace kvb::test
