@@ -102,10 +102,12 @@ void Generator::compress(PrefillSnapshot& snapshot, CachePlan& plan, int spare_t
   result.budget_tokens = budget_tokens_for(plan, snapshot.length);
   if (!plan.budget || !plan.prefill) return;
   const ModelConfig& c = engine_.config();
+  KvStore f32_copy;  // the policies' f32 view of a 16-bit cache, freed after selection
   const KeptIndices kept = select_kept(
       plan, snapshot.capture,
       [&](const PrefillCapture& captures, const CaptureRequest& wanted) {
-        return make_prefill_view(engine_.weights(), &snapshot.store, captures, wanted);
+        return make_prefill_view(engine_.weights(), &f32_readable(snapshot.store, f32_copy),
+                                 captures, wanted);
       },
       c, result.budget_tokens);
   for (int l = 0; l < c.n_layers; ++l) snapshot.store.compact(l, kept[l], spare_tokens);
@@ -163,8 +165,7 @@ GenerationResult Generator::continue_generation(PrefillSnapshot snapshot, CacheP
   result.prefill_ms = snapshot.prefill_ms + question_ms;
   KvStore& store = snapshot.store;
   const int budget = result.budget_tokens > 0 ? result.budget_tokens : snapshot.length;
-  if (plan.decode_eviction) plan.decode_eviction->start(store, result.prompt_tokens, budget);
-  if (plan.selector) plan.selector->start(store, result.prompt_tokens, budget);
+  start_decode_policies(plan, store, result.prompt_tokens, budget);
 
   TokenId token = argmax(logits);
   const auto first_token = Clock::now();

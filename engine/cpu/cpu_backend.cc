@@ -9,7 +9,8 @@
 
 namespace kvb {
 
-CpuBackend::CpuBackend(const ModelWeights& weights) : engine_(weights) {}
+CpuBackend::CpuBackend(const ModelWeights& weights, KvDtype kv_dtype)
+    : engine_(weights, kv_dtype) {}
 
 int64_t CpuBackend::weight_bytes() const {
   const ModelWeights& w = weights();
@@ -32,8 +33,8 @@ void CpuBackend::reserve(int sequences, int) {
 
 int CpuBackend::max_sequences(int capacity) const {
   const ModelConfig& c = config();
-  const int64_t per_sequence =
-      int64_t{2} * c.n_layers * c.n_kv_heads * c.head_dim * sizeof(float) * std::max(capacity, 1);
+  const int64_t per_sequence = int64_t{2} * c.n_layers * c.n_kv_heads * c.head_dim *
+                               kv_dtype_bytes(engine_.kv_dtype()) * std::max(capacity, 1);
   const int64_t available = int64_t{sysconf(_SC_AVPHYS_PAGES)} * sysconf(_SC_PAGESIZE);
   // Half of the free memory, so that the policies' scoring and the OS keep room.
   return static_cast<int>(std::clamp<int64_t>(available / 2 / per_sequence, 1, 1 << 16));
@@ -47,8 +48,10 @@ std::vector<float> CpuBackend::prefill(int seq, std::span<const TokenId> ids,
 }
 
 PrefillView CpuBackend::prefill_view(int seq, const PrefillCapture& capture,
-                                     const CaptureRequest& request, KvStore&) const {
-  return make_prefill_view(weights(), &stores_.at(seq), capture, request);
+                                     const CaptureRequest& request, KvStore& host_copy) const {
+  // A 16-bit cache is read by the policies through an f32 copy of the prompt, made once for all
+  // the cells of the prefill (the caller drops it after selection); the cache stays 16-bit.
+  return make_prefill_view(weights(), &f32_readable(stores_.at(seq), host_copy), capture, request);
 }
 
 void CpuBackend::compact(int seq, const KeptIndices& kept, int spare_tokens) {
@@ -67,9 +70,7 @@ std::vector<TokenId> CpuBackend::extend(std::span<const int> sequences,
 
 void CpuBackend::start_decode(int seq, CachePlan& plan, int prompt_tokens, int budget_tokens) {
   plans_.at(seq) = &plan;
-  const KvStore& store = stores_.at(seq);
-  if (plan.decode_eviction) plan.decode_eviction->start(store, prompt_tokens, budget_tokens);
-  if (plan.selector) plan.selector->start(store, prompt_tokens, budget_tokens);
+  start_decode_policies(plan, stores_.at(seq), prompt_tokens, budget_tokens);
 }
 
 std::vector<TokenId> CpuBackend::decode(std::span<const DecodeInput> inputs) {

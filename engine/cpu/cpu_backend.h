@@ -1,6 +1,7 @@
 // The Engine interface (engine/engine.h) on the CPU: each sequence is a host KvStore driven by the
-// f32 reference forward pass (CpuEngine). Every plan runs here; sequences of a batch decode one
-// after another (the CPU engine is the accuracy reference, not a throughput engine).
+// CPU forward pass (CpuEngine), in the element type it was made with. Every plan runs here;
+// sequences of a batch decode one after another (the CPU engine is the accuracy reference, not a
+// throughput engine).
 #pragma once
 
 #include <vector>
@@ -12,8 +13,8 @@ namespace kvb {
 
 class CpuBackend final : public Engine {
  public:
-  // `weights` must outlive the backend.
-  explicit CpuBackend(const ModelWeights& weights);
+  // `weights` must outlive the backend; `kv_dtype` is its caches' element type (engine/kv_store.h).
+  explicit CpuBackend(const ModelWeights& weights, KvDtype kv_dtype = KvDtype::kF32);
 
   const ModelConfig& config() const override { return engine_.config(); }
   std::string backend_name() const override { return "cpu"; }
@@ -27,7 +28,7 @@ class CpuBackend final : public Engine {
                              PrefillCapture& capture) override;
   PrefillView prefill_view(int seq, const PrefillCapture& capture, const CaptureRequest& request,
                            KvStore& host_copy) const override;
-  KvStore host_store(int seq) const override { return stores_.at(seq); }
+  KvStore host_store(int seq) const override { return stores_.at(seq).widened(); }
   void fork(int from, int to) override { stores_.at(to) = stores_.at(from); }
   void compact(int seq, const KeptIndices& kept, int spare_tokens) override;
   std::vector<TokenId> extend(std::span<const int> sequences, std::span<const TokenId> ids,
