@@ -14,8 +14,8 @@ namespace kvb {
 // CUDA or on a machine without a GPU (the message says which).
 std::string resolve_device(const std::string& device);
 
-// The CPU engine's cache element type when none is asked for (results/cpu-kv-cache.md measures
-// the three).
+// The CPU engine's cache element type when none is asked for (the KV cache section of
+// results/cpu-vs-llama-cpp.md measures the three).
 constexpr KvDtype kDefaultCpuKvDtype = KvDtype::kF32;
 
 // The backend for `device` over `weights` (they must outlive the engine). `kv_dtype`: the CPU

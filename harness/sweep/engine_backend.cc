@@ -82,7 +82,7 @@ const LoadedModel& EngineBackend::model(const std::string& path) {
       state->loaded.tokenizer = tokenizer_from_gguf(*GgufFile::open(path));
     if (!state->loaded.tokenizer)
       throw InputError("model " + path + " has no tokenizer this build can read");
-    state->engine = make_engine(device_, *state->loaded.weights);
+    state->engine = make_engine(device_, *state->loaded.weights, options_.kv_dtype);
     state->chat = &chat_template(chat_template_for_model(path, state->loaded));
     state->frame = frame_of(*state->chat);
     it = models_.emplace(path, std::move(state)).first;
