@@ -236,8 +236,9 @@ struct CachePlan {
 // so that they read exactly its rounded values; its entries count 4 bytes from then on.
 bool decode_reads_f32_rows(const CachePlan& plan);
 
-// Before the first decode step: widens `store` where the plan needs it, then starts the plan's
-// decode eviction and decode selector on it.
+// Before the first decode step: widens `store` where the plan needs it (else narrows it back to
+// its dtype, if the prefill policies' view had widened it), then starts the plan's decode
+// eviction and decode selector on it.
 void start_decode_policies(CachePlan& plan, KvStore& store, int prompt_tokens, int budget_tokens);
 
 }  // namespace kvb

@@ -102,15 +102,17 @@ void Generator::compress(PrefillSnapshot& snapshot, CachePlan& plan, int spare_t
   result.budget_tokens = budget_tokens_for(plan, snapshot.length);
   if (!plan.budget || !plan.prefill) return;
   const ModelConfig& c = engine_.config();
-  KvStore f32_copy;  // the policies' f32 view of a 16-bit cache, freed after selection
+  // The policies read float pointers: a 16-bit prompt is widened for them and narrowed back once
+  // compacted (docs/engine.md §3.1.1).
+  snapshot.store.widen();
   const KeptIndices kept = select_kept(
       plan, snapshot.capture,
       [&](const PrefillCapture& captures, const CaptureRequest& wanted) {
-        return make_prefill_view(engine_.weights(), &f32_readable(snapshot.store, f32_copy),
-                                 captures, wanted);
+        return make_prefill_view(engine_.weights(), &snapshot.store, captures, wanted);
       },
       c, result.budget_tokens);
   for (int l = 0; l < c.n_layers; ++l) snapshot.store.compact(l, kept[l], spare_tokens);
+  snapshot.store.narrow();
   // The captures (window queries, column sums) are no longer needed: free them.
   snapshot.capture = PrefillCapture{};
 }

@@ -229,6 +229,19 @@ void KvStore::widen() {
   wide_ = true;
 }
 
+void KvStore::narrow() {
+  if (!wide_ || dtype_ == KvDtype::kF32) return;
+  const uint32_t type = kv_ggml_type(dtype_);
+  for (Layer& layer : layers_)
+    for (Rows* rows : {&layer.keys, &layer.values}) {
+      rows->narrow.resize(rows->wide.size());
+      kernels::encode_kv_rows(type, rows->wide.data(), rows->narrow.data(),
+                              static_cast<int64_t>(rows->wide.size()));
+      rows->wide = {};
+    }
+  wide_ = false;
+}
+
 KvStore KvStore::widened() const {
   KvStore copy = *this;
   copy.widen();
@@ -305,6 +318,11 @@ int64_t KvStore::entries() const {
 
 int64_t KvStore::kv_bytes() const { return entries() * 2 * head_dim_ * bytes_per_element(); }
 
+int64_t KvStore::kv_bytes_narrowed() const {
+  const int bytes = reported_bytes_ > 0 ? reported_bytes_ : kv_dtype_bytes(dtype_);
+  return entries() * 2 * head_dim_ * bytes;
+}
+
 int64_t KvStore::allocated_bytes() const {
   int64_t slots = 0;
   for (const auto& layer : layers_)
@@ -318,12 +336,6 @@ void KvStore::clear() {
   *this = KvStore(n_layers_, n_kv_heads_, head_dim_, dtype_);
   wide_ = wide;
   reported_bytes_ = reported;
-}
-
-const KvStore& f32_readable(const KvStore& store, KvStore& copy) {
-  if (store.holds_f32()) return store;
-  if (copy.n_layers() == 0) copy = store.widened();
-  return copy;
 }
 
 }  // namespace kvb

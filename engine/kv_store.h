@@ -10,10 +10,10 @@
 // Element type (KvDtype): f32, or f16 / bf16 (rounded to nearest even as they are appended). A
 // 16-bit store holds 16-bit rows, which the engine's attention reads through key_rows() /
 // value_rows() and widens as it goes (kernels/cpu/kv_rows.h). Readers that want float pointers
-// (keys(), values(): the prefill policies' view, the host decode selectors) read an f32 store:
-// widened() is an f32 copy holding exactly the rounded values, and widen() turns a store into one
-// for good (appends are then still rounded to the dtype). So every reader sees the values an f32
-// cache rounded to the dtype would hold, and the element size kv_bytes() counts is the one held.
+// (keys(), values(): the prefill policies' view, the host decode selectors) read the store once
+// widen() has turned its rows into f32 holding exactly the rounded values (appends are then still
+// rounded to the dtype); narrow() turns them back, losslessly. So every reader sees the values an
+// f32 cache rounded to the dtype would hold. docs/engine.md §3.1.1 says who widens when.
 #pragma once
 
 #include <cstdint>
@@ -65,8 +65,11 @@ class KvStore {
   float* mutable_keys(int layer, int head);
   float* mutable_values(int layer, int head);
 
-  // Holds the rows as f32 from now on, with the values they have (no-op when holds_f32()).
+  // Holds the rows as f32 from now on, with the values they have (no-op when holds_f32()). Layer
+  // by layer, so that the 16-bit and f32 copies of only one layer exist at once.
   void widen();
+  // Holds the rows in the dtype again (no-op for an f32 store or one that is not widened).
+  void narrow();
   // An f32 copy with the same entries (a copy of *this when it holds f32 already).
   KvStore widened() const;
 
@@ -79,8 +82,9 @@ class KvStore {
 
   int64_t entries() const;  // live (layer, head, token) entries
   int64_t entries(int layer) const;
-  int64_t kv_bytes() const;         // live entries * 2 * head_dim * bytes_per_element
-  int64_t allocated_bytes() const;  // capacity actually held
+  int64_t kv_bytes() const;           // live entries * 2 * head_dim * bytes_per_element
+  int64_t kv_bytes_narrowed() const;  // kv_bytes() once narrow()ed: at the dtype's element size
+  int64_t allocated_bytes() const;    // capacity actually held
   // Element size the accounting reports: the size held (4 for f32 rows, 2 for 16-bit ones), unless
   // a device backend's host mirror reports its device's (the GPU holds bf16).
   int bytes_per_element() const;
@@ -119,11 +123,5 @@ class KvStore {
   int reported_bytes_ = 0;  // 0: the element size held
   std::vector<Layer> layers_;
 };
-
-// `store` itself when it holds f32, else `copy` holding store.widened(): for readers that take
-// float pointers, at the cost of a transient f32 copy only where the cache is 16-bit. An empty
-// `copy` is filled; a filled one is taken to be that copy already (several cells' views of one
-// prefill share it, as a device backend's host copy).
-const KvStore& f32_readable(const KvStore& store, KvStore& copy);
 
 }  // namespace kvb

@@ -29,6 +29,7 @@ int64_t CpuBackend::weight_bytes() const {
 void CpuBackend::reserve(int sequences, int) {
   stores_.assign(sequences, KvStore());
   plans_.assign(sequences, nullptr);
+  decodes_wide_.assign(sequences, false);
 }
 
 int CpuBackend::max_sequences(int capacity) const {
@@ -44,19 +45,28 @@ std::vector<float> CpuBackend::prefill(int seq, std::span<const TokenId> ids,
                                        const CaptureRequest& request, PrefillCapture& capture) {
   KvStore& store = stores_.at(seq);
   store = engine_.make_store();
+  decodes_wide_.at(seq) = false;
   return engine_.forward_chunk(ids, store, request, &capture, 0);
 }
 
 PrefillView CpuBackend::prefill_view(int seq, const PrefillCapture& capture,
-                                     const CaptureRequest& request, KvStore& host_copy) const {
-  // A 16-bit cache is read by the policies through an f32 copy of the prompt, made once for all
-  // the cells of the prefill (the caller drops it after selection); the cache stays 16-bit.
-  return make_prefill_view(weights(), &f32_readable(stores_.at(seq), host_copy), capture, request);
+                                     const CaptureRequest& request, KvStore&) const {
+  // The policies read float pointers: a 16-bit prompt is widened in place (its values unchanged),
+  // and narrowed back by compact() or start_decode(). Forks made before are 16-bit copies, so the
+  // prompt exists once in f32 at most, as in an f32 cache (docs/engine.md §3.1.1).
+  stores_.at(seq).widen();
+  return make_prefill_view(weights(), &stores_.at(seq), capture, request);
+}
+
+void CpuBackend::fork(int from, int to) {
+  stores_.at(to) = stores_.at(from);  // before the view widens the prompt: in its dtype
+  decodes_wide_.at(to) = decodes_wide_.at(from);
 }
 
 void CpuBackend::compact(int seq, const KeptIndices& kept, int spare_tokens) {
   KvStore& store = stores_.at(seq);
   for (int l = 0; l < config().n_layers; ++l) store.compact(l, kept[l], spare_tokens);
+  store.narrow();  // widened for the policies' view, if it was the prompt's sequence
 }
 
 std::vector<TokenId> CpuBackend::extend(std::span<const int> sequences,
@@ -70,6 +80,7 @@ std::vector<TokenId> CpuBackend::extend(std::span<const int> sequences,
 
 void CpuBackend::start_decode(int seq, CachePlan& plan, int prompt_tokens, int budget_tokens) {
   plans_.at(seq) = &plan;
+  decodes_wide_.at(seq) = decode_reads_f32_rows(plan);
   start_decode_policies(plan, stores_.at(seq), prompt_tokens, budget_tokens);
 }
 
@@ -83,6 +94,11 @@ std::vector<TokenId> CpuBackend::decode(std::span<const DecodeInput> inputs) {
         engine_.decode_step(in.token, in.position, in.step, stores_.at(in.sequence), *plan)));
   }
   return next;
+}
+
+int64_t CpuBackend::kv_bytes(int seq) const {
+  const KvStore& store = stores_.at(seq);
+  return decodes_wide_.at(seq) ? store.kv_bytes() : store.kv_bytes_narrowed();
 }
 
 int64_t CpuBackend::peak_memory_bytes() const { return peak_rss_bytes(); }

@@ -70,12 +70,14 @@ TEST(KvDtype, PolicyViewOfA16BitCacheHoldsTheRoundedValues) {
   for (const Dtype& d : kSixteenBit) {
     SCOPED_TRACE(kv_dtype_name(d.dtype));
     CpuBackend backend(w, d.dtype);
-    backend.reserve(1, 50);
+    backend.reserve(2, 50);
     PrefillCapture capture;
     backend.prefill(0, ids, request, capture);
+    backend.fork(0, 1);  // a cell's fork, made before the view
     KvStore host_copy;
     const PrefillView view = backend.prefill_view(0, capture, request, host_copy);
-    EXPECT_FALSE(backend.store(0).holds_f32());  // the cache itself stays 16-bit
+    EXPECT_EQ(host_copy.n_layers(), 0);          // no copy: the prompt is widened in place
+    EXPECT_FALSE(backend.store(1).holds_f32());  // and the fork stays 16-bit
     const int n = w.config.head_dim * 50;
     for (int h = 0; h < w.config.n_kv_heads; ++h) {
       const float* keys = reference.store(0).keys(0, h);
@@ -88,8 +90,16 @@ TEST(KvDtype, PolicyViewOfA16BitCacheHoldsTheRoundedValues) {
                                                    values[i], d.significant_bits)));
       }
     }
-    EXPECT_EQ(backend.kv_bytes(0), reference.kv_bytes(0) / 2);
+    EXPECT_EQ(backend.kv_bytes(0), reference.kv_bytes(0) / 2);  // the cache it will decode from
     EXPECT_EQ(backend.host_store(0).kv_bytes(), reference.kv_bytes(0));  // an f32 copy
+    // Compaction narrows it back, with the kept entries' rounded values.
+    const KeptIndices every(w.config.n_layers,
+                            std::vector<std::vector<int32_t>>(w.config.n_kv_heads, {0, 7, 49}));
+    const float kept_key = view.layers[1].keys[0][7 * w.config.head_dim];
+    backend.compact(0, every, 0);
+    ASSERT_FALSE(backend.store(0).holds_f32());
+    EXPECT_EQ(backend.store(0).widened().keys(1, 0)[w.config.head_dim], kept_key);
+    EXPECT_EQ(backend.kv_bytes(0), reference.kv_bytes(0) / 2 * 3 / 50);
   }
 }
 
