@@ -200,7 +200,12 @@ SampleResult EngineBackend::to_result(const Sample& sample, const Cell& cell,
   r.tokens_in = g.prompt_tokens;
   r.tokens_out = g.output_tokens;
   const ModelConfig& config = current_->engine->config();
-  const int64_t entry_bytes = int64_t{2} * config.head_dim * (device_ == "cuda" ? 2 : 4);
+  // kv_bytes is measured before decode starts, so at the cache's element size: bf16 on the GPU,
+  // the CPU engine's dtype (engine/cpu/cpu_backend.h's kv_bytes).
+  const int element_bytes = current_->engine->backend_name() == "cuda"
+                                ? 2
+                                : kv_dtype_bytes(options_.kv_dtype.value_or(kDefaultCpuKvDtype));
+  const int64_t entry_bytes = int64_t{2} * config.head_dim * element_bytes;
   r.kv_bytes = g.kv_bytes;
   r.kept_entries = entry_bytes > 0 ? g.kv_bytes / entry_bytes : 0;
   r.peak_bytes = g.peak_rss_bytes;
