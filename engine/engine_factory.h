@@ -16,7 +16,7 @@ std::string resolve_device(const std::string& device);
 
 // The CPU engine's cache element type when none is asked for (the KV cache section of
 // results/cpu-vs-llama-cpp.md measures the three).
-constexpr KvDtype kDefaultCpuKvDtype = KvDtype::kF32;
+constexpr KvDtype kDefaultCpuKvDtype = KvDtype::kF16;
 
 // The backend for `device` over `weights` (they must outlive the engine). `kv_dtype`: the CPU
 // engine's cache element type (kDefaultCpuKvDtype when absent); the CUDA engine's cache is bf16,
