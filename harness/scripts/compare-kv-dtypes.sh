@@ -9,20 +9,8 @@
 # kvbench is ./build/kvbench, pinned to as many cores as --threads.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-model="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
-threads=2
 rounds=3
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --model) model="$2"; shift 2 ;;
-    --threads) threads="$2"; shift 2 ;;
-    --rounds) rounds="$2"; shift 2 ;;
-    *) echo "compare-kv-dtypes.sh: unknown argument '$1' (--model, --threads, --rounds)" >&2; exit 2 ;;
-  esac
-done
-[ -f "$model" ] || { echo "compare-kv-dtypes.sh: no model at $model (run harness/scripts/setup.sh)" >&2; exit 1; }
-kvbench="$root/build/kvbench"
-[ -x "$kvbench" ] || { echo "compare-kv-dtypes.sh: $kvbench not built (run harness/scripts/setup.sh)" >&2; exit 1; }
+source "$root/harness/scripts/cpu-compare-args.sh" "$@"
 
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT

@@ -111,6 +111,19 @@ void axpy_f32(float a, const uint8_t* row, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * v[i];
 }
 
+// Encoding and decoding alike: f32 rows are copied, 16-bit ones converted on the path asked for.
+template <typename Src, typename Dst>
+void convert_rows(uint32_t type, const Src* src, Dst* dst, int64_t n, DotPath path,
+                  void (*avx2)(uint32_t, const Src*, Dst*, int64_t),
+                  void (*scalar)(uint32_t, const Src*, Dst*, int64_t)) {
+  check_type(type);
+  if (type == kKvF32) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  } else {
+    (use_avx2(path) ? avx2 : scalar)(type, src, dst, n);
+  }
+}
+
 }  // namespace
 
 bool kv_type_supported(uint32_t type) {
@@ -123,25 +136,11 @@ int kv_element_bytes(uint32_t type) {
 }
 
 void encode_kv_rows(uint32_t type, const float* src, void* dst, int64_t n, DotPath path) {
-  check_type(type);
-  if (type == kKvF32) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-  } else if (use_avx2(path)) {
-    encode_avx2(type, src, dst, n);
-  } else {
-    encode_scalar(type, src, dst, n);
-  }
+  convert_rows(type, src, dst, n, path, encode_avx2, encode_scalar);
 }
 
 void decode_kv_rows(uint32_t type, const void* src, float* dst, int64_t n, DotPath path) {
-  check_type(type);
-  if (type == kKvF32) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-  } else if (use_avx2(path)) {
-    decode_avx2(type, src, dst, n);
-  } else {
-    decode_scalar(type, src, dst, n);
-  }
+  convert_rows(type, src, dst, n, path, decode_avx2, decode_scalar);
 }
 
 void round_kv_rows(uint32_t type, const float* src, float* dst, int64_t n, DotPath path) {
