@@ -86,4 +86,18 @@ const float* LayerPrefillView::perturbation_for(const PerturbationRequest& reque
   return nullptr;
 }
 
+bool decode_reads_f32_rows(const CachePlan& plan) {
+  return plan.selector != nullptr || plan.early_exit.has_value();
+}
+
+void start_decode_policies(CachePlan& plan, KvStore& store, int prompt_tokens, int budget_tokens) {
+  if (decode_reads_f32_rows(plan)) {
+    store.widen();
+  } else {
+    store.narrow();
+  }
+  if (plan.decode_eviction) plan.decode_eviction->start(store, prompt_tokens, budget_tokens);
+  if (plan.selector) plan.selector->start(store, prompt_tokens, budget_tokens);
+}
+
 }  // namespace kvb

@@ -244,4 +244,14 @@ struct CachePlan {
   kernels::EarlyExitOracleSummary early_exit_oracle;
 };
 
+// Whether the plan's decode reads the cache through float pointers (KvStore::keys(), values()): a
+// decode selector, and ART's walk. A 16-bit store is widened for such a plan (engine/kv_store.h),
+// so that they read exactly its rounded values; its entries count 4 bytes from then on.
+bool decode_reads_f32_rows(const CachePlan& plan);
+
+// Before the first decode step: widens `store` where the plan needs it (else narrows it back to
+// its dtype, if the prefill policies' view had widened it), then starts the plan's decode
+// eviction and decode selector on it.
+void start_decode_policies(CachePlan& plan, KvStore& store, int prompt_tokens, int budget_tokens);
+
 }  // namespace kvb

@@ -33,9 +33,11 @@ class InferenceEngine {
   virtual const ModelWeights& weights() const = 0;
   virtual std::string backend_name() const = 0;  // "cpu", "cuda"
 
+  // The element type of the caches this engine makes (f32 unless the engine says otherwise).
+  virtual KvDtype kv_dtype() const { return KvDtype::kF32; }
   // An empty store shaped for this model.
   KvStore make_store() const {
-    return KvStore(config().n_layers, config().n_kv_heads, config().head_dim);
+    return KvStore(config().n_layers, config().n_kv_heads, config().head_dim, kv_dtype());
   }
 
   // Runs `ids` with causal attention over whatever the store holds plus the chunk itself,

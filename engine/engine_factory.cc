@@ -27,8 +27,13 @@ std::string resolve_device(const std::string& device) {
 #endif
 }
 
-std::unique_ptr<Engine> make_engine(const std::string& device, const ModelWeights& weights) {
+std::unique_ptr<Engine> make_engine(const std::string& device, const ModelWeights& weights,
+                                    std::optional<KvDtype> kv_dtype) {
   const std::string resolved = resolve_device(device);
+  if (resolved == "cuda" && kv_dtype && *kv_dtype != KvDtype::kBf16)
+    throw InputError("a " + kv_dtype_name(*kv_dtype) +
+                     " KV cache is a CPU engine option: the CUDA engine's cache is bf16; leave "
+                     "the KV dtype out (or give bf16), or run on the CPU");
 #ifdef KVB_HAVE_CUDA
   if (resolved == "cuda") return std::make_unique<CudaBackend>(weights);
 #endif
@@ -36,7 +41,7 @@ std::unique_ptr<Engine> make_engine(const std::string& device, const ModelWeight
     throw InputError("model " + weights.source +
                      " was loaded for a device engine (LoadOptions::weights_on_host = false) and "
                      "has no weights on the host; load it with weights_on_host for the CPU engine");
-  return std::make_unique<CpuBackend>(weights);
+  return std::make_unique<CpuBackend>(weights, kv_dtype.value_or(kDefaultCpuKvDtype));
 }
 
 }  // namespace kvb

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/engine.h"
@@ -13,7 +14,14 @@ namespace kvb {
 // CUDA or on a machine without a GPU (the message says which).
 std::string resolve_device(const std::string& device);
 
-// The backend for `device` over `weights` (host f32; they must outlive the engine).
-std::unique_ptr<Engine> make_engine(const std::string& device, const ModelWeights& weights);
+// The CPU engine's cache element type when none is asked for (the KV cache section of
+// results/cpu-vs-llama-cpp.md measures the three).
+constexpr KvDtype kDefaultCpuKvDtype = KvDtype::kF16;
+
+// The backend for `device` over `weights` (they must outlive the engine). `kv_dtype`: the CPU
+// engine's cache element type (kDefaultCpuKvDtype when absent); the CUDA engine's cache is bf16,
+// and asking it for another is an InputError.
+std::unique_ptr<Engine> make_engine(const std::string& device, const ModelWeights& weights,
+                                    std::optional<KvDtype> kv_dtype = std::nullopt);
 
 }  // namespace kvb

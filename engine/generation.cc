@@ -105,6 +105,9 @@ void Generator::compress(PrefillSnapshot& snapshot, CachePlan& plan, int spare_t
   result.budget_tokens = budget_tokens_for(plan, snapshot.length);
   if (!plan.budget || !plan.prefill) return;
   const ModelConfig& c = engine_.config();
+  // The policies read float pointers: a 16-bit prompt is widened for them and narrowed back once
+  // compacted (docs/engine.md §3.1.1).
+  snapshot.store.widen();
   const KeptIndices kept = select_kept(
       plan, snapshot.capture,
       [&](const PrefillCapture& captures, const CaptureRequest& wanted) {
@@ -112,6 +115,7 @@ void Generator::compress(PrefillSnapshot& snapshot, CachePlan& plan, int spare_t
       },
       c, result.budget_tokens);
   for (int l = 0; l < c.n_layers; ++l) snapshot.store.compact(l, kept[l], spare_tokens);
+  snapshot.store.narrow();
   // The captures (window queries, column sums) are no longer needed: free them.
   snapshot.capture = PrefillCapture{};
 }
@@ -166,8 +170,7 @@ GenerationResult Generator::continue_generation(PrefillSnapshot snapshot, CacheP
   result.prefill_ms = snapshot.prefill_ms + question_ms;
   KvStore& store = snapshot.store;
   const int budget = result.budget_tokens > 0 ? result.budget_tokens : snapshot.length;
-  if (plan.decode_eviction) plan.decode_eviction->start(store, result.prompt_tokens, budget);
-  if (plan.selector) plan.selector->start(store, result.prompt_tokens, budget);
+  start_decode_policies(plan, store, result.prompt_tokens, budget);
 
   TokenId token = argmax(logits);
   const auto first_token = Clock::now();

@@ -5,14 +5,95 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cpu/kv_rows.h"
+
 namespace kvb {
 
-KvStore::KvStore(int n_layers, int n_kv_heads, int head_dim)
-    : n_layers_(n_layers), n_kv_heads_(n_kv_heads), head_dim_(head_dim), layers_(n_layers) {
+std::string kv_dtype_name(KvDtype dtype) {
+  switch (dtype) {
+    case KvDtype::kF16:
+      return "f16";
+    case KvDtype::kBf16:
+      return "bf16";
+    case KvDtype::kF32:
+      break;
+  }
+  return "f32";
+}
+
+std::optional<KvDtype> parse_kv_dtype(const std::string& name) {
+  for (KvDtype d : {KvDtype::kF32, KvDtype::kF16, KvDtype::kBf16})
+    if (name == kv_dtype_name(d)) return d;
+  return std::nullopt;
+}
+
+uint32_t kv_ggml_type(KvDtype dtype) {
+  switch (dtype) {
+    case KvDtype::kF16:
+      return kernels::kKvF16;
+    case KvDtype::kBf16:
+      return kernels::kKvBf16;
+    case KvDtype::kF32:
+      break;
+  }
+  return kernels::kKvF32;
+}
+
+int kv_dtype_bytes(KvDtype dtype) { return kernels::kv_element_bytes(kv_ggml_type(dtype)); }
+
+KvStore::KvStore(int n_layers, int n_kv_heads, int head_dim, KvDtype dtype)
+    : n_layers_(n_layers),
+      n_kv_heads_(n_kv_heads),
+      head_dim_(head_dim),
+      dtype_(dtype),
+      wide_(dtype == KvDtype::kF32),
+      layers_(n_layers) {
   for (auto& layer : layers_) {
     layer.offset.assign(n_kv_heads, 0);
     layer.capacity.assign(n_kv_heads, 0);
     layer.length.assign(n_kv_heads, 0);
+  }
+}
+
+uint32_t KvStore::row_type() const { return wide_ ? kernels::kKvF32 : kv_ggml_type(dtype_); }
+
+int KvStore::bytes_per_element() const {
+  if (reported_bytes_ > 0) return reported_bytes_;
+  return wide_ ? 4 : 2;
+}
+
+int64_t KvStore::row_bytes() const {
+  return static_cast<int64_t>(head_dim_) * (wide_ ? sizeof(float) : sizeof(uint16_t));
+}
+
+uint8_t* KvStore::slot_bytes(Rows& rows, int64_t slot) const {
+  auto* base = wide_ ? reinterpret_cast<uint8_t*>(rows.wide.data())
+                     : reinterpret_cast<uint8_t*>(rows.narrow.data());
+  return base + slot * row_bytes();
+}
+
+const uint8_t* KvStore::slot_bytes(const Rows& rows, int64_t slot) const {
+  const auto* base = wide_ ? reinterpret_cast<const uint8_t*>(rows.wide.data())
+                           : reinterpret_cast<const uint8_t*>(rows.narrow.data());
+  return base + slot * row_bytes();
+}
+
+void KvStore::allocate(Rows& rows, int64_t slots) const {
+  if (wide_) {
+    rows.wide.assign(slots * head_dim_, 0.0f);
+  } else {
+    rows.narrow.assign(slots * head_dim_, 0);
+  }
+}
+
+// One f32 row into the store: encoded to 16 bits, or rounded to the dtype and kept in f32 by a
+// widened store, so that its entries stay what a 16-bit store holds.
+void KvStore::write_row(const float* src, uint8_t* dst) const {
+  const uint32_t type = kv_ggml_type(dtype_);
+  if (wide_) {
+    kernels::round_kv_rows(type, src, reinterpret_cast<float*>(dst), head_dim_);
+  } else {
+    kernels::encode_kv_rows(type, src, dst, head_dim_);
   }
 }
 
@@ -39,15 +120,17 @@ void KvStore::relayout(int layer_index, const std::vector<int32_t>& new_capacity
     new_offset[h] = total;
     total += new_capacity[h];
   }
-  std::vector<float> keys(total * head_dim_), values(total * head_dim_);
+  Rows keys, values;
+  allocate(keys, total);
+  allocate(values, total);
   std::vector<int32_t> positions(total);
   for (int h = 0; h < n_kv_heads_; ++h) {
     const int64_t n = layer.length[h];
     if (n == 0) continue;  // a new layer has no buffer yet: &keys[i] of an empty vector is UB
-    std::memcpy(keys.data() + new_offset[h] * head_dim_,
-                layer.keys.data() + layer.offset[h] * head_dim_, n * head_dim_ * sizeof(float));
-    std::memcpy(values.data() + new_offset[h] * head_dim_,
-                layer.values.data() + layer.offset[h] * head_dim_, n * head_dim_ * sizeof(float));
+    std::memcpy(slot_bytes(keys, new_offset[h]), slot_bytes(layer.keys, layer.offset[h]),
+                n * row_bytes());
+    std::memcpy(slot_bytes(values, new_offset[h]), slot_bytes(layer.values, layer.offset[h]),
+                n * row_bytes());
     std::memcpy(positions.data() + new_offset[h], layer.positions.data() + layer.offset[h],
                 n * sizeof(int32_t));
   }
@@ -79,8 +162,8 @@ void KvStore::append_head(int layer_index, int head, int32_t position, const flo
   if (layer.length[head] == layer.capacity[head])
     grow_head(layer_index, head, layer.length[head] + 1);
   const int64_t slot = layer.offset[head] + layer.length[head];
-  std::memcpy(&layer.keys[slot * head_dim_], k, head_dim_ * sizeof(float));
-  std::memcpy(&layer.values[slot * head_dim_], v, head_dim_ * sizeof(float));
+  write_row(k, slot_bytes(layer.keys, slot));
+  write_row(v, slot_bytes(layer.values, slot));
   layer.positions[slot] = position;
   ++layer.length[head];
 }
@@ -99,20 +182,70 @@ void KvStore::append(int layer, int32_t position, const float* k, const float* v
     append_head(layer, h, position, k + int64_t(h) * head_dim_, v + int64_t(h) * head_dim_);
 }
 
+const uint8_t* KvStore::key_rows(int layer, int head) const {
+  return slot_bytes(layers_[layer].keys, layers_[layer].offset[head]);
+}
+const uint8_t* KvStore::value_rows(int layer, int head) const {
+  return slot_bytes(layers_[layer].values, layers_[layer].offset[head]);
+}
+
+void KvStore::check_f32_rows(const char* accessor) const {
+  if (!wide_)
+    throw std::logic_error(std::string("KvStore::") + accessor + ": the store holds " +
+                           kv_dtype_name(dtype_) +
+                           " rows; read key_rows()/value_rows(), or an f32 copy (widened())");
+}
+
 const float* KvStore::keys(int layer, int head) const {
-  return layers_[layer].keys.data() + layers_[layer].offset[head] * head_dim_;
+  check_f32_rows("keys");
+  return layers_[layer].keys.wide.data() + layers_[layer].offset[head] * head_dim_;
 }
 const float* KvStore::values(int layer, int head) const {
-  return layers_[layer].values.data() + layers_[layer].offset[head] * head_dim_;
+  check_f32_rows("values");
+  return layers_[layer].values.wide.data() + layers_[layer].offset[head] * head_dim_;
 }
 const int32_t* KvStore::positions(int layer, int head) const {
   return layers_[layer].positions.data() + layers_[layer].offset[head];
 }
 float* KvStore::mutable_keys(int layer, int head) {
-  return layers_[layer].keys.data() + layers_[layer].offset[head] * head_dim_;
+  check_f32_rows("mutable_keys");
+  return layers_[layer].keys.wide.data() + layers_[layer].offset[head] * head_dim_;
 }
 float* KvStore::mutable_values(int layer, int head) {
-  return layers_[layer].values.data() + layers_[layer].offset[head] * head_dim_;
+  check_f32_rows("mutable_values");
+  return layers_[layer].values.wide.data() + layers_[layer].offset[head] * head_dim_;
+}
+
+void KvStore::widen() {
+  if (wide_) return;
+  const uint32_t type = kv_ggml_type(dtype_);
+  for (Layer& layer : layers_)
+    for (Rows* rows : {&layer.keys, &layer.values}) {
+      rows->wide.resize(rows->narrow.size());
+      kernels::decode_kv_rows(type, rows->narrow.data(), rows->wide.data(),
+                              static_cast<int64_t>(rows->narrow.size()));
+      rows->narrow = {};
+    }
+  wide_ = true;
+}
+
+void KvStore::narrow() {
+  if (!wide_ || dtype_ == KvDtype::kF32) return;
+  const uint32_t type = kv_ggml_type(dtype_);
+  for (Layer& layer : layers_)
+    for (Rows* rows : {&layer.keys, &layer.values}) {
+      rows->narrow.resize(rows->wide.size());
+      kernels::encode_kv_rows(type, rows->wide.data(), rows->narrow.data(),
+                              static_cast<int64_t>(rows->wide.size()));
+      rows->wide = {};
+    }
+  wide_ = false;
+}
+
+KvStore KvStore::widened() const {
+  KvStore copy = *this;
+  copy.widen();
+  return copy;
 }
 
 void KvStore::compact(int layer_index, const std::vector<std::vector<int32_t>>& kept,
@@ -141,17 +274,15 @@ void KvStore::compact(int layer_index, const std::vector<std::vector<int32_t>>& 
     fresh.capacity[h] = fresh.length[h] + spare_per_head;
     total += fresh.capacity[h];
   }
-  fresh.keys.resize(total * head_dim_);
-  fresh.values.resize(total * head_dim_);
+  allocate(fresh.keys, total);
+  allocate(fresh.values, total);
   fresh.positions.resize(total);
   for (int h = 0; h < n_kv_heads_; ++h) {
     for (size_t i = 0; i < kept[h].size(); ++i) {
       const int64_t src = old.offset[h] + kept[h][i];
       const int64_t dst = fresh.offset[h] + static_cast<int64_t>(i);
-      std::memcpy(&fresh.keys[dst * head_dim_], &old.keys[src * head_dim_],
-                  head_dim_ * sizeof(float));
-      std::memcpy(&fresh.values[dst * head_dim_], &old.values[src * head_dim_],
-                  head_dim_ * sizeof(float));
+      std::memcpy(slot_bytes(fresh.keys, dst), slot_bytes(old.keys, src), row_bytes());
+      std::memcpy(slot_bytes(fresh.values, dst), slot_bytes(old.values, src), row_bytes());
       fresh.positions[dst] = old.positions[src];
     }
   }
@@ -164,10 +295,10 @@ void KvStore::erase(int layer_index, int head, int index) {
   if (index < 0 || index >= n) throw std::out_of_range("KvStore::erase: index out of range");
   const int64_t base = layer.offset[head];
   const int64_t tail = n - index - 1;
-  std::memmove(&layer.keys[(base + index) * head_dim_], &layer.keys[(base + index + 1) * head_dim_],
-               tail * head_dim_ * sizeof(float));
-  std::memmove(&layer.values[(base + index) * head_dim_],
-               &layer.values[(base + index + 1) * head_dim_], tail * head_dim_ * sizeof(float));
+  std::memmove(slot_bytes(layer.keys, base + index), slot_bytes(layer.keys, base + index + 1),
+               tail * row_bytes());
+  std::memmove(slot_bytes(layer.values, base + index), slot_bytes(layer.values, base + index + 1),
+               tail * row_bytes());
   std::memmove(&layer.positions[base + index], &layer.positions[base + index + 1],
                tail * sizeof(int32_t));
   --layer.length[head];
@@ -185,19 +316,26 @@ int64_t KvStore::entries() const {
   return n;
 }
 
-int64_t KvStore::kv_bytes() const { return entries() * 2 * head_dim_ * bytes_per_element_; }
+int64_t KvStore::kv_bytes() const { return entries() * 2 * head_dim_ * bytes_per_element(); }
+
+int64_t KvStore::kv_bytes_narrowed() const {
+  const int bytes = reported_bytes_ > 0 ? reported_bytes_ : kv_dtype_bytes(dtype_);
+  return entries() * 2 * head_dim_ * bytes;
+}
 
 int64_t KvStore::allocated_bytes() const {
   int64_t slots = 0;
   for (const auto& layer : layers_)
     for (int32_t c : layer.capacity) slots += c;
-  return slots * 2 * head_dim_ * bytes_per_element_;
+  return slots * 2 * head_dim_ * bytes_per_element();
 }
 
 void KvStore::clear() {
-  const int bytes = bytes_per_element_;
-  *this = KvStore(n_layers_, n_kv_heads_, head_dim_);
-  bytes_per_element_ = bytes;
+  const int reported = reported_bytes_;
+  const bool wide = wide_;
+  *this = KvStore(n_layers_, n_kv_heads_, head_dim_, dtype_);
+  wide_ = wide;
+  reported_bytes_ = reported;
 }
 
 }  // namespace kvb

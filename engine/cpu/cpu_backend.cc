@@ -9,7 +9,8 @@
 
 namespace kvb {
 
-CpuBackend::CpuBackend(const ModelWeights& weights) : engine_(weights) {}
+CpuBackend::CpuBackend(const ModelWeights& weights, KvDtype kv_dtype)
+    : engine_(weights, kv_dtype) {}
 
 int64_t CpuBackend::weight_bytes() const {
   const ModelWeights& w = weights();
@@ -28,12 +29,13 @@ int64_t CpuBackend::weight_bytes() const {
 void CpuBackend::reserve(int sequences, int) {
   stores_.assign(sequences, KvStore());
   plans_.assign(sequences, nullptr);
+  decodes_wide_.assign(sequences, false);
 }
 
 int CpuBackend::max_sequences(int capacity) const {
   const ModelConfig& c = config();
-  const int64_t per_sequence =
-      int64_t{2} * c.n_layers * c.n_kv_heads * c.head_dim * sizeof(float) * std::max(capacity, 1);
+  const int64_t per_sequence = int64_t{2} * c.n_layers * c.n_kv_heads * c.head_dim *
+                               kv_dtype_bytes(engine_.kv_dtype()) * std::max(capacity, 1);
   const int64_t available = int64_t{sysconf(_SC_AVPHYS_PAGES)} * sysconf(_SC_PAGESIZE);
   // Half of the free memory, so that the policies' scoring and the OS keep room.
   return static_cast<int>(std::clamp<int64_t>(available / 2 / per_sequence, 1, 1 << 16));
@@ -43,17 +45,28 @@ std::vector<float> CpuBackend::prefill(int seq, std::span<const TokenId> ids,
                                        const CaptureRequest& request, PrefillCapture& capture) {
   KvStore& store = stores_.at(seq);
   store = engine_.make_store();
+  decodes_wide_.at(seq) = false;
   return engine_.forward_chunk(ids, store, request, &capture, 0);
 }
 
 PrefillView CpuBackend::prefill_view(int seq, const PrefillCapture& capture,
                                      const CaptureRequest& request, KvStore&) const {
+  // The policies read float pointers: a 16-bit prompt is widened in place (its values unchanged),
+  // and narrowed back by compact() or start_decode(). Forks made before are 16-bit copies, so the
+  // prompt exists once in f32 at most, as in an f32 cache (docs/engine.md §3.1.1).
+  stores_.at(seq).widen();
   return make_prefill_view(weights(), &stores_.at(seq), capture, request);
+}
+
+void CpuBackend::fork(int from, int to) {
+  stores_.at(to) = stores_.at(from);  // before the view widens the prompt: in its dtype
+  decodes_wide_.at(to) = decodes_wide_.at(from);
 }
 
 void CpuBackend::compact(int seq, const KeptIndices& kept, int spare_tokens) {
   KvStore& store = stores_.at(seq);
   for (int l = 0; l < config().n_layers; ++l) store.compact(l, kept[l], spare_tokens);
+  store.narrow();  // widened for the policies' view, if it was the prompt's sequence
 }
 
 std::vector<TokenId> CpuBackend::extend(std::span<const int> sequences,
@@ -67,9 +80,8 @@ std::vector<TokenId> CpuBackend::extend(std::span<const int> sequences,
 
 void CpuBackend::start_decode(int seq, CachePlan& plan, int prompt_tokens, int budget_tokens) {
   plans_.at(seq) = &plan;
-  const KvStore& store = stores_.at(seq);
-  if (plan.decode_eviction) plan.decode_eviction->start(store, prompt_tokens, budget_tokens);
-  if (plan.selector) plan.selector->start(store, prompt_tokens, budget_tokens);
+  decodes_wide_.at(seq) = decode_reads_f32_rows(plan);
+  start_decode_policies(plan, stores_.at(seq), prompt_tokens, budget_tokens);
 }
 
 std::vector<TokenId> CpuBackend::decode(std::span<const DecodeInput> inputs) {
@@ -82,6 +94,11 @@ std::vector<TokenId> CpuBackend::decode(std::span<const DecodeInput> inputs) {
         engine_.decode_step(in.token, in.position, in.step, stores_.at(in.sequence), *plan)));
   }
   return next;
+}
+
+int64_t CpuBackend::kv_bytes(int seq) const {
+  const KvStore& store = stores_.at(seq);
+  return decodes_wide_.at(seq) ? store.kv_bytes() : store.kv_bytes_narrowed();
 }
 
 int64_t CpuBackend::peak_memory_bytes() const { return peak_rss_bytes(); }

@@ -1,6 +1,7 @@
 // The Engine interface (engine/engine.h) on the CPU: each sequence is a host KvStore driven by the
-// f32 reference forward pass (CpuEngine). Every plan runs here; sequences of a batch decode one
-// after another (the CPU engine is the accuracy reference, not a throughput engine).
+// CPU forward pass (CpuEngine), in the element type it was made with. Every plan runs here;
+// sequences of a batch decode one after another (the CPU engine is the accuracy reference, not a
+// throughput engine).
 #pragma once
 
 #include <vector>
@@ -12,8 +13,8 @@ namespace kvb {
 
 class CpuBackend final : public Engine {
  public:
-  // `weights` must outlive the backend.
-  explicit CpuBackend(const ModelWeights& weights);
+  // `weights` must outlive the backend; `kv_dtype` is its caches' element type (engine/kv_store.h).
+  explicit CpuBackend(const ModelWeights& weights, KvDtype kv_dtype = KvDtype::kF32);
 
   const ModelConfig& config() const override { return engine_.config(); }
   std::string backend_name() const override { return "cpu"; }
@@ -27,15 +28,18 @@ class CpuBackend final : public Engine {
                              PrefillCapture& capture) override;
   PrefillView prefill_view(int seq, const PrefillCapture& capture, const CaptureRequest& request,
                            KvStore& host_copy) const override;
-  KvStore host_store(int seq) const override { return stores_.at(seq); }
-  void fork(int from, int to) override { stores_.at(to) = stores_.at(from); }
+  KvStore host_store(int seq) const override { return stores_.at(seq).widened(); }
+  void fork(int from, int to) override;
   void compact(int seq, const KeptIndices& kept, int spare_tokens) override;
   std::vector<TokenId> extend(std::span<const int> sequences, std::span<const TokenId> ids,
                               int first_position) override;
   void start_decode(int seq, CachePlan& plan, int prompt_tokens, int budget_tokens) override;
   std::vector<TokenId> decode(std::span<const DecodeInput> inputs) override;
   void finish_decode(int seq) override { plans_.at(seq) = nullptr; }
-  int64_t kv_bytes(int seq) const override { return stores_.at(seq).kv_bytes(); }
+  // The bytes of the cache the sequence decodes from: a prompt widened for the policies' view
+  // counts at its dtype's size (compact or start_decode narrows it back); a store widened for a
+  // decode selector or ART, from start_decode on, 4 bytes an element.
+  int64_t kv_bytes(int seq) const override;
   int64_t peak_memory_bytes() const override;
   void reset_peak_memory() override {}  // the process's peak RSS cannot be reset
 
@@ -44,8 +48,11 @@ class CpuBackend final : public Engine {
 
  private:
   CpuEngine engine_;
-  std::vector<KvStore> stores_;
+  // Mutable: prefill_view() widens a 16-bit prompt in place, a change of representation that
+  // keeps every value (KvStore::widen).
+  mutable std::vector<KvStore> stores_;
   std::vector<CachePlan*> plans_;
+  std::vector<bool> decodes_wide_;  // started under a plan that reads f32 rows (kv_bytes)
 };
 
 }  // namespace kvb

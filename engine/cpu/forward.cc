@@ -10,6 +10,7 @@
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/early_exit_decode.h"
+#include "kernels/cpu/kv_rows.h"
 #include "kernels/cpu/quantized_matmul.h"
 #include "kernels/cpu/rmsnorm.h"
 
@@ -68,6 +69,39 @@ void walk_early_exit(int layer, int head, const kernels::EarlyExitDecodeArgs& ar
                params.oracle_tolerance);
 }
 
+// A 16-bit cache's rows of one layer widened to f32 for the prefill's sgemms: one layer at a
+// time, so the scratch is [Hkv, length, head_dim] twice, whatever the model's depth.
+struct KvRowScratch {
+  std::vector<std::vector<float>> keys, values;
+};
+
+void rows_for_attention(const KvStore& store, int layer, KvRowScratch& scratch,
+                        kernels::CausalAttentionArgs& attention) {
+  const int n_heads = store.n_kv_heads(), d = store.head_dim();
+  const int64_t chunk = attention.n_queries;
+  if (!store.holds_f32()) {
+    scratch.keys.resize(n_heads);
+    scratch.values.resize(n_heads);
+  }
+  for (int h = 0; h < n_heads; ++h) {
+    const int64_t n = store.length(layer, h);
+    attention.prefix.push_back(static_cast<int>(n - chunk));
+    if (store.holds_f32()) {
+      attention.keys.push_back(store.keys(layer, h));
+      attention.values.push_back(store.values(layer, h));
+      continue;
+    }
+    scratch.keys[h].resize(n * d);
+    scratch.values[h].resize(n * d);
+    kernels::decode_kv_rows(store.row_type(), store.key_rows(layer, h), scratch.keys[h].data(),
+                            n * d);
+    kernels::decode_kv_rows(store.row_type(), store.value_rows(layer, h), scratch.values[h].data(),
+                            n * d);
+    attention.keys.push_back(scratch.keys[h].data());
+    attention.values.push_back(scratch.values[h].data());
+  }
+}
+
 }  // namespace
 
 int next_position(const KvStore& store) {
@@ -81,7 +115,8 @@ int next_position(const KvStore& store) {
   return next;
 }
 
-CpuEngine::CpuEngine(const ModelWeights& weights) : weights_(weights) {
+CpuEngine::CpuEngine(const ModelWeights& weights, KvDtype kv_dtype)
+    : weights_(weights), kv_dtype_(kv_dtype) {
   const ModelConfig& c = weights.config;
   if (c.llama3_rope_scaling) {
     const auto& s = *c.llama3_rope_scaling;
@@ -182,6 +217,7 @@ std::vector<float> CpuEngine::forward_chunk(std::span<const TokenId> ids, KvStor
 
   std::vector<float> normed(x.size()), q(T * q_width), k(T * kv_width), v(T * kv_width);
   std::vector<float> attended(T * q_width), projected(x.size());
+  KvRowScratch rows;
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& layer = weights_.layers[l];
     kernels::rmsnorm(x.data(), layer.attn_norm.data(), T, D, c.rms_norm_eps, normed.data());
@@ -201,11 +237,7 @@ std::vector<float> CpuEngine::forward_chunk(std::span<const TokenId> ids, KvStor
     attention.n_queries = T;
     attention.queries = q.data();
     attention.output = attended.data();
-    for (int h = 0; h < Hkv; ++h) {
-      attention.keys.push_back(store.keys(l, h));
-      attention.values.push_back(store.values(l, h));
-      attention.prefix.push_back(store.length(l, h) - T);
-    }
+    rows_for_attention(store, l, rows, attention);
     if (capturing) {
       const int w = capture->window;
       auto& window = capture->query_window[l];
@@ -234,8 +266,9 @@ void CpuEngine::attend_query_head(int layer, int q_head, const float* query, con
   const int kv_head = q_head / config().group_size();
   kernels::DecodeAttentionArgs args;
   args.query = query;
-  args.keys = store.keys(layer, kv_head);
-  args.values = store.values(layer, kv_head);
+  args.keys = store.key_rows(layer, kv_head);
+  args.values = store.value_rows(layer, kv_head);
+  args.kv_type = store.row_type();
   args.n_entries = store.length(layer, kv_head);
   args.head_dim = config().head_dim;
   args.output = output;
@@ -315,6 +348,7 @@ std::vector<float> CpuEngine::decode_step(TokenId token, int position, int step,
   const ModelConfig& c = config();
   check_token(token);
   check_context(position, 1);
+  if (decode_reads_f32_rows(plan)) store.widen();  // start_decode_policies did, unless skipped
   const int D = c.d_model, d = c.head_dim, Hq = c.n_query_heads, Hkv = c.n_kv_heads;
   const int64_t q_width = static_cast<int64_t>(Hq) * d, kv_width = static_cast<int64_t>(Hkv) * d;
   std::vector<float> x(D);

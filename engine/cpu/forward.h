@@ -3,6 +3,8 @@
 // Prefill multiplies the whole chunk with OpenBLAS sgemm (on dequantised tiles of encoded
 // weights); decode uses TBB-threaded matrix-vector products on the stored blocks
 // (kernels/cpu/quantized_matmul.h); attention is threaded over heads (kernels/cpu/attention.h).
+// The KV cache is f32, f16 or bf16 (engine/kv_store.h): decode attention reads 16-bit rows as they
+// are, prefill attention widens a layer's rows into a scratch buffer for its sgemms.
 #pragma once
 
 #include <memory>
@@ -18,12 +20,14 @@ namespace kvb {
 
 class CpuEngine final : public InferenceEngine {
  public:
-  // `weights` must outlive the engine.
-  explicit CpuEngine(const ModelWeights& weights);
+  // `weights` must outlive the engine. `kv_dtype`: the element type of the caches it makes (f32,
+  // the reference, unless asked).
+  explicit CpuEngine(const ModelWeights& weights, KvDtype kv_dtype = KvDtype::kF32);
 
   const ModelConfig& config() const override { return weights_.config; }
   std::string backend_name() const override { return "cpu"; }
   const ModelWeights& weights() const override { return weights_; }
+  KvDtype kv_dtype() const override { return kv_dtype_; }
 
   std::vector<float> forward_chunk(std::span<const TokenId> ids, KvStore& store,
                                    const CaptureRequest& request, PrefillCapture* capture,
@@ -52,6 +56,7 @@ class CpuEngine final : public InferenceEngine {
                                kernels::EarlyExitOracleSummary& oracle) const;
 
   const ModelWeights& weights_;
+  KvDtype kv_dtype_;
   std::vector<float> inv_freq_;
   kernels::RopePairing rope_pairing_;
 };

@@ -18,9 +18,10 @@ namespace kvb {
 
 const std::set<std::string>& bench_flags() {
   static const std::set<std::string> flags = {
-      "device",      "model",         "preset", "dummy",         "context",   "batch",
-      "policy",      "budget",        "params", "decode-tokens", "max-batch", "no-graphs",
-      "prompt-file", "prefill-chunk", "json",   "threads",       "weights",   "no-ceilings"};
+      "device",    "model",     "preset",      "dummy",         "context",
+      "batch",     "policy",    "budget",      "params",        "decode-tokens",
+      "max-batch", "no-graphs", "prompt-file", "prefill-chunk", "json",
+      "threads",   "weights",   "no-ceilings", "kv-dtype"};
   return flags;
 }
 
@@ -156,8 +157,9 @@ int run_gpu_bench(const Args& args) {
       "with nvcc)");
 #else
   args.allow_only(bench_flags());
-  // The CPU engine's options: its thread pool, its weight encoding and its measured ceilings.
-  for (const char* flag : {"threads", "weights", "no-ceilings"})
+  // The CPU engine's options: its thread pool, its weight encoding, its cache's element type and
+  // its measured ceilings.
+  for (const char* flag : {"threads", "weights", "kv-dtype", "no-ceilings"})
     if (args.has(flag))
       throw InputError(std::string("kvbench bench: --") + flag +
                        " is an option of the CPU engine only (--device cpu)");

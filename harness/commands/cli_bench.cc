@@ -1,7 +1,8 @@
 // kvbench bench --model PATH | --preset NAME [--dummy] [--context N[,N...]] [--batch B[,B...]]
 //               [--decode-tokens N] [--device cpu|cuda|auto] [--policy P --budget B]
 //               [--params JSON] [--max-batch] [--no-graphs] [--prompt-file FILE]
-//               [--prefill-chunk N] [--json] [--threads N] [--weights stored|f32] [--no-ceilings]
+//               [--prefill-chunk N] [--json] [--threads N] [--weights stored|f32] [--kv-dtype D]
+//               [--no-ceilings]
 // One set of flags on both devices (harness/bench/bench_gpu.h); a flag a device cannot honour is
 // refused there by name. On the GPU (harness/bench/bench_gpu.cc) --policy also takes a list of full
 // and decode selectors with a device form (full,A,B): TPOT of each on the same cache, with its
@@ -21,6 +22,7 @@
 #include "common/errors.h"
 #include "engine/cpu/blas.h"
 #include "engine/cpu/forward.h"
+#include "engine/engine_factory.h"
 #include "engine/generation.h"
 #include "engine/model.h"
 #include "harness/bench/bench_gpu.h"
@@ -137,7 +139,7 @@ int bench(const std::vector<std::string>& argv) {
                           std::to_string(decode_tokens) + " decode tokens exceeds the " +
                           std::to_string(c.max_context) + "-token context of " + c.name);
   }
-  CpuEngine engine(weights);
+  CpuEngine engine(weights, kv_dtype_option(args).value_or(kDefaultCpuKvDtype));
   const int64_t params_total = parameter_count(weights);
   // Parameters a prefill multiplies by (FLOPs): every layer's, and the output matrix's for the last
   // token (the embedding table is only indexed, unless it is tied to the output).
@@ -188,6 +190,7 @@ int bench(const std::vector<std::string>& argv) {
                         {"build_type", KVB_BUILD_TYPE},
                         {"threads", worker_threads()},
                         {"weights", weights.weight_dtypes},
+                        {"kv_dtype", kv_dtype_name(engine.kv_dtype())},
                         {"blas_threads", cpu_blas_threads()},
                         {"parameters", params_total},
                         {"weights_bytes_f32", params_total * 4},
@@ -214,9 +217,10 @@ int bench(const std::vector<std::string>& argv) {
     std::printf("%s\n", out.dump().c_str());
     return 0;
   }
-  std::printf("kvbench bench  %s%s  (cpu, %s build, %d threads, OpenBLAS %d threads)\n",
-              weights.source.c_str(), c.dummy_weights ? " [dummy weights]" : "", KVB_BUILD_TYPE,
-              worker_threads(), cpu_blas_threads());
+  std::printf(
+      "kvbench bench  %s%s  (cpu, %s build, %d threads, OpenBLAS %d threads, %s KV cache)\n",
+      weights.source.c_str(), c.dummy_weights ? " [dummy weights]" : "", KVB_BUILD_TYPE,
+      worker_threads(), cpu_blas_threads(), kv_dtype_name(engine.kv_dtype()).c_str());
   std::printf("ceilings measured now: sgemm %.1f GFLOP/s, memory read %.1f GB/s\n",
               sgemm_flops / 1e9, read_bandwidth / 1e9);
   for (const auto& p : prefill)

@@ -6,7 +6,7 @@
 namespace kvb {
 
 const std::set<std::string>& cpu_option_names() {
-  static const std::set<std::string> names = {"threads", "weights"};
+  static const std::set<std::string> names = {"threads", "weights", "kv-dtype"};
   return names;
 }
 
@@ -29,6 +29,14 @@ WeightFormat weight_format_option(const Args& args) {
   if (value == "f32") return WeightFormat::kF32;
   throw InputError("kvbench " + args.command() + ": --weights '" + value +
                    "' is not one of stored (the file's encoding) or f32 (the reference)");
+}
+
+std::optional<KvDtype> kv_dtype_option(const Args& args) {
+  const auto value = args.maybe("kv-dtype");
+  if (!value) return std::nullopt;
+  if (auto dtype = parse_kv_dtype(*value)) return dtype;
+  throw InputError("kvbench " + args.command() + ": --kv-dtype '" + *value +
+                   "' is not one of f32, f16 or bf16 (the KV cache's element type)");
 }
 
 }  // namespace kvb

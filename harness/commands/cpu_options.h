@@ -3,14 +3,18 @@
 //                          process may run on)
 //   --weights stored|f32   weight matrices as the model file stores them (default: GGUF blocks,
 //                          f16, bf16) or dequantised to f32 (the reference the NumPy tests compare)
+//   --kv-dtype f32|f16|bf16  the KV cache's element type (default: engine/engine_factory.h's
+//                          kDefaultCpuKvDtype; the CUDA engine's cache is bf16)
 #pragma once
 
 #include <tbb/global_control.h>
 
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 
+#include "engine/kv_store.h"
 #include "engine/weight_matrix.h"
 #include "harness/commands/args.h"
 
@@ -33,5 +37,8 @@ class ThreadLimit {
 
 // --weights: WeightFormat::kAsStored (default) or kF32.
 WeightFormat weight_format_option(const Args& args);
+
+// --kv-dtype, or nullopt when absent (the engine's default then).
+std::optional<KvDtype> kv_dtype_option(const Args& args);
 
 }  // namespace kvb

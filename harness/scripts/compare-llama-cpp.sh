@@ -10,20 +10,8 @@
 # kvbench is ./build/kvbench (harness/scripts/setup.sh builds it).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-model="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
-threads=2
 rounds=2
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --model) model="$2"; shift 2 ;;
-    --threads) threads="$2"; shift 2 ;;
-    --rounds) rounds="$2"; shift 2 ;;
-    *) echo "compare-llama-cpp.sh: unknown argument '$1' (--model, --threads, --rounds)" >&2; exit 2 ;;
-  esac
-done
-[ -f "$model" ] || { echo "compare-llama-cpp.sh: no model at $model (run harness/scripts/setup.sh)" >&2; exit 1; }
-kvbench="$root/build/kvbench"
-[ -x "$kvbench" ] || { echo "compare-llama-cpp.sh: $kvbench not built (run harness/scripts/setup.sh)" >&2; exit 1; }
+source "$root/harness/scripts/cpu-compare-args.sh" "$@"
 
 work="$root/build-llama-cpp"
 bench="$work/build/bin/llama-bench"

@@ -315,7 +315,7 @@ SweepConfig parse_sweep_config(const nlohmann::json& json,
   allow_only_keys(
       json,
       {"name", "description", "models", "benchmarks", "policies", "budgets", "prompt_mode",
-       "dense_layers", "max_new_tokens", "data_dir", "device", "latency_samples"},
+       "dense_layers", "max_new_tokens", "data_dir", "device", "latency_samples", "kv_dtype"},
       "", err);
   SweepConfig config;
   config.source = json;
@@ -376,6 +376,11 @@ SweepConfig parse_sweep_config(const nlohmann::json& json,
   if (json.contains("latency_samples"))
     config.latency_samples =
         get_positive_int(json["latency_samples"], "latency_samples", err, /*allow_zero=*/true);
+  if (json.contains("kv_dtype")) {
+    const std::string name = get_string(json["kv_dtype"], "kv_dtype", err);
+    config.kv_dtype = parse_kv_dtype(name);
+    if (!config.kv_dtype) err.fail("kv_dtype", "must be f32, f16 or bf16, got '" + name + "'");
+  }
   if (json.contains("device")) {
     config.device = get_string(json["device"], "device", err);
     if (config.device != "cpu" && config.device != "cuda" && config.device != "auto")

@@ -19,6 +19,8 @@
 //     "data_dir": "my-data",                 // optional; searched first for essays, word lists
 //                                            // (then data/, filled by setup.sh)
 //     "device": "auto",                      // cpu | cuda | auto (GPU when present); --device
+//     "kv_dtype": "f16",                     // optional: the CPU engine's KV cache, f32 | f16 |
+//                                            // bf16 (--kv-dtype overrides; the GPU's is bf16)
 //     "latency_samples": 3                   // per group, samples timed with each cell alone
 //   }
 #pragma once
@@ -58,8 +60,9 @@ struct SweepConfig {
   std::vector<PromptMode> prompt_modes;
   std::vector<int> dense_layers;
   std::optional<int> max_new_tokens;
-  std::string data_dir;         // empty: the datasets layer's default search
-  std::string device = "auto";  // cpu | cuda | auto (the GPU when one is present)
+  std::string data_dir;             // empty: the datasets layer's default search
+  std::string device = "auto";      // cpu | cuda | auto (the GPU when one is present)
+  std::optional<KvDtype> kv_dtype;  // the CPU engine's cache element type (nullopt: its default)
   // The first N samples of each group run every cell alone at batch 1, so that their TTFT and
   // TPOT are a request's latency; the rest decode a sample's cells together (accuracy rows).
   int latency_samples = 3;

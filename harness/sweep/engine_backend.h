@@ -26,6 +26,7 @@ struct EngineBackendOptions {
   bool batch_cells = true;      // false: each cell decoded on its own at batch 1
   int latency_samples = 3;      // samples (per group) whose cells all run alone, for latency
   WeightFormat weight_format = WeightFormat::kAsStored;  // how the CPU engine holds the weights
+  std::optional<KvDtype> kv_dtype;  // the CPU engine's cache element type (nullopt: its default)
 };
 
 class EngineBackend : public SweepBackend {

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "kernels/cpu/activations.h"
+#include "kernels/cpu/kv_rows.h"
 #include "kernels/cpu/matmul.h"
 
 namespace kvb::kernels {
@@ -75,19 +76,21 @@ float decode_attention(const DecodeAttentionArgs& args) {
   const int d = args.head_dim;
   const float scale = args.scale != 0 ? args.scale : 1.0f / std::sqrt(static_cast<float>(d));
   const int n = args.indices != nullptr ? args.n_indices : args.n_entries;
+  const KvRowOps rows = kv_row_ops(args.kv_type);
+  const int64_t row_bytes = static_cast<int64_t>(d) * kv_element_bytes(args.kv_type);
+  const auto* keys = static_cast<const uint8_t*>(args.keys);
+  const auto* values = static_cast<const uint8_t*>(args.values);
   std::vector<float> logits(n);
   for (int i = 0; i < n; ++i) {
     const int entry = args.indices != nullptr ? args.indices[i] : i;
-    logits[i] = scale * dot(args.query, args.keys + static_cast<int64_t>(entry) * d, d);
+    logits[i] = scale * rows.dot(keys + entry * row_bytes, args.query, d);
     if (args.logit_bias != nullptr) logits[i] += args.logit_bias[i];
   }
   const float lse = softmax(logits.data(), n);
   std::fill(args.output, args.output + d, 0.0f);
   for (int i = 0; i < n; ++i) {
     const int entry = args.indices != nullptr ? args.indices[i] : i;
-    const float p = logits[i];
-    const float* v = args.values + static_cast<int64_t>(entry) * d;
-    for (int k = 0; k < d; ++k) args.output[k] += p * v[k];
+    rows.axpy(logits[i], values + entry * row_bytes, args.output, d);
   }
   if (args.probabilities != nullptr) {
     if (args.indices == nullptr) {

@@ -9,7 +9,9 @@
 //
 // decode_attention: one query over one KV head's entries, optionally restricted to an index list
 // and with a per-index additive logit bias (decode-time selection methods); optionally writes the
-// probabilities in store order (zeros for entries not attended), for decode-time eviction.
+// probabilities in store order (zeros for entries not attended), for decode-time eviction. Keys
+// and values may be held in f32, f16 or bf16 (kernels/cpu/kv_rows.h); 16-bit rows are widened as
+// they are read, so the result is the f32 computation on the rounded values.
 #pragma once
 
 #include <cstdint>
@@ -36,9 +38,10 @@ struct PrefillAttentionArgs {
 void prefill_attention(const PrefillAttentionArgs& args);
 
 struct DecodeAttentionArgs {
-  const float* query = nullptr;   // [head_dim], post-RoPE
-  const float* keys = nullptr;    // [n_entries, head_dim]
-  const float* values = nullptr;  // [n_entries, head_dim]
+  const float* query = nullptr;  // [head_dim], post-RoPE
+  const void* keys = nullptr;    // [n_entries, head_dim] in kv_type
+  const void* values = nullptr;  // [n_entries, head_dim] in kv_type
+  uint32_t kv_type = 0;          // ggml type code of keys and values: 0 f32, 1 f16, 30 bf16
   int n_entries = 0;
   int head_dim = 0;
   const int32_t* indices = nullptr;  // attend only to these entries (any order); nullptr = all

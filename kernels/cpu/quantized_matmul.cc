@@ -1,7 +1,6 @@
 #include "kernels/cpu/quantized_matmul.h"
 
 #include <cblas.h>
-#include <cpuid.h>
 #include <tbb/blocked_range.h>
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
@@ -12,6 +11,7 @@
 #include <string>
 
 #include "kernels/cpu/block_formats.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/matmul.h"
 
@@ -28,17 +28,7 @@ const BlockFormat& checked_format(const WeightView& w) {
   return *f;
 }
 
-// F16C through cpuid: clang 14's __builtin_cpu_supports does not know the feature.
-bool cpu_has_f16c() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
-}
-
-bool cpu_has_avx2() {
-  static const bool has =
-      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
-  return has;
-}
+bool cpu_has_avx2() { return cpu_has_avx2_fma_f16c(); }
 
 const uint8_t* row_start(const WeightView& w, int64_t row) {
   return w.data + row * stored_row_bytes(w.type, w.cols);

@@ -3,7 +3,8 @@
 //                                        same bytes (BM_ReadBandwidth)
 //   matmul (prefill projections)      -> GFLOP/s (OpenBLAS sgemm)
 //   causal attention (prefill)        -> GFLOP/s, vs. the sgemm rate above
-//   decode attention (one step)       -> GB/s of K/V read
+//   decode attention (one step)       -> GB/s of K/V read, with the cache in f32, f16 or bf16
+//                                        (second argument: the ggml type code 0, 1 or 30)
 // Shapes are SmolLM2-135M's (d_model 576, 9 query / 3 KV heads of 64, FFN 1536).
 // Run: build/tests/benchmarks/cpu_engine_bench [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
@@ -13,6 +14,7 @@
 
 #include "engine/cpu/blas.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/kv_rows.h"
 #include "kernels/cpu/matmul.h"
 
 namespace {
@@ -96,19 +98,25 @@ BENCHMARK(BM_CausalAttention)->Arg(512)->Arg(2048)->UseRealTime();
 
 void BM_DecodeAttention(benchmark::State& state) {
   const int n = state.range(0), d = 64;
+  const auto type = static_cast<uint32_t>(state.range(1));
+  const int element = kvb::kernels::kv_element_bytes(type);
   const auto q = random_vector(d, 8), k = random_vector(size_t(n) * d, 9),
              v = random_vector(size_t(n) * d, 10);
+  std::vector<uint8_t> keys(k.size() * element), values(v.size() * element);
+  kvb::kernels::encode_kv_rows(type, k.data(), keys.data(), static_cast<int64_t>(k.size()));
+  kvb::kernels::encode_kv_rows(type, v.data(), values.data(), static_cast<int64_t>(v.size()));
   std::vector<float> out(d);
   kvb::kernels::DecodeAttentionArgs args{.query = q.data(),
-                                         .keys = k.data(),
-                                         .values = v.data(),
+                                         .keys = keys.data(),
+                                         .values = values.data(),
+                                         .kv_type = type,
                                          .n_entries = n,
                                          .head_dim = d,
                                          .output = out.data()};
   for (auto _ : state) benchmark::DoNotOptimize(kvb::kernels::decode_attention(args));
-  state.SetBytesProcessed(state.iterations() * int64_t(n) * d * 2 * sizeof(float));
+  state.SetBytesProcessed(state.iterations() * int64_t(n) * d * 2 * element);
 }
-BENCHMARK(BM_DecodeAttention)->Arg(4096)->Arg(8192)->UseRealTime();
+BENCHMARK(BM_DecodeAttention)->ArgsProduct({{2048, 8192}, {0, 1, 30}})->UseRealTime();
 
 }  // namespace
 

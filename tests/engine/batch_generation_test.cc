@@ -49,7 +49,8 @@ const std::vector<CellSpec> kCells = {
     {"knorm", "30%", 8, {13}},
 };
 
-void expect_cells_match_alone(bool with_question, bool batch_cells) {
+void expect_cells_match_alone(bool with_question, bool batch_cells,
+                              KvDtype kv_dtype = KvDtype::kF32) {
   test::TinyShape shape;
   shape.n_layers = 3;
   const ModelWeights w = test::tiny_model(shape, 5);
@@ -61,12 +62,12 @@ void expect_cells_match_alone(bool with_question, bool batch_cells) {
   for (const auto& spec : kCells) plans.push_back(plan_of(spec));
   std::vector<CellRequest> requests;
   for (size_t i = 0; i < kCells.size(); ++i) requests.push_back({&plans[i], options_of(kCells[i])});
-  CpuBackend backend(w);
+  CpuBackend backend(w, kv_dtype);
   const auto results =
       generate_cells(backend, nullptr, context, question, requests, BatchOptions{batch_cells});
   ASSERT_EQ(results.size(), kCells.size());
 
-  CpuEngine engine(w);
+  CpuEngine engine(w, kv_dtype);
   Generator generator(engine, nullptr);
   for (size_t i = 0; i < kCells.size(); ++i) {
     SCOPED_TRACE(kCells[i].policy + " " + kCells[i].budget);
@@ -97,6 +98,15 @@ TEST(BatchGeneration, QuestionAgnosticCellsMatchEachCellAlone) {
 
 TEST(BatchGeneration, OneCellAtATimeMatchesEachCellAlone) {
   expect_cells_match_alone(/*with_question=*/true, /*batch_cells=*/false);
+}
+
+// A 16-bit cache: the prefill policies read it through the backend's f32 copy and the selector
+// and ART through a widened store, on both paths alike.
+TEST(BatchGeneration, CellsOverA16BitCacheMatchEachCellAlone) {
+  for (KvDtype dtype : {KvDtype::kF16, KvDtype::kBf16}) {
+    SCOPED_TRACE(kv_dtype_name(dtype));
+    expect_cells_match_alone(/*with_question=*/true, /*batch_cells=*/true, dtype);
+  }
 }
 
 // An engine that counts what generate_cells asks of the backend it wraps.

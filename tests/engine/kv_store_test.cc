@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <numeric>
+#include <stdexcept>
+#include <utility>
 #include <vector>
 
 namespace kvb {
@@ -64,6 +67,45 @@ TEST(KvStore, EraseKeepsOrder) {
   ASSERT_EQ(store.length(0, 0), 4);
   EXPECT_EQ(store.positions(0, 0)[1], 2);
   EXPECT_FLOAT_EQ(store.keys(0, 0)[3], 4.0f);
+}
+
+// f16 keeps 11 significant bits and bf16 8: the values below need more, so each dtype's store
+// must hold the rounded value (ties to even), and its accounting 2 bytes an element.
+TEST(KvStore, SixteenBitStoreHoldsRoundedEntriesInTwoBytes) {
+  const float x[2] = {1.0f + std::ldexp(1.0f, -11) + std::ldexp(1.0f, -20), -3.0f};
+  const float f16[2] = {1.0f + std::ldexp(1.0f, -10), -3.0f};
+  const float bf16[2] = {1.0f, -3.0f};
+  for (const auto& [dtype, expected] :
+       {std::pair{KvDtype::kF16, f16}, std::pair{KvDtype::kBf16, bf16}}) {
+    KvStore store(1, 1, 2, dtype);
+    EXPECT_FALSE(store.holds_f32());
+    for (int t = 0; t < 20; ++t) store.append(0, t, x, x);  // past the first growth
+    EXPECT_EQ(store.kv_bytes(), 20 * 2 * 2 * 2);
+    EXPECT_THROW(store.keys(0, 0), std::logic_error);  // float readers take a widened copy
+    const KvStore wide = store.widened();
+    ASSERT_TRUE(wide.holds_f32());
+    EXPECT_EQ(wide.kv_bytes(), 20 * 2 * 2 * 4);
+    EXPECT_EQ(wide.keys(0, 0)[19 * 2], expected[0]);
+    EXPECT_EQ(wide.values(0, 0)[19 * 2 + 1], expected[1]);
+
+    // Compaction and eviction move 16-bit rows whole.
+    store.compact(0, {{3, 19}}, 1);
+    store.erase(0, 0, 0);
+    store.append(0, 20, x, x);
+    store.widen();  // in place; later appends are still rounded to the dtype
+    store.append(0, 21, x, x);
+    ASSERT_EQ(store.length(0, 0), 3);
+    EXPECT_EQ(store.positions(0, 0)[0], 19);
+    for (int j = 0; j < 3; ++j) EXPECT_EQ(store.keys(0, 0)[j * 2], expected[0]) << j;
+    EXPECT_EQ(store.kv_bytes(), 3 * 2 * 2 * 4);
+  }
+}
+
+TEST(KvStore, DtypeNamesRoundTrip) {
+  for (KvDtype d : {KvDtype::kF32, KvDtype::kF16, KvDtype::kBf16})
+    EXPECT_EQ(parse_kv_dtype(kv_dtype_name(d)), d);
+  EXPECT_FALSE(parse_kv_dtype("fp16").has_value());
+  EXPECT_EQ(kv_dtype_bytes(KvDtype::kBf16), 2);
 }
 
 }  // namespace

@@ -82,17 +82,27 @@ inline ModelWeights tiny_model(const TinyShape& s, unsigned seed) {
   return w;
 }
 
+// x rounded to nearest (ties to even) with `bits` significant bits: 11 is f16, 8 is bf16 (normal
+// range; the tests' values stay inside it). Independent of the engine's conversions.
+inline double round_to_significant_bits(double x, int bits) {
+  if (x == 0) return x;
+  const int exponent = std::ilogb(x) - (bits - 1);
+  return std::ldexp(std::nearbyint(std::ldexp(x, -exponent)), exponent);
+}
+
 // Which positions each layer/KV head may attend to, besides causality. Empty = all.
 // allowed[layer][kv_head] is a sorted list of positions.
 using AllowedPositions = std::vector<std::vector<std::vector<int>>>;
 
 // Naive forward of the whole sequence; returns logits for every position [T][vocab].
 // When `allowed` is given, query t attends to allowed positions < t0 plus every position in
-// [t0, t] (the cache was compressed to `allowed` after the first t0 tokens).
+// [t0, t] (the cache was compressed to `allowed` after the first t0 tokens). With `kv_bits` > 0,
+// every key (after RoPE) and value is rounded to that many significant bits, as a 16-bit cache
+// holds them.
 inline std::vector<std::vector<double>> reference_logits(const ModelWeights& w,
                                                          const std::vector<int>& ids,
                                                          const AllowedPositions& allowed = {},
-                                                         int t0 = 0) {
+                                                         int t0 = 0, int kv_bits = 0) {
   const ModelConfig& c = w.config;
   const int T = static_cast<int>(ids.size()), D = c.d_model, d = c.head_dim;
   const int Hq = c.n_query_heads, Hkv = c.n_kv_heads, F = c.ffn_dim;
@@ -155,6 +165,9 @@ inline std::vector<std::vector<double>> reference_logits(const ModelWeights& w,
       v[t] = linear(L.wv, L.bv, Hkv * d, n);
       for (int h = 0; h < Hq; ++h) rope(q[t], h * d, t);
       for (int h = 0; h < Hkv; ++h) rope(k[t], h * d, t);
+      for (auto* row : {&k[t], &v[t]})
+        for (double& e : *row)
+          if (kv_bits > 0) e = round_to_significant_bits(e, kv_bits);
     }
     for (int t = 0; t < T; ++t) {
       std::vector<double> o(Hq * d, 0.0);

@@ -17,7 +17,8 @@ sources=("$src/engine/gguf.cc" "$src/engine/weights_loader.cc" "$src/engine/weig
          "$src/engine/hf_config.cc" "$src/engine/safetensors.cc" "$src/engine/weight_matrix.cc"
          "$src/kernels/cpu/dequantize.cc" "$src/kernels/cpu/block_formats.cc"
          "$src/kernels/cpu/quantized_matmul.cc" "$src/kernels/cpu/quantized_dot_scalar.cc"
-         "$src/kernels/cpu/quantized_dot_avx2.cc" "$src/kernels/cpu/matmul.cc")
+         "$src/kernels/cpu/quantized_dot_avx2.cc" "$src/kernels/cpu/matmul.cc"
+         "$src/kernels/cpu/cpu_features.cc")
 # The weight matrices' kernels (kernels/cpu/quantized_matmul.cc) reach OpenBLAS.
 blas=($(pkg-config --cflags --libs openblas))
 fuzzer="$work/gguf_fuzz"

@@ -189,7 +189,8 @@ TEST(CliBench, CpuOptionsAreInTheFlagSetAndTheGpuNamesThem) {
   const auto json = nlohmann::json::parse(run.out);
   EXPECT_EQ(json["threads"], 1);
   EXPECT_EQ(json["measured_read_gbps"], 0.0);  // --no-ceilings
-  for (const std::string flag : {"--threads 2", "--weights f32", "--no-ceilings"}) {
+  for (const std::string flag :
+       {"--threads 2", "--weights f32", "--kv-dtype f16", "--no-ceilings"}) {
     const CliRun refused = kvbench("bench --device cuda --preset llama-3.1-8b --dummy " + flag);
     EXPECT_EQ(refused.exit_code, 2) << flag << ": " << refused.out;
     if (refused.out.find("without CUDA") == std::string::npos)
@@ -212,8 +213,9 @@ TEST(CliGenerate, SmolLm2AnswersParis) {
   EXPECT_GT(json["ttft_ms"].get<double>(), 0);
 }
 
-// About 930 tokens of a Paul Graham essay with one invented fact in the middle, then the question.
-TEST(CliGenerate, SmolLm2FindsAFactInTheMiddleOfALongPrompt) {
+// About 930 tokens of a Paul Graham essay with one invented fact in the middle, then the question:
+// with the KV cache in each element type, each holding what it says.
+TEST(CliGenerate, SmolLm2FindsAFactInTheMiddleOfALongPromptWithEachKvDtype) {
   KVB_REQUIRE_FILE(test::default_model_path());
   KVB_REQUIRE_FILE(test::kvbench_binary());
   const auto essay = test::fixture("haystack/pg_essays/addiction.txt");
@@ -229,15 +231,22 @@ TEST(CliGenerate, SmolLm2FindsAFactInTheMiddleOfALongPrompt) {
   text += "\n\nWhat is the secret password for the museum vault? Answer with the password only.";
   const auto prompt_file = std::filesystem::temp_directory_path() / "kvb_cli_forward_fact.txt";
   std::ofstream(prompt_file) << text;
-  const CliRun run =
-      kvbench("generate --model " + test::default_model_path().string() + " --chat --prompt-file " +
-              prompt_file.string() + " --max-new-tokens 16 --json");
+  int64_t f32_bytes = 0;
+  for (const std::string dtype : {"f32", "f16", "bf16"}) {
+    const CliRun run = kvbench("generate --model " + test::default_model_path().string() +
+                               " --chat --prompt-file " + prompt_file.string() +
+                               " --max-new-tokens 16 --json --kv-dtype " + dtype);
+    ASSERT_EQ(run.exit_code, 0) << dtype << ": " << run.out;
+    const auto json = nlohmann::json::parse(run.out);
+    EXPECT_GE(json["prompt_tokens"].get<int>(), 850);
+    EXPECT_LE(json["prompt_tokens"].get<int>(), 1150);
+    EXPECT_NE(json["text"].get<std::string>().find("blue falcon"), std::string::npos)
+        << dtype << ": " << run.out;
+    const int64_t bytes = json["kv_bytes"].get<int64_t>();
+    if (dtype == "f32") f32_bytes = bytes;
+    EXPECT_EQ(bytes, dtype == "f32" ? f32_bytes : f32_bytes / 2) << dtype;
+  }
   std::filesystem::remove(prompt_file);
-  ASSERT_EQ(run.exit_code, 0) << run.out;
-  const auto json = nlohmann::json::parse(run.out);
-  EXPECT_GE(json["prompt_tokens"].get<int>(), 850);
-  EXPECT_LE(json["prompt_tokens"].get<int>(), 1150);
-  EXPECT_NE(json["text"].get<std::string>().find("blue falcon"), std::string::npos) << run.out;
 }
 
 TEST(CliGenerate, BadFlagsAreInputErrors) {
@@ -246,6 +255,10 @@ TEST(CliGenerate, BadFlagsAreInputErrors) {
             2);
   EXPECT_EQ(kvbench("generate --model preset:tiny-llama --prompt hi --policy nosuch").exit_code, 2);
   EXPECT_EQ(kvbench("generate --model preset:tiny-llama --prompt-file /nonexistent").exit_code, 2);
+  const CliRun dtype = kvbench("generate --model preset:tiny-llama --prompt hi --kv-dtype fp8");
+  EXPECT_EQ(dtype.exit_code, 2);
+  EXPECT_NE(dtype.out.find("--kv-dtype 'fp8' is not one of f32, f16 or bf16"), std::string::npos)
+      << dtype.out;
   const CliRun run = kvbench(
       "generate --model preset:tiny-llama --prompt 'hello there' "
       "--max-new-tokens 3 --json");

@@ -55,6 +55,16 @@ TEST(SweepConfig, BothPromptModes) {
   EXPECT_EQ(config.prompt_modes.size(), 2u);
 }
 
+TEST(SweepConfig, KvDtypeIsOptional) {
+  EXPECT_FALSE(parse_sweep_config(minimal(), "sweep.json").kv_dtype.has_value());
+  auto json = minimal();
+  json["kv_dtype"] = "bf16";
+  EXPECT_EQ(parse_sweep_config(json, "sweep.json").kv_dtype, KvDtype::kBf16);
+  json["kv_dtype"] = "half";
+  EXPECT_NE(error_of(json).find("kv_dtype"), std::string::npos);
+  EXPECT_NE(error_of(json).find("f32, f16 or bf16"), std::string::npos);
+}
+
 TEST(SweepConfig, ErrorsNameTheKey) {
   auto json = minimal();
   json["benchmarks"][0]["lengths"][1] = -5;
