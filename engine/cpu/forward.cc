@@ -76,7 +76,7 @@ struct KvRowScratch {
 };
 
 void rows_for_attention(const KvStore& store, int layer, KvRowScratch& scratch,
-                        kernels::CausalAttentionArgs& attention) {
+                        kernels::PrefillAttentionArgs& attention) {
   const int n_heads = store.n_kv_heads(), d = store.head_dim();
   const int64_t chunk = attention.n_queries;
   if (!store.holds_f32()) {
