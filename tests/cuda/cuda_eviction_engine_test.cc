@@ -98,10 +98,19 @@ TEST(CudaEviction, KeptPositionsAndTokensTrackTheCpuOnARealPrompt) {
     const EvictionRun on_gpu = run_eviction(gpu, &gpu, m.prompt, policy);
     double sum = 0, worst = 1;
     int heads = 0;
+    size_t held_on_cpu = 0, held_on_gpu = 0;
     for (size_t l = 0; l < on_cpu.positions.size(); ++l)
       for (size_t h = 0; h < on_cpu.positions[l].size(); ++h) {
         if (on_cpu.positions[l][h].empty()) continue;
-        EXPECT_EQ(on_gpu.positions[l][h].size(), on_cpu.positions[l][h].size())
+        const double cpu_size = double(on_cpu.positions[l][h].size());
+        held_on_cpu += on_cpu.positions[l][h].size();
+        held_on_gpu += on_gpu.positions[l][h].size();
+        // CAKE shares its budget among layers by the prefill's attention statistics, which the
+        // bf16 forward moves slightly: on the H100 (results/gpu-sweeps.md, sixth round) layers
+        // differed by up to 7 of ~1,400 entries, the total not at all. The others keep a fixed
+        // budget per layer.
+        const double slack = policy == "cake" ? std::max(2.0, 0.01 * cpu_size) : 0.0;
+        EXPECT_NEAR(double(on_gpu.positions[l][h].size()), cpu_size, slack)
             << "layer " << l << " head " << h;
         const double j = test::jaccard(on_cpu.positions[l][h], on_gpu.positions[l][h]);
         sum += j;
@@ -109,6 +118,7 @@ TEST(CudaEviction, KeptPositionsAndTokensTrackTheCpuOnARealPrompt) {
         ++heads;
       }
     ASSERT_GT(heads, 0);
+    EXPECT_EQ(held_on_gpu, held_on_cpu);
     int same = 0;
     while (same < kSteps && on_cpu.tokens[same] == on_gpu.tokens[same]) ++same;
     std::printf(
