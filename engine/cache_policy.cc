@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 
 #include "common/errors.h"
@@ -31,6 +32,11 @@ Budget Budget::parse(const std::string& text) {
   } else {
     if (value != std::floor(value))
       throw InputError("budget '" + text + "' is neither a whole token count nor a fraction" + fix);
+    // Token counts are ints downstream (tokens_for, to_string); a larger one was undefined
+    // behaviour there (found by tests/fuzz/sweep_config_fuzz.cc).
+    if (value > std::numeric_limits<int>::max())
+      throw InputError("budget '" + text + "' is more tokens than any context holds (at most " +
+                       std::to_string(std::numeric_limits<int>::max()) + ")" + fix);
     budget.unit = Unit::kTokens;
     budget.value = value;
   }

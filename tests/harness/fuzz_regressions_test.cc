@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "common/errors.h"
+#include "engine/cache_policy.h"
 #include "harness/sweep/config.h"
 #include "harness/sweep/store.h"
 #include "harness/sweep/sweep.h"
@@ -80,6 +81,14 @@ TEST(FuzzRegressions, ResultRowWithoutItsCellIsAFormatErrorNamingTheDatabase) {
   const std::string error = load_error(db);
   EXPECT_NE(error.find(db.string()), std::string::npos) << error;
   EXPECT_NE(error.find("refer to cells it does not hold"), std::string::npos) << error;
+}
+
+// sweep_config_fuzz found (2026-12-05): a budget of "1e71" tokens passed Budget::parse and its
+// conversion to a whole count was undefined behaviour (UBSan float-cast-overflow).
+TEST(FuzzRegressions, TokenBudgetBeyondIntIsAnInputError) {
+  EXPECT_THROW(Budget::parse("1e71"), InputError);
+  EXPECT_THROW(Budget::parse("2147483648"), InputError);
+  EXPECT_EQ(Budget::parse("2147483647").tokens_for(10), 2147483647);
 }
 
 // Review: a cell key whose length is a float beyond int: get<int>() of it is undefined behaviour
