@@ -5,8 +5,10 @@
 // false, one after another at batch 1 each, still from the one prefill).
 //
 // Cells whose decode steps differ in kind (a decode selector, ART's walk) are decoded in batches
-// of their own (decode_group_of), since a device engine runs one decode-time method per batch. A
-// batch larger than the engine's memory is split, each part with a prefill of its own.
+// of their own (decode_group_of), since a device engine runs one decode-time method per batch;
+// the batches still replay the one prefill, which stays in a sequence of its own while they decode
+// one after another (forked into the others). A batch larger than the engine's memory is split;
+// only when the prompt cannot stay beside even one cell does each part prefill on its own.
 //
 // Timings (DESIGN.md, vLLM's definitions), per cell: prefill_ms is the shared prefill (plus the
 // question chunk), compress_ms that cell's selection and compaction, TTFT = prefill + compress +

@@ -161,10 +161,11 @@ void CudaBackend::start_decode(int seq, CachePlan& plan, int, int budget_tokens)
 
 void CudaBackend::configure_decode() {
   const CachePlan* first = nullptr;
-  int first_seq = 0, budget = 0;
+  int first_seq = 0, last_seq = 0, budget = 0;
   for (size_t s = 0; s < started_.size(); ++s) {
     const CachePlan* plan = started_[s].plan;
     if (!plan) continue;
+    last_seq = static_cast<int>(s);
     if (!first) {
       first = plan;
       first_seq = static_cast<int>(s);
@@ -181,6 +182,9 @@ void CudaBackend::configure_decode() {
           "the cells by decode_group_of()");
   }
   if (!first) throw std::logic_error("CudaBackend::decode: start_decode was not called");
+  // The started sequences' range: the others (the prompt the cells were forked from, cells of
+  // another decode group) hold other lengths and never step under this method.
+  const int count = last_seq - first_seq + 1;
   engine_->stop_sparse_decode();
   engine_->stop_decode_eviction();
   engine_->set_early_exit(first->early_exit);
@@ -194,14 +198,14 @@ void CudaBackend::configure_decode() {
         device->sign_codes.projection.empty())
       device = first->selector->device_selection(host_store(first_seq), budget);
     if (!device) throw std::logic_error("CudaBackend: selector without a device form");
-    engine_->start_sparse_decode(*device);
+    engine_->start_sparse_decode(*device, first_seq, count);
   }
   if (first->decode_eviction) {
     // In place of the policy's start(): the device holds its state from here on.
     const std::optional<DeviceEvictionSpec> eviction =
         first->decode_eviction->device_eviction(config().n_layers, budget);
     if (!eviction) throw std::logic_error("CudaBackend: decode eviction without a device form");
-    engine_->start_decode_eviction(*eviction);
+    engine_->start_decode_eviction(*eviction, first_seq, count);
   }
   decode_configured_ = true;
 }

@@ -18,8 +18,10 @@
 // - decode-time evictions that describe themselves as generic device operations
 //   (DecodeEvictionPolicy::device_eviction, engine/device_eviction.h: H2O real-drop, TOVA, CAKE's
 //   decode switch), alone (not beside a selector or ART); the device then holds their state.
-// Every sequence of a batch decodes under the same decode-time method (generate_cells groups
-// cells so, an eviction's cell alone), whether its sequences step together or one after another.
+// The started sequences (start_decode's, a contiguous range) decode under the same decode-time
+// method (generate_cells groups cells so), whether they step together or one after another; the
+// other sequences (the prefilled prompt they were forked from, another group's cells) are left as
+// they are.
 // ART's walk counts of a cell are those of the steps from its first to its last: the batch's when
 // its cells step together, its own when each decodes alone.
 #pragma once

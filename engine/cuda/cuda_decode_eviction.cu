@@ -52,7 +52,7 @@ std::vector<float> initial_row(const DeviceEvictionSpec& spec, int layer, int he
 
 CudaDecodeEviction::CudaDecodeEviction(DeviceEvictionSpec spec, const ModelConfig& config,
                                        int batch, int capacity, const std::vector<int32_t>& lengths,
-                                       cudaStream_t stream)
+                                       int first, int count, cudaStream_t stream)
     : spec_(std::move(spec)), config_(config), batch_(batch), capacity_(capacity) {
   check_spec(spec_, config_);
   const int hkv = config.n_kv_heads, slots = batch * hkv;
@@ -74,7 +74,7 @@ CudaDecodeEviction::CudaDecodeEviction(DeviceEvictionSpec spec, const ModelConfi
   std::vector<float> rows(size_t(slots) * capacity);
   for (int l = 0; l < config.n_layers; ++l) {
     if (!spec_.evicts(l)) continue;
-    for (int s = 0; s < slots; ++s) {
+    for (int s = first * hkv; s < (first + count) * hkv; ++s) {
       const std::vector<float> row =
           initial_row(spec_, l, s % hkv, lengths[int64_t(l) * slots + s], capacity);
       std::copy(row.begin(), row.end(), rows.begin() + int64_t(s) * capacity);

@@ -30,10 +30,12 @@ namespace kvb {
 class CudaDecodeEviction {
  public:
   // `lengths` are the engine's host lengths [n_layers * batch * Hkv] now (the accumulated
-  // statistic's initial values must fit them). Every sequence of the batch starts from the same
-  // spec.initial. InputError for a spec the device does not run (names the field and the fix).
+  // statistic's initial values must fit them). Every sequence of [first, first + count) starts
+  // from the same spec.initial; the batch's other sequences (which do not decode under it) from
+  // zero. InputError for a spec the device does not run (names the field and the fix).
   CudaDecodeEviction(DeviceEvictionSpec spec, const ModelConfig& config, int batch, int capacity,
-                     const std::vector<int32_t>& lengths, cudaStream_t stream);
+                     const std::vector<int32_t>& lengths, int first, int count,
+                     cudaStream_t stream);
 
   bool evicts(int layer) const { return spec_.evicts(layer); }
   // Where the attention of an evicting layer writes its log-sum-exp ([Hq, count] for a step over

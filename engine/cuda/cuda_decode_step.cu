@@ -85,7 +85,7 @@ void CudaEngine::Impl::decode_graph_body(int first, int count, int length_bound)
     if (sparse && sparse->selects(l)) {  // the index-list path appends in a kernel of its own
       cuda::rope_append_kv_decode(rope, offsets, lengths, ptr<bf16>(k_cache[l]),
                                   ptr<bf16>(v_cache[l]), stream);
-      sparse->attend(l, a, first, stream);
+      sparse->attend(l, a, first - sparse_first, stream);
       return;
     }
     // The dense kernel and the ART walk append the step's token themselves (one boundary fewer).
@@ -169,6 +169,11 @@ void CudaEngine::decode_step(int first, int count, bool use_graph) {
   }
   Impl::DecodeGraph& step = m.decode_graphs[range];
   m.fit_decode_length_bound(step, longest);
+  if (m.sparse && (first < m.sparse_first || first + count > m.sparse_first + m.sparse_count))
+    throw InputError("decode_step: sequences [" + std::to_string(first) + ", " +
+                     std::to_string(first + count) + ") reach beyond the decode selection's [" +
+                     std::to_string(m.sparse_first) + ", " +
+                     std::to_string(m.sparse_first + m.sparse_count) + ")");
   if (m.sparse) {  // a moving step budget is fixed in a captured step: re-capture when it moves
     // Sequences that decoded on their own may differ in length: the shortest bounds the budget
     // (the top-k never asks for more entries than every list holds).
@@ -264,7 +269,12 @@ void CudaEngine::reset_early_exit_counts() {
 
 // Decode-time eviction (kind C); the work is in engine/cuda/cuda_decode_eviction.cu.
 void CudaEngine::start_decode_eviction(const DeviceEvictionSpec& spec) {
+  start_decode_eviction(spec, 0, impl_->batch);
+}
+
+void CudaEngine::start_decode_eviction(const DeviceEvictionSpec& spec, int first, int count) {
   Impl& m = *impl_;
+  check_range(first, count, m.batch, "start_decode_eviction");
   m.drop_graph();
   m.eviction.reset();
   if (m.host_length.empty())
@@ -274,7 +284,7 @@ void CudaEngine::start_decode_eviction(const DeviceEvictionSpec& spec) {
         "start_decode_eviction: decode eviction beside a decode selection or ART has no device "
         "form; run that plan on the CPU engine");
   m.eviction = std::make_unique<CudaDecodeEviction>(spec, m.config, m.batch, m.capacity,
-                                                    m.host_length, m.stream);
+                                                    m.host_length, first, count, m.stream);
 }
 
 void CudaEngine::stop_decode_eviction() {
@@ -292,21 +302,36 @@ std::vector<int32_t> CudaEngine::eviction_origins(int layer, int seq, int head) 
 
 // Decode-time selection (kind D); the work is in engine/cuda/cuda_sparse_decode.cu.
 void CudaEngine::start_sparse_decode(const DeviceSelectionSpec& spec) {
+  start_sparse_decode(spec, 0, impl_->batch);
+}
+
+void CudaEngine::start_sparse_decode(const DeviceSelectionSpec& spec, int first, int count) {
   Impl& m = *impl_;
   m.drop_graph();
   m.sparse.reset();
   if (m.host_length.empty())
     throw InputError("start_sparse_decode: allocate and fill the cache first");
-  for (int32_t length : m.host_length)
-    if (length != m.host_length[0])
-      throw InputError("start_sparse_decode: every sequence must hold the same number of entries");
+  check_range(first, count, m.batch, "start_sparse_decode");
+  const int hkv = m.heads_total();
+  const int64_t slot_begin = int64_t(first) * m.config.n_kv_heads;
+  const int64_t slot_end = int64_t(first + count) * m.config.n_kv_heads;
+  const int32_t length = m.host_length[slot_begin];
+  for (int l = 0; l < m.config.n_layers; ++l)
+    for (int64_t s = slot_begin; s < slot_end; ++s)
+      if (m.host_length[int64_t(l) * hkv + s] != length)
+        throw InputError(
+            "start_sparse_decode: every sequence it selects for must hold the same number of "
+            "entries");
   SparseCacheView view;
   view.config = &m.config;
-  view.batch = m.batch;
+  view.batch = count;
   view.capacity = m.capacity;
-  view.length = m.host_length[0];
-  for (const auto& k : m.k_cache) view.keys.push_back(k.as<bf16>());
+  view.length = length;
+  const int64_t first_row = slot_begin * m.capacity * m.config.head_dim;
+  for (const auto& k : m.k_cache) view.keys.push_back(k.as<bf16>() + first_row);
   m.sparse = std::make_unique<CudaSparseDecode>(spec, view, m.stream);
+  m.sparse_first = first;
+  m.sparse_count = count;
 }
 
 void CudaEngine::stop_sparse_decode() {
@@ -316,17 +341,17 @@ void CudaEngine::stop_sparse_decode() {
 
 std::vector<int32_t> CudaEngine::sparse_selection(int layer, int seq, int q_head) const {
   if (!impl_->sparse) return {};
-  return impl_->sparse->selection(layer, seq, q_head, impl_->stream);
+  return impl_->sparse->selection(layer, seq - impl_->sparse_first, q_head, impl_->stream);
 }
 
 std::vector<float> CudaEngine::sparse_selection_bias(int layer, int seq, int q_head) const {
   if (!impl_->sparse) return {};
-  return impl_->sparse->selection_bias(layer, seq, q_head, impl_->stream);
+  return impl_->sparse->selection_bias(layer, seq - impl_->sparse_first, q_head, impl_->stream);
 }
 
 std::vector<float> CudaEngine::sparse_query(int layer, int seq) const {
   if (!impl_->sparse) return {};
-  return impl_->sparse->recorded_query(layer, seq, impl_->stream);
+  return impl_->sparse->recorded_query(layer, seq - impl_->sparse_first, impl_->stream);
 }
 
 }  // namespace kvb

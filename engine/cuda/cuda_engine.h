@@ -113,6 +113,10 @@ class CudaEngine {
   // the cache (allocate_cache, prefill, compact, fill_cache_random) or stop_sparse_decode returns
   // to dense attention.
   void start_sparse_decode(const DeviceSelectionSpec& spec);
+  // The same for sequences [first, first + count) only (every one at the same length; the others
+  // may hold anything, e.g. the prompt they were forked from): from then on a decode step must lie
+  // within that range (InputError otherwise).
+  void start_sparse_decode(const DeviceSelectionSpec& spec, int first, int count);
   void stop_sparse_decode();
   // Decode-time eviction (kind C) from a policy's generic operations (engine/device_eviction.h,
   // engine/cuda/cuda_decode_eviction.h): from the next step on, each evicting layer of every
@@ -122,6 +126,9 @@ class CudaEngine {
   // rewrites the cache (allocate_cache, prefill, compact, fill_cache_random) or
   // stop_decode_eviction ends it.
   void start_decode_eviction(const DeviceEvictionSpec& spec);
+  // The same with the spec's initial statistic given to sequences [first, first + count) only
+  // (the others start from zero and must not decode under it).
+  void start_decode_eviction(const DeviceEvictionSpec& spec, int first, int count);
   void stop_decode_eviction();
   // With spec.record_origins: where the entries of (layer, seq, head) came from
   // (DeviceEvictionSpec::record_origins); empty for a layer that does not evict.

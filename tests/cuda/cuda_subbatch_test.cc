@@ -237,6 +237,34 @@ TEST(CudaSubBatch, RangeStepsEqualAnEngineHoldingOnlyThatRange) {
   }
 }
 
+// A selection started for a range only ([1, 3) of four sequences; the others hold prompts of other
+// lengths, as the shared prefill and another decode group's cells do in generate_cells): its steps
+// equal an engine holding only that range, lists included, and a step beyond the range is refused.
+TEST(CudaSubBatch, SelectionStartedForARangeEqualsAnEngineHoldingOnlyThatRange) {
+  KVB_REQUIRE_GPU();
+  const ModelConfig config = subbatch_config();
+  auto weights = random_weights(config, 29);
+  for (const DecodeMethod& method : decode_methods()) {
+    if (!method.selection) continue;
+    SCOPED_TRACE(method.name);
+    const std::vector<std::vector<int32_t>> prompts = {prompt_of(0, 200), prompt_of(1, 300),
+                                                       prompt_of(2, 300), prompt_of(3, 350)};
+    const int capacity = 420 + kSteps;
+    auto batch = engine_with(*weights, prompts, 0, 4, capacity);
+    std::vector<int32_t> tokens;
+    auto alone = engine_with(*weights, prompts, 1, 2, capacity, &tokens);
+    EXPECT_THROW(batch->start_sparse_decode(method.selection(*alone)), InputError);  // ragged
+    batch->start_sparse_decode(method.selection(*alone), 1, 2);
+    alone->start_sparse_decode(method.selection(*alone));
+    for (int step = 0; step < kSteps; ++step)
+      expect_range_equals_engine_alone(*batch, 1, 2, *alone, tokens, step, /*selects=*/true,
+                                       "range 1+2");
+    EXPECT_THROW(batch->decode_step(0, 2, /*use_graph=*/true), InputError);
+    EXPECT_EQ(batch->length(1, 0, 0), 200);
+    EXPECT_EQ(batch->length(1, 3, 1), 350);
+  }
+}
+
 // The same caches decoded by the full batched step and one sequence at a time, on the same
 // (batched) greedy tokens.
 TEST(CudaSubBatch, SequencesOneAtATimeGiveTheBatchedStepsTokens) {
@@ -293,8 +321,9 @@ TEST(CudaSubBatch, RangesOutsideTheBatchAreRefused) {
   EXPECT_THROW(engine->next_tokens(1, 2), InputError);
 }
 
-// generate_cells with batch_cells false: one prefill per decode group, the cells forked from it
-// and decoded one after another, each exactly as it decodes with a batch and a prefill of its own
+// generate_cells with batch_cells false: one prefill for every decode group (plain attention,
+// ART, Quest), kept in a sequence of its own while each group's cells are forked from it and
+// decoded one after another, each exactly as it decodes with a batch and a prefill of its own
 // (the same capacity: every cell asks for the same new tokens). ART's two cells share a group and
 // each records its own walk counts.
 TEST(CudaSubBatch, CellsOneAfterAnotherEqualEachCellAlone) {

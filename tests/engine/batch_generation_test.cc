@@ -122,7 +122,10 @@ class CountingEngine final : public Engine {
   int64_t weight_bytes() const override { return inner_.weight_bytes(); }
   void check_plan(const CachePlan& plan) const override { inner_.check_plan(plan); }
   void reserve(int sequences, int capacity) override { inner_.reserve(sequences, capacity); }
-  int max_sequences(int capacity) const override { return inner_.max_sequences(capacity); }
+  int max_sequences(int capacity) const override {
+    return std::min(most_sequences, inner_.max_sequences(capacity));
+  }
+  int most_sequences = 1 << 30;  // a smaller memory than the inner engine's
   std::vector<float> prefill(int seq, std::span<const TokenId> ids, const CaptureRequest& request,
                              PrefillCapture& capture) override {
     ++prefills;
@@ -161,10 +164,10 @@ class CountingEngine final : public Engine {
   Engine& inner_;
 };
 
-// Prefill reuse alone (`kvbench run --no-batch-cells`): cells of one decode group share a single
-// prefill, are forked from it and decoded one at a time (every decode call at batch 1), with the
-// tokens they decode together; a decode selector or ART still gets a batch, and a prefill, per
-// decode group. Cells alone (latency rows) each get a prefill of their own, with the same tokens.
+// Prefill reuse alone (`kvbench run --no-batch-cells`): the cells share a single prefill, are
+// forked from it and decoded one at a time (every decode call at batch 1), with the tokens they
+// decode together; a decode selector or ART gets a batch per decode group, still forked from the
+// one prefill. Cells alone (latency rows) each get a prefill of their own, with the same tokens.
 TEST(BatchGeneration, CellsOneAtATimeShareOnePrefill) {
   test::TinyShape shape;
   shape.n_layers = 3;
@@ -194,9 +197,10 @@ TEST(BatchGeneration, CellsOneAtATimeShareOnePrefill) {
   EXPECT_EQ(request_prefills, static_cast<int>(cells.size()));
   EXPECT_EQ(request_forks, 0);
   EXPECT_EQ(request_widest, 1u);
-  // Two decode groups (plain attention; the ART walk): a prefill each, every other cell forked.
-  EXPECT_EQ(alone_prefills, 2);
-  EXPECT_EQ(alone_forks, static_cast<int>(cells.size()) - 2);
+  // Two decode groups (plain attention; the ART walk) from one prefill, which stays in a sequence
+  // of its own: every cell is forked from it.
+  EXPECT_EQ(alone_prefills, 1);
+  EXPECT_EQ(alone_forks, static_cast<int>(cells.size()));
   EXPECT_EQ(alone_widest, 1u);
   EXPECT_EQ(together_prefills, alone_prefills);
   EXPECT_EQ(together_forks, alone_forks);
@@ -213,6 +217,36 @@ TEST(BatchGeneration, CellsOneAtATimeShareOnePrefill) {
     EXPECT_EQ(requests[i].output_ids, together[i].output_ids);
     EXPECT_EQ(requests[i].kv_bytes, together[i].kv_bytes);
     EXPECT_EQ(requests[i].decode_batch, 1);
+  }
+}
+
+// Room for the prompt and two cells only: every decode group (plain attention, a selector, ART)
+// is decoded in parts of two, all forked from the one prefill, each cell as it decodes alone.
+TEST(BatchGeneration, GroupsLargerThanMemoryAreSplitOverOnePrefill) {
+  test::TinyShape shape;
+  shape.n_layers = 3;
+  const ModelWeights w = test::tiny_model(shape, 7);
+  const auto context = test::random_token_ids(40, w.config.vocab_size, 3);
+  std::vector<CachePlan> plans;
+  for (const auto& spec : kCells) plans.push_back(plan_of(spec));
+  std::vector<CellRequest> requests;
+  for (size_t i = 0; i < kCells.size(); ++i) requests.push_back({&plans[i], options_of(kCells[i])});
+  CpuBackend cpu(w);
+  CountingEngine counting(cpu);
+  counting.most_sequences = 3;
+  const auto results = generate_cells(counting, nullptr, context, {}, requests);
+  EXPECT_EQ(counting.prefills, 1);
+  EXPECT_EQ(counting.forks, static_cast<int>(kCells.size()));
+  EXPECT_EQ(counting.widest_decode, 2u);
+  CpuEngine engine(w);
+  Generator generator(engine, nullptr);
+  for (size_t i = 0; i < kCells.size(); ++i) {
+    SCOPED_TRACE(kCells[i].policy + " " + kCells[i].budget);
+    CachePlan alone = plan_of(kCells[i]);
+    const GenerationResult expected = generator.generate(context, alone, options_of(kCells[i]));
+    EXPECT_EQ(results[i].output_ids, expected.output_ids);
+    EXPECT_EQ(results[i].kv_bytes, expected.kv_bytes);
+    EXPECT_EQ(results[i].kv_bytes_end, expected.kv_bytes_end);
   }
 }
 
