@@ -296,12 +296,14 @@ bool policy_is_budgetless(const std::string& name) { return !policy_takes_budget
 
 std::string resolve_config_path(const std::string& path, const std::filesystem::path& config_path) {
   namespace fs = std::filesystem;
-  const fs::path given(path);
-  if (given.is_absolute() || fs::exists(given)) return path;
+  // The non-throwing overloads: a name the file system refuses (too long, say) is a path that
+  // does not exist here, reported later by whoever opens it.
   std::error_code ec;
+  const fs::path given(path);
+  if (given.is_absolute() || fs::exists(given, ec)) return path;
   fs::path folder = fs::absolute(config_path, ec).parent_path();
   while (!folder.empty()) {
-    if (fs::exists(folder / given)) return (folder / given).lexically_normal().string();
+    if (fs::exists(folder / given, ec)) return (folder / given).lexically_normal().string();
     if (folder == folder.parent_path()) break;
     folder = folder.parent_path();
   }
