@@ -53,7 +53,7 @@ std::string cpu_description() {
 }
 
 std::string gpu_description() {
-#ifdef KVB_WITH_CUDA
+#ifdef KVB_HAVE_CUDA  // engine/CMakeLists.txt defines it for every target linking the engine
   const std::string name =
       run_command("nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null");
   return name.empty() ? "none" : name;
