@@ -51,8 +51,8 @@ void rope_append_kv_decode(const RopeArgs& rope, const int64_t* kv_offset, int32
 // decode step can be replayed from a CUDA graph).
 void advance_lengths(int32_t* lengths, int count, int32_t* positions, int n_positions, int delta,
                      cudaStream_t stream);
-// dst[dst_rows[i]] = src[src_rows[i]] for rows of row_elems bf16 (a gather; src and dst must not
-// overlap: compaction gathers into scratch and copies back).
+// dst[dst_rows[i]] = src[src_rows[i]] for rows of row_elems bf16, any row_elems (a gather; src and
+// dst must not overlap: compaction gathers into scratch and copies back).
 void copy_rows(const __nv_bfloat16* src, __nv_bfloat16* dst, const int64_t* src_rows,
                const int64_t* dst_rows, int64_t n_rows, int row_elems, cudaStream_t stream);
 // next[b] = argmax_j logits[b, j] (lowest index on ties).
