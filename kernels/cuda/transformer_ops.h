@@ -1,8 +1,9 @@
 // The forward pass's other GPU kernels in bf16 with f32 math: embedding gather, KV append, row
-// copies, argmax, conversions, and the bf16 GEMM/GEMV with its folded norms (CPU twins: the
-// products' kernels/cpu/matmul.h, argmax_rows' kernels/cpu/transformer_ops.h, the conversions'
-// kernels/cpu/dequantize.h). The element-wise ops with CPU twins of the same name have their
-// own files, included here for the engine: rmsnorm.h, rope.h, activations.h. Tests: tests/cuda/.
+// copies, argmax, conversions, and the bf16 GEMM/GEMV with its folded norms. CPU twins of the same
+// names: kernels/cpu/transformer_ops.h (matmul and matmul_f32out: kernels/cpu/matmul.h's matmul;
+// the conversions: kernels/cpu/dequantize.h). The element-wise ops with CPU twins of the same name
+// have their own files, included here for the engine: rmsnorm.h, rope.h, activations.h. Tests:
+// tests/cuda/backend_ops_test.cc (every op against its twin) and tests/cuda/.
 #pragma once
 
 #include <cublas_v2.h>
