@@ -37,6 +37,7 @@ DataSearch::DataSearch(const fs::path& user_dir) {
     add_unique(roots_, bin.parent_path() / "share" / "kvbench" / "data");  // PREFIX/bin/kvbench
   }
   if (!ec) add_unique(roots_, cwd / "data");
+  // A second place only, after the repository's own data/ (data_paths.h, item 3).
   if (!bin.empty()) add_unique(roots_, bin.parent_path().parent_path() / "shared" / "fixtures");
   if (!ec) add_unique(roots_, cwd.parent_path() / "shared" / "fixtures");
 }

@@ -1,8 +1,9 @@
-// A sample's cells generated together on any Engine (DESIGN.md, "the pipeline"): the prompt is
-// prefilled once, forked into one sequence per cell, each sequence compressed under its own plan,
-// the question appended (question-agnostic mode), and all of them decoded greedily as one batch,
-// each stopping at its own end of turn, stop string or max new tokens (or, with `batch_cells`
-// false, one after another at batch 1 each, still from the one prefill).
+// A sample's cells generated together on any Engine (README.md, "A sample's cells decoded
+// together"): the prompt is prefilled once, forked into one sequence per cell, each sequence
+// compressed under its own plan, the question appended (question-agnostic mode), and all of them
+// decoded greedily as one batch, each stopping at its own end of turn, stop string or max new
+// tokens (or, with `batch_cells` false, one after another at batch 1 each, still from the one
+// prefill).
 //
 // Cells whose decode steps differ in kind (a decode selector, ART's walk) are decoded in batches
 // of their own (decode_group_of), since a device engine runs one decode-time method per batch;
@@ -10,10 +11,10 @@
 // one after another (forked into the others). A batch larger than the engine's memory is split;
 // only when the prompt cannot stay beside even one cell does each part prefill on its own.
 //
-// Timings (DESIGN.md, vLLM's definitions), per cell: prefill_ms is the shared prefill (plus the
-// question chunk), compress_ms that cell's selection and compaction, TTFT = prefill + compress +
-// question, TPOT = (end - first token) / (tokens - 1) of the batched steps: at batch 1
-// (`batch_cells` false) the per-request latency, above it the step time of the whole batch.
+// Timings (vLLM's definitions, README.md "Latency rows"), per cell: prefill_ms is the shared
+// prefill (plus the question chunk), compress_ms that cell's selection and compaction, TTFT =
+// prefill + compress + question, TPOT = (end - first token) / (tokens - 1) of the batched steps: at
+// batch 1 (`batch_cells` false) the per-request latency, above it the step time of the whole batch.
 #pragma once
 
 #include <string>

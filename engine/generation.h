@@ -1,4 +1,4 @@
-// Greedy generation under a cache plan, with the timings DESIGN.md defines (vLLM's):
+// Greedy generation under a cache plan, with vLLM's timings (README.md, "Latency rows"):
 //   TTFT = request start -> first token (prefill + compression + first sampling),
 //   TPOT = (end - first token) / (tokens - 1); prefill_ms and compress_ms reported separately.
 //

@@ -11,7 +11,7 @@ std::vector<std::filesystem::path> data_roots() {
   std::vector<std::filesystem::path> roots;
   if (const char* env = std::getenv("KVB_FIXTURES")) roots.emplace_back(env);
   roots.push_back(source_dir() / "data");
-  roots.push_back(source_dir().parent_path() / "shared" / "fixtures");
+  roots.push_back(source_dir().parent_path() / "shared" / "fixtures");  // a second place only
   return roots;
 }
 

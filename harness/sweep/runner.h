@@ -1,6 +1,6 @@
 // The sweep runner: walks the work units of a plan, hands the backend each sample's replayable
-// cells of one prompt mode together (one prefill, DESIGN.md), runs the other cells on their own,
-// and writes one row per (cell, sample) to the store, each in its own transaction.
+// cells of one prompt mode together (one prefill: engine/batch_generation.h), runs the other cells
+// on their own, and writes one row per (cell, sample) to the store, each in its own transaction.
 //
 // The inference side is behind SweepBackend, so the runner's bookkeeping (resume, sharding,
 // interruption, progress) is tested with a fake backend in milliseconds, and the real engine is

@@ -77,4 +77,22 @@ void dropkv_scores(const DropKvScoreArgs& args) {
   for (int h = 0; h < args.n_kv_heads; ++h) score_kv_head(args, h, logits, dots);
 }
 
+void pool_and_protect(const float* raw, float* pooled, int n_heads, int length, int kernel,
+                      bool max_pool, int protect) {
+  if (length <= 0) return;
+  const int half = kernel / 2;
+  for (int h = 0; h < n_heads; ++h) {
+    const float* in = raw + static_cast<int64_t>(h) * length;
+    float* out = pooled + static_cast<int64_t>(h) * length;
+    for (int j = 0; j < length; ++j) {
+      float acc = max_pool ? -INFINITY : 0.0f;
+      for (int i = std::max(0, j - half); i <= std::min(length - 1, j + half); ++i)
+        acc = max_pool ? std::max(acc, in[i]) : acc + in[i];
+      out[j] = max_pool ? acc : acc / static_cast<float>(kernel);
+    }
+    const float best = *std::max_element(out, out + length);
+    std::fill(out + std::max(0, length - protect), out + length, best + 1.0f);
+  }
+}
+
 }  // namespace kvb::kernels

@@ -36,4 +36,11 @@ struct DropKvScoreArgs {
 
 void dropkv_scores(const DropKvScoreArgs& args);
 
+// The selection's scores from the raw ones, per head h of [n_heads, length]: pooled[h, j] = max or
+// mean of raw[h, j-k/2 .. j+k/2] (PyTorch max_pool1d / avg_pool1d edges: out-of-range terms are
+// left out of a max and count as zeros in a mean, which divides by `kernel`), then the last
+// `protect` positions are set to the head's pooled maximum + 1, so that top-k keeps them.
+void pool_and_protect(const float* raw, float* pooled, int n_heads, int length, int kernel,
+                      bool max_pool, int protect);
+
 }  // namespace kvb::kernels

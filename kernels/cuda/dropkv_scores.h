@@ -29,7 +29,8 @@ struct DropKvScoreArgs {
 void dropkv_scores(const DropKvScoreArgs& args, cudaStream_t stream);
 
 // pooled[h, j] = max or mean over j-k/2 .. j+k/2 (PyTorch max_pool1d / avg_pool1d edges), then the
-// last `protect` positions of each head are set to (head max + 1).
+// last `protect` positions of each head are set to (head max + 1). CPU twin of the same name:
+// kernels/cpu/dropkv_scores.h.
 void pool_and_protect(const float* raw, float* pooled, int n_heads, int length, int kernel,
                       bool max_pool, int protect, cudaStream_t stream);
 

@@ -228,23 +228,30 @@ __global__ void __launch_bounds__(kArgmaxThreads)
   if (threadIdx.x == 0) next[blockIdx.x] = s_index[0];
 }
 
+// kWidth bf16 values per access: 8 (16-byte loads and stores) when rows and buffers allow it, else
+// 1, so that rows of any length are copied whole.
+template <int kWidth>
 __global__ void copy_rows_kernel(const __nv_bfloat16* src, __nv_bfloat16* dst,
                                  const int64_t* src_rows, const int64_t* dst_rows, int64_t n_rows,
                                  int row_elems) {
-  const int chunks = row_elems / 8;  // 16-byte chunks
+  using Chunk = std::conditional_t<kWidth == 8, int4, __nv_bfloat16>;
+  const int chunks = row_elems / kWidth;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_rows * chunks;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = i / chunks;
     const int c = int(i % chunks);
-    reinterpret_cast<int4*>(dst + dst_rows[row] * row_elems)[c] =
-        reinterpret_cast<const int4*>(src + src_rows[row] * row_elems)[c];
+    reinterpret_cast<Chunk*>(dst + dst_rows[row] * row_elems)[c] =
+        reinterpret_cast<const Chunk*>(src + src_rows[row] * row_elems)[c];
   }
 }
 
 void copy_rows(const __nv_bfloat16* src, __nv_bfloat16* dst, const int64_t* src_rows,
                const int64_t* dst_rows, int64_t n_rows, int row_elems, cudaStream_t stream) {
-  if (n_rows == 0) return;
-  copy_rows_kernel<<<grid_for(n_rows * (row_elems / 8), 256), 256, 0, stream>>>(
+  if (n_rows == 0 || row_elems == 0) return;
+  const bool wide = row_elems % 8 == 0 && aligned_to(16, src, dst);
+  const int width = wide ? 8 : 1;
+  const auto kernel = wide ? copy_rows_kernel<8> : copy_rows_kernel<1>;
+  kernel<<<grid_for(n_rows * (row_elems / width), 256), 256, 0, stream>>>(
       src, dst, src_rows, dst_rows, n_rows, row_elems);
   check(cudaGetLastError(), "copy_rows_kernel");
 }

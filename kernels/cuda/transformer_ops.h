@@ -1,8 +1,9 @@
 // The forward pass's other GPU kernels in bf16 with f32 math: embedding gather, KV append, row
-// copies, argmax, conversions, and the bf16 GEMM/GEMV with its folded norms (CPU twins: the
-// products' kernels/cpu/matmul.h, argmax_rows' kernels/cpu/transformer_ops.h, the conversions'
-// kernels/cpu/dequantize.h). The element-wise ops with CPU twins of the same name have their
-// own files, included here for the engine: rmsnorm.h, rope.h, activations.h. Tests: tests/cuda/.
+// copies, argmax, conversions, and the bf16 GEMM/GEMV with its folded norms. CPU twins of the same
+// names: kernels/cpu/transformer_ops.h (matmul and matmul_f32out: kernels/cpu/matmul.h's matmul;
+// the conversions: kernels/cpu/dequantize.h). The element-wise ops with CPU twins of the same name
+// have their own files, included here for the engine: rmsnorm.h, rope.h, activations.h. Tests:
+// tests/cuda/backend_ops_test.cc (every op against its twin) and tests/cuda/.
 #pragma once
 
 #include <cublas_v2.h>
@@ -51,8 +52,8 @@ void rope_append_kv_decode(const RopeArgs& rope, const int64_t* kv_offset, int32
 // decode step can be replayed from a CUDA graph).
 void advance_lengths(int32_t* lengths, int count, int32_t* positions, int n_positions, int delta,
                      cudaStream_t stream);
-// dst[dst_rows[i]] = src[src_rows[i]] for rows of row_elems bf16 (a gather; src and dst must not
-// overlap: compaction gathers into scratch and copies back).
+// dst[dst_rows[i]] = src[src_rows[i]] for rows of row_elems bf16, any row_elems (a gather; src and
+// dst must not overlap: compaction gathers into scratch and copies back).
 void copy_rows(const __nv_bfloat16* src, __nv_bfloat16* dst, const int64_t* src_rows,
                const int64_t* dst_rows, int64_t n_rows, int row_elems, cudaStream_t stream);
 // next[b] = argmax_j logits[b, j] (lowest index on ties).

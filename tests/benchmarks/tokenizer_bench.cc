@@ -40,7 +40,8 @@ Setup& setup() {
     Setup out;
     std::string model = KVB_SOURCE_DIR "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
     if (const char* env = std::getenv("KVB_MODEL")) model = env;
-    // data/ as harness/scripts/setup.sh fills it, else ../shared/fixtures beside the checkout.
+    // data/ as harness/scripts/setup.sh fills it; ../shared/fixtures beside the checkout is only a
+    // second place, tried when data/ has no essays.
     fs::path fixtures = fs::path(KVB_SOURCE_DIR) / "data";
     if (!fs::exists(fixtures / "haystack"))
       fixtures = fs::path(KVB_SOURCE_DIR).parent_path() / "shared" / "fixtures";

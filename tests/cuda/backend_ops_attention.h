@@ -1,8 +1,8 @@
 // The backend-ops rows of the attention kernels (tests/cuda/backend_ops_test.cc, whose header says
 // why each tolerance is what it is): prefill_attention against prefill_attention (each of its
 // kernels), decode_attention (dense, per-head lists with a logit bias, lists shared by the group)
-// against the CPU's, attention_column_sums, dropkv_scores and early_exit_decode against their
-// twins.
+// against the CPU's, attention_column_sums, dropkv_scores (and its materialising baseline) and
+// early_exit_decode against their twins.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -277,6 +277,9 @@ inline void check_attention_column_sums(const ChunkShape& s) {
 
 struct DropKvShape {
   int head_dim, n_query_heads, n_kv_heads, length, window;
+  // The benchmark's baseline, dropkv_scores_materialised: the differences y - v in f32, the
+  // twin's direct_distance form.
+  bool materialised = false;
 };
 
 // The window forward on the device (prefill_attention over the last W queries), then both
@@ -304,20 +307,23 @@ inline void check_dropkv_scores(const DropKvShape& s) {
                            .head_dim = d,
                            .scale = 1.0f / std::sqrt(float(d))},
                           nullptr);
-  cuda::dropkv_scores({.queries = d_q.as<__nv_bfloat16>(),
-                       .outputs = d_y.as<__nv_bfloat16>(),
-                       .row_stride = int64_t(hq) * d,
-                       .lse = d_lse.as<float>(),
-                       .keys = d_k.as<__nv_bfloat16>(),
-                       .values = d_v.as<__nv_bfloat16>(),
-                       .head_stride = int64_t(L) * d,
-                       .n_query_heads = hq,
-                       .n_kv_heads = hkv,
-                       .head_dim = d,
-                       .length = L,
-                       .window = W,
-                       .scores = d_scores.as<float>()},
-                      nullptr);
+  const cuda::DropKvScoreArgs args{.queries = d_q.as<__nv_bfloat16>(),
+                                   .outputs = d_y.as<__nv_bfloat16>(),
+                                   .row_stride = int64_t(hq) * d,
+                                   .lse = d_lse.as<float>(),
+                                   .keys = d_k.as<__nv_bfloat16>(),
+                                   .values = d_v.as<__nv_bfloat16>(),
+                                   .head_stride = int64_t(L) * d,
+                                   .n_query_heads = hq,
+                                   .n_kv_heads = hkv,
+                                   .head_dim = d,
+                                   .length = L,
+                                   .window = W,
+                                   .scores = d_scores.as<float>()};
+  if (s.materialised)
+    cuda::dropkv_scores_materialised(args, nullptr);
+  else
+    cuda::dropkv_scores(args, nullptr);
   const auto got = from_device<float>(d_scores, size_t(hkv) * L);
   // The CPU twin on the same y and LSE, rearranged to [Hq, W, d].
   const auto y_rows = from_device_bf16(d_y, size_t(W) * hq * d);
@@ -341,7 +347,8 @@ inline void check_dropkv_scores(const DropKvShape& s) {
                           .keys = k.data(),
                           .values = v.data(),
                           .round_p_to_bf16 = true,
-                          .scores = expected.data()});
+                          .scores = expected.data(),
+                          .direct_distance = s.materialised});
   double worst = 0;
   for (size_t i = 0; i < got.size(); ++i)
     worst =
@@ -445,6 +452,13 @@ inline std::vector<OpCase> attention_cases() {
                                DropKvShape{64, 14, 2, 777, 8}})
     cases.push_back({case_name("dropkv_scores_d", s.head_dim, "_hq", s.n_query_heads, "_hkv",
                                s.n_kv_heads, "_length", s.length, "_window", s.window),
+                     [=] { check_dropkv_scores(s); }});
+  // The materialising baseline on shapes whose [rows, L, d] differences stay small.
+  for (const DropKvShape& s :
+       {DropKvShape{128, 8, 2, 130, 32, true}, DropKvShape{64, 9, 3, 1000, 8, true},
+        DropKvShape{64, 14, 2, 777, 8, true}})
+    cases.push_back({case_name("dropkv_scores_materialised_d", s.head_dim, "_hq", s.n_query_heads,
+                               "_hkv", s.n_kv_heads, "_length", s.length, "_window", s.window),
                      [=] { check_dropkv_scores(s); }});
 
   // Walks of 1 to 80 blocks (a cache within the sinks, one block, many), GQA groups 1 / 3 / 4 / 7.

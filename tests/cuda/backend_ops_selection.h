@@ -1,9 +1,9 @@
 // The backend-ops rows of the decode selectors' kernels (tests/cuda/backend_ops_test.cc):
 // BinaryPC's hashing, query planes and scores (kernels/cuda/binary_hash.h), Quest's page bounds,
 // scores and page expansion (kernels/cuda/page_bounds.h) and the shared top-k
-// (kernels/cuda/topk_select.h, and DropKV's topk_sorted), each against its CPU twin. All of them
-// are exact: the same integers, the same bf16 minima and maxima, the same f32 sums in the same
-// order, the same indices.
+// (kernels/cuda/topk_select.h, and DropKV's topk_sorted and pool_and_protect), each against its CPU
+// twin. All of them are exact: the same integers, the same bf16 minima and maxima, the same f32
+// sums in the same order, the same indices.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/cpu/binary_hash.h"
+#include "kernels/cpu/dropkv_scores.h"
 #include "kernels/cpu/page_bounds.h"
 #include "kernels/cpu/topk_select.h"
 #include "kernels/cuda/binary_hash.h"
@@ -309,6 +310,22 @@ inline void check_topk_sorted(int heads, int length, int keep) {
         << "head " << h;
 }
 
+// DropKV's pooling and window protection against its CPU twin, exactly: the same terms summed (or
+// maxed) in the same order and divided by the same kernel, then the same maximum + 1. Raw scores
+// with many ties and a wide range, as perturbation scores have.
+inline void check_pool_and_protect(int heads, int length, int kernel, bool max_pool, int protect) {
+  std::vector<float> raw(size_t(heads) * length);
+  for (size_t i = 0; i < raw.size(); ++i) raw[i] = float((i * 7919) % 97) * (i % 3 ? 1e-3f : 10.f);
+  std::vector<float> expected(raw.size());
+  kernels::pool_and_protect(raw.data(), expected.data(), heads, length, kernel, max_pool, protect);
+  auto d_raw = to_device(raw);
+  cuda::DeviceBuffer d_pooled(raw.size() * 4, "pooled");
+  cuda::pool_and_protect(d_raw.as<float>(), d_pooled.as<float>(), heads, length, kernel, max_pool,
+                         protect, nullptr);
+  cuda::check(cudaDeviceSynchronize(), "pool_and_protect");
+  EXPECT_EQ(from_device<float>(d_pooled, raw.size()), expected);
+}
+
 inline std::vector<OpCase> selection_cases() {
   std::vector<OpCase> cases;
   struct HashShape {
@@ -361,6 +378,21 @@ inline std::vector<OpCase> selection_cases() {
        {SortedShape{3, 500, 50}, SortedShape{8, 3001, 300}, SortedShape{2, 70001, 7000}})
     cases.push_back({case_name("topk_sorted_heads", s.heads, "_length", s.length, "_keep", s.keep),
                      [s] { check_topk_sorted(s.heads, s.length, s.keep); }});
+  struct PoolShape {
+    int heads, length, kernel;
+    bool max_pool;
+    int protect;
+  };
+  // One key; a kernel wider than the row; no pooling (kernel 1); rows past the protect kernel's
+  // 1,024 threads and the pooling blocks' 256; no protected tail, and one longer than the row.
+  for (const PoolShape s :
+       {PoolShape{1, 1, 7, true, 0}, PoolShape{4, 5, 11, false, 2}, PoolShape{3, 500, 1, false, 8},
+        PoolShape{8, 3001, 7, true, 32}, PoolShape{8, 3001, 7, false, 32},
+        PoolShape{2, 70001, 11, false, 0}, PoolShape{2, 300, 5, true, 500}})
+    cases.push_back(
+        {case_name("pool_and_protect_heads", s.heads, "_length", s.length, "_kernel", s.kernel,
+                   s.max_pool ? "_max" : "_avg", "_protect", s.protect),
+         [s] { check_pool_and_protect(s.heads, s.length, s.kernel, s.max_pool, s.protect); }});
   return cases;
 }
 

@@ -30,7 +30,12 @@
 // - LSH sampling (lsh_sampling_check.h): codes and lists bit-equal, means within an f32 ulp,
 //   biases within 1e-5 (the device's acos, pow and log against libm's);
 // - decode eviction (backend_ops_eviction.h): probabilities 1e-6 relative (expf), statistics the
-//   same sums in the same order, kept entries and compacted rows exact.
+//   same sums in the same order, kept entries and compacted rows exact;
+// - the forward pass's data ops (backend_ops_forward.h): gathers, appends, lengths and the seeded
+//   generator exact; the fused RoPE + append as RoPE above;
+// - the products with bf16 output and the fused and folded products (backend_ops_products.h): the
+//   matmul bound below plus one bf16 step, SwiGLU's through its slope, the folded rows' rounding
+//   before the norm's scale, argmax indices exact.
 #include "tests/cuda/backend_ops.h"
 
 #include <gtest/gtest.h>
@@ -59,6 +64,8 @@
 #include "kernels/cuda/transformer_ops.h"
 #include "tests/cuda/backend_ops_attention.h"
 #include "tests/cuda/backend_ops_eviction.h"
+#include "tests/cuda/backend_ops_forward.h"
+#include "tests/cuda/backend_ops_products.h"
 #include "tests/cuda/backend_ops_selection.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/cuda/lsh_sampling_check.h"
@@ -249,13 +256,11 @@ void check_matmul(int n, int in, int out) {
   kernels::matmul(x.data(), n, in, w.data(), out, nullptr, expected.data());
   auto d_x = to_device_bf16(x), d_w = to_device_bf16(w);
   cuda::DeviceBuffer d_y(expected.size() * 4);
-  cublasHandle_t handle;
-  cublasCreate(&handle);
-  cuda::matmul_f32out(handle, d_x.as<__nv_bfloat16>(), d_w.as<__nv_bfloat16>(), d_y.as<float>(), n,
-                      in, out, nullptr);
+  const CublasHandle cublas;
+  cuda::matmul_f32out(cublas.get(), d_x.as<__nv_bfloat16>(), d_w.as<__nv_bfloat16>(),
+                      d_y.as<float>(), n, in, out, nullptr);
   cuda::check(cudaDeviceSynchronize(), "matmul_f32out");
-  cublasDestroy(handle);
-  const double bound = 1e-3 * std::sqrt(in / 576.0);
+  const double bound = product_bound(in);
   EXPECT_LT(max_abs_diff(from_device<float>(d_y, expected.size()), expected), bound);
   if (n < 5 || n > cuda::kSkinnyMaxRows) return;
   cuda::matmul_skinny_mma(d_x.as<__nv_bfloat16>(), d_w.as<__nv_bfloat16>(), d_y.as<float>(), n, in,
@@ -403,8 +408,8 @@ std::vector<OpCase> statistic_cases() {
 
 std::vector<OpCase> all_cases() {
   std::vector<OpCase> cases;
-  for (auto part : {element_wise_cases(), statistic_cases(), attention_cases(), selection_cases(),
-                    lsh_sampling_cases(), eviction_cases()})
+  for (auto part : {element_wise_cases(), statistic_cases(), forward_data_cases(), product_cases(),
+                    attention_cases(), selection_cases(), lsh_sampling_cases(), eviction_cases()})
     cases.insert(cases.end(), part.begin(), part.end());
   return cases;
 }

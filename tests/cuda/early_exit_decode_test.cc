@@ -131,7 +131,7 @@ struct TableCase {
   int patience = 2;
 };
 
-// The table of the brief: head_dim 64 / 128, groups 1 / 4 / 7 / 8, 1 .. 2,000 blocks, batch 1 and
+// The table of shapes: head_dim 64 / 128, groups 1 / 4 / 7 / 8, 1 .. 2,000 blocks, batch 1 and
 // 4 (ragged), forced and automatic layouts.
 TEST(EarlyExitDecodeTest, LateAndNeverStoppingWalksMatchTheCpuWalk) {
   KVB_REQUIRE_GPU();

@@ -109,5 +109,22 @@ INSTANTIATE_TEST_SUITE_P(Shapes, DropKvScoresVsDefinition,
                          ::testing::Values(Shape{4, 4, 16, 24, 1}, Shape{6, 2, 32, 70, 8},
                                            Shape{14, 2, 64, 130, 8}, Shape{8, 1, 8, 17, 9}));
 
+// pool_and_protect on a row worked by hand: max and mean pooling over 3 with PyTorch's edges (a
+// mean divides by 3 at the edges too), then the last positions raised above the row's maximum.
+TEST(PoolAndProtect, PoolsWithPyTorchEdgesAndRaisesTheProtectedTail) {
+  const std::vector<float> raw = {1, 5, 2, 0, 3, /* head 1 */ 4, 4, 4, 4, 4};
+  std::vector<float> pooled(raw.size());
+  pool_and_protect(raw.data(), pooled.data(), 2, 5, 3, true, 2);
+  EXPECT_EQ(pooled, (std::vector<float>{5, 5, 5, 6, 6, 4, 4, 4, 5, 5}));
+  pool_and_protect(raw.data(), pooled.data(), 2, 5, 3, false, 1);
+  const std::vector<float> mean = {6.f / 3, 8.f / 3, 7.f / 3, 5.f / 3, 8.f / 3 + 1,  // head 0
+                                   8.f / 3, 4,       4,       4,       5};           // head 1
+  for (size_t i = 0; i < mean.size(); ++i) EXPECT_FLOAT_EQ(pooled[i], mean[i]) << i;
+  // Kernel 1 is the identity; a protected tail longer than the row covers all of it.
+  std::vector<float> one_head(5);
+  pool_and_protect(raw.data(), one_head.data(), 1, 5, 1, false, 9);
+  EXPECT_EQ(one_head, (std::vector<float>{6, 6, 6, 6, 6}));
+}
+
 }  // namespace
 }  // namespace kvb::kernels
