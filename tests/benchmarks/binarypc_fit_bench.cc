@@ -4,8 +4,9 @@
 //   fit_binary_projections/L the per-head fit as `kvbench calibrate` runs it (TBB over heads)
 //   device_selection/L       BinaryPcSelector::device_selection(store, budget 1024): what
 //                            CudaBackend::configure_decode waits for before a cell's first token
-//   host_store/L             the host copy configure_decode builds from the device's per-layer
-//                            downloads ([Hkv, capacity, d] keys and values), as CudaBackend does
+//   host_store/L, host_keys/L  CudaBackend's host copy of the prompt from the device's per-layer
+//                            downloads ([Hkv, capacity, d]): keys and values, or the keys alone
+//                            (what configure_decode copies for an online fit)
 // Each prints its wall time, and the fits their ratio to 44 x fit_one_head / cores (the time if
 // the heads were spread perfectly over the cores of this machine).
 //
@@ -132,8 +133,11 @@ void device_selection(benchmark::State& state) {
   report(state, "device_selection", length, seconds, true);
 }
 
-// CudaBackend::host_store's loop on host vectors in place of the device's downloads.
-void host_store(benchmark::State& state) {
+// CudaBackend's host copy on host vectors in place of the device's downloads: per layer, the keys
+// (and values) [Hkv, capacity, d] as CudaEngine::cached_sequence returns them, appended to a host
+// store head by head (KvStore::append_rows). `values` false: Engine::host_keys, what
+// configure_decode copies for an online fit; true: host_store.
+void host_copy(benchmark::State& state, bool values) {
   const int length = static_cast<int>(state.range(0));
   const int capacity = length + 64;  // the engine reserves room for the decode tokens
   std::vector<std::vector<float>> downloads;
@@ -141,32 +145,32 @@ void host_store(benchmark::State& state) {
   double seconds = 0;
   for (auto _ : state) {
     const auto start = std::chrono::steady_clock::now();
-    kvb::KvStore store(kLayers, kKvHeads, kHeadDim);
+    kvb::KvStore store = values ? kvb::KvStore(kLayers, kKvHeads, kHeadDim)
+                                : kvb::KvStore::keys_only(kLayers, kKvHeads, kHeadDim);
     store.set_reported_bytes_per_element(2);
     for (int l = 0; l < kLayers; ++l) {
-      const std::vector<float> keys = downloads[l];    // cached_sequence(l, seq, false)
-      const std::vector<float> values = downloads[l];  // cached_sequence(l, seq, true)
+      const std::vector<float> keys = downloads[l];  // cached_sequence(l, seq, false)
+      const std::vector<float> value_rows = values ? downloads[l] : std::vector<float>();
       store.reserve(length);
-      std::vector<float> k(kKvHeads * kHeadDim), v(k.size());
-      for (int t = 0; t < length; ++t) {
-        for (int h = 0; h < kKvHeads; ++h) {
-          const size_t row = (static_cast<size_t>(h) * capacity + t) * kHeadDim;
-          std::copy_n(&keys[row], kHeadDim, &k[h * kHeadDim]);
-          std::copy_n(&values[row], kHeadDim, &v[h * kHeadDim]);
-        }
-        store.append(l, t, k.data(), v.data());
+      for (int h = 0; h < kKvHeads; ++h) {
+        const size_t first = static_cast<size_t>(h) * capacity * kHeadDim;
+        store.append_rows(l, h, 0, length, &keys[first], values ? &value_rows[first] : nullptr);
       }
     }
     seconds = seconds_since(start);
     benchmark::DoNotOptimize(store.keys(kLayers - 1, 0));
   }
-  report(state, "host_store", length, seconds, false);
+  report(state, values ? "host_store" : "host_keys", length, seconds, false);
 }
+
+void host_store(benchmark::State& state) { host_copy(state, true); }
+void host_keys(benchmark::State& state) { host_copy(state, false); }
 
 }  // namespace
 
 BENCHMARK(fit_one_head)->Arg(16384)->Arg(32768)->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(host_store)->Arg(16384)->Arg(32768)->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(host_keys)->Arg(16384)->Arg(32768)->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(fit_projections)->Arg(16384)->Arg(32768)->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(device_selection)->Arg(16384)->Arg(32768)->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();
