@@ -89,8 +89,12 @@ class Engine {
   // cache is not in host memory fill `host_copy` and point the view into it.
   virtual PrefillView prefill_view(int seq, const PrefillCapture& capture,
                                    const CaptureRequest& request, KvStore& host_copy) const = 0;
-  // The prompt as a host store (decode selectors that fit on the prompt's keys read it).
+  // The prompt as a host store (policies that read the cache on the host).
   virtual KvStore host_store(int seq) const = 0;
+  // The prompt's keys as a host store, for readers of the keys alone (decode selectors that fit on
+  // them, `kvbench calibrate`): a backend whose cache is not in host memory copies no values
+  // (KvStore::keys_only); the others may hand over a whole store.
+  virtual KvStore host_keys(int seq) const { return host_store(seq); }
   // Sequence `to` becomes a copy of sequence `from`.
   virtual void fork(int from, int to) = 0;
   // Keeps kept[layer][head] of `seq`, with room for `spare_tokens` more per head.

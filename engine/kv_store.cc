@@ -55,6 +55,12 @@ KvStore::KvStore(int n_layers, int n_kv_heads, int head_dim, KvDtype dtype)
   }
 }
 
+KvStore KvStore::keys_only(int n_layers, int n_kv_heads, int head_dim) {
+  KvStore store(n_layers, n_kv_heads, head_dim);
+  store.holds_values_ = false;
+  return store;
+}
+
 uint32_t KvStore::row_type() const { return wide_ ? kernels::kKvF32 : kv_ggml_type(dtype_); }
 
 int KvStore::bytes_per_element() const {
@@ -86,14 +92,14 @@ void KvStore::allocate(Rows& rows, int64_t slots) const {
   }
 }
 
-// One f32 row into the store: encoded to 16 bits, or rounded to the dtype and kept in f32 by a
-// widened store, so that its entries stay what a 16-bit store holds.
-void KvStore::write_row(const float* src, uint8_t* dst) const {
+// Consecutive f32 rows into the store: encoded to 16 bits, or rounded to the dtype and kept in f32
+// by a widened store, so that its entries stay what a 16-bit store holds.
+void KvStore::write_rows(const float* src, uint8_t* dst, int64_t rows) const {
   const uint32_t type = kv_ggml_type(dtype_);
   if (wide_) {
-    kernels::round_kv_rows(type, src, reinterpret_cast<float*>(dst), head_dim_);
+    kernels::round_kv_rows(type, src, reinterpret_cast<float*>(dst), rows * head_dim_);
   } else {
-    kernels::encode_kv_rows(type, src, dst, head_dim_);
+    kernels::encode_kv_rows(type, src, dst, rows * head_dim_);
   }
 }
 
@@ -122,15 +128,16 @@ void KvStore::relayout(int layer_index, const std::vector<int32_t>& new_capacity
   }
   Rows keys, values;
   allocate(keys, total);
-  allocate(values, total);
+  if (holds_values_) allocate(values, total);
   std::vector<int32_t> positions(total);
   for (int h = 0; h < n_kv_heads_; ++h) {
     const int64_t n = layer.length[h];
     if (n == 0) continue;  // a new layer has no buffer yet: &keys[i] of an empty vector is UB
     std::memcpy(slot_bytes(keys, new_offset[h]), slot_bytes(layer.keys, layer.offset[h]),
                 n * row_bytes());
-    std::memcpy(slot_bytes(values, new_offset[h]), slot_bytes(layer.values, layer.offset[h]),
-                n * row_bytes());
+    if (holds_values_)
+      std::memcpy(slot_bytes(values, new_offset[h]), slot_bytes(layer.values, layer.offset[h]),
+                  n * row_bytes());
     std::memcpy(positions.data() + new_offset[h], layer.positions.data() + layer.offset[h],
                 n * sizeof(int32_t));
   }
@@ -162,10 +169,25 @@ void KvStore::append_head(int layer_index, int head, int32_t position, const flo
   if (layer.length[head] == layer.capacity[head])
     grow_head(layer_index, head, layer.length[head] + 1);
   const int64_t slot = layer.offset[head] + layer.length[head];
-  write_row(k, slot_bytes(layer.keys, slot));
-  write_row(v, slot_bytes(layer.values, slot));
+  write_rows(k, slot_bytes(layer.keys, slot), 1);
+  if (holds_values_) write_rows(v, slot_bytes(layer.values, slot), 1);
   layer.positions[slot] = position;
   ++layer.length[head];
+}
+
+void KvStore::append_rows(int layer_index, int head, int32_t first_position, int count,
+                          const float* keys, const float* values) {
+  if (count <= 0) return;
+  if (holds_values_ && values == nullptr)
+    throw std::logic_error("KvStore::append_rows: no values for a store that holds them");
+  Layer& layer = layers_[layer_index];
+  if (layer.length[head] + count > layer.capacity[head])
+    grow_head(layer_index, head, layer.length[head] + count);
+  const int64_t slot = layer.offset[head] + layer.length[head];
+  write_rows(keys, slot_bytes(layer.keys, slot), count);
+  if (holds_values_) write_rows(values, slot_bytes(layer.values, slot), count);
+  for (int i = 0; i < count; ++i) layer.positions[slot + i] = first_position + i;
+  layer.length[head] += count;
 }
 
 void KvStore::append(int layer, int32_t position, const float* k, const float* v) {
@@ -186,7 +208,15 @@ const uint8_t* KvStore::key_rows(int layer, int head) const {
   return slot_bytes(layers_[layer].keys, layers_[layer].offset[head]);
 }
 const uint8_t* KvStore::value_rows(int layer, int head) const {
+  check_values("value_rows");
   return slot_bytes(layers_[layer].values, layers_[layer].offset[head]);
+}
+
+void KvStore::check_values(const char* accessor) const {
+  if (!holds_values_)
+    throw std::logic_error(std::string("KvStore::") + accessor +
+                           ": the store holds keys only (KvStore::keys_only; read "
+                           "Engine::host_store for the values)");
 }
 
 void KvStore::check_f32_rows(const char* accessor) const {
@@ -201,6 +231,7 @@ const float* KvStore::keys(int layer, int head) const {
   return layers_[layer].keys.wide.data() + layers_[layer].offset[head] * head_dim_;
 }
 const float* KvStore::values(int layer, int head) const {
+  check_values("values");
   check_f32_rows("values");
   return layers_[layer].values.wide.data() + layers_[layer].offset[head] * head_dim_;
 }
@@ -212,6 +243,7 @@ float* KvStore::mutable_keys(int layer, int head) {
   return layers_[layer].keys.wide.data() + layers_[layer].offset[head] * head_dim_;
 }
 float* KvStore::mutable_values(int layer, int head) {
+  check_values("mutable_values");
   check_f32_rows("mutable_values");
   return layers_[layer].values.wide.data() + layers_[layer].offset[head] * head_dim_;
 }
@@ -275,14 +307,15 @@ void KvStore::compact(int layer_index, const std::vector<std::vector<int32_t>>& 
     total += fresh.capacity[h];
   }
   allocate(fresh.keys, total);
-  allocate(fresh.values, total);
+  if (holds_values_) allocate(fresh.values, total);
   fresh.positions.resize(total);
   for (int h = 0; h < n_kv_heads_; ++h) {
     for (size_t i = 0; i < kept[h].size(); ++i) {
       const int64_t src = old.offset[h] + kept[h][i];
       const int64_t dst = fresh.offset[h] + static_cast<int64_t>(i);
       std::memcpy(slot_bytes(fresh.keys, dst), slot_bytes(old.keys, src), row_bytes());
-      std::memcpy(slot_bytes(fresh.values, dst), slot_bytes(old.values, src), row_bytes());
+      if (holds_values_)
+        std::memcpy(slot_bytes(fresh.values, dst), slot_bytes(old.values, src), row_bytes());
       fresh.positions[dst] = old.positions[src];
     }
   }
@@ -297,8 +330,9 @@ void KvStore::erase(int layer_index, int head, int index) {
   const int64_t tail = n - index - 1;
   std::memmove(slot_bytes(layer.keys, base + index), slot_bytes(layer.keys, base + index + 1),
                tail * row_bytes());
-  std::memmove(slot_bytes(layer.values, base + index), slot_bytes(layer.values, base + index + 1),
-               tail * row_bytes());
+  if (holds_values_)
+    std::memmove(slot_bytes(layer.values, base + index), slot_bytes(layer.values, base + index + 1),
+                 tail * row_bytes());
   std::memmove(&layer.positions[base + index], &layer.positions[base + index + 1],
                tail * sizeof(int32_t));
   --layer.length[head];
@@ -316,25 +350,26 @@ int64_t KvStore::entries() const {
   return n;
 }
 
-int64_t KvStore::kv_bytes() const { return entries() * 2 * head_dim_ * bytes_per_element(); }
+int64_t KvStore::kv_bytes() const { return entries() * parts() * head_dim_ * bytes_per_element(); }
 
 int64_t KvStore::kv_bytes_narrowed() const {
   const int bytes = reported_bytes_ > 0 ? reported_bytes_ : kv_dtype_bytes(dtype_);
-  return entries() * 2 * head_dim_ * bytes;
+  return entries() * parts() * head_dim_ * bytes;
 }
 
 int64_t KvStore::allocated_bytes() const {
   int64_t slots = 0;
   for (const auto& layer : layers_)
     for (int32_t c : layer.capacity) slots += c;
-  return slots * 2 * head_dim_ * bytes_per_element();
+  return slots * parts() * head_dim_ * bytes_per_element();
 }
 
 void KvStore::clear() {
   const int reported = reported_bytes_;
-  const bool wide = wide_;
+  const bool wide = wide_, holds_values = holds_values_;
   *this = KvStore(n_layers_, n_kv_heads_, head_dim_, dtype_);
   wide_ = wide;
+  holds_values_ = holds_values;
   reported_bytes_ = reported;
 }
 

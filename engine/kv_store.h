@@ -35,6 +35,10 @@ class KvStore {
  public:
   KvStore() = default;
   KvStore(int n_layers, int n_kv_heads, int head_dim, KvDtype dtype = KvDtype::kF32);
+  // A store of keys and positions only, for readers of a prompt's keys alone (a device engine's
+  // host copy for fitting on the keys): appended values are dropped, and reading values is a
+  // logic_error. Its byte counts count the keys only.
+  static KvStore keys_only(int n_layers, int n_kv_heads, int head_dim);
 
   int n_layers() const { return n_layers_; }
   int n_kv_heads() const { return n_kv_heads_; }
@@ -45,6 +49,8 @@ class KvStore {
   bool holds_f32() const { return wide_; }
   // The kernels' type code of the rows as held: 0 when holds_f32(), else kv_ggml_type(dtype()).
   uint32_t row_type() const;
+  // False for a keys_only() store.
+  bool holds_values() const { return holds_values_; }
 
   // Gives every head of every layer room for `tokens_per_head` entries (keeps live entries).
   void reserve(int tokens_per_head);
@@ -53,6 +59,11 @@ class KvStore {
   void append(int layer, int32_t position, const float* k, const float* v);
   // Appends one entry to one head (decode-time methods that grow heads independently).
   void append_head(int layer, int head, int32_t position, const float* k, const float* v);
+  // Appends `count` entries to one head, at positions first_position, first_position + 1, ...;
+  // keys and values are [count, head_dim] (values may be nullptr in a keys_only() store). The
+  // same entries as `count` append_head() calls, in one copy.
+  void append_rows(int layer, int head, int32_t first_position, int count, const float* keys,
+                   const float* values);
 
   int length(int layer, int head) const { return layers_[layer].length[head]; }
   // [length, head_dim] rows in row_type(), for any store.
@@ -110,7 +121,9 @@ class KvStore {
   uint8_t* slot_bytes(Rows& rows, int64_t slot) const;
   const uint8_t* slot_bytes(const Rows& rows, int64_t slot) const;
   void allocate(Rows& rows, int64_t slots) const;
-  void write_row(const float* src, uint8_t* dst) const;
+  void write_rows(const float* src, uint8_t* dst, int64_t rows) const;
+  void check_values(const char* accessor) const;
+  int parts() const { return holds_values_ ? 2 : 1; }  // keys and values, or keys alone
   void grow_head(int layer, int head, int min_capacity);
   void relayout(int layer, const std::vector<int32_t>& new_capacity);
   void check_f32_rows(const char* accessor) const;
@@ -120,6 +133,7 @@ class KvStore {
   int head_dim_ = 0;
   KvDtype dtype_ = KvDtype::kF32;
   bool wide_ = true;
+  bool holds_values_ = true;
   int reported_bytes_ = 0;  // 0: the element size held
   std::vector<Layer> layers_;
 };

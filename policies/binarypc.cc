@@ -114,11 +114,8 @@ class BinaryPcSelector : public ParamDecodeSelector {
                        std::to_string(store.head_dim()) + " (calibrate it with this model)");
     budget_tokens_ = budget_tokens;
     heads_.assign(store.n_layers(), std::vector<HashedKvHead>(store.n_kv_heads()));
-    std::vector<std::pair<int, int>> hashed;  // (layer, KV head)
-    for (int layer = 0; layer < store.n_layers(); ++layer) {
-      if (is_dense_layer(dense_layers_, layer)) continue;
-      for (int h = 0; h < store.n_kv_heads(); ++h) hashed.emplace_back(layer, h);
-    }
+    const std::vector<std::pair<int, int>> hashed =
+        hashed_heads(store.n_layers(), store.n_kv_heads());
     // Heads are independent: one task each, with OpenBLAS single-threaded inside. A threaded
     // gemv over an L x d residual hands each of the 64 x 9 products per head to a second thread,
     // and on busy cores that hand-off, not the arithmetic, was most of BinaryPC's prefill time.
@@ -148,18 +145,22 @@ class BinaryPcSelector : public ParamDecodeSelector {
     const size_t rows = static_cast<size_t>(kBinaryHashBits) * d;
     std::vector<float>& projection = spec.sign_codes.projection;
     projection.assign(rows * n_layers * n_kv_heads, 0.0f);
-    for (int layer = 0; layer < n_layers; ++layer) {
-      if (is_dense_layer(dense_layers_, layer)) continue;
-      for (int h = 0; h < n_kv_heads; ++h) {
-        float* out = &projection[(static_cast<size_t>(layer) * n_kv_heads + h) * rows];
-        if (projection_) {
-          std::copy_n(projection_->head(layer, h), rows, out);
-        } else if (prompt.length(layer, h) > 0) {
-          fit_binary_projection(prompt.keys(layer, h), prompt.length(layer, h), d,
-                                head_fit(layer, h), out);
-        }
+    // One task per head with OpenBLAS single-threaded inside, as start() fits them, so that both
+    // engines code with the same rows whatever the host's core count. Fitted one after another
+    // with threaded gemv's, they were nearly all of a GPU cell's preparation, and from 3 BLAS
+    // threads on their last bits differed from start()'s (results/binarypc-online-fit.md).
+    const std::vector<std::pair<int, int>> heads = hashed_heads(n_layers, n_kv_heads);
+    const kernels::SingleThreadedBlas single_threaded_blas;
+    tbb::parallel_for(size_t{0}, heads.size(), [&](size_t i) {
+      const auto [layer, h] = heads[i];
+      float* out = &projection[(static_cast<size_t>(layer) * n_kv_heads + h) * rows];
+      if (projection_) {
+        std::copy_n(projection_->head(layer, h), rows, out);
+      } else if (prompt.length(layer, h) > 0) {
+        fit_binary_projection(prompt.keys(layer, h), prompt.length(layer, h), d, head_fit(layer, h),
+                              out);
       }
-    }
+    });
     return spec;
   }
 
@@ -186,6 +187,16 @@ class BinaryPcSelector : public ParamDecodeSelector {
   }
 
  private:
+  // The (layer, KV head) pairs outside the dense layers: those that are hashed.
+  std::vector<std::pair<int, int>> hashed_heads(int n_layers, int n_kv_heads) const {
+    std::vector<std::pair<int, int>> heads;
+    for (int layer = 0; layer < n_layers; ++layer) {
+      if (is_dense_layer(dense_layers_, layer)) continue;
+      for (int h = 0; h < n_kv_heads; ++h) heads.emplace_back(layer, h);
+    }
+    return heads;
+  }
+
   // Each (layer, KV head) fits with a seed of its own.
   BinaryProjectionFit head_fit(int layer, int h) const {
     BinaryProjectionFit fit = fit_;

@@ -39,8 +39,9 @@ struct BinaryProjectionSet;
 
 // Fits every (layer, KV head) of `set` from keys[layer * n_kv_heads + head] ([tokens, d] each,
 // freed as each head is done), one task per head with BLAS single-threaded inside (threaded gemv
-// hand-offs inside the tasks would oversubscribe the cores; the rows are bit-identical either
-// way). Head i's start vectors are seeded with fit.seed * 1000003 + i.
+// hand-offs inside the tasks would oversubscribe the cores, and from 3 BLAS threads on, OpenBLAS
+// splits gemv's sum over the keys so that the rows' last bits depend on the thread count). Head i's
+// start vectors are seeded with fit.seed * 1000003 + i.
 void fit_binary_projections(std::vector<std::vector<float>>& keys, int64_t tokens,
                             const BinaryProjectionFit& fit, BinaryProjectionSet& set);
 

@@ -68,14 +68,17 @@ std::vector<float> CudaBackend::prefill(int seq, std::span<const TokenId> ids,
   return engine_->prefill_with_captures(seq, tokens, request, capture);
 }
 
-KvStore CudaBackend::host_store(int seq) const {
+KvStore CudaBackend::downloaded_store(int seq, bool values) const {
   const ModelConfig& c = config();
-  KvStore store(c.n_layers, c.n_kv_heads, c.head_dim);
+  KvStore store = values ? KvStore(c.n_layers, c.n_kv_heads, c.head_dim)
+                         : KvStore::keys_only(c.n_layers, c.n_kv_heads, c.head_dim);
   store.set_reported_bytes_per_element(2);
   const int64_t head_rows = engine_->capacity();
   for (int l = 0; l < c.n_layers; ++l) {
+    // [Hkv, capacity, d] each: head h's entries are rows [h * capacity, h * capacity + length).
     const std::vector<float> keys = engine_->cached_sequence(l, seq, /*values=*/false);
-    const std::vector<float> values = engine_->cached_sequence(l, seq, /*values=*/true);
+    const std::vector<float> value_rows =
+        values ? engine_->cached_sequence(l, seq, /*values=*/true) : std::vector<float>();
     const int length = engine_->length(l, seq, 0);
     for (int h = 1; h < c.n_kv_heads; ++h)
       if (engine_->length(l, seq, h) != length)
@@ -83,14 +86,9 @@ KvStore CudaBackend::host_store(int seq) const {
             "CudaBackend::host_store: the heads of a compacted sequence differ "
             "in length; copy the prompt before compacting");
     store.reserve(length);
-    std::vector<float> k(static_cast<size_t>(c.n_kv_heads) * c.head_dim), v(k.size());
-    for (int t = 0; t < length; ++t) {
-      for (int h = 0; h < c.n_kv_heads; ++h) {
-        const size_t row = (static_cast<size_t>(h) * head_rows + t) * c.head_dim;
-        std::copy_n(&keys[row], c.head_dim, &k[static_cast<size_t>(h) * c.head_dim]);
-        std::copy_n(&values[row], c.head_dim, &v[static_cast<size_t>(h) * c.head_dim]);
-      }
-      store.append(l, t, k.data(), v.data());
+    for (int h = 0; h < c.n_kv_heads; ++h) {
+      const size_t first = static_cast<size_t>(h) * head_rows * c.head_dim;
+      store.append_rows(l, h, 0, length, &keys[first], values ? &value_rows[first] : nullptr);
     }
   }
   return store;
@@ -191,12 +189,12 @@ void CudaBackend::configure_decode() {
   engine_->reset_early_exit_counts();
   if (first->selector) {
     // Without the prompt first: only sign codes whose rows are fitted to the prompt's keys (an
-    // empty projection) need a host copy of the cache (every layer's keys and values downloaded).
+    // empty projection) need a host copy of the cache, and of its keys alone.
     std::optional<DeviceSelectionSpec> device =
         first->selector->device_selection(KvStore(), budget);
     if (device && device->scores == DeviceSelectionSpec::Scores::kSignCodes &&
         device->sign_codes.projection.empty())
-      device = first->selector->device_selection(host_store(first_seq), budget);
+      device = first->selector->device_selection(host_keys(first_seq), budget);
     if (!device) throw std::logic_error("CudaBackend: selector without a device form");
     engine_->start_sparse_decode(*device, first_seq, count);
   }

@@ -53,7 +53,8 @@ class CudaBackend final : public Engine {
                              PrefillCapture& capture) override;
   PrefillView prefill_view(int seq, const PrefillCapture& capture, const CaptureRequest& request,
                            KvStore& host_copy) const override;
-  KvStore host_store(int seq) const override;
+  KvStore host_store(int seq) const override { return downloaded_store(seq, /*values=*/true); }
+  KvStore host_keys(int seq) const override { return downloaded_store(seq, /*values=*/false); }
   void fork(int from, int to) override { engine_->copy_sequence(from, to); }
   void compact(int seq, const KeptIndices& kept, int spare_tokens) override;
   std::vector<TokenId> extend(std::span<const int> sequences, std::span<const TokenId> ids,
@@ -76,6 +77,9 @@ class CudaBackend final : public Engine {
   std::vector<int32_t> step(std::span<const DecodeInput> inputs);
   // Sets the batch's decode-time method (selection, ART) from the started plans.
   void configure_decode();
+  // Sequence `seq` (whose heads hold equal lengths) downloaded into a host store, with its values
+  // or keys only.
+  KvStore downloaded_store(int seq, bool values) const;
 
   // The weights a prefill view exposes W_o from: the host weights, or for weights
   // that live on the device only, each layer's W_o downloaded once (f32, d_model * Hq*d per layer:

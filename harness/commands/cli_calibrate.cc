@@ -89,7 +89,7 @@ int calibrate(const std::vector<std::string>& argv) {
       PrefillCapture unused;
       engine->prefill(0, std::span<const TokenId>(ids.data() + begin, end - begin),
                       CaptureRequest{}, unused);
-      const KvStore store = engine->host_store(0);
+      const KvStore store = engine->host_keys(0);
       for (int l = 0; l < config.n_layers; ++l)
         for (int h = 0; h < config.n_kv_heads; ++h) {
           const float* k = store.keys(l, h);

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <stdexcept>
 #include <utility>
@@ -99,6 +101,71 @@ TEST(KvStore, SixteenBitStoreHoldsRoundedEntriesInTwoBytes) {
     for (int j = 0; j < 3; ++j) EXPECT_EQ(store.keys(0, 0)[j * 2], expected[0]) << j;
     EXPECT_EQ(store.kv_bytes(), 3 * 2 * 2 * 4);
   }
+}
+
+// append_rows is append_head row by row, in one copy: the same bytes, positions and lengths for
+// every dtype, onto empty and non-empty heads, past the reserved capacity.
+TEST(KvStore, AppendRowsEqualsAppendHeadRowByRow) {
+  const int layers = 2, heads = 3, d = 5;
+  const std::vector<float> rows = filled(300 * d, 0.37f);
+  const std::vector<float> other = filled(300 * d, -11.1f);
+  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kBf16}) {
+    KvStore by_row(layers, heads, d, dtype), at_once(layers, heads, d, dtype);
+    by_row.reserve(20);
+    at_once.reserve(20);
+    for (int l = 0; l < layers; ++l)
+      for (int h = 0; h < heads; ++h) {
+        const int first = 7 * h + l, second = 40 + 60 * h;  // the second grows the head
+        for (int t = 0; t < first + second; ++t)
+          by_row.append_head(l, h, 3 + t, &rows[t * d], &other[t * d]);
+        at_once.append_rows(l, h, 3, first, rows.data(), other.data());
+        at_once.append_rows(l, h, 3 + first, second, &rows[first * d], &other[first * d]);
+      }
+    const size_t row_bytes = static_cast<size_t>(d) * (dtype == KvDtype::kF32 ? 4 : 2);
+    for (int l = 0; l < layers; ++l)
+      for (int h = 0; h < heads; ++h) {
+        const int n = by_row.length(l, h);
+        ASSERT_EQ(at_once.length(l, h), n);
+        EXPECT_EQ(std::memcmp(at_once.key_rows(l, h), by_row.key_rows(l, h), n * row_bytes), 0);
+        EXPECT_EQ(std::memcmp(at_once.value_rows(l, h), by_row.value_rows(l, h), n * row_bytes), 0);
+        EXPECT_TRUE(std::equal(at_once.positions(l, h), at_once.positions(l, h) + n,
+                               by_row.positions(l, h)));
+      }
+  }
+}
+
+// A keys-only store holds what a whole one holds of the keys, and no values.
+TEST(KvStore, KeysOnlyStoreHoldsTheKeysAndNoValues) {
+  const int d = 4;
+  const std::vector<float> k = filled(50 * d, 1.0f), v = filled(50 * d, -1.0f);
+  KvStore whole(2, 2, d);
+  KvStore keys = KvStore::keys_only(2, 2, d);
+  EXPECT_TRUE(whole.holds_values());
+  EXPECT_FALSE(keys.holds_values());
+  for (int h = 0; h < 2; ++h) {
+    whole.append_rows(1, h, 0, 30, &k[h * d], &v[h * d]);
+    keys.append_rows(1, h, 0, 30, &k[h * d], nullptr);
+  }
+  whole.append(1, 30, k.data(), v.data());
+  keys.append(1, 30, k.data(), v.data());  // values dropped
+  for (KvStore* store : {&whole, &keys}) {
+    store->compact(1, {{0, 5, 30}, {2, 3, 4, 30}}, 2);
+    store->erase(1, 1, 0);
+  }
+  for (int h = 0; h < 2; ++h) {
+    ASSERT_EQ(keys.length(1, h), whole.length(1, h));
+    EXPECT_TRUE(
+        std::equal(keys.keys(1, h), keys.keys(1, h) + whole.length(1, h) * d, whole.keys(1, h)));
+    EXPECT_TRUE(std::equal(keys.positions(1, h), keys.positions(1, h) + whole.length(1, h),
+                           whole.positions(1, h)));
+  }
+  EXPECT_THROW(keys.values(1, 0), std::logic_error);
+  EXPECT_THROW(keys.value_rows(1, 0), std::logic_error);
+  EXPECT_THROW(keys.mutable_values(1, 0), std::logic_error);
+  EXPECT_EQ(keys.kv_bytes(), whole.kv_bytes() / 2);
+  EXPECT_THROW(whole.append_rows(0, 0, 0, 1, k.data(), nullptr), std::logic_error);
+  keys.clear();
+  EXPECT_FALSE(keys.holds_values());
 }
 
 TEST(KvStore, DtypeNamesRoundTrip) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -10,6 +11,7 @@
 
 #include "common/errors.h"
 #include "kernels/cpu/binary_hash.h"
+#include "kernels/cpu/matmul.h"
 #include "policies/binarypc_projection.h"
 #include "policies/decode_selectors.h"
 #include "policies/registry.h"
@@ -226,6 +228,39 @@ TEST(BinaryPcSelector, KeepsBudgetPlusDecodeTokensSharedAcrossTheGroup) {
     EXPECT_EQ(kept[budget + 1], prompt + 1);
     EXPECT_EQ(std::set<int32_t>(kept.begin(), kept.end()).size(), kept.size());
   }
+}
+
+// The device form's online rows are each (layer, KV head)'s Algorithm 1 fit with its own seed
+// (seed * 1000003 + 131 layer + head), bit for bit as the fits ran one after another before they
+// became one single-threaded task per head: with OpenBLAS at 1 thread (as start() fits) or 2 (this
+// machine's default). From 3 threads on, OpenBLAS splits gemv's sum over the keys differently and
+// the rows differ in their last bits (measured: relative 1e-4 at most, the same codes).
+TEST(BinaryPcSelector, DeviceRowsAreEachHeadsSerialFitBitForBit) {
+  const int layers = 4, kv_heads = 2, d = 64, prompt = 2048;  // gemv's large enough to thread
+  const KvStore store = test::random_store(layers, kv_heads, d, prompt, 31);
+  auto selector = make_binarypc_selector({{"seed", 3}}, Budget::parse("100"));
+  const std::optional<DeviceSelectionSpec> spec = selector->device_selection(store, 100);
+  ASSERT_TRUE(spec.has_value());
+  const std::vector<float>& rows = spec->sign_codes.projection;
+  const size_t head_rows = static_cast<size_t>(kBinaryHashBits) * d;
+  ASSERT_EQ(rows.size(), head_rows * layers * kv_heads);
+  const int threads_before = blas_threads();
+  for (int threads : {1, 2}) {
+    set_blas_threads(threads);
+    for (int layer = 0; layer < layers; ++layer)
+      for (int h = 0; h < kv_heads; ++h) {
+        std::vector<float> expected(head_rows, 0.0f);  // dense layers {0, 1}: zero rows
+        BinaryProjectionFit fit;
+        fit.seed = 3u * 1000003u + static_cast<uint64_t>(layer) * 131u + h;
+        if (layer >= 2)
+          fit_binary_projection(store.keys(layer, h), prompt, d, fit, expected.data());
+        EXPECT_EQ(std::memcmp(expected.data(), &rows[(layer * kv_heads + h) * head_rows],
+                              head_rows * sizeof(float)),
+                  0)
+            << "layer " << layer << " head " << h << ", " << threads << " BLAS threads";
+      }
+  }
+  set_blas_threads(threads_before);
 }
 
 // EAS: the err_k = int(0.1 k) keys with the largest reconstruction error are always selected,
