@@ -4,7 +4,7 @@
 # a 2,048-token prompt + 64 tokens, for --kv-dtype f32, f16 and bf16, alternated round by round
 # (the order rotates each round). Not part of CI.
 #
-#   harness/scripts/compare-kv-dtypes.sh [--model M.gguf] [--threads 2] [--rounds 3]
+#   harness/scripts/compare-kv-dtypes.sh [--model M.gguf] [--threads 2] [--rounds 3] [--kvbench PATH]
 #
 # kvbench is ./build/kvbench, pinned to as many cores as --threads.
 set -euo pipefail

@@ -3,11 +3,11 @@
 # prefill tokens/s at 512 and 2,048 tokens, decode tokens/s (128 tokens after a 512-token prompt)
 # and peak RSS for a 2,048-token prompt + 64 tokens. Not part of CI (it builds llama.cpp, minutes).
 #
-#   harness/scripts/compare-llama-cpp.sh [--model M.gguf] [--threads 2] [--rounds 2]
+#   harness/scripts/compare-llama-cpp.sh [--model M.gguf] [--threads 2] [--rounds 2] [--kvbench PATH]
 #
 # llama.cpp comes from the source archive of the PyPI package llama-cpp-python 0.3.16 (its
 # vendor/llama.cpp), checked by SHA-256 and built once, CPU only, into build-llama-cpp/.
-# kvbench is ./build/kvbench (harness/scripts/setup.sh builds it).
+# kvbench is ./build/kvbench (harness/scripts/setup.sh builds it) unless --kvbench names another.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 rounds=2
