@@ -36,11 +36,25 @@ CachePlan plan_of(const CellSpec& spec) {
   return make_cache_plan(spec.policy, params, budget);
 }
 
+// One plan per cell, and the requests that point at them (`plans` must outlive the requests).
+std::vector<CachePlan> plans_of(const std::vector<CellSpec>& cells) {
+  std::vector<CachePlan> plans;
+  for (const auto& spec : cells) plans.push_back(plan_of(spec));
+  return plans;
+}
+
 GenerationOptions options_of(const CellSpec& spec) {
   GenerationOptions options;
   options.max_new_tokens = spec.max_new_tokens;
   options.extra_stop_ids = spec.stop_ids;
   return options;
+}
+
+std::vector<CellRequest> requests_of(std::vector<CachePlan>& plans,
+                                     const std::vector<CellSpec>& cells) {
+  std::vector<CellRequest> requests;
+  for (size_t i = 0; i < cells.size(); ++i) requests.push_back({&plans[i], options_of(cells[i])});
+  return requests;
 }
 
 const std::vector<CellSpec> kCells = {
@@ -58,10 +72,8 @@ void expect_cells_match_alone(bool with_question, bool batch_cells,
   const auto question =
       with_question ? test::random_token_ids(5, w.config.vocab_size, 9) : std::vector<TokenId>{};
 
-  std::vector<CachePlan> plans;
-  for (const auto& spec : kCells) plans.push_back(plan_of(spec));
-  std::vector<CellRequest> requests;
-  for (size_t i = 0; i < kCells.size(); ++i) requests.push_back({&plans[i], options_of(kCells[i])});
+  std::vector<CachePlan> plans = plans_of(kCells);
+  const std::vector<CellRequest> requests = requests_of(plans, kCells);
   CpuBackend backend(w, kv_dtype);
   const auto results =
       generate_cells(backend, nullptr, context, question, requests, BatchOptions{batch_cells});
@@ -178,10 +190,8 @@ TEST(BatchGeneration, CellsOneAtATimeShareOnePrefill) {
       {"full", "", 6},           {"snapkv", "50%", 5},     {"streamingllm", "40%", 7},
       {"knorm", "30%", 6, {13}}, {"snapkv+art", "50%", 5}, {"full+art", "", 4}};
   auto run = [&](bool batch_cells, bool cells_alone = false) {
-    std::vector<CachePlan> plans;
-    for (const auto& spec : cells) plans.push_back(plan_of(spec));
-    std::vector<CellRequest> requests;
-    for (size_t i = 0; i < cells.size(); ++i) requests.push_back({&plans[i], options_of(cells[i])});
+    std::vector<CachePlan> plans = plans_of(cells);
+    const std::vector<CellRequest> requests = requests_of(plans, cells);
     CpuBackend cpu(w);
     CountingEngine counting(cpu);
     auto results =
@@ -227,10 +237,8 @@ TEST(BatchGeneration, GroupsLargerThanMemoryAreSplitOverOnePrefill) {
   shape.n_layers = 3;
   const ModelWeights w = test::tiny_model(shape, 7);
   const auto context = test::random_token_ids(40, w.config.vocab_size, 3);
-  std::vector<CachePlan> plans;
-  for (const auto& spec : kCells) plans.push_back(plan_of(spec));
-  std::vector<CellRequest> requests;
-  for (size_t i = 0; i < kCells.size(); ++i) requests.push_back({&plans[i], options_of(kCells[i])});
+  std::vector<CachePlan> plans = plans_of(kCells);
+  const std::vector<CellRequest> requests = requests_of(plans, kCells);
   CpuBackend cpu(w);
   CountingEngine counting(cpu);
   counting.most_sequences = 3;
