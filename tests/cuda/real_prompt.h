@@ -65,7 +65,8 @@ inline RealModel real_model() {
 // cache has room for `spare` more tokens; `logits`, when given, receives the prompt's last logits.
 inline KeptIndices kept_on(Engine& engine, const std::vector<TokenId>& ids, CachePlan& plan,
                            bool* copied_keys = nullptr, int spare = 8,
-                           std::vector<float>* logits = nullptr) {
+                           std::vector<float>* logits = nullptr,
+                           PrefillCapture* capture = nullptr) {
   engine.reserve(1, static_cast<int>(ids.size()) + spare);
   PrefillCapture captured;
   const std::vector<float> last = engine.prefill(0, ids, plan.prefill->capture(), captured);
@@ -78,6 +79,7 @@ inline KeptIndices kept_on(Engine& engine, const std::vector<TokenId>& ids, Cach
       },
       engine.config(), budget_tokens_for(plan, static_cast<int>(ids.size())));
   if (copied_keys) *copied_keys = host_copy.n_layers() > 0;
+  if (capture) *capture = std::move(captured);
   return kept;
 }
 
