@@ -237,6 +237,27 @@ void run_batch(Engine& engine, const Tokenizer* tokenizer, const std::vector<Tok
   decode_cells(engine, tokenizer, shared, question, batch, decode_together);
 }
 
+// Runs `members` in parts of at most `part` cells; a part whose run raises CapacityError (the
+// memory estimate was optimistic) is put back as it was and split further.
+template <typename RunPart>
+void run_in_parts(const std::vector<CellState*>& members, size_t part, const RunPart& run_part) {
+  for (size_t begin = 0; begin < members.size();) {
+    const size_t count = std::min(members.size() - begin, part);
+    const std::vector<CellState*> batch(members.begin() + begin, members.begin() + begin + count);
+    std::vector<CellState> before;
+    for (const CellState* cell : batch) before.push_back(*cell);
+    try {
+      run_part(batch);
+    } catch (const CapacityError&) {
+      if (count == 1) throw;
+      part = count / 2;
+      for (size_t k = 0; k < count; ++k) *batch[k] = before[k];
+      continue;
+    }
+    begin += count;
+  }
+}
+
 // Cells of several decode groups from one prefill: the prompt stays in sequence 0 and each group
 // (in parts of at most `slots` - 1 cells) is forked from it into sequences 1, 2, ... in turn.
 void run_groups_on_one_prefill(Engine& engine, const Tokenizer* tokenizer,
@@ -249,27 +270,11 @@ void run_groups_on_one_prefill(Engine& engine, const Tokenizer* tokenizer,
   engine.reserve(slots, static_cast<int>(context.size()) + spare_tokens_of(all, question));
   engine.reset_peak_memory();
   const SharedPrefill shared = prefill_and_select(engine, context, all, /*base=*/0);
-  for (const auto& [key, members] : groups) {
-    size_t part = static_cast<size_t>(slots - 1);
-    for (size_t begin = 0; begin < members.size();) {
-      const size_t count = std::min(members.size() - begin, part);
-      const std::vector<CellState*> batch(members.begin() + begin, members.begin() + begin + count);
-      std::vector<CellState> before;
-      for (size_t k = 0; k < count; ++k) {
-        batch[k]->sequence = static_cast<int>(k) + 1;
-        before.push_back(*batch[k]);
-      }
-      try {
-        decode_cells(engine, tokenizer, shared, question, batch, decode_together);
-      } catch (const CapacityError&) {
-        if (count == 1) throw;
-        part = count / 2;  // the estimate was optimistic: split further, still from the prefill
-        for (size_t k = 0; k < count; ++k) *batch[k] = before[k];
-        continue;
-      }
-      begin += count;
-    }
-  }
+  for (const auto& [key, members] : groups)
+    run_in_parts(members, static_cast<size_t>(slots - 1), [&](const std::vector<CellState*>& part) {
+      for (size_t k = 0; k < part.size(); ++k) part[k]->sequence = static_cast<int>(k) + 1;
+      decode_cells(engine, tokenizer, shared, question, part, decode_together);
+    });
 }
 
 std::vector<GenerationResult> results_of(std::vector<CellState>& states) {
@@ -336,22 +341,10 @@ std::vector<GenerationResult> generate_cells(Engine& engine, const Tokenizer* to
       for (CellState& state : states) state = restarted(state);
     }
   }
-  for (auto& [key, members] : groups) {
-    int fits = fits_now;
-    for (size_t begin = 0; begin < members.size();) {
-      const size_t count = std::min(members.size() - begin, static_cast<size_t>(fits));
-      std::vector<CellState*> batch(members.begin() + begin, members.begin() + begin + count);
-      try {
-        run_batch(engine, tokenizer, context, question, batch, options.batch_cells);
-      } catch (const CapacityError&) {
-        if (count == 1) throw;
-        fits = static_cast<int>(count / 2);  // the estimate was optimistic: split further
-        for (CellState* cell : batch) *cell = restarted(*cell);
-        continue;
-      }
-      begin += count;
-    }
-  }
+  for (const auto& [key, members] : groups)
+    run_in_parts(members, static_cast<size_t>(fits_now), [&](const std::vector<CellState*>& part) {
+      run_batch(engine, tokenizer, context, question, part, options.batch_cells);
+    });
   return results_of(states);
 }
 
