@@ -7,7 +7,10 @@
 #   harness/scripts/cuda-sanitize.sh [GTEST FILTER]     e.g. 'CudaEngine.*'
 #
 # KVB_CUDA_SANITIZE_TOOLS picks the tools (default "memcheck racecheck"; synccheck and initcheck
-# also exist). Each tool's report goes to build-cuda-san/compute-sanitizer-TOOL.log with its wall
+# also exist). KVB_CUDA_SANITIZE_TESTS names a kvb_cuda_tests binary built elsewhere (e.g. carried
+# to a GPU machine that has no build tree): then nothing is set up or built here, and the logs go
+# to KVB_CUDA_SANITIZE_LOG_DIR (default: the current folder). GTEST_TOTAL_SHARDS /
+# GTEST_SHARD_INDEX split a long filter over several runs. Each tool's report goes to build-cuda-san/compute-sanitizer-TOOL.log with its wall
 # time; the script exits 1 when any tool reports an error.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -23,29 +26,40 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "cuda-sanitize.sh: no GPU answers nvidia-smi; the CUDA tests would only skip" >&2
   exit 2
 fi
-"$root/harness/scripts/setup.sh" --no-build
-if [ ! -f "$build/CMakeCache.txt" ]; then
-  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKVB_CUDA=ON -DKVB_NATIVE=OFF \
-    -DKVB_BENCHMARKS=OFF -DCMAKE_CUDA_FLAGS=-lineinfo >/dev/null
+if [ -n "${KVB_CUDA_SANITIZE_TESTS:-}" ]; then
+  tests="$KVB_CUDA_SANITIZE_TESTS"
+  build="${KVB_CUDA_SANITIZE_LOG_DIR:-$PWD}"
+  mkdir -p "$build"
+else
+  "$root/harness/scripts/setup.sh" --no-build
+  if [ ! -f "$build/CMakeCache.txt" ]; then
+    cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKVB_CUDA=ON -DKVB_NATIVE=OFF \
+      -DKVB_BENCHMARKS=OFF -DCMAKE_CUDA_FLAGS=-lineinfo >/dev/null
+  fi
+  cmake --build "$build" -j "${KVB_JOBS:-$(nproc)}" --target kvb_cuda_tests
+  tests="$build/tests/kvb_cuda_tests"
 fi
-cmake --build "$build" -j "${KVB_JOBS:-$(nproc)}" --target kvb_cuda_tests
-tests="$build/tests/kvb_cuda_tests"
+# KVB_CUDA_SANITIZE_SECONDS bounds each tool's run (exit 124 then; the log keeps the tests that
+# finished).
+limit=()
+[ -n "${KVB_CUDA_SANITIZE_SECONDS:-}" ] && limit=(timeout -s INT -k 20 "$KVB_CUDA_SANITIZE_SECONDS")
 status=0
 for tool in ${KVB_CUDA_SANITIZE_TOOLS:-memcheck racecheck}; do
-  log="$build/compute-sanitizer-$tool.log"
+  log="$build/compute-sanitizer-$tool${GTEST_SHARD_INDEX:+-shard$GTEST_SHARD_INDEX}.log"
   extra=()
   [ "$tool" = memcheck ] && extra=(--leak-check full)
   start=$(date +%s)
   set +e
-  "$sanitizer" --tool "$tool" "${extra[@]}" --error-exitcode 1 --print-limit 50 \
+  ${limit[@]+"${limit[@]}"} "$sanitizer" --tool "$tool" "${extra[@]}" --error-exitcode 1 --print-limit 50 \
     "$tests" --gtest_filter="$filter" >"$log" 2>&1
   rc=$?
   set -e
   end=$(date +%s)
   ran="$(grep -Eo '^\[==========\] [0-9]+ tests? from' "$log" | tail -1 | grep -Eo '[0-9]+' || echo '?')"
   skipped="$(grep -c '^\[  SKIPPED \]' "$log" || true)"
+  passed="$(grep -c '^\[       OK \]' "$log" || true)"
   summary="$(grep -E '^========= (ERROR SUMMARY|RACECHECK SUMMARY)' "$log" | tail -1)"
-  echo "[cuda-sanitize] $tool: exit $rc, $((end - start)) s, $ran tests ($skipped skipped): ${summary:-no summary} ($log)"
+  echo "[cuda-sanitize] $tool: exit $rc, $((end - start)) s, $ran tests ($passed passed, $skipped skipped): ${summary:-no summary} ($log)"
   [ "$rc" = 0 ] || status=1
 done
 exit $status
