@@ -8,8 +8,16 @@
 namespace kvb {
 namespace {
 
+std::vector<float> rounded(std::vector<float> values) {
+  round_to_bf16(values.data(), static_cast<int64_t>(values.size()));
+  return values;
+}
+
+// An f32 matrix stays f32 holding bf16 values (the prefill's sgemm reads it as it is, where bf16
+// rows would be widened tile by tile); any other encoding becomes bf16, no larger than it was.
 WeightMatrix matrix_in_bf16(const WeightMatrix& matrix) {
   if (matrix.empty()) return matrix;
+  if (matrix.is_f32()) return rounded(matrix.f32());
   const std::vector<float> values = matrix.to_f32();
   std::vector<uint8_t> bytes(values.size() * sizeof(uint16_t));
   for (size_t i = 0; i < values.size(); ++i) {
@@ -18,11 +26,6 @@ WeightMatrix matrix_in_bf16(const WeightMatrix& matrix) {
   }
   return WeightMatrix::encoded(static_cast<uint32_t>(GgmlType::kBF16), std::move(bytes),
                                matrix.size());
-}
-
-std::vector<float> rounded(std::vector<float> values) {
-  round_to_bf16(values.data(), static_cast<int64_t>(values.size()));
-  return values;
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 // - weights: every matrix, norm gain and bias goes up as bf16(to_f32(w)), round to nearest even
 //   (engine/cuda/cuda_engine.cu: upload_bf16, to_bf16_bits; engine/cuda/device_weights.cc takes
 //   the same values through WeightSource::read_rows_bf16). Here weights_rounded_to_bf16: a copy of
-//   the model in bf16, the norms and biases f32 holding bf16 values.
+//   the model holding the bf16 values.
 // - embeddings: bf16 rows widened into the f32 residual stream (kernels/cuda/transformer_ops.cu,
 //   embedding_kernel). The residual stays f32; each delta added to it is the bf16 output of the o
 //   or down product (kernels/cuda/rmsnorm.cu, add_rmsnorm_rows_kernel: value + bf16 delta).
@@ -54,7 +54,7 @@ std::string forward_precision_name(ForwardPrecision precision);  // "f32", "bf16
 std::optional<ForwardPrecision> parse_forward_precision(const std::string& name);
 
 // A copy of `weights` with every value rounded to bf16 (nearest even) as the CUDA engine uploads
-// it: matrices stored as bf16, norms and biases as f32 holding bf16 values.
+// it: f32 matrices, norms and biases as f32 holding bf16 values, other matrices stored as bf16.
 ModelWeights weights_rounded_to_bf16(const ModelWeights& weights);
 
 // The key tile of the CUDA prefill attention for heads of `head_dim` (the tile the probabilities

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "common/errors.h"
 #include "engine/cpu/cpu_backend.h"
@@ -150,16 +151,27 @@ TEST(DeviceNumerics, StoredActivationsAndWeightsAreBf16) {
   }
   const ModelWeights& used = backend.weights();
   EXPECT_NE(&used, &w);
-  const auto bf16 = static_cast<uint32_t>(GgmlType::kBF16);
   for (const LayerWeights& layer : used.layers) {
     for (const WeightMatrix* m :
          {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w_gate, &layer.w_up, &layer.w_down})
-      EXPECT_EQ(m->type(), bf16);
+      EXPECT_TRUE(bf16_exact(m->to_f32()));
     for (const auto* v : {&layer.attn_norm, &layer.ffn_norm, &layer.bq, &layer.bk, &layer.bv})
       EXPECT_TRUE(bf16_exact(*v));
   }
-  EXPECT_EQ(used.token_embedding.type(), bf16);
+  EXPECT_TRUE(bf16_exact(used.token_embedding.to_f32()));
   EXPECT_TRUE(bf16_exact(used.output_norm));
+  // An encoded matrix (here f16) becomes bf16, no larger than it was.
+  ModelWeights encoded = w;
+  std::vector<uint8_t> bytes(encoded.layers[0].wq.size() * 2);
+  for (int64_t i = 0; i < encoded.layers[0].wq.size(); ++i) {
+    const uint16_t half = f32_to_fp16(w.layers[0].wq.f32()[i]);
+    std::memcpy(&bytes[i * 2], &half, 2);
+  }
+  encoded.layers[0].wq = WeightMatrix::encoded(static_cast<uint32_t>(GgmlType::kF16),
+                                               std::move(bytes), w.layers[0].wq.size());
+  const ModelWeights rounded = weights_rounded_to_bf16(encoded);
+  EXPECT_EQ(rounded.layers[0].wq.type(), static_cast<uint32_t>(GgmlType::kBF16));
+  EXPECT_TRUE(bf16_exact(rounded.layers[0].wq.to_f32()));
 }
 
 // The default is the f32 forward: the same logits, bit for bit, as asking for it, and not the
