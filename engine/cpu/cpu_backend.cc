@@ -9,8 +9,8 @@
 
 namespace kvb {
 
-CpuBackend::CpuBackend(const ModelWeights& weights, KvDtype kv_dtype)
-    : engine_(weights, kv_dtype) {}
+CpuBackend::CpuBackend(const ModelWeights& weights, KvDtype kv_dtype, ForwardPrecision precision)
+    : engine_(weights, kv_dtype, precision) {}
 
 int64_t CpuBackend::weight_bytes() const {
   const ModelWeights& w = weights();

@@ -13,8 +13,10 @@ namespace kvb {
 
 class CpuBackend final : public Engine {
  public:
-  // `weights` must outlive the backend; `kv_dtype` is its caches' element type (engine/kv_store.h).
-  explicit CpuBackend(const ModelWeights& weights, KvDtype kv_dtype = KvDtype::kF32);
+  // `weights` must outlive the backend; `kv_dtype` is its caches' element type (engine/kv_store.h);
+  // `precision` the forward's (engine/cpu/device_numerics.h).
+  explicit CpuBackend(const ModelWeights& weights, KvDtype kv_dtype = KvDtype::kF32,
+                      ForwardPrecision precision = ForwardPrecision::kF32);
 
   const ModelConfig& config() const override { return engine_.config(); }
   std::string backend_name() const override { return "cpu"; }

@@ -9,6 +9,7 @@
 #include "engine/cpu/early_exit_walk.h"
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/early_exit_decode.h"
 #include "kernels/cpu/kv_rows.h"
 #include "kernels/cpu/quantized_matmul.h"
@@ -115,8 +116,17 @@ int next_position(const KvStore& store) {
   return next;
 }
 
-CpuEngine::CpuEngine(const ModelWeights& weights, KvDtype kv_dtype)
-    : weights_(weights), kv_dtype_(kv_dtype) {
+CpuEngine::CpuEngine(const ModelWeights& weights, KvDtype kv_dtype, ForwardPrecision precision)
+    : precision_(precision),
+      rounded_weights_(precision == ForwardPrecision::kBf16Device
+                           ? std::make_unique<const ModelWeights>(weights_rounded_to_bf16(weights))
+                           : nullptr),
+      weights_(rounded_weights_ ? *rounded_weights_ : weights),
+      kv_dtype_(kv_dtype) {
+  if (precision == ForwardPrecision::kBf16Device && kv_dtype == KvDtype::kF16)
+    throw InputError(
+        "the CPU engine's bf16 device numerics store bf16 keys and values, which an f16 cache "
+        "would round again; give a bf16 (or f32) KV cache");
   const ModelConfig& c = weights.config;
   if (c.llama3_rope_scaling) {
     const auto& s = *c.llama3_rope_scaling;
@@ -146,11 +156,54 @@ void CpuEngine::check_context(int first_position, int n_tokens) const {
                         " tokens; shorten the prompt or lower --max-new-tokens");
 }
 
+void CpuEngine::round_as_device(float* x, size_t n) const {
+  if (precision_ == ForwardPrecision::kBf16Device) round_to_bf16(x, static_cast<int64_t>(n));
+}
+
+const float* CpuEngine::product_bias(const std::vector<float>& bias) const {
+  return precision_ == ForwardPrecision::kBf16Device ? nullptr : bias_or_null(bias);
+}
+
+void CpuEngine::rotate_qkv(const LayerWeights& layer, int rows, int first_position, float* q,
+                           float* k, float* v) const {
+  const ModelConfig& c = config();
+  const int d = c.head_dim, Hq = c.n_query_heads, Hkv = c.n_kv_heads;
+  const int64_t q_width = static_cast<int64_t>(Hq) * d, kv_width = static_cast<int64_t>(Hkv) * d;
+  const bool device = precision_ == ForwardPrecision::kBf16Device;
+  const kernels::RopeAngles angles =
+      device ? kernels::RopeAngles::kF32Product : kernels::RopeAngles::kDouble;
+  // The device's product output, then bf16(that + bias) (kernels/cuda/rope.cuh, with_bias).
+  auto round_with_bias = [](float* row, const std::vector<float>& bias, int64_t width) {
+    round_to_bf16(row, width);
+    if (bias.empty()) return;
+    for (int64_t i = 0; i < width; ++i) row[i] += bias[i];
+    round_to_bf16(row, width);
+  };
+  tbb::parallel_for(0, rows, [&](int t) {
+    float* q_row = q + t * q_width;
+    float* k_row = k + t * kv_width;
+    if (device) {
+      round_with_bias(q_row, layer.bq, q_width);
+      round_with_bias(k_row, layer.bk, kv_width);
+      round_with_bias(v + t * kv_width, layer.bv, kv_width);
+    }
+    kernels::apply_rope(q_row, Hq, d, d, first_position + t, inv_freq_.data(), rope_pairing_,
+                        angles);
+    kernels::apply_rope(k_row, Hkv, d, d, first_position + t, inv_freq_.data(), rope_pairing_,
+                        angles);
+    if (device) {
+      round_to_bf16(q_row, q_width);
+      round_to_bf16(k_row, kv_width);
+    }
+  });
+}
+
 std::vector<float> CpuEngine::output_logits(const float* hidden) const {
   const ModelConfig& c = config();
   std::vector<float> normed(c.d_model);
   kernels::rmsnorm(hidden, weights_.output_norm.data(), 1, c.d_model, c.rms_norm_eps,
                    normed.data());
+  round_as_device(normed);
   std::vector<float> logits(c.vocab_size);
   project(weights_.output_matrix(), c.vocab_size, c.d_model, normed.data(), 1, nullptr,
           logits.data());
@@ -173,6 +226,7 @@ void CpuEngine::feed_forward_chunk(const LayerWeights& layer, int rows, float* x
   const size_t x_size = static_cast<size_t>(rows) * c.d_model;
   std::vector<float> normed(x_size);
   kernels::rmsnorm(x, layer.ffn_norm.data(), rows, c.d_model, c.rms_norm_eps, normed.data());
+  round_as_device(normed);
   std::vector<float> gate(static_cast<size_t>(rows) * c.ffn_dim), up(gate.size());
   if (rows == 1) {
     project_one_row({{&layer.w_gate, c.ffn_dim, nullptr, gate.data()},
@@ -182,10 +236,14 @@ void CpuEngine::feed_forward_chunk(const LayerWeights& layer, int rows, float* x
     project(layer.w_gate, c.ffn_dim, c.d_model, normed.data(), rows, nullptr, gate.data());
     project(layer.w_up, c.ffn_dim, c.d_model, normed.data(), rows, nullptr, up.data());
   }
+  round_as_device(gate);
+  round_as_device(up);
   kernels::swiglu(gate.data(), up.data(), static_cast<int64_t>(gate.size()), gate.data());
   up = {};
+  round_as_device(gate);
   std::vector<float>& down = normed;  // the normed input is read; its room takes the output
   project(layer.w_down, c.d_model, c.ffn_dim, gate.data(), rows, nullptr, down.data());
+  round_as_device(down);
   for (size_t i = 0; i < x_size; ++i) x[i] += down[i];
 }
 
@@ -221,13 +279,11 @@ std::vector<float> CpuEngine::forward_chunk(std::span<const TokenId> ids, KvStor
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& layer = weights_.layers[l];
     kernels::rmsnorm(x.data(), layer.attn_norm.data(), T, D, c.rms_norm_eps, normed.data());
-    project(layer.wq, q_width, D, normed.data(), T, bias_or_null(layer.bq), q.data());
-    project(layer.wk, kv_width, D, normed.data(), T, bias_or_null(layer.bk), k.data());
-    project(layer.wv, kv_width, D, normed.data(), T, bias_or_null(layer.bv), v.data());
-    tbb::parallel_for(0, T, [&](int t) {
-      kernels::apply_rope(&q[t * q_width], Hq, d, d, p0 + t, inv_freq_.data(), rope_pairing_);
-      kernels::apply_rope(&k[t * kv_width], Hkv, d, d, p0 + t, inv_freq_.data(), rope_pairing_);
-    });
+    round_as_device(normed);
+    project(layer.wq, q_width, D, normed.data(), T, product_bias(layer.bq), q.data());
+    project(layer.wk, kv_width, D, normed.data(), T, product_bias(layer.bk), k.data());
+    project(layer.wv, kv_width, D, normed.data(), T, product_bias(layer.bv), v.data());
+    rotate_qkv(layer, T, p0, q.data(), k.data(), v.data());
     for (int t = 0; t < T; ++t) store.append(l, p0 + t, &k[t * kv_width], &v[t * kv_width]);
 
     kernels::PrefillAttentionArgs attention;
@@ -237,6 +293,8 @@ std::vector<float> CpuEngine::forward_chunk(std::span<const TokenId> ids, KvStor
     attention.n_queries = T;
     attention.queries = q.data();
     attention.output = attended.data();
+    if (precision_ == ForwardPrecision::kBf16Device)
+      attention.bf16_probability_tile = device_attention_key_tile(d);
     rows_for_attention(store, l, rows, attention);
     if (capturing) {
       const int w = capture->window;
@@ -252,7 +310,9 @@ std::vector<float> CpuEngine::forward_chunk(std::span<const TokenId> ids, KvStor
       }
     }
     kernels::prefill_attention(attention);
+    round_as_device(attended);
     project(layer.wo, D, q_width, attended.data(), T, nullptr, projected.data());
+    round_as_device(projected);
     add_in_place(x, projected);
     feed_forward_rows(layer, T, x);
   }
@@ -273,6 +333,8 @@ void CpuEngine::attend_query_head(int layer, int q_head, const float* query, con
   args.head_dim = config().head_dim;
   args.output = output;
   args.probabilities = probabilities;
+  if (precision_ == ForwardPrecision::kBf16Device)
+    args.bf16_probability_tile = device_attention_key_tile(config().head_dim);
   if (selection != nullptr && !selection->dense && !selection->indices.empty()) {
     args.indices = selection->indices[q_head].data();
     args.n_indices = static_cast<int>(selection->indices[q_head].size());
@@ -360,12 +422,12 @@ std::vector<float> CpuEngine::decode_step(TokenId token, int position, int step,
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& layer = weights_.layers[l];
     kernels::rmsnorm(x.data(), layer.attn_norm.data(), 1, D, c.rms_norm_eps, normed.data());
-    project_one_row({{&layer.wq, q_width, bias_or_null(layer.bq), q.data()},
-                     {&layer.wk, kv_width, bias_or_null(layer.bk), k.data()},
-                     {&layer.wv, kv_width, bias_or_null(layer.bv), v.data()}},
+    round_as_device(normed);
+    project_one_row({{&layer.wq, q_width, product_bias(layer.bq), q.data()},
+                     {&layer.wk, kv_width, product_bias(layer.bk), k.data()},
+                     {&layer.wv, kv_width, product_bias(layer.bv), v.data()}},
                     D, normed.data());
-    kernels::apply_rope(q.data(), Hq, d, d, position, inv_freq_.data(), rope_pairing_);
-    kernels::apply_rope(k.data(), Hkv, d, d, position, inv_freq_.data(), rope_pairing_);
+    rotate_qkv(layer, 1, position, q.data(), k.data(), v.data());
     store.append(l, position, k.data(), v.data());
 
     const Selection* chosen = nullptr;
@@ -403,7 +465,9 @@ std::vector<float> CpuEngine::decode_step(TokenId token, int position, int step,
       for (const auto& p : probabilities) view.probabilities.push_back(p.data());
       plan.decode_eviction->after_step(view, store);
     }
+    round_as_device(attended);
     project(layer.wo, D, q_width, attended.data(), 1, nullptr, projected.data());
+    round_as_device(projected);
     add_in_place(x, projected);
     feed_forward_rows(layer, 1, x);
   }

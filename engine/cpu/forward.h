@@ -5,6 +5,8 @@
 // (kernels/cpu/quantized_matmul.h); attention is threaded over heads (kernels/cpu/attention.h).
 // The KV cache is f32, f16 or bf16 (engine/kv_store.h): decode attention reads 16-bit rows as they
 // are, prefill attention widens a layer's rows into a scratch buffer for its sgemms.
+// ForwardPrecision::kBf16Device rounds weights and activations where the CUDA engine holds them in
+// bf16 (engine/cpu/device_numerics.h lists the points).
 #pragma once
 
 #include <memory>
@@ -12,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/cpu/device_numerics.h"
 #include "engine/engine.h"
 #include "engine/weights.h"
 #include "kernels/cpu/rope.h"
@@ -21,13 +24,17 @@ namespace kvb {
 class CpuEngine final : public InferenceEngine {
  public:
   // `weights` must outlive the engine. `kv_dtype`: the element type of the caches it makes (f32,
-  // the reference, unless asked).
-  explicit CpuEngine(const ModelWeights& weights, KvDtype kv_dtype = KvDtype::kF32);
+  // the reference, unless asked). `precision` kBf16Device computes on a bf16 copy of the weights
+  // (weights() returns it) and stores bf16 keys and values, which an f32 or bf16 cache holds
+  // exactly; an f16 cache would round them again (InputError).
+  explicit CpuEngine(const ModelWeights& weights, KvDtype kv_dtype = KvDtype::kF32,
+                     ForwardPrecision precision = ForwardPrecision::kF32);
 
   const ModelConfig& config() const override { return weights_.config; }
   std::string backend_name() const override { return "cpu"; }
   const ModelWeights& weights() const override { return weights_; }
   KvDtype kv_dtype() const override { return kv_dtype_; }
+  ForwardPrecision precision() const { return precision_; }
 
   std::vector<float> forward_chunk(std::span<const TokenId> ids, KvStore& store,
                                    const CaptureRequest& request, PrefillCapture* capture,
@@ -42,6 +49,16 @@ class CpuEngine final : public InferenceEngine {
   void feed_forward_rows(const LayerWeights& layer, int rows, std::vector<float>& x) const;
   void feed_forward_chunk(const LayerWeights& layer, int rows, float* x) const;
   std::vector<float> output_logits(const float* hidden) const;
+  // Under kBf16Device: x[0, n) rounded to bf16, where the CUDA engine stores a bf16 buffer.
+  void round_as_device(float* x, size_t n) const;
+  void round_as_device(std::vector<float>& x) const { round_as_device(x.data(), x.size()); }
+  // The bias the q/k/v products add: none under kBf16Device, where rotate_qkv adds it to the
+  // rounded product as the device does.
+  const float* product_bias(const std::vector<float>& bias) const;
+  // After the q/k/v products of `rows` rows at positions first_position + t: under kBf16Device the
+  // products' rounding and the bias; RoPE; under kBf16Device the rotated values' rounding.
+  void rotate_qkv(const LayerWeights& layer, int rows, int first_position, float* q, float* k,
+                  float* v) const;
   // Attention of one query head at one decode step: the single place where the decode path
   // chooses how a head attends (dense, a selection, or a kernel-level walk such as ART).
   void attend_query_head(int layer, int q_head, const float* query, const KvStore& store,
@@ -55,7 +72,9 @@ class CpuEngine final : public InferenceEngine {
                                kernels::EarlyExitWalkStats& stats,
                                kernels::EarlyExitOracleSummary& oracle) const;
 
-  const ModelWeights& weights_;
+  ForwardPrecision precision_;
+  std::unique_ptr<const ModelWeights> rounded_weights_;  // kBf16Device: the weights as bf16
+  const ModelWeights& weights_;                          // the caller's, or *rounded_weights_
   KvDtype kv_dtype_;
   std::vector<float> inv_freq_;
   kernels::RopePairing rope_pairing_;

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "kernels/cpu/activations.h"
+#include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/kv_rows.h"
 #include "kernels/cpu/matmul.h"
 
@@ -16,6 +17,20 @@ namespace kvb::kernels {
 namespace {
 
 constexpr int kQueryBlock = 64;
+
+// p[j] (a softmax row of n entries) becomes bf16(p[j] / m) * m, m the largest p of the tiles up to
+// j's: the flash kernels round 2^(s_j - running max) to bf16 for P·V and later scale it by the
+// correction to the final maximum, here p / m up to f32 rounding.
+void round_probabilities_per_tile(float* p, int n, int tile) {
+  float running_max = 0;
+  for (int first = 0; first < n; first += tile) {
+    const int end = std::min(n, first + tile);
+    running_max = std::max(running_max, *std::max_element(p + first, p + end));
+    if (running_max == 0) continue;
+    for (int j = first; j < end; ++j)
+      p[j] = bf16_to_f32(f32_to_bf16(p[j] / running_max)) * running_max;
+  }
+}
 
 // Attention of queries [t0, t1) of one query head. `scores` is scratch of (t1-t0) * visible floats.
 void attend_block(const PrefillAttentionArgs& args, int q_head, int t0, int t1,
@@ -42,6 +57,8 @@ void attend_block(const PrefillAttentionArgs& args, int q_head, int t0, int t1,
       args.row_log_sum_exp[static_cast<int64_t>(q_head) * args.n_queries + t0 + r] = lse;
     if (column_sums != nullptr)
       for (int j = 0; j < seen; ++j) column_sums[j] += row[j];
+    if (args.bf16_probability_tile > 0)
+      round_probabilities_per_tile(row, seen, args.bf16_probability_tile);
   }
   float* out = args.output + t0 * row_stride + static_cast<int64_t>(q_head) * d;
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, visible, 1.0f, scores.data(),
@@ -87,11 +104,6 @@ float decode_attention(const DecodeAttentionArgs& args) {
     if (args.logit_bias != nullptr) logits[i] += args.logit_bias[i];
   }
   const float lse = softmax(logits.data(), n);
-  std::fill(args.output, args.output + d, 0.0f);
-  for (int i = 0; i < n; ++i) {
-    const int entry = args.indices != nullptr ? args.indices[i] : i;
-    rows.axpy(logits[i], values + entry * row_bytes, args.output, d);
-  }
   if (args.probabilities != nullptr) {
     if (args.indices == nullptr) {
       std::copy(logits.begin(), logits.end(), args.probabilities);
@@ -99,6 +111,13 @@ float decode_attention(const DecodeAttentionArgs& args) {
       std::fill(args.probabilities, args.probabilities + args.n_entries, 0.0f);
       for (int i = 0; i < n; ++i) args.probabilities[args.indices[i]] += logits[i];
     }
+  }
+  if (args.bf16_probability_tile > 0)
+    round_probabilities_per_tile(logits.data(), n, args.bf16_probability_tile);
+  std::fill(args.output, args.output + d, 0.0f);
+  for (int i = 0; i < n; ++i) {
+    const int entry = args.indices != nullptr ? args.indices[i] : i;
+    rows.axpy(logits[i], values + entry * row_bytes, args.output, d);
   }
   return lse;
 }

@@ -33,6 +33,11 @@ struct PrefillAttentionArgs {
   // Optional per query head [prefix + T]: Σ over the chunk's queries of p(query -> entry)
   // (H2O's accumulated attention). Accumulated into (callers zero it).
   std::vector<float*> column_sums;
+  // > 0: the product P·V takes each probability as the CUDA flash kernels do, rounded to bf16
+  // relative to the row's running maximum over the key tiles of this many entries up to its own
+  // (kernels/cuda/online_softmax.cuh, probability_fragment). The row log-sum-exp and the column
+  // sums stay exact.
+  int bf16_probability_tile = 0;
 };
 
 void prefill_attention(const PrefillAttentionArgs& args);
@@ -50,6 +55,9 @@ struct DecodeAttentionArgs {
   float* output = nullptr;            // [head_dim]
   float* probabilities = nullptr;     // optional [n_entries] in store order
   float scale = 0;                    // 0 means 1/sqrt(head_dim)
+  // > 0: P·V takes the probabilities rounded as PrefillAttentionArgs::bf16_probability_tile says,
+  // over the attended entries in their order; `probabilities` gets them exact.
+  int bf16_probability_tile = 0;
 };
 
 // Returns the log-sum-exp of the attended logits.

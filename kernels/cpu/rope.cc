@@ -33,11 +33,12 @@ std::vector<float> rope_inverse_frequencies_llama3(int head_dim, float theta,
 }
 
 void apply_rope(float* x, int n_heads, int head_dim, int64_t head_stride, int64_t position,
-                const float* inv_freq, RopePairing pairing) {
+                const float* inv_freq, RopePairing pairing, RopeAngles angles) {
   const int half = head_dim / 2;
   for (int i = 0; i < half; ++i) {
-    // Angles in double: position * freq reaches 1e5 rad at long contexts, where f32 loses ~1e-2.
-    const double angle = static_cast<double>(position) * inv_freq[i];
+    const double angle = angles == RopeAngles::kDouble
+                             ? static_cast<double>(position) * inv_freq[i]
+                             : static_cast<double>(static_cast<float>(position) * inv_freq[i]);
     const float c = static_cast<float>(std::cos(angle));
     const float s = static_cast<float>(std::sin(angle));
     const int a = pairing == RopePairing::kInterleavedPairs ? 2 * i : i;

@@ -26,9 +26,15 @@ std::vector<float> rope_inverse_frequencies(int head_dim, float theta);
 std::vector<float> rope_inverse_frequencies_llama3(int head_dim, float theta,
                                                    const Llama3FrequencyScaling& scaling);
 
+// How the angle position * inv_freq[i] is formed: in double (the reference: f32 loses ~1e-2 rad
+// at 1e5 rad), or as the f32 product that kernels/cuda/rope.cuh's apply_rope_row takes the sine
+// and cosine of (the CPU engine's device numerics, engine/cpu/device_numerics.h).
+enum class RopeAngles { kDouble, kF32Product };
+
 // Rotates each of the n_heads vectors of x ([n_heads, head_dim], contiguous with `head_stride`
 // floats between heads) by the angle position * inv_freq[i].
 void apply_rope(float* x, int n_heads, int head_dim, int64_t head_stride, int64_t position,
-                const float* inv_freq, RopePairing pairing);
+                const float* inv_freq, RopePairing pairing,
+                RopeAngles angles = RopeAngles::kDouble);
 
 }  // namespace kvb::kernels

@@ -1,11 +1,12 @@
 // CudaBackend (engine/cuda/cuda_backend.h) against CpuBackend, the f32 reference, through the one
 // Engine interface:
 // - on a real prompt (SmolLM2-135M, ~1,500 tokens) the kept sets of the prefill policies agree with
-//   the CPU's (Jaccard per (layer, KV head)). The GPU's keys, values and queries are bf16 and the
-//   CPU's f32, so tokens near a head's cut-off trade places (results/gpu-sweeps.md has the
-//   measured figures; the bounds below sit under them); the GPU scores from the statistics its
-//   prefill computed (CriticalKV's ‖v W_o‖ too), and none gets a host copy of the prompt's keys
-//   and values;
+//   the CPU's (Jaccard per (layer, KV head)). Against the f32 CPU forward, tokens near a head's
+//   cut-off trade places with the bf16 rounding of the GPU's keys, values and queries
+//   (results/gpu-sweeps.md has the measured figures; the loose bounds sit under them); against the
+//   CPU forward with the GPU's rounding points (ForwardPrecision::kBf16Device) they meet issue 17's
+//   0.98 per head. The GPU scores from the statistics its prefill computed (CriticalKV's ‖v W_o‖
+//   too), and none gets a host copy of the prompt's keys and values;
 // - the window queries the GPU prefill hands down are the CPU's (bf16 tolerance);
 // - a sample's cells decoded together on the GPU give the ids each gives decoded alone (batch 1),
 //   and the GPU's greedy answers are the CPU's for most cells;
@@ -24,6 +25,7 @@
 #include "engine/batch_generation.h"
 #include "engine/chat_template.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/device_numerics.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/presets.h"
@@ -115,12 +117,14 @@ TEST(CudaBackend, PrefillPolicyKeptSetsMatchCpuOnARealPrompt) {
   const RealModel m = real_model();
   ASSERT_GT(m.prompt.size(), 1000u);
   CpuBackend cpu(*m.model.weights);
+  CpuBackend cpu_as_device(*m.model.weights, KvDtype::kBf16, ForwardPrecision::kBf16Device);
   CudaBackend gpu(*m.model.weights);
   for (const std::string policy :
        {"snapkv", "pyramidkv", "adakv", "dropkv", "knorm", "h2o", "streamingllm", "criticalkv"}) {
     SCOPED_TRACE(policy);
     CachePlan plan = make_cache_plan(policy, nlohmann::json::object(), Budget::parse("20%"));
     const KeptIndices on_cpu = kept_on(cpu, m.prompt, plan);
+    const KeptIndices on_cpu_as_device = kept_on(cpu_as_device, m.prompt, plan);
     bool copied_keys = true;
     PrefillCapture device_statistics;
     const KeptIndices on_gpu =
@@ -132,23 +136,31 @@ TEST(CudaBackend, PrefillPolicyKeptSetsMatchCpuOnARealPrompt) {
     // End to end: the f32 CPU forward and its selection against the bf16 GPU forward and the
     // device statistics. Near-ties between tokens flip with the forward's rounding.
     const JaccardSummary end_to_end = compare_kept(on_cpu, on_gpu);
+    // End to end at the GPU's precision (issue 17's ≥ 0.98 per (layer, head)): the CPU forward
+    // rounding where the GPU's does (engine/cpu/device_numerics.h), so that only the order of the
+    // f32 sums, the odd bf16 rounding it flips, and the selection code differ.
+    const JaccardSummary as_device = compare_kept(on_cpu_as_device, on_gpu);
     // Selection alone: the CPU's selection code on the GPU's own prefill against the kept set the
-    // device statistics give (issue 17's ≥ 0.98 per (layer, head)).
+    // device statistics give.
     const KeptIndices on_gpu_prefill = kept_on_host_copy(gpu, m.prompt, plan);
     const JaccardSummary selection = compare_kept(on_gpu_prefill, on_gpu);
     std::printf(
-        "[ jaccard  ] %-12s CPU forward: mean %.4f, worst (layer, head) %.4f; same prefill: mean "
-        "%.4f, worst %.4f; over %d heads\n",
-        policy.c_str(), end_to_end.mean, end_to_end.worst, selection.mean, selection.worst,
-        end_to_end.heads);
-    if (selection.worst < 0.98)
-      print_window_share(device_statistics, selection, gpu.config(),
-                         on_gpu[selection.worst_layer][selection.worst_head].size());
+        "[ jaccard  ] %-12s CPU f32 forward: mean %.4f, worst (layer, head) %.4f; CPU bf16-device "
+        "forward: mean %.4f, worst %.4f; same prefill: mean %.4f, worst %.4f; over %d heads\n",
+        policy.c_str(), end_to_end.mean, end_to_end.worst, as_device.mean, as_device.worst,
+        selection.mean, selection.worst, end_to_end.heads);
+    for (const JaccardSummary* summary : {&as_device, &selection})
+      if (summary->worst < 0.98)
+        print_window_share(device_statistics, *summary, gpu.config(),
+                           on_gpu[summary->worst_layer][summary->worst_head].size());
     EXPECT_GE(end_to_end.mean, 0.97);
     EXPECT_GE(end_to_end.worst, 0.8);
     // PyramidKV's smallest per-layer budgets turn one window-sum near-tie into a large share of a
-    // head's few kept tokens (its measured worst: results/gpu-sweeps.md, fourth round).
-    EXPECT_GE(selection.worst, policy == "pyramidkv" ? 0.93 : 0.98);
+    // head's few kept tokens (its measured worst on the same prefill: results/gpu-sweeps.md,
+    // fourth round); the CPU forward cannot do better than the GPU's own prefill there.
+    const double issue_17_bound = policy == "pyramidkv" ? 0.93 : 0.98;
+    EXPECT_GE(as_device.worst, issue_17_bound);
+    EXPECT_GE(selection.worst, issue_17_bound);
   }
 }
 

@@ -94,34 +94,50 @@ inline double round_to_significant_bits(double x, int bits) {
 // allowed[layer][kv_head] is a sorted list of positions.
 using AllowedPositions = std::vector<std::vector<std::vector<int>>>;
 
+// The keys (after RoPE) and values of every layer and token [layer][t][Hkv * head_dim].
+struct ReferenceKv {
+  std::vector<std::vector<std::vector<double>>> keys, values;
+};
+
 // Naive forward of the whole sequence; returns logits for every position [T][vocab].
 // When `allowed` is given, query t attends to allowed positions < t0 plus every position in
 // [t0, t] (the cache was compressed to `allowed` after the first t0 tokens). With `kv_bits` > 0,
 // every key (after RoPE) and value is rounded to that many significant bits, as a 16-bit cache
-// holds them.
-inline std::vector<std::vector<double>> reference_logits(const ModelWeights& w,
-                                                         const std::vector<int>& ids,
-                                                         const AllowedPositions& allowed = {},
-                                                         int t0 = 0, int kv_bits = 0) {
+// holds them. With `bf16_device`, values are rounded to bf16 (8 significant bits) where the CUDA
+// prefill stores them in bf16: every weight; the embeddings; each norm's output; each product's
+// output, before the bias (and again after it); Q and K after RoPE (its angle the f32 product
+// position · inv_freq); the attention's probabilities relative to the running maximum of their
+// 64-key tiles (128 for head_dim 128) in P·V, and its output; SwiGLU's output. The residual
+// stream and the logits are not rounded. `kv`, when given, receives the keys and values.
+inline std::vector<std::vector<double>> reference_logits(
+    const ModelWeights& w, const std::vector<int>& ids, const AllowedPositions& allowed = {},
+    int t0 = 0, int kv_bits = 0, bool bf16_device = false, ReferenceKv* kv = nullptr) {
   const ModelConfig& c = w.config;
   const int T = static_cast<int>(ids.size()), D = c.d_model, d = c.head_dim;
   const int Hq = c.n_query_heads, Hkv = c.n_kv_heads, F = c.ffn_dim;
+  auto device = [&](double x) { return bf16_device ? round_to_significant_bits(x, 8) : x; };
+  auto device_all = [&](std::vector<double> x) {
+    for (double& e : x) e = device(e);
+    return x;
+  };
   auto rms = [&](const std::vector<double>& x, const std::vector<float>& g) {
     double ss = 0;
     for (double v : x) ss += v * v;
     const double inv = 1.0 / std::sqrt(ss / x.size() + c.rms_norm_eps);
     std::vector<double> y(x.size());
-    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * g[i];
+    for (size_t i = 0; i < x.size(); ++i) y[i] = device(x[i] * inv * device(g[i]));
     return y;
   };
+  // The LM head's output (`bf16_output` false) stays f32 on the device.
   auto linear = [&](const WeightMatrix& matrix, const std::vector<float>& b, int out,
-                    const std::vector<double>& x) {
+                    const std::vector<double>& x, bool bf16_output = true) {
     const std::vector<float> W = matrix.to_f32();
     std::vector<double> y(out);
     for (int r = 0; r < out; ++r) {
-      double s = b.empty() ? 0.0 : b[r];
-      for (size_t i = 0; i < x.size(); ++i) s += double(W[r * x.size() + i]) * x[i];
-      y[r] = s;
+      double s = bf16_device || b.empty() ? 0.0 : b[r];
+      for (size_t i = 0; i < x.size(); ++i) s += device(W[r * x.size() + i]) * x[i];
+      if (bf16_device && !b.empty()) s = device(s) + device(b[r]);  // bias after the rounding
+      y[r] = bf16_output ? device(s) : s;
     }
     return y;
   };
@@ -146,15 +162,16 @@ inline std::vector<std::vector<double>> reference_logits(const ModelWeights& w,
     for (int i = 0; i < d / 2; ++i) {
       const int a = c.rope_interleaved_pairs ? offset + 2 * i : offset + i;
       const int b = c.rope_interleaved_pairs ? offset + 2 * i + 1 : offset + i + d / 2;
-      const double ang = pos * inv_freq[i], x0 = v[a], x1 = v[b];
-      v[a] = x0 * std::cos(ang) - x1 * std::sin(ang);
-      v[b] = x0 * std::sin(ang) + x1 * std::cos(ang);
+      const double ang = bf16_device ? double(float(pos) * float(inv_freq[i])) : pos * inv_freq[i];
+      const double x0 = v[a], x1 = v[b];
+      v[a] = device(x0 * std::cos(ang) - x1 * std::sin(ang));
+      v[b] = device(x0 * std::sin(ang) + x1 * std::cos(ang));
     }
   };
   std::vector<std::vector<double>> x(T, std::vector<double>(D));
   const std::vector<float> embedding = w.token_embedding.to_f32();
   for (int t = 0; t < T; ++t)
-    for (int i = 0; i < D; ++i) x[t][i] = embedding[size_t(ids[t]) * D + i];
+    for (int i = 0; i < D; ++i) x[t][i] = device(embedding[size_t(ids[t]) * D + i]);
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w.layers[l];
     std::vector<std::vector<double>> q(T), k(T), v(T);
@@ -168,6 +185,10 @@ inline std::vector<std::vector<double>> reference_logits(const ModelWeights& w,
       for (auto* row : {&k[t], &v[t]})
         for (double& e : *row)
           if (kv_bits > 0) e = round_to_significant_bits(e, kv_bits);
+    }
+    if (kv != nullptr) {
+      kv->keys.push_back(k);
+      kv->values.push_back(v);
     }
     for (int t = 0; t < T; ++t) {
       std::vector<double> o(Hq * d, 0.0);
@@ -190,24 +211,40 @@ inline std::vector<std::vector<double>> reference_logits(const ModelWeights& w,
           s.push_back(dotp / std::sqrt(double(d)));
           mx = std::max(mx, s.back());
         }
+        // The device's running maximum of the logits over its key tiles up to each key's.
+        const int tile = d == 128 ? 128 : 64;
+        std::vector<double> running_max(s.size());
+        double so_far = -1e300;
+        for (size_t n = 0; n < keys.size(); ++n) {
+          if (n % tile == 0)
+            for (size_t m = n; m < std::min(keys.size(), n + tile); ++m)
+              so_far = std::max(so_far, s[m]);
+          running_max[n] = so_far;
+        }
         double z = 0;
-        for (double& e : s) z += (e = std::exp(e - mx));
+        for (size_t n = 0; n < keys.size(); ++n) {
+          const double p = std::exp(s[n] - mx);
+          z += p;
+          const double tile_max = running_max[n];
+          s[n] = bf16_device ? device(std::exp(s[n] - tile_max)) * std::exp(tile_max - mx) : p;
+        }
         for (size_t n = 0; n < keys.size(); ++n)
           for (int i = 0; i < d; ++i) o[a * d + i] += s[n] / z * v[keys[n]][h * d + i];
       }
+      o = device_all(o);
       const auto proj = linear(L.wo, {}, D, o);
       for (int i = 0; i < D; ++i) x[t][i] += proj[i];
       const auto n = rms(x[t], L.ffn_norm);
       auto g = linear(L.w_gate, {}, F, n);
       const auto u = linear(L.w_up, {}, F, n);
-      for (int i = 0; i < F; ++i) g[i] = g[i] / (1 + std::exp(-g[i])) * u[i];
+      for (int i = 0; i < F; ++i) g[i] = device(g[i] / (1 + std::exp(-g[i])) * u[i]);
       const auto down = linear(L.w_down, {}, D, g);
       for (int i = 0; i < D; ++i) x[t][i] += down[i];
     }
   }
   std::vector<std::vector<double>> logits(T);
   for (int t = 0; t < T; ++t)
-    logits[t] = linear(w.output_matrix(), {}, c.vocab_size, rms(x[t], w.output_norm));
+    logits[t] = linear(w.output_matrix(), {}, c.vocab_size, rms(x[t], w.output_norm), false);
   return logits;
 }
 
