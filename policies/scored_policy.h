@@ -70,6 +70,14 @@ class ScoredPolicy : public PrefillPolicy {
 using ScoredBuilder = std::function<std::shared_ptr<const ScoredPolicy>(const PolicyParams&)>;
 PolicyFactory scored_factory(PolicyInfo info, ScoredBuilder build);
 
+// A request for the one statistic `flag` of the prefill, for a method whose score reads nothing
+// else.
+inline CaptureRequest capture_only(bool CaptureRequest::*flag) {
+  CaptureRequest request;
+  request.*flag = true;
+  return request;
+}
+
 // The entry of a method built from the shared parameters alone, whose score reads exactly `capture`
 // of the prefill (in place of the request read_scored_settings derives from its kind and window).
 template <class Policy>
