@@ -1,5 +1,6 @@
 #include "datasets/jsonl_reader.h"
 
+#include <filesystem>
 #include <fstream>
 
 #include "common/errors.h"
@@ -32,6 +33,28 @@ void for_each_jsonl_record(const std::string& path,
     ++records;
     on_record(record, line_number);
   }
+}
+
+std::vector<Sample> load_jsonl_samples(
+    const std::string& data_dir, const std::string& name, const std::string& benchmark,
+    const std::string& how_to_get,
+    const std::function<Sample(const nlohmann::json&, const std::string&)>& to_sample,
+    long max_records) {
+  if (!std::filesystem::is_directory(data_dir))
+    throw InputError(benchmark + " data folder '" + data_dir + "' does not exist (" + how_to_get +
+                     " with --data-dir)");
+  const std::string path = (std::filesystem::path(data_dir) / (name + ".jsonl")).string();
+  if (!std::filesystem::exists(path))
+    throw InputError(benchmark + " file '" + path + "' is missing (expected " + name +
+                     ".jsonl in --data-dir)");
+  std::vector<Sample> samples;
+  for_each_jsonl_record(
+      path,
+      [&](const nlohmann::json& record, size_t line) {
+        samples.push_back(to_sample(record, path + ":" + std::to_string(line)));
+      },
+      max_records);
+  return samples;
 }
 
 }  // namespace kvb

@@ -130,6 +130,27 @@ bool is_closing(char c) { return c == '"' || c == '\'' || c == ')' || c == ']'; 
 
 }  // namespace
 
+std::string format_template(const std::string& text,
+                            const std::map<std::string, std::string>& fields) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    if (text[i] == '{') {
+      const size_t close = text.find('}', i);
+      if (close != std::string::npos) {
+        auto it = fields.find(text.substr(i + 1, close - i - 1));
+        if (it != fields.end()) {
+          out += it->second;
+          i = close + 1;
+          continue;
+        }
+      }
+    }
+    out.push_back(text[i++]);
+  }
+  return out;
+}
+
 std::vector<std::string> split_sentences(std::string_view text) {
   std::vector<std::string> sentences;
   const std::string stripped = strip(text);

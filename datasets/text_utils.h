@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,6 +24,11 @@ std::string strip(std::string_view text);
 std::string join(const std::vector<std::string>& pieces, std::string_view separator);
 // Python `str.replace(old, new)` (every non-overlapping occurrence, left to right).
 std::string replace_all(std::string text, std::string_view old_text, std::string_view new_text);
+// Python `text.format(**fields)` for the named fields only, in one pass (substituted text is not
+// rescanned); any other brace is kept as it is. The templates of RULER, LongBench and
+// InfiniteBench.
+std::string format_template(const std::string& text,
+                            const std::map<std::string, std::string>& fields);
 
 // Sentence split in the manner of NLTK's English Punkt model (`sent_tokenize`) on whitespace-
 // collapsed text: a sentence ends at '.', '?' or '!' (plus closing quotes/brackets) followed by

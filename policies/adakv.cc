@@ -77,11 +77,9 @@ class AdaKvPolicy : public ScoredPolicy {
  protected:
   std::vector<std::vector<int32_t>> select_layer(const LayerPrefillView& layer,
                                                  int layer_budget) const override {
-    const int length = layer.length;
-    const int sinks = std::min(settings().sinks, length);
-    const int window = std::clamp(settings().window, 0, length - sinks);
-    const int begin = sinks, end = length - window;
-    const int per_head = std::max(0, layer_budget - sinks - window);
+    const ProtectedSpan span = protected_span(layer.length, settings().sinks, settings().window);
+    const int begin = span.begin(), end = span.end();
+    const int per_head = std::max(0, layer_budget - span.sinks - span.window);
     const auto scores = score(layer);
     std::vector<std::vector<float>> candidates(layer.n_kv_heads);
     for (int h = 0; h < layer.n_kv_heads; ++h)
@@ -99,10 +97,7 @@ class AdaKvPolicy : public ScoredPolicy {
       } else {
         chosen = top_k(candidates[h], budgets[h]);
       }
-      for (int j = 0; j < sinks; ++j) kept[h].push_back(j);
-      for (int32_t j : chosen) kept[h].push_back(j + begin);
-      for (int j = end; j < length; ++j) kept[h].push_back(j);
-      std::sort(kept[h].begin(), kept[h].end());
+      kept[h] = span.kept(chosen);
     }
     return kept;
   }

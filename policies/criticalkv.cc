@@ -79,10 +79,8 @@ class CriticalKvPolicy : public ScoredPolicy {
  protected:
   std::vector<std::vector<int32_t>> select_layer(const LayerPrefillView& layer,
                                                  int budget) const override {
-    const int length = layer.length;
-    const int sinks = std::min(settings().sinks, length);
-    const int window = std::clamp(settings().window, 0, length - sinks);
-    const int begin = sinks, end = length - window, protect = sinks + window;
+    const ProtectedSpan span = protected_span(layer.length, settings().sinks, settings().window);
+    const int begin = span.begin(), end = span.end(), protect = span.sinks + span.window;
     const int stage1 = std::max(0, static_cast<int>(budget * ratio_) - protect);
     const auto scores = score(layer);
     std::vector<std::vector<int32_t>> kept(layer.n_kv_heads);
@@ -90,10 +88,7 @@ class CriticalKvPolicy : public ScoredPolicy {
       const auto nu = projected_value_norms(layer, h);
       const std::vector<float> s(scores[h].begin() + begin, scores[h].begin() + end);
       const std::vector<float> n(nu.begin() + begin, nu.begin() + end);
-      for (int j = 0; j < sinks; ++j) kept[h].push_back(j);
-      for (int32_t j : critical_top(s, n, std::max(0, budget - protect), stage1, epsilon_))
-        kept[h].push_back(j + begin);
-      for (int j = end; j < length; ++j) kept[h].push_back(j);
+      kept[h] = span.kept(critical_top(s, n, std::max(0, budget - protect), stage1, epsilon_));
     }
     return kept;
   }

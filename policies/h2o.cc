@@ -145,18 +145,13 @@ class H2oDecodeEviction : public DecodeEvictionPolicy {
 }  // namespace
 
 PolicyFactory h2o_factory() {
-  return scored_factory({"h2o",
-                         PolicyKind::kPrefillQueryAware,
-                         "heavy hitters by prefill attention column sums + window (prefill port)",
-                         "KVCache-Factory@5fb995d H2OKVCluster; FMInference/H2O",
-                         {{"window", 8}, {"dense_layers", nlohmann::json::array()}}},
-                        [](const PolicyParams& params) {
-                          ScoredSettings settings =
-                              read_scored_settings(params, PolicyKind::kPrefillQueryAware);
-                          settings.capture = CaptureRequest{};
-                          settings.capture.attention_column_sums = true;  // its only input
-                          return std::make_shared<H2oPrefillPolicy>(settings);
-                        });
+  return fixed_capture_factory<H2oPrefillPolicy>(
+      {"h2o",
+       PolicyKind::kPrefillQueryAware,
+       "heavy hitters by prefill attention column sums + window (prefill port)",
+       "KVCache-Factory@5fb995d H2OKVCluster; FMInference/H2O",
+       {{"window", 8}, {"dense_layers", nlohmann::json::array()}}},
+      capture_only(&CaptureRequest::attention_column_sums));
 }
 
 PolicyFactory h2o_decode_factory() {

@@ -39,18 +39,13 @@ class KnormPolicy : public ScoredPolicy {
 }  // namespace
 
 PolicyFactory knorm_factory() {
-  return scored_factory({"knorm",
-                         PolicyKind::kPrefillQueryAgnostic,
-                         "keep the smallest key L2 norms",
-                         "kvpress@8bb29b9 knorm_press.py; KVCache-Factory L2NormCluster",
-                         {{"window", 0}, {"dense_layers", nlohmann::json::array()}}},
-                        [](const PolicyParams& params) {
-                          ScoredSettings settings =
-                              read_scored_settings(params, PolicyKind::kPrefillQueryAgnostic);
-                          settings.capture = CaptureRequest{};
-                          settings.capture.key_norms = true;  // its only input
-                          return std::make_shared<KnormPolicy>(settings);
-                        });
+  return fixed_capture_factory<KnormPolicy>(
+      {"knorm",
+       PolicyKind::kPrefillQueryAgnostic,
+       "keep the smallest key L2 norms",
+       "kvpress@8bb29b9 knorm_press.py; KVCache-Factory L2NormCluster",
+       {{"window", 0}, {"dense_layers", nlohmann::json::array()}}},
+      capture_only(&CaptureRequest::key_norms));
 }
 
 }  // namespace kvb

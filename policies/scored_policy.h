@@ -70,4 +70,24 @@ class ScoredPolicy : public PrefillPolicy {
 using ScoredBuilder = std::function<std::shared_ptr<const ScoredPolicy>(const PolicyParams&)>;
 PolicyFactory scored_factory(PolicyInfo info, ScoredBuilder build);
 
+// A request for the one statistic `flag` of the prefill, for a method whose score reads nothing
+// else.
+inline CaptureRequest capture_only(bool CaptureRequest::*flag) {
+  CaptureRequest request;
+  request.*flag = true;
+  return request;
+}
+
+// The entry of a method built from the shared parameters alone, whose score reads exactly `capture`
+// of the prefill (in place of the request read_scored_settings derives from its kind and window).
+template <class Policy>
+PolicyFactory fixed_capture_factory(PolicyInfo info, CaptureRequest capture) {
+  const PolicyKind kind = info.kind;
+  return scored_factory(std::move(info), [kind, capture](const PolicyParams& params) {
+    ScoredSettings settings = read_scored_settings(params, kind);
+    settings.capture = capture;
+    return std::make_shared<Policy>(std::move(settings));
+  });
+}
+
 }  // namespace kvb

@@ -158,22 +158,30 @@ std::vector<int32_t> top_k(std::span<const float> scores, int k) {
   return order;
 }
 
-std::vector<int32_t> keep_top(std::span<const float> scores, int keep, int sinks, int window) {
-  const int n = static_cast<int>(scores.size());
-  sinks = std::clamp(sinks, 0, n);
-  window = std::clamp(window, 0, n - sinks);
-  if (keep >= n) return keep_all(n);
-  const int middle_begin = sinks;
-  const int middle_end = n - window;
-  const int rest = std::max(0, keep - sinks - window);
+ProtectedSpan protected_span(int length, int sinks, int window) {
+  ProtectedSpan span;
+  span.length = length;
+  span.sinks = std::clamp(sinks, 0, length);
+  span.window = std::clamp(window, 0, length - span.sinks);
+  return span;
+}
+
+std::vector<int32_t> ProtectedSpan::kept(std::span<const int32_t> chosen) const {
   std::vector<int32_t> kept;
-  kept.reserve(std::max(keep, sinks + window));
+  kept.reserve(sinks + chosen.size() + window);
   for (int j = 0; j < sinks; ++j) kept.push_back(j);
-  for (int32_t j : top_k(scores.subspan(middle_begin, middle_end - middle_begin), rest))
-    kept.push_back(j + middle_begin);
-  for (int j = middle_end; j < n; ++j) kept.push_back(j);
+  for (int32_t j : chosen) kept.push_back(j + begin());
+  for (int j = end(); j < length; ++j) kept.push_back(j);
   std::sort(kept.begin(), kept.end());
   return kept;
+}
+
+std::vector<int32_t> keep_top(std::span<const float> scores, int keep, int sinks, int window) {
+  const int n = static_cast<int>(scores.size());
+  if (keep >= n) return keep_all(n);
+  const ProtectedSpan span = protected_span(n, sinks, window);
+  const int rest = std::max(0, keep - span.sinks - span.window);
+  return span.kept(top_k(scores.subspan(span.begin(), span.end() - span.begin()), rest));
 }
 
 std::vector<int32_t> keep_all(int length) {

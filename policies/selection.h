@@ -57,6 +57,18 @@ std::vector<std::vector<float>> reduce_groups(const std::vector<std::vector<floa
 // index first (deterministic where torch.topk leaves ties unspecified). NaN ranks lowest.
 std::vector<int32_t> top_k(std::span<const float> scores, int k);
 
+// One head's positions as the selection sees them: the first `sinks` and the last `window` (clamped
+// to fit `length`) are protected, kept whatever their scores; the candidates [begin, end) between
+// them are chosen from.
+struct ProtectedSpan {
+  int length = 0, sinks = 0, window = 0;
+  int begin() const { return sinks; }
+  int end() const { return length - window; }
+  // The kept set, sorted: the protected positions plus `chosen` (offsets from begin()).
+  std::vector<int32_t> kept(std::span<const int32_t> chosen) const;
+};
+ProtectedSpan protected_span(int length, int sinks, int window);
+
 // The kept set of one head, sorted: the first `sinks` and the last `window` positions always, plus
 // the best-scoring other positions up to `keep` in total (protected ones count inside `keep`; if
 // they alone exceed it they are still all kept).

@@ -27,17 +27,13 @@ class StreamingLlmPolicy : public ScoredPolicy {
 }  // namespace
 
 PolicyFactory streamingllm_factory() {
-  return scored_factory({"streamingllm",
-                         PolicyKind::kPrefillQueryAgnostic,
-                         "attention sinks + most recent tokens",
-                         "mit-han-lab/streaming-llm kv_cache.py; kvpress streaming_llm_press.py",
-                         {{"sinks", 4}, {"dense_layers", nlohmann::json::array()}}},
-                        [](const PolicyParams& params) {
-                          ScoredSettings settings =
-                              read_scored_settings(params, PolicyKind::kPrefillQueryAgnostic);
-                          settings.capture = CaptureRequest{};  // positions only
-                          return std::make_shared<StreamingLlmPolicy>(settings);
-                        });
+  return fixed_capture_factory<StreamingLlmPolicy>(
+      {"streamingllm",
+       PolicyKind::kPrefillQueryAgnostic,
+       "attention sinks + most recent tokens",
+       "mit-han-lab/streaming-llm kv_cache.py; kvpress streaming_llm_press.py",
+       {{"sinks", 4}, {"dense_layers", nlohmann::json::array()}}},
+      CaptureRequest{});  // positions only
 }
 
 }  // namespace kvb

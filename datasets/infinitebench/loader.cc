@@ -1,7 +1,5 @@
 #include "datasets/infinitebench/loader.h"
 
-#include <filesystem>
-
 #include "common/errors.h"
 #include "datasets/infinitebench/scorers.h"
 #include "datasets/jsonl_reader.h"
@@ -60,24 +58,13 @@ std::vector<Sample> load_infinitebench(const std::string& data_dir, const std::s
                                        const InfiniteBenchLoadOptions& options) {
   if (!is_infinitebench_task(task))
     infinitebench_max_new_tokens(task);  // throws the unknown-task error
-  if (!std::filesystem::is_directory(data_dir))
-    throw InputError(
-        "InfiniteBench data folder '" + data_dir +
-        "' does not exist (download the task files of the xinrongzhang2022/InfiniteBench dataset "
-        "and pass their folder with --data-dir)");
-  const std::string path = (std::filesystem::path(data_dir) / (task + ".jsonl")).string();
-  if (!std::filesystem::exists(path))
-    throw InputError("InfiniteBench file '" + path + "' is missing (expected " + task +
-                     ".jsonl in --data-dir)");
-  std::vector<Sample> samples;
-  for_each_jsonl_record(
-      path,
-      [&](const nlohmann::json& record, size_t line) {
-        samples.push_back(infinitebench_sample_from_record(
-            record, task, path + ":" + std::to_string(line), options));
+  return load_jsonl_samples(
+      data_dir, task, "InfiniteBench",
+      "download the task files of the xinrongzhang2022/InfiniteBench dataset and pass their folder",
+      [&](const nlohmann::json& record, const std::string& where) {
+        return infinitebench_sample_from_record(record, task, where, options);
       },
       options.limit);
-  return samples;
 }
 
 }  // namespace kvb

@@ -5,6 +5,7 @@
 
 #include "common/errors.h"
 #include "datasets/infinitebench/scorers.h"
+#include "datasets/text_utils.h"
 
 namespace kvb {
 namespace {
@@ -122,27 +123,6 @@ std::string field(const nlohmann::json& record, const char* key, const std::stri
   return it->get<std::string>();
 }
 
-// str.format over the template with the given fields, in one pass.
-std::string fill(const std::string& t, const std::map<std::string, std::string>& values) {
-  std::string out;
-  size_t i = 0;
-  while (i < t.size()) {
-    if (t[i] == '{') {
-      const size_t close = t.find('}', i);
-      if (close != std::string::npos) {
-        auto it = values.find(t.substr(i + 1, close - i - 1));
-        if (it != values.end()) {
-          out += it->second;
-          i = close + 1;
-          continue;
-        }
-      }
-    }
-    out.push_back(t[i++]);
-  }
-  return out;
-}
-
 }  // namespace
 
 InfiniteBenchFamily infinitebench_family(const std::string& name) {
@@ -219,8 +199,8 @@ InfiniteBenchPrompt infinitebench_prompt(const std::string& task, const nlohmann
   }
   const size_t context_end = t.find("{context}") + 9;
   InfiniteBenchPrompt prompt;
-  prompt.context_part = fill(t.substr(0, context_end), values);
-  prompt.question_part = fill(t.substr(context_end), values);
+  prompt.context_part = format_template(t.substr(0, context_end), values);
+  prompt.question_part = format_template(t.substr(context_end), values);
   return prompt;
 }
 

@@ -1,7 +1,5 @@
 #include "datasets/longbench/loader.h"
 
-#include <filesystem>
-
 #include "common/errors.h"
 #include "datasets/jsonl_reader.h"
 #include "datasets/longbench/longbench.h"
@@ -84,23 +82,13 @@ Sample longbench_sample_from_record(const nlohmann::json& record, const std::str
 std::vector<Sample> load_longbench(const std::string& data_dir, const std::string& dataset,
                                    const LongBenchLoadOptions& options) {
   longbench_dataset(dataset);  // unknown names fail before any file access
-  if (!std::filesystem::is_directory(data_dir))
-    throw InputError("LongBench data folder '" + data_dir +
-                     "' does not exist (unzip data.zip of the THUDM/LongBench dataset and pass its "
-                     "folder with --data-dir)");
-  const std::string path = (std::filesystem::path(data_dir) / (dataset + ".jsonl")).string();
-  if (!std::filesystem::exists(path))
-    throw InputError("LongBench file '" + path + "' is missing (expected " + dataset +
-                     ".jsonl in --data-dir)");
-  std::vector<Sample> samples;
-  for_each_jsonl_record(
-      path,
-      [&](const nlohmann::json& record, size_t line) {
-        samples.push_back(longbench_sample_from_record(record, dataset,
-                                                       path + ":" + std::to_string(line), options));
+  return load_jsonl_samples(
+      data_dir, dataset, "LongBench",
+      "unzip data.zip of the THUDM/LongBench dataset and pass its folder",
+      [&](const nlohmann::json& record, const std::string& where) {
+        return longbench_sample_from_record(record, dataset, where, options);
       },
       options.limit);
-  return samples;
 }
 
 }  // namespace kvb

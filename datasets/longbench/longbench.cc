@@ -9,6 +9,7 @@
 #include "datasets/metrics/jieba.h"
 #include "datasets/metrics/longbench_metrics.h"
 #include "datasets/metrics/qa_f1.h"
+#include "datasets/text_utils.h"
 
 namespace kvb {
 
@@ -83,21 +84,8 @@ std::optional<int> longbench_model_max_length(std::string_view model_name) {
 
 std::string longbench_format_prompt(const LongBenchDataset& dataset, std::string_view context,
                                     std::string_view input) {
-  const std::string_view t = dataset.prompt_template;
-  std::string out;
-  size_t i = 0;
-  while (i < t.size()) {
-    if (t.substr(i, 9) == "{context}") {
-      out += context;
-      i += 9;
-    } else if (t.substr(i, 7) == "{input}") {
-      out += input;
-      i += 7;
-    } else {
-      out.push_back(t[i++]);
-    }
-  }
-  return out;
+  return format_template(std::string(dataset.prompt_template),
+                         {{"context", std::string(context)}, {"input", std::string(input)}});
 }
 
 std::string longbench_postprocess(const LongBenchDataset& dataset, std::string_view prediction) {

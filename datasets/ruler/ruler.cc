@@ -172,27 +172,6 @@ FittedDraft fit_sample(const std::function<Draft(int units)>& build, int start_u
   return std::move(*best);
 }
 
-std::string format_template(const std::string& text,
-                            const std::map<std::string, std::string>& fields) {
-  std::string out;
-  out.reserve(text.size());
-  for (size_t i = 0; i < text.size();) {
-    if (text[i] == '{') {
-      const size_t close = text.find('}', i);
-      if (close != std::string::npos) {
-        auto it = fields.find(text.substr(i + 1, close - i - 1));
-        if (it != fields.end()) {
-          out += it->second;
-          i = close + 1;
-          continue;
-        }
-      }
-    }
-    out.push_back(text[i++]);
-  }
-  return out;
-}
-
 Draft split_prompt(const std::string& formatted, const std::string& formatted_answer_prefix,
                    const std::string& question_marker) {
   Draft draft;

@@ -13,6 +13,7 @@
 #include "datasets/generation.h"
 #include "datasets/python_random.h"
 #include "datasets/ruler/ruler.h"
+#include "datasets/text_utils.h"
 
 namespace kvb::ruler {
 
@@ -65,10 +66,6 @@ struct FittedDraft {
 FittedDraft fit_sample(const std::function<Draft(int units)>& build, int start_units,
                        double tokens_per_unit, int budget, int max_units, TokenCounter& counter,
                        const std::string& what);
-
-// Python str.format for the named fields only, in one pass (substituted text is not rescanned).
-std::string format_template(const std::string& text,
-                            const std::map<std::string, std::string>& fields);
 
 // `framed_template` = frame prefix + task template + frame suffix + answer prefix, formatted; the
 // answer prefix is cut off the end and the question starts at the last `question_marker`.

@@ -114,22 +114,9 @@ void PrefillStatistics::after_attention(const ChunkAttention& chunk) {
                                   chunk.q_row_stride * 2, q_width * 2, window_count,
                                   cudaMemcpyDeviceToHost, stream_),
                 "window queries download");
-  if (!column_sums_.empty()) {
-    cuda::ColumnSumsArgs cs;
-    cs.q = chunk.q;
-    cs.q_row_stride = chunk.q_row_stride;
-    cs.k = chunk.k;
-    cs.kv_head_stride = chunk.kv_head_stride;
-    cs.lse = chunk.lse;
-    cs.column_sums = column_sums_[chunk.layer].as<float>();
-    cs.sums_head_stride = total_;
-    cs.n_queries = chunk.n;
-    cs.query_offset = chunk.begin;
-    cs.n_query_heads = c.n_query_heads;
-    cs.n_kv_heads = c.n_kv_heads;
-    cs.head_dim = c.head_dim;
-    cuda::attention_column_sums(cs, stream_);
-  }
+  if (!column_sums_.empty())
+    add_column_sums(chunk, chunk.q, chunk.q_row_stride, chunk.lse, chunk.n, chunk.begin,
+                    column_sums_[chunk.layer].as<float>());
   if (!is_last_chunk(chunk.begin, chunk.n)) return;
   window_sums(chunk);
   perturbations(chunk);
@@ -160,21 +147,29 @@ void PrefillStatistics::window_sums(const ChunkAttention& chunk) {
     const int window = window_of(request_.window_attention_sums[i]);
     if (window == 0) continue;
     copy_window_rows(chunk, window);
-    cuda::ColumnSumsArgs cs;
-    cs.q = window_q_.as<bf16>();
-    cs.q_row_stride = int64_t(c.n_query_heads) * c.head_dim;
-    cs.k = chunk.k;
-    cs.kv_head_stride = chunk.kv_head_stride;
-    cs.lse = window_lse_.as<float>();
-    cs.column_sums = window_sums_[i][chunk.layer].as<float>();
-    cs.sums_head_stride = total_;
-    cs.n_queries = window;
-    cs.query_offset = total_ - window;
-    cs.n_query_heads = c.n_query_heads;
-    cs.n_kv_heads = c.n_kv_heads;
-    cs.head_dim = c.head_dim;
-    cuda::attention_column_sums(cs, stream_);
+    add_column_sums(chunk, window_q_.as<bf16>(), int64_t(c.n_query_heads) * c.head_dim,
+                    window_lse_.as<float>(), window, total_ - window,
+                    window_sums_[i][chunk.layer].as<float>());
   }
+}
+
+void PrefillStatistics::add_column_sums(const ChunkAttention& chunk, const bf16* q,
+                                        int64_t q_row_stride, const float* lse, int n_queries,
+                                        int query_offset, float* sums) {
+  cuda::ColumnSumsArgs cs;
+  cs.q = q;
+  cs.q_row_stride = q_row_stride;
+  cs.k = chunk.k;
+  cs.kv_head_stride = chunk.kv_head_stride;
+  cs.lse = lse;
+  cs.column_sums = sums;
+  cs.sums_head_stride = total_;
+  cs.n_queries = n_queries;
+  cs.query_offset = query_offset;
+  cs.n_query_heads = config_.n_query_heads;
+  cs.n_kv_heads = config_.n_kv_heads;
+  cs.head_dim = config_.head_dim;
+  cuda::attention_column_sums(cs, stream_);
 }
 
 void PrefillStatistics::perturbations(const ChunkAttention& chunk) {

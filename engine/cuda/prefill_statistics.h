@@ -63,6 +63,11 @@ class PrefillStatistics {
   bool is_last_chunk(int begin, int n) const { return begin + n == total_; }
   int window_of(int requested) const;
   void copy_window_rows(const ChunkAttention& chunk, int window);
+  // Adds to `sums` [Hq, total] the attention of `n_queries` query rows [n_queries, q_row_stride]
+  // (the first at prompt position `query_offset`, row log-sum-exp `lse` [Hq, n_queries]) on the
+  // chunk's layer cache.
+  void add_column_sums(const ChunkAttention& chunk, const __nv_bfloat16* q, int64_t q_row_stride,
+                       const float* lse, int n_queries, int query_offset, float* sums);
   void window_sums(const ChunkAttention& chunk);
   void perturbations(const ChunkAttention& chunk);
   void key_norms(const ChunkAttention& chunk);

@@ -48,6 +48,16 @@ const BlockFormat& checked_format(uint32_t ggml_type, int64_t n) {
   return *c;
 }
 
+// Does what needs no block decoding and says whether that was all: an empty tensor (it may come
+// with null buffers, and memcpy with a null pointer is undefined even for 0 bytes), or an f32 one,
+// copied as it is.
+bool decoded_without_blocks(uint32_t ggml_type, const uint8_t* src, float* dst, int64_t n) {
+  if (n == 0) return true;
+  if (ggml_type != 0) return false;
+  std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+  return true;
+}
+
 void decode_blocks(const BlockFormat& c, const uint8_t* src, float* dst, int64_t first,
                    int64_t last) {
   for (int64_t i = first; i < last; ++i)
@@ -58,13 +68,7 @@ void decode_blocks(const BlockFormat& c, const uint8_t* src, float* dst, int64_t
 
 void dequantize(uint32_t ggml_type, const uint8_t* src, float* dst, int64_t n) {
   const BlockFormat& c = checked_format(ggml_type, n);
-  // An empty tensor may come with null buffers; memcpy with a null pointer is undefined even for 0
-  // bytes.
-  if (n == 0) return;
-  if (ggml_type == 0) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * 4);
-    return;
-  }
+  if (decoded_without_blocks(ggml_type, src, dst, n)) return;
   // ~64K elements per task keeps the task overhead negligible and small tensors single-threaded.
   const int64_t grain = std::max<int64_t>(1, 65536 / c.block_elements);
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, n / c.block_elements, grain),
@@ -75,11 +79,7 @@ void dequantize(uint32_t ggml_type, const uint8_t* src, float* dst, int64_t n) {
 
 void dequantize_serial(uint32_t ggml_type, const uint8_t* src, float* dst, int64_t n) {
   const BlockFormat& c = checked_format(ggml_type, n);
-  if (n == 0) return;
-  if (ggml_type == 0) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * 4);
-    return;
-  }
+  if (decoded_without_blocks(ggml_type, src, dst, n)) return;
   decode_blocks(c, src, dst, 0, n / c.block_elements);
 }
 
