@@ -180,6 +180,11 @@ inline FoldedRows folded_rows(std::vector<float> residual, std::vector<float> ga
   f.scaled.resize(size_t(n) * d);
   f.sum_sq.resize(n);
   kernels::fold_rmsnorm(f.residual.data(), n, d, f.cpu());
+  // The device stores bf16(v · gain) (check_fold_rmsnorm checks that); the CPU twin keeps f32. The
+  // products after the norm then take the device's inputs on both sides, so that their rows measure
+  // the products alone: with f32 inputs one 49,152-entry logit row differed by 2^-8-relative input
+  // roundings summed over 576 terms, past the products' bound.
+  for (float& v : f.scaled) v = round_bf16(v);
   f.d_residual = to_device(f.residual);
   f.d_gain = to_device_bf16(f.gain);
   f.d_scaled = cuda::DeviceBuffer(f.scaled.size() * 2, "scaled");
