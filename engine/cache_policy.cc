@@ -80,9 +80,9 @@ void CaptureRequest::merge(const CaptureRequest& other) {
   host_keys_values |= other.host_keys_values;
 }
 
-const float* LayerPrefillView::window_sums_for(int requested_window) const {
+const float* LayerPrefillView::window_sums_for(const WindowSumsRequest& request) const {
   for (const WindowSums& entry : window_attention_sums)
-    if (entry.window == requested_window) return entry.sums;
+    if (entry.request == request) return entry.sums;
   return nullptr;
 }
 

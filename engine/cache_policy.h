@@ -54,6 +54,15 @@ struct PerturbationRequest {
   auto operator<=>(const PerturbationRequest&) const = default;
 };
 
+// The window attention sums of a window (engine/prefill_capture.h), in plain fp32 or with the casts
+// of the bf16 reference implementations (kernels/cpu/window_attention_sums.h).
+struct WindowSumsRequest {
+  int window = 0;
+  bool reference_bf16_casts = false;
+  bool operator==(const WindowSumsRequest&) const = default;
+  auto operator<=>(const WindowSumsRequest&) const = default;
+};
+
 // What the prefill observers must capture for the active policies. Observers capture nothing that
 // no policy asked for.
 //
@@ -66,8 +75,9 @@ struct CaptureRequest {
   int window_queries = 0;              // last w post-RoPE queries of every query head
   bool attention_column_sums = false;  // Σ over all prompt queries of p(query -> key) (H2O)
   bool output_projection = false;      // expose W_o (CriticalKV)
-  // Windows w for which Σ_{t<w} p(window query t -> key j) is wanted, per query head.
-  std::vector<int> window_attention_sums;
+  // Windows w for which Σ_{t<w} p(window query t -> key j) is wanted, per query head; a prefill
+  // serving cells of both precisions computes both statistics.
+  std::vector<WindowSumsRequest> window_attention_sums;
   // Windows for Σ_t ω(p)·‖y_t − v_j‖² (kernels/cpu/dropkv_scores.h), per KV head.
   std::vector<PerturbationRequest> output_perturbations;
   bool key_norms = false;  // ‖k_j‖₂ per KV head
@@ -96,7 +106,7 @@ struct LayerPrefillView {
   std::shared_ptr<const std::vector<float>> output_projection_storage;
   // Device statistics (CaptureRequest), each present only where the backend computed it.
   struct WindowSums {
-    int window = 0;               // as requested; the sums cover min(window, L) queries
+    WindowSumsRequest request;    // as requested; the sums cover min(window, L) queries
     const float* sums = nullptr;  // [Hq, L]
   };
   std::vector<WindowSums> window_attention_sums;
@@ -113,7 +123,7 @@ struct LayerPrefillView {
   // a request with host_keys_values).
   bool has_keys_values() const { return !keys.empty(); }
   // The statistic for this request, or nullptr when the backend did not compute it.
-  const float* window_sums_for(int requested_window) const;
+  const float* window_sums_for(const WindowSumsRequest& request) const;
   const float* perturbation_for(const PerturbationRequest& request) const;
   const float* query(int q_head, int t) const {
     return query_window + (static_cast<int64_t>(q_head) * window + t) * head_dim;

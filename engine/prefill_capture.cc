@@ -41,7 +41,7 @@ PrefillView make_prefill_view(const ModelWeights& weights, const KvStore* store,
       }
     }
     for (const auto& sums : capture.window_attention_sums)
-      layer.window_attention_sums.push_back({sums.window, sums.per_layer[l].data()});
+      layer.window_attention_sums.push_back({sums.request, sums.per_layer[l].data()});
     for (const auto& scores : capture.output_perturbations)
       layer.output_perturbations.push_back({scores.request, scores.per_layer[l].data()});
     if (!capture.key_norms.empty()) layer.key_norms = capture.key_norms[l].data();

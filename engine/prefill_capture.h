@@ -20,7 +20,7 @@ struct PrefillCapture {
   std::vector<std::vector<float>> column_sums;   // per layer [Hq, L]; empty when not requested
   // The device statistics of CaptureRequest (a CPU backend leaves them empty).
   struct WindowSums {
-    int window = 0;                             // as requested
+    WindowSumsRequest request;
     std::vector<std::vector<float>> per_layer;  // [Hq, L]
   };
   std::vector<WindowSums> window_attention_sums;

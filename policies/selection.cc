@@ -233,7 +233,7 @@ std::vector<std::vector<float>> window_attention_scores(const LayerPrefillView& 
   const int length = layer.length;
   const int prefix = length - w;
   std::vector<std::vector<float>> per_query_head(layer.n_query_heads);
-  const float* device_sums = layer.window_sums_for(options.window);
+  const float* device_sums = layer.window_sums_for(window_sums_request(options));
   if (!device_sums)
     require_keys_values(layer, "window attention scores",
                         "the window sums of w = " + std::to_string(options.window));
@@ -268,10 +268,14 @@ std::vector<std::vector<float>> window_attention_scores(const LayerPrefillView& 
   return per_kv_head;
 }
 
+WindowSumsRequest window_sums_request(const WindowScoreOptions& options) {
+  return {.window = options.window, .reference_bf16_casts = options.precision == Precision::kBf16};
+}
+
 CaptureRequest window_attention_capture(const WindowScoreOptions& options) {
   CaptureRequest request;
   request.window_queries = options.window;
-  request.window_attention_sums = {options.window};
+  request.window_attention_sums = {window_sums_request(options)};
   return request;
 }
 

@@ -113,6 +113,10 @@ struct WindowScoreOptions {
 // (a device), else recomputes the window attention from the keys.
 std::vector<std::vector<float>> window_attention_scores(const LayerPrefillView& layer,
                                                         const WindowScoreOptions& options);
+// The window sums window_attention_scores reads: with the bf16 casts of the reference (the logits
+// and probabilities rounded as window_attention rounds them) in bf16 precision, so that the sums a
+// device computed give the kept set the recompute from the keys gives.
+WindowSumsRequest window_sums_request(const WindowScoreOptions& options);
 // What window_attention_scores needs of the prefill: the window queries, and the window sums in
 // place of the prompt's keys.
 CaptureRequest window_attention_capture(const WindowScoreOptions& options);

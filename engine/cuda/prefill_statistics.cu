@@ -8,6 +8,7 @@
 #include "kernels/cuda/dropkv_scores.h"
 #include "kernels/cuda/projected_value_norms.h"
 #include "kernels/cuda/row_norms.h"
+#include "kernels/cuda/window_attention_sums.h"
 
 namespace kvb {
 
@@ -77,8 +78,16 @@ PrefillStatistics::PrefillStatistics(const ModelConfig& config, const CaptureReq
         cuda::projected_value_norms_workspace_floats(c.d_model) * 4, "projected value workspace");
   }
   row_lse_ = DeviceBuffer(int64_t(c.n_query_heads) * chunk * 4, "row lse");
-  int widest = 0;
-  for (int w : request.window_attention_sums) widest = std::max(widest, window_of(w));
+  int widest = 0, widest_with_casts = 0;
+  for (const WindowSumsRequest& w : request.window_attention_sums) {
+    widest = std::max(widest, window_of(w.window));
+    if (w.reference_bf16_casts)
+      widest_with_casts = std::max(widest_with_casts, window_of(w.window));
+  }
+  if (widest_with_casts > 0)
+    window_sums_workspace_ = DeviceBuffer(
+        cuda::window_attention_sums_workspace_bytes(c.n_query_heads, total, widest_with_casts),
+        "window sums workspace");
   for (const auto& p : request.output_perturbations) widest = std::max(widest, window_of(p.window));
   if (widest > 0) {
     if (widest > total - (total - 1) / chunk * chunk)
@@ -144,12 +153,33 @@ void PrefillStatistics::copy_window_rows(const ChunkAttention& chunk, int window
 void PrefillStatistics::window_sums(const ChunkAttention& chunk) {
   const ModelConfig& c = config_;
   for (size_t i = 0; i < window_sums_.size(); ++i) {
-    const int window = window_of(request_.window_attention_sums[i]);
+    const WindowSumsRequest& request = request_.window_attention_sums[i];
+    const int window = window_of(request.window);
     if (window == 0) continue;
     copy_window_rows(chunk, window);
-    add_column_sums(chunk, window_q_.as<bf16>(), int64_t(c.n_query_heads) * c.head_dim,
-                    window_lse_.as<float>(), window, total_ - window,
-                    window_sums_[i][chunk.layer].as<float>());
+    float* sums = window_sums_[i][chunk.layer].as<float>();
+    if (!request.reference_bf16_casts) {  // fp32: the prefill's log-sum-exp serves
+      add_column_sums(chunk, window_q_.as<bf16>(), int64_t(c.n_query_heads) * c.head_dim,
+                      window_lse_.as<float>(), window, total_ - window, sums);
+      continue;
+    }
+    // The reference's rounded logits have a softmax normaliser of their own: the op computes it.
+    cuda::WindowAttentionSumsArgs a;
+    a.queries = window_q_.as<bf16>();
+    a.query_row_stride = int64_t(c.n_query_heads) * c.head_dim;
+    a.query_head_stride = c.head_dim;
+    a.keys = chunk.k;
+    a.kv_head_stride = chunk.kv_head_stride;
+    a.sums = sums;
+    a.sums_head_stride = total_;
+    a.length = total_;
+    a.window = window;
+    a.n_query_heads = c.n_query_heads;
+    a.n_kv_heads = c.n_kv_heads;
+    a.head_dim = c.head_dim;
+    a.reference_bf16_casts = true;
+    a.workspace = window_sums_workspace_.data();
+    cuda::window_attention_sums(a, stream_);
   }
 }
 

@@ -2,7 +2,9 @@
 // rows, and statistics computed on the device from the layer's attention as the prefill passes, so
 // that only O(L) numbers per head leave the device, never the prompt's keys and values:
 // - attention column sums over all prompt queries (kernels/cuda/attention_column_sums.h);
-// - window attention sums Σ_{t<w} p(t -> j): the same kernel over the last w queries only;
+// - window attention sums Σ_{t<w} p(t -> j): in fp32 the same kernel over the last w queries only;
+//   with the bf16 reference's casts (WindowSumsRequest) kernels/cuda/window_attention_sums.h, whose
+//   softmax runs over the rounded logits;
 // - output-perturbation scores of a window (kernels/cuda/dropkv_scores.h), from the window rows'
 //   attention output and log-sum-exp the prefill has just computed;
 // - key norms (kernels/cuda/row_norms.h);
@@ -83,7 +85,8 @@ class PrefillStatistics {
   cuda::DeviceBuffer row_lse_;                             // [Hq, chunk]
   cuda::DeviceBuffer window_lse_, window_q_, window_out_;  // the last chunk's window rows, compact
   std::vector<cuda::DeviceBuffer> column_sums_;            // per layer [Hq, total]
-  std::vector<std::vector<cuda::DeviceBuffer>> window_sums_;    // [window][layer] [Hq, total]
+  std::vector<std::vector<cuda::DeviceBuffer>> window_sums_;  // [request][layer] [Hq, total]
+  cuda::DeviceBuffer window_sums_workspace_;  // for the requests with the reference's casts
   std::vector<std::vector<cuda::DeviceBuffer>> perturbations_;  // [request][layer] [Hkv, total]
   std::vector<cuda::DeviceBuffer> key_norms_;                   // per layer [Hkv, total]
   std::vector<cuda::DeviceBuffer> value_norms_;                 // per layer [Hkv, total]

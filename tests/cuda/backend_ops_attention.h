@@ -1,8 +1,9 @@
 // The backend-ops rows of the attention kernels (tests/cuda/backend_ops_test.cc, whose header says
 // why each tolerance is what it is): prefill_attention against prefill_attention (each of its
 // kernels), decode_attention (dense, per-head lists with a logit bias, lists shared by the group)
-// against the CPU's, attention_column_sums, dropkv_scores (and its materialising baseline) and
-// early_exit_decode against their twins.
+// against the CPU's, attention_column_sums, window_attention_sums (with and without the bf16
+// reference's casts), dropkv_scores (and its materialising baseline) and early_exit_decode against
+// their twins.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -15,9 +16,11 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_column_sums.h"
 #include "kernels/cpu/dropkv_scores.h"
+#include "kernels/cpu/window_attention_sums.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_column_sums.h"
 #include "kernels/cuda/dropkv_scores.h"
+#include "kernels/cuda/window_attention_sums.h"
 #include "tests/cuda/backend_ops.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/cuda/early_exit_check.h"
@@ -275,6 +278,75 @@ inline void check_attention_column_sums(const ChunkShape& s) {
         << "head " << x / sums_stride << " key " << x % sums_stride;
 }
 
+struct WindowSumsShape {
+  int head_dim, n_query_heads, n_kv_heads, length, window;
+  bool casts;
+};
+
+// Multiples of 1/8 in [-2, 2]: bf16 values whose every q·k (head_dim <= 256) is exact in fp32, in
+// the device's FMA chain as in the CPU's products and sums.
+inline std::vector<float> random_eighths(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> eighths(-16, 16);
+  std::vector<float> values(n);
+  for (float& x : values) x = eighths(rng) / 8.0f;
+  return values;
+}
+
+// The window rows as the engine copies them ([w, Hq*d]) but with spare elements after each row,
+// keys with spare rows per head, sums with spare columns (left alone). With the casts the inputs'
+// q·k are exact (random_eighths), so both twins round the same logits; what differs is expf (an
+// ulp or two) and the order the row's normaliser is summed in, which can move a p across a bf16
+// rounding boundary: one bf16 step, at most 2^-7 of that term, so at most 1/128 of the sum. In
+// fp32, bf16 values of any size and the f32 differences of the sums: 1e-4 relative.
+inline void check_window_attention_sums(const WindowSumsShape& s) {
+  const int d = s.head_dim, hq = s.n_query_heads, L = s.length, w = s.window;
+  const int64_t row_stride = int64_t(hq) * d + 8, kv_stride = int64_t(L + 5) * d;
+  const int64_t sums_stride = L + 3;
+  const size_t n_queries = size_t(w) * row_stride, n_keys = size_t(s.n_kv_heads) * kv_stride;
+  const auto q = s.casts ? random_eighths(n_queries, 41 + L) : random_bf16_values(n_queries, 41, 2);
+  const auto k = s.casts ? random_eighths(n_keys, 42 + w) : random_bf16_values(n_keys, 42);
+  std::vector<float> expected(size_t(hq) * sums_stride, 0.25f);
+  kernels::window_attention_sums({.queries = q.data(),
+                                  .query_row_stride = row_stride,
+                                  .query_head_stride = d,
+                                  .keys = k.data(),
+                                  .kv_head_stride = kv_stride,
+                                  .sums = expected.data(),
+                                  .sums_head_stride = sums_stride,
+                                  .length = L,
+                                  .window = w,
+                                  .n_query_heads = hq,
+                                  .n_kv_heads = s.n_kv_heads,
+                                  .head_dim = d,
+                                  .reference_bf16_casts = s.casts});
+  auto d_q = to_device_bf16(q), d_k = to_device_bf16(k);
+  auto d_sums = to_device(std::vector<float>(expected.size(), 0.25f));
+  cuda::DeviceBuffer workspace(cuda::window_attention_sums_workspace_bytes(hq, L, w));
+  // NaN in every workspace slot: a partial no kernel wrote this call shows.
+  cuda::check(cudaMemset(workspace.data(), 0xff, workspace.bytes()), "memset");
+  cuda::window_attention_sums({.queries = d_q.as<__nv_bfloat16>(),
+                               .query_row_stride = row_stride,
+                               .query_head_stride = d,
+                               .keys = d_k.as<__nv_bfloat16>(),
+                               .kv_head_stride = kv_stride,
+                               .sums = d_sums.as<float>(),
+                               .sums_head_stride = sums_stride,
+                               .length = L,
+                               .window = w,
+                               .n_query_heads = hq,
+                               .n_kv_heads = s.n_kv_heads,
+                               .head_dim = d,
+                               .reference_bf16_casts = s.casts,
+                               .workspace = workspace.data()},
+                              nullptr);
+  const auto got = from_device<float>(d_sums, expected.size());
+  const double relative = s.casts ? 1.0 / 128 : 1e-4;
+  for (size_t x = 0; x < got.size(); ++x)  // columns past the keys stay 0.25
+    ASSERT_NEAR(got[x], expected[x], relative * std::abs(expected[x]) + 1e-6)
+        << "head " << x / sums_stride << " key " << x % sums_stride;
+}
+
 struct DropKvShape {
   int head_dim, n_query_heads, n_kv_heads, length, window;
   // The benchmark's baseline, dropkv_scores_materialised: the differences y - v in f32, the
@@ -446,6 +518,18 @@ inline std::vector<OpCase> attention_cases() {
     cases.push_back({case_name("attention_column_sums_d", s.head_dim, "_hq", s.n_query_heads,
                                "_hkv", s.n_kv_heads, "_n", s.n_queries, "_offset", s.query_offset),
                      [=] { check_attention_column_sums(s); }});
+
+  // Qwen2.5-Coder-0.5B's and Llama-3.1-8B's heads, SnapKV's window and DropKV's, lengths off the
+  // 64-key chunks and 32-key slices, a window longer than the prompt, head_dim 256.
+  for (bool casts : {true, false})
+    for (const WindowSumsShape& s :
+         {WindowSumsShape{64, 14, 2, 1000, 32, casts}, WindowSumsShape{64, 14, 2, 777, 8, casts},
+          WindowSumsShape{128, 32, 8, 300, 32, casts}, WindowSumsShape{128, 32, 8, 65, 8, casts},
+          WindowSumsShape{64, 9, 3, 20, 32, casts}, WindowSumsShape{256, 4, 2, 130, 16, casts}})
+      cases.push_back({case_name("window_attention_sums_", casts ? "casts" : "fp32", "_d",
+                                 s.head_dim, "_hq", s.n_query_heads, "_hkv", s.n_kv_heads,
+                                 "_length", s.length, "_window", s.window),
+                       [=] { check_window_attention_sums(s); }});
 
   for (const DropKvShape& s : {DropKvShape{128, 32, 8, 300, 8}, DropKvShape{64, 9, 3, 1000, 8},
                                DropKvShape{128, 8, 2, 130, 32}, DropKvShape{128, 4, 4, 64, 8},

@@ -27,6 +27,9 @@
 // - f32 sums in another order: 1e-5 relative for row norms, 1e-4 for the projected value norms
 //   (cuBLAS products), 1e-3 for the column sums (exp2 of f32 logits); DropKV 3e-2 relative, its p
 //   being rounded to bf16 on both sides and so able to land on either side of a rounding boundary;
+// - window attention sums (backend_ops_attention.h): with the bf16 reference's casts, on inputs
+//   whose q.k are exact in fp32, 1/128 relative (a p may round to the other bf16 neighbour, expf
+//   and the normaliser's summation order differing in the last bits); in fp32 1e-4 relative;
 // - LSH sampling (lsh_sampling_check.h): codes and lists bit-equal, means within an f32 ulp,
 //   biases within 1e-5 (the device's acos, pow and log against libm's);
 // - decode eviction (backend_ops_eviction.h): probabilities 1e-6 relative (expf), statistics the

@@ -155,12 +155,12 @@ TEST(CudaBackend, PrefillPolicyKeptSetsMatchCpuOnARealPrompt) {
                            on_gpu[summary->worst_layer][summary->worst_head].size());
     EXPECT_GE(end_to_end.mean, 0.97);
     EXPECT_GE(end_to_end.worst, 0.8);
-    // PyramidKV's smallest per-layer budgets turn one window-sum near-tie into a large share of a
-    // head's few kept tokens (its measured worst on the same prefill: results/gpu-sweeps.md,
-    // fourth round); the CPU forward cannot do better than the GPU's own prefill there.
-    const double issue_17_bound = policy == "pyramidkv" ? 0.93 : 0.98;
-    EXPECT_GE(as_device.worst, issue_17_bound);
-    EXPECT_GE(selection.worst, issue_17_bound);
+    // The window-scored policies read window sums the device computed with the casts of the bf16
+    // reference (kernels/cuda/window_attention_sums.h), the statistic the CPU recomputes from the
+    // keys; before, the device's plain fp32 sums differed by ~1 % per entry, enough to reorder a
+    // flat head's kept set (PyramidKV's small layer budgets most).
+    EXPECT_GE(as_device.worst, 0.98);
+    EXPECT_GE(selection.worst, 0.98);
   }
 }
 

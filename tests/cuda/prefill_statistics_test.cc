@@ -1,8 +1,9 @@
 // The statistics a GPU prefill computes for the prefill policies (engine/cuda/prefill_statistics.h)
 // against double-precision truth computed on the host from the same bf16 keys, values and window
 // queries the device holds: window attention sums, output perturbations, key norms and attention
-// column sums, over a prefill of several chunks. (The row-norm kernel against its CPU twin:
-// tests/cuda/backend_ops_test.cc.)
+// column sums, over a prefill of several chunks; the window sums with the bf16 reference's casts
+// against their CPU twin (kernels/cpu/window_attention_sums.h) on the same values. (The row-norm
+// kernel against its CPU twin: tests/cuda/backend_ops_test.cc.)
 #include "engine/cuda/prefill_statistics.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 
 #include "engine/cuda/cuda_engine.h"
 #include "engine/presets.h"
+#include "kernels/cpu/window_attention_sums.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace kvb {
@@ -93,6 +95,30 @@ Truth truth_for(const HostLayer& m, const std::vector<float>& query_window, int 
   return t;
 }
 
+// The sums with the reference's casts against the CPU twin on the device's own bf16 queries and
+// keys. A logit the two round to different sides of a bf16 boundary (their q·k differ in the last
+// fp32 bit: FMA on the device) moves its p by up to |x| 2^-7 relative, so per key the sums agree to
+// 2 % of the row's scale (tests/cuda/backend_ops_attention.h bounds the op on exact products).
+void check_sums_with_casts(const HostLayer& m, const std::vector<float>& query_window, int captured,
+                           int window, const std::vector<float>& got) {
+  std::vector<float> want(size_t(m.hq) * m.L);
+  kernels::window_attention_sums({.queries = query_window.data() + size_t(captured - window) * m.d,
+                                  .query_row_stride = m.d,
+                                  .query_head_stride = int64_t(captured) * m.d,
+                                  .keys = m.keys.data(),
+                                  .kv_head_stride = m.capacity * m.d,
+                                  .sums = want.data(),
+                                  .sums_head_stride = m.L,
+                                  .length = m.L,
+                                  .window = window,
+                                  .n_query_heads = m.hq,
+                                  .n_kv_heads = m.hkv,
+                                  .head_dim = m.d,
+                                  .reference_bf16_casts = true});
+  expect_close(got, std::vector<double>(want.begin(), want.end()), 2e-2,
+               "window sums with casts w = " + std::to_string(window));
+}
+
 void check_statistics_on(int head_dim) {
   ModelConfig config = test::small_random_model("random-statistics", 2, 256, head_dim, 512, 1000);
   config.qkv_bias = true;
@@ -102,14 +128,14 @@ void check_statistics_on(int head_dim) {
   gpu->allocate_cache(1, L + 4);
   CaptureRequest request;
   request.window_queries = 32;
-  request.window_attention_sums = {8, 32};
+  request.window_attention_sums = {{8, false}, {32, false}, {32, true}};
   request.output_perturbations = {{8, false}};
   request.key_norms = true;
   PrefillCapture capture;
   gpu->prefill_with_captures(0, test::strided_token_ids(L, 37, 11, 1000), request, capture,
                              /*chunk_tokens=*/256);
   ASSERT_EQ(capture.window, 32);
-  ASSERT_EQ(capture.window_attention_sums.size(), 2u);
+  ASSERT_EQ(capture.window_attention_sums.size(), 3u);
   ASSERT_EQ(capture.output_perturbations.size(), 1u);
   for (int l = 0; l < config.n_layers; ++l) {
     SCOPED_TRACE("layer " + std::to_string(l));
@@ -120,8 +146,14 @@ void check_statistics_on(int head_dim) {
                 gpu->cached_sequence(l, 0, false),
                 gpu->cached_sequence(l, 0, true),
                 gpu->capacity()};
-    for (int i = 0; i < 2; ++i) {
-      const int window = capture.window_attention_sums[i].window;
+    for (int i = 0; i < 3; ++i) {
+      const WindowSumsRequest& sums = capture.window_attention_sums[i].request;
+      const int window = sums.window;
+      if (sums.reference_bf16_casts) {
+        check_sums_with_casts(m, capture.query_window[l], capture.window, window,
+                              capture.window_attention_sums[i].per_layer[l]);
+        continue;
+      }
       const Truth truth = truth_for(m, capture.query_window[l], capture.window, window);
       expect_close(capture.window_attention_sums[i].per_layer[l], truth.window_sums, 1e-3,
                    "window sums w = " + std::to_string(window));

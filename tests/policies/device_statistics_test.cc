@@ -141,8 +141,9 @@ PrefillView statistics_view(const test::SyntheticPrefill& prefill,
   for (auto& layer : view.layers) owned.push_back(statistics_of(layer, prefill.window));
   for (size_t l = 0; l < view.layers.size(); ++l) {
     LayerPrefillView& layer = view.layers[l];
-    for (int w : request.window_attention_sums) {
-      EXPECT_EQ(w, prefill.window);
+    for (const WindowSumsRequest& w : request.window_attention_sums) {
+      EXPECT_EQ(w.window, prefill.window);
+      EXPECT_FALSE(w.reference_bf16_casts);  // fp32 scoring: the sums in double are its truth
       layer.window_attention_sums.push_back({w, owned[l].window_sums.data()});
     }
     for (const PerturbationRequest& p : request.output_perturbations)
@@ -217,7 +218,13 @@ TEST(DeviceStatistics, PoliciesThatReadTheKeysSayWhatTheyRead) {
   }
   const CachePlan snapkv =
       make_cache_plan("snapkv", nlohmann::json::object(), Budget::parse("25%"));
-  EXPECT_EQ(snapkv.prefill->capture().window_attention_sums, std::vector<int>{32});
+  // The default bf16 precision asks for the sums with the reference's casts; fp32 for plain ones.
+  EXPECT_EQ(snapkv.prefill->capture().window_attention_sums,
+            (std::vector<WindowSumsRequest>{{32, true}}));
+  const CachePlan snapkv_fp32 =
+      make_cache_plan("snapkv", {{"precision", "fp32"}}, Budget::parse("25%"));
+  EXPECT_EQ(snapkv_fp32.prefill->capture().window_attention_sums,
+            (std::vector<WindowSumsRequest>{{32, false}}));
   const CachePlan dropkv =
       make_cache_plan("dropkv", nlohmann::json::object(), Budget::parse("25%"));
   ASSERT_EQ(dropkv.prefill->capture().output_perturbations.size(), 1u);
@@ -241,13 +248,14 @@ TEST(DeviceStatistics, AViewWithNeitherStatisticsNorKeysIsALogicError) {
 
 TEST(DeviceStatistics, RequestsMergeIntoSortedUniqueLists) {
   CaptureRequest a, b;
-  a.window_attention_sums = {32};
+  a.window_attention_sums = {{32, true}};
   a.output_perturbations = {{8, true}};
-  b.window_attention_sums = {8, 32};
+  b.window_attention_sums = {{8, true}, {32, false}, {32, true}};
   b.output_perturbations = {{8, true}, {8, false}};
   b.key_norms = true;
   a.merge(b);
-  EXPECT_EQ(a.window_attention_sums, (std::vector<int>{8, 32}));
+  EXPECT_EQ(a.window_attention_sums,
+            (std::vector<WindowSumsRequest>{{8, true}, {32, false}, {32, true}}));
   EXPECT_EQ(a.output_perturbations, (std::vector<PerturbationRequest>{{8, false}, {8, true}}));
   EXPECT_TRUE(a.key_norms);
   EXPECT_FALSE(a.host_keys_values);
