@@ -1,5 +1,6 @@
 // GPU kernel lab figures: prefill flash attention in TFLOP/s against the measured bf16 GEMM rate,
-// H2O's attention column sums in TFLOP/s (of q·k) and in time against that prefill's, decode
+// H2O's attention column sums in TFLOP/s (of q·k) and in time against that prefill's, the window
+// sums with the bf16 reference's casts against the fp32 ones, decode
 // attention in GB/s against the measured read bandwidth (Llama-3.1-8B head shapes).
 // Run on the GPU machine: ./cuda_kernels_bench --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
@@ -11,6 +12,7 @@
 #include "kernels/cuda/attention_column_sums.h"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/transformer_ops.h"
+#include "kernels/cuda/window_attention_sums.h"
 
 namespace kvb {
 namespace {
@@ -135,6 +137,65 @@ void BM_AttentionColumnSums(benchmark::State& state) {
 BENCHMARK(BM_AttentionColumnSums)
     ->Arg(4096)
     ->Arg(32768)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+// SnapKV-family window sums (w = 32 window queries, Llama-3.1-8B heads) with the bf16 reference's
+// casts (window_attention_sums: its own two passes over the rounded logits on the CUDA cores),
+// beside the fp32 sums from a given log-sum-exp (attention_column_sums over the window rows, tensor
+// cores) in the same run; ratio_to_fp32 is the first over the second. Per layer.
+void BM_WindowAttentionSums(benchmark::State& state) {
+  if (!cuda::device_available()) return state.SkipWithError("no CUDA device");
+  const int n = static_cast<int>(state.range(0));
+  constexpr int w = 32, hq = 32, hkv = 8, d = 128;
+  cuda::DeviceBuffer q(size_t(w) * hq * d * 2), k(size_t(n) * hkv * d * 2), lse(size_t(w) * hq * 4),
+      sums(size_t(n) * hq * 4), workspace(cuda::window_attention_sums_workspace_bytes(hq, n, w));
+  cuda::fill_random_bf16(q.as<bf16>(), size_t(w) * hq * d, 1, 1.f, nullptr);
+  cuda::fill_random_bf16(k.as<bf16>(), size_t(n) * hkv * d, 2, 1.f, nullptr);
+  cudaMemset(lse.data(), 0, lse.bytes());
+  cuda::WindowAttentionSumsArgs casts;
+  casts.queries = q.as<bf16>();
+  casts.query_row_stride = hq * d;
+  casts.query_head_stride = d;
+  casts.keys = k.as<bf16>();
+  casts.kv_head_stride = int64_t(n) * d;
+  casts.sums = sums.as<float>();
+  casts.sums_head_stride = n;
+  casts.length = n;
+  casts.window = w;
+  casts.n_query_heads = hq;
+  casts.n_kv_heads = hkv;
+  casts.head_dim = d;
+  casts.reference_bf16_casts = true;
+  casts.workspace = workspace.data();
+  const cuda::ColumnSumsArgs fp32{.q = q.as<bf16>(),
+                                  .q_row_stride = hq * d,
+                                  .k = k.as<bf16>(),
+                                  .kv_head_stride = int64_t(n) * d,
+                                  .lse = lse.as<float>(),
+                                  .column_sums = sums.as<float>(),
+                                  .sums_head_stride = n,
+                                  .n_queries = w,
+                                  .query_offset = n - w,
+                                  .n_query_heads = hq,
+                                  .n_kv_heads = hkv,
+                                  .head_dim = d};
+  const auto with_casts = [&] { cuda::window_attention_sums(casts, nullptr); };
+  const auto without = [&] { cuda::attention_column_sums(fp32, nullptr); };
+  without();
+  const float fp32_ms = mean_ms(without, 5);
+  with_casts();
+  float casts_ms = 0;
+  for (auto _ : state) {
+    casts_ms = mean_ms(with_casts, 1);
+    state.SetIterationTime(casts_ms / 1e3);
+  }
+  state.counters["fp32_ms"] = fp32_ms;
+  state.counters["ratio_to_fp32"] = casts_ms / fp32_ms;
+}
+BENCHMARK(BM_WindowAttentionSums)
+    ->Arg(32768)
+    ->Arg(131072)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 
