@@ -1,5 +1,4 @@
 #include <cfloat>
-#include <cub/device/device_segmented_radix_sort.cuh>
 
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/dropkv_scores.h"
@@ -177,23 +176,6 @@ __global__ void protect_kernel(float* pooled, int length, int protect) {
     row[j] = best + 1.f;
 }
 
-__global__ void iota_kernel(int32_t* out, int n_heads, int length) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < int64_t(n_heads) * length;
-       i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = int32_t(i % length);
-}
-
-__global__ void gather_kept_kernel(const int32_t* sorted_index, int length, int keep,
-                                   int32_t* kept) {
-  const int h = blockIdx.y;
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < keep; i += gridDim.x * blockDim.x)
-    kept[int64_t(h) * keep + i] = sorted_index[int64_t(h) * length + i];
-}
-
-__global__ void offsets_kernel(int* offsets, int n_heads, int stride) {
-  for (int i = threadIdx.x; i <= n_heads; i += blockDim.x) offsets[i] = i * stride;
-}
-
 // Materialising baseline: P [rows, L] then D [rows, L, d] = y - v, then the weighted norms.
 __global__ void naive_probs_kernel(DropKvScoreArgs a, int h, float* probs) {
   const int group = a.n_query_heads / a.n_kv_heads;
@@ -281,82 +263,6 @@ void pool_and_protect(const float* raw, float* pooled, int n_heads, int length, 
   check(cudaGetLastError(), "pool_kernel");
   protect_kernel<<<n_heads, 1024, 0, stream>>>(pooled, length, protect);
   check(cudaGetLastError(), "protect_kernel");
-}
-
-namespace {
-
-size_t cub_sort_bytes(int n_heads, int length) {
-  const int n = n_heads * length;
-  size_t pairs = 0, keys = 0;
-  check(cub::DeviceSegmentedRadixSort::SortPairsDescending(
-            nullptr, pairs, static_cast<const float*>(nullptr), static_cast<float*>(nullptr),
-            static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr), n, n_heads,
-            static_cast<const int*>(nullptr), static_cast<const int*>(nullptr)),
-        "topk_sorted: cub size query");
-  check(cub::DeviceSegmentedRadixSort::SortKeys(
-            nullptr, keys, static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr), n,
-            n_heads, static_cast<const int*>(nullptr), static_cast<const int*>(nullptr)),
-        "topk_sorted: cub size query");
-  return std::max(pairs, keys);
-}
-
-// topk_sorted's scratch, carved in 256-byte aligned slices. The size query and the carving walk
-// the same slices, so the alignment padding is always paid for (a fixed slack once fell short and
-// left cub without its temporary storage).
-struct TopkWorkspace {
-  float* sorted_scores = nullptr;
-  int32_t* index_in = nullptr;
-  int32_t* index_out = nullptr;
-  int* offsets = nullptr;
-  int* keep_offsets = nullptr;
-  void* cub_temp = nullptr;
-  size_t cub_bytes = 0;
-  size_t total = 0;
-
-  TopkWorkspace(void* base, int n_heads, int length) {
-    const size_t n = size_t(n_heads) * length;
-    auto take = [&](size_t bytes) {
-      void* p = base ? static_cast<char*>(base) + total : nullptr;
-      total += (bytes + 255) / 256 * 256;
-      return p;
-    };
-    total = base ? (256 - reinterpret_cast<uintptr_t>(base) % 256) % 256 : 255;
-    sorted_scores = static_cast<float*>(take(n * 4));
-    index_in = static_cast<int32_t*>(take(n * 4));
-    index_out = static_cast<int32_t*>(take(n * 4));
-    offsets = static_cast<int*>(take((n_heads + 1) * 4));
-    keep_offsets = static_cast<int*>(take((n_heads + 1) * 4));
-    cub_bytes = cub_sort_bytes(n_heads, length);
-    cub_temp = take(cub_bytes);
-  }
-};
-
-}  // namespace
-
-size_t topk_workspace_bytes(int n_heads, int length) {
-  return TopkWorkspace(nullptr, n_heads, length).total;
-}
-
-void topk_sorted(const float* scores, int n_heads, int length, int keep, int32_t* kept,
-                 void* workspace, cudaStream_t stream) {
-  const size_t n = size_t(n_heads) * length;
-  const TopkWorkspace w(workspace, n_heads, length);
-  size_t cub_bytes = w.cub_bytes;
-  iota_kernel<<<1024, 256, 0, stream>>>(w.index_in, n_heads, length);
-  offsets_kernel<<<1, 256, 0, stream>>>(w.offsets, n_heads, length);
-  offsets_kernel<<<1, 256, 0, stream>>>(w.keep_offsets, n_heads, keep);
-  // Radix sort is stable: equal scores keep ascending index order, so the lower index wins ties.
-  check(cub::DeviceSegmentedRadixSort::SortPairsDescending(
-            w.cub_temp, cub_bytes, scores, w.sorted_scores, w.index_in, w.index_out, int(n),
-            n_heads, w.offsets, w.offsets + 1, 0, 32, stream),
-        "topk_sorted: sort by score");
-  gather_kept_kernel<<<dim3((keep + 255) / 256, n_heads), 256, 0, stream>>>(w.index_out, length,
-                                                                            keep, w.index_in);
-  check(cub::DeviceSegmentedRadixSort::SortKeys(w.cub_temp, cub_bytes, w.index_in, kept,
-                                                n_heads * keep, n_heads, w.keep_offsets,
-                                                w.keep_offsets + 1, 0, 32, stream),
-        "topk_sorted: sort kept indices");
-  check(cudaGetLastError(), "topk_sorted");
 }
 
 size_t dropkv_scores_materialised(const DropKvScoreArgs& args, cudaStream_t stream) {

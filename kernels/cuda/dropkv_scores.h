@@ -3,8 +3,9 @@
 // over the last W queries, given a workspace so that it runs split-KV; this file scores every key
 // without materialising the W×L attention or the W×L×d differences: each block streams 64-key K/V
 // tiles, recomputes p from the LSE with tensor-core q·k, and gets ⟨y, v⟩ from a second tensor-core
-// product, so the squared distance is ‖y‖² + ‖v‖² − 2⟨y,v⟩. Then pooling, window protection and
-// top-k, all on the device.
+// product, so the squared distance is ‖y‖² + ‖v‖² − 2⟨y,v⟩. Then pooling and window protection
+// here, and the top-k of every head by topk_select (kernels/cuda/topk_select.h: the k largest,
+// ties to the lower index, ascending; the one device top-k of the project), all on the device.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -33,12 +34,6 @@ void dropkv_scores(const DropKvScoreArgs& args, cudaStream_t stream);
 // kernels/cpu/dropkv_scores.h.
 void pool_and_protect(const float* raw, float* pooled, int n_heads, int length, int kernel,
                       bool max_pool, int protect, cudaStream_t stream);
-
-// kept[h, 0..keep) = indices of the `keep` largest scores of head h, ascending. Lower index wins
-// ties. `workspace` must hold topk_workspace_bytes(n_heads, length) bytes.
-size_t topk_workspace_bytes(int n_heads, int length);
-void topk_sorted(const float* scores, int n_heads, int length, int keep, int32_t* kept,
-                 void* workspace, cudaStream_t stream);
 
 // Baseline for the benchmark: the straightforward implementation that materialises the attention
 // [rows, L] and the differences [rows, L, d] per KV head in f32, as a PyTorch reference would.

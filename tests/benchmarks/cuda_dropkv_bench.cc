@@ -9,6 +9,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/dropkv_scores.h"
+#include "kernels/cuda/topk_select.h"
 #include "kernels/cuda/transformer_ops.h"
 
 namespace kvb {
@@ -28,7 +29,7 @@ struct LayerInputs {
         scores(size_t(kHkv) * length * 4),
         pooled(size_t(kHkv) * length * 4),
         kept(size_t(kHkv) * length * 4),
-        topk(cuda::topk_workspace_bytes(kHkv, length)),
+        topk(cuda::topk_select_workspace_bytes(kHkv, length)),
         window_workspace(cuda::prefill_split_kv_workspace_bytes(window_args())) {
     cuda::fill_random_bf16(q.as<bf16>(), size_t(kWindow) * kHq * kD, 1, 1.f, nullptr);
     cuda::fill_random_bf16(k.as<bf16>(), size_t(kHkv) * length * kD, 2, 1.f, nullptr);
@@ -101,8 +102,16 @@ void BM_DropKvFused(benchmark::State& state) {
   auto select = [&] {
     cuda::pool_and_protect(in.scores.as<float>(), in.pooled.as<float>(), kHkv, in.length, 11, true,
                            kWindow, nullptr);
-    cuda::topk_sorted(in.pooled.as<float>(), kHkv, in.length, keep, in.kept.as<int32_t>(),
-                      in.topk.data(), nullptr);
+    cuda::TopkSelectArgs top;
+    top.scores = in.pooled.as<float>();
+    top.key_stride = in.length;
+    top.n_lists = kHkv;
+    top.length = in.length;
+    top.k = keep;
+    top.indices = in.kept.as<int32_t>();
+    top.index_stride = keep;
+    top.workspace = in.topk.data();
+    cuda::topk_select(top, nullptr);
   };
   auto run = [&] {
     in.window_forward();

@@ -1,9 +1,9 @@
 // The backend-ops rows of the decode selectors' kernels (tests/cuda/backend_ops_test.cc):
 // BinaryPC's hashing, query planes and scores (kernels/cuda/binary_hash.h), Quest's page bounds,
 // scores and page expansion (kernels/cuda/page_bounds.h) and the shared top-k
-// (kernels/cuda/topk_select.h, and DropKV's topk_sorted and pool_and_protect), each against its CPU
-// twin. All of them are exact: the same integers, the same bf16 minima and maxima, the same f32
-// sums in the same order, the same indices.
+// (kernels/cuda/topk_select.h, also on DropKV's heavily tied pooled scores) and DropKV's
+// pool_and_protect, each against its CPU twin. All of them are exact: the same integers, the same
+// bf16 minima and maxima, the same f32 sums in the same order, the same indices.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -294,15 +294,24 @@ inline void check_topk_select(int length) {
   }
 }
 
-// DropKV's per-head top-k (kernels/cuda/dropkv_scores.h), ascending, ties to the lower index.
-inline void check_topk_sorted(int heads, int length, int keep) {
+// topk_select on f32 scores with heavy ties (97 distinct values) over several heads, as DropKV's
+// pooled scores give it: ascending, ties to the lower index, against the CPU twin.
+inline void check_topk_select_ties(int heads, int length, int keep) {
   std::vector<float> scores(size_t(heads) * length);
   for (size_t i = 0; i < scores.size(); ++i) scores[i] = float((i * 7919) % 97);  // many ties
   auto d_scores = to_device(scores);
   cuda::DeviceBuffer d_kept(size_t(heads) * keep * 4),
-      workspace(cuda::topk_workspace_bytes(heads, length));
-  cuda::topk_sorted(d_scores.as<float>(), heads, length, keep, d_kept.as<int32_t>(),
-                    workspace.data(), nullptr);
+      workspace(cuda::topk_select_workspace_bytes(heads, length));
+  cuda::TopkSelectArgs args;
+  args.scores = d_scores.as<float>();
+  args.key_stride = length;
+  args.n_lists = heads;
+  args.length = length;
+  args.k = keep;
+  args.indices = d_kept.as<int32_t>();
+  args.index_stride = keep;
+  args.workspace = workspace.data();
+  cuda::topk_select(args, nullptr);
   const auto kept = from_device<int32_t>(d_kept, size_t(heads) * keep);
   for (int h = 0; h < heads; ++h)
     EXPECT_EQ(std::vector<int32_t>(kept.begin() + h * keep, kept.begin() + (h + 1) * keep),
@@ -376,8 +385,9 @@ inline std::vector<OpCase> selection_cases() {
   };
   for (const SortedShape s :
        {SortedShape{3, 500, 50}, SortedShape{8, 3001, 300}, SortedShape{2, 70001, 7000}})
-    cases.push_back({case_name("topk_sorted_heads", s.heads, "_length", s.length, "_keep", s.keep),
-                     [s] { check_topk_sorted(s.heads, s.length, s.keep); }});
+    cases.push_back(
+        {case_name("topk_select_ties_heads", s.heads, "_length", s.length, "_keep", s.keep),
+         [s] { check_topk_select_ties(s.heads, s.length, s.keep); }});
   struct PoolShape {
     int heads, length, kernel;
     bool max_pool;

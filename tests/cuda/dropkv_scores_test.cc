@@ -11,6 +11,7 @@
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/dropkv_scores.h"
+#include "kernels/cuda/topk_select.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace kvb {
@@ -40,11 +41,19 @@ TEST(DropKvSelection, PoolProtectAndTopKMatchBruteForce) {
     }
     auto d_raw = test::to_device(raw);
     cuda::DeviceBuffer d_pooled(raw.size() * 4), d_kept(heads * keep * 4),
-        workspace(cuda::topk_workspace_bytes(heads, length));
+        workspace(cuda::topk_select_workspace_bytes(heads, length));
     cuda::pool_and_protect(d_raw.as<float>(), d_pooled.as<float>(), heads, length, kernel, max_pool,
                            window, nullptr);
-    cuda::topk_sorted(d_pooled.as<float>(), heads, length, keep, d_kept.as<int32_t>(),
-                      workspace.data(), nullptr);
+    cuda::TopkSelectArgs top;
+    top.scores = d_pooled.as<float>();
+    top.key_stride = length;
+    top.n_lists = heads;
+    top.length = length;
+    top.k = keep;
+    top.indices = d_kept.as<int32_t>();
+    top.index_stride = keep;
+    top.workspace = workspace.data();
+    cuda::topk_select(top, nullptr);
     std::vector<float> got_pooled(raw.size());
     d_pooled.download(got_pooled.data(), got_pooled.size() * 4);
     for (size_t i = 0; i < raw.size(); ++i) ASSERT_NEAR(got_pooled[i], pooled[i], 1e-4) << i;
