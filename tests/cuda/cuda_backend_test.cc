@@ -43,11 +43,14 @@ using test::real_model;
 using test::RealModel;
 
 // The same selection code fed the GPU's own prefill — its keys, values and window queries copied
-// to the host — instead of the statistics the device computed beside the prefill. Against
-// kept_on(gpu, ...) this isolates the device statistics and selection from the forward pass,
-// whose bf16 weights and activations the CPU's f32 forward cannot match token for token.
-KeptIndices kept_on_host_copy(Engine& engine, const std::vector<TokenId>& ids, CachePlan& plan) {
-  CaptureRequest request = plan.prefill->capture();
+// to the host — instead of the statistics the device computed beside the prefill. Against the
+// device statistics this isolates them and the selection from the forward pass, whose bf16 weights
+// and activations the CPU's f32 forward cannot match token for token. One prefill serves every
+// plan.
+std::vector<KeptIndices> kept_sets_on_host_copy(Engine& engine, const std::vector<TokenId>& ids,
+                                                std::vector<CachePlan>& plans) {
+  CaptureRequest request;
+  for (const CachePlan& plan : plans) request.merge(plan.prefill->capture());
   request.window_attention_sums.clear();
   request.output_perturbations.clear();
   request.key_norms = false;
@@ -56,12 +59,15 @@ KeptIndices kept_on_host_copy(Engine& engine, const std::vector<TokenId>& ids, C
   PrefillCapture captured;
   engine.prefill(0, ids, request, captured);
   KvStore host_copy;
-  return select_kept(
-      plan, captured,
-      [&](const PrefillCapture& captures, const CaptureRequest&) {
-        return engine.prefill_view(0, captures, request, host_copy);
-      },
-      engine.config(), budget_tokens_for(plan, static_cast<int>(ids.size())));
+  std::vector<KeptIndices> kept;
+  for (CachePlan& plan : plans)
+    kept.push_back(select_kept(
+        plan, captured,
+        [&](const PrefillCapture& captures, const CaptureRequest&) {
+          return engine.prefill_view(0, captures, request, host_copy);
+        },
+        engine.config(), budget_tokens_for(plan, static_cast<int>(ids.size()))));
+  return kept;
 }
 
 struct JaccardSummary {
@@ -119,19 +125,30 @@ TEST(CudaBackend, PrefillPolicyKeptSetsMatchCpuOnARealPrompt) {
   CpuBackend cpu(*m.model.weights);
   CpuBackend cpu_as_device(*m.model.weights, KvDtype::kBf16, ForwardPrecision::kBf16Device);
   CudaBackend gpu(*m.model.weights);
-  for (const std::string policy :
-       {"snapkv", "pyramidkv", "adakv", "dropkv", "knorm", "h2o", "streamingllm", "criticalkv"}) {
+  // Each engine prefills the prompt once for all eight policies (their capture requests merged);
+  // the CPU's f32 forward is the slow part of this test on a larger model.
+  const std::vector<std::string> policies = {"snapkv", "pyramidkv", "adakv",        "dropkv",
+                                             "knorm",  "h2o",       "streamingllm", "criticalkv"};
+  std::vector<CachePlan> plans;
+  for (const std::string& policy : policies)
+    plans.push_back(make_cache_plan(policy, nlohmann::json::object(), Budget::parse("20%")));
+  const std::vector<KeptIndices> all_on_cpu = test::kept_sets_on(cpu, m.prompt, plans);
+  const std::vector<KeptIndices> all_on_cpu_as_device =
+      test::kept_sets_on(cpu_as_device, m.prompt, plans);
+  bool copied_keys = true;
+  PrefillCapture device_statistics;
+  const std::vector<KeptIndices> all_on_gpu =
+      test::kept_sets_on(gpu, m.prompt, plans, &copied_keys, &device_statistics);
+  const std::vector<KeptIndices> all_on_gpu_prefill = kept_sets_on_host_copy(gpu, m.prompt, plans);
+  // None of them reads the prompt's keys and values on the host: each scores from statistics the
+  // device computed (CriticalKV's ‖v W_o‖ included).
+  EXPECT_FALSE(copied_keys);
+  for (size_t i = 0; i < policies.size(); ++i) {
+    const std::string& policy = policies[i];
     SCOPED_TRACE(policy);
-    CachePlan plan = make_cache_plan(policy, nlohmann::json::object(), Budget::parse("20%"));
-    const KeptIndices on_cpu = kept_on(cpu, m.prompt, plan);
-    const KeptIndices on_cpu_as_device = kept_on(cpu_as_device, m.prompt, plan);
-    bool copied_keys = true;
-    PrefillCapture device_statistics;
-    const KeptIndices on_gpu =
-        kept_on(gpu, m.prompt, plan, &copied_keys, 8, nullptr, &device_statistics);
-    // None of them reads the prompt's keys and values on the host: each scores from statistics
-    // the device computed (CriticalKV's ‖v W_o‖ included).
-    EXPECT_FALSE(copied_keys);
+    const KeptIndices& on_cpu = all_on_cpu[i];
+    const KeptIndices& on_cpu_as_device = all_on_cpu_as_device[i];
+    const KeptIndices& on_gpu = all_on_gpu[i];
     ASSERT_EQ(on_cpu.size(), on_gpu.size());
     // End to end: the f32 CPU forward and its selection against the bf16 GPU forward and the
     // device statistics. Near-ties between tokens flip with the forward's rounding.
@@ -142,8 +159,7 @@ TEST(CudaBackend, PrefillPolicyKeptSetsMatchCpuOnARealPrompt) {
     const JaccardSummary as_device = compare_kept(on_cpu_as_device, on_gpu);
     // Selection alone: the CPU's selection code on the GPU's own prefill against the kept set the
     // device statistics give.
-    const KeptIndices on_gpu_prefill = kept_on_host_copy(gpu, m.prompt, plan);
-    const JaccardSummary selection = compare_kept(on_gpu_prefill, on_gpu);
+    const JaccardSummary selection = compare_kept(all_on_gpu_prefill[i], on_gpu);
     std::printf(
         "[ jaccard  ] %-12s CPU f32 forward: mean %.4f, worst (layer, head) %.4f; CPU bf16-device "
         "forward: mean %.4f, worst %.4f; same prefill: mean %.4f, worst %.4f; over %d heads\n",

@@ -83,4 +83,32 @@ inline KeptIndices kept_on(Engine& engine, const std::vector<TokenId>& ids, Cach
   return kept;
 }
 
+// The kept sets of several plans from one prefill: the plans' capture requests merged, each plan's
+// selection reading what it needs of the shared capture (as a sweep sample's cells do). With
+// `copied_keys`: whether any plan's view copied the prompt's keys and values to the host.
+inline std::vector<KeptIndices> kept_sets_on(Engine& engine, const std::vector<TokenId>& ids,
+                                             std::vector<CachePlan>& plans,
+                                             bool* copied_keys = nullptr,
+                                             PrefillCapture* capture = nullptr) {
+  CaptureRequest request;
+  for (const CachePlan& plan : plans) request.merge(plan.prefill->capture());
+  engine.reserve(1, static_cast<int>(ids.size()) + 8);
+  PrefillCapture captured;
+  engine.prefill(0, ids, request, captured);
+  std::vector<KeptIndices> kept;
+  if (copied_keys) *copied_keys = false;
+  for (CachePlan& plan : plans) {
+    KvStore host_copy;
+    kept.push_back(select_kept(
+        plan, captured,
+        [&](const PrefillCapture& captures, const CaptureRequest& wanted) {
+          return engine.prefill_view(0, captures, wanted, host_copy);
+        },
+        engine.config(), budget_tokens_for(plan, static_cast<int>(ids.size()))));
+    if (copied_keys && host_copy.n_layers() > 0) *copied_keys = true;
+  }
+  if (capture) *capture = std::move(captured);
+  return kept;
+}
+
 }  // namespace kvb::test
