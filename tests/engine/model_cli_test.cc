@@ -2,7 +2,6 @@
 // file, a file that is not GGUF, a truncated GGUF, an unknown architecture, absurd sizes. Each must
 // exit non-zero with a message naming the file (and the field).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/engine/tiny_gguf.h"
+#include "tests/run_command.h"
 #include "tests/test_paths.h"
 
 namespace kvb {
@@ -18,10 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
+using CliRun = test::CommandRun;  // out: stdout, and stderr unless left out
 
 std::string quoted(const std::string& s) {
   std::string out = "'";
@@ -33,15 +30,7 @@ CliRun kvbench(const std::vector<std::string>& args, bool with_stderr = true) {
   std::string command = quoted(test::kvbench_binary().string());
   for (const auto& a : args) command += " " + quoted(a);
   command += with_stderr ? " 2>&1" : " 2>/dev/null";
-  CliRun run;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return run;
-  char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.output.append(buffer, n);
-  const int status = ::pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
+  return test::run_command(command);
 }
 
 class ModelCliTest : public ::testing::Test {
@@ -59,8 +48,8 @@ TEST_F(ModelCliTest, InfoDescribesTheDefaultModel) {
   const auto model = test::default_model_path();
   KVB_REQUIRE_FILE(model);
   const CliRun run = kvbench({"info", "--model", model.string(), "--json"}, false);
-  ASSERT_EQ(run.exit_code, 0) << run.output;
-  const auto j = nlohmann::json::parse(run.output);
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  const auto j = nlohmann::json::parse(run.out);
   // Values from the gguf PyPI package's reader (see gguf_test.cc) and the file system.
   EXPECT_EQ(j["format"], "gguf");
   EXPECT_EQ(j["architecture"], "llama");
@@ -80,15 +69,15 @@ TEST_F(ModelCliTest, InfoDescribesTheDefaultModel) {
   // 134,515,008 parameters: the sum of the elements of all 272 tensors.
   EXPECT_EQ(j["n_parameters"], 134515008);
   const CliRun human = kvbench({"info", "--model", model.string()});
-  ASSERT_EQ(human.exit_code, 0) << human.output;
-  EXPECT_NE(human.output.find("q4_1 x 210"), std::string::npos) << human.output;
-  EXPECT_NE(human.output.find("8192 tokens"), std::string::npos) << human.output;
+  ASSERT_EQ(human.exit_code, 0) << human.out;
+  EXPECT_NE(human.out.find("q4_1 x 210"), std::string::npos) << human.out;
+  EXPECT_NE(human.out.find("8192 tokens"), std::string::npos) << human.out;
 }
 
 TEST_F(ModelCliTest, InfoOnAPresetAndABuiltGguf) {
   const CliRun preset = kvbench({"info", "--model", "preset:llama-3.1-8b", "--json"}, false);
-  ASSERT_EQ(preset.exit_code, 0) << preset.output;
-  const auto j = nlohmann::json::parse(preset.output);
+  ASSERT_EQ(preset.exit_code, 0) << preset.out;
+  const auto j = nlohmann::json::parse(preset.out);
   EXPECT_EQ(j["dummy_weights"], true);
   EXPECT_EQ(j["kv_bytes_per_token_bf16"], 131072);
   EXPECT_EQ(j["rope_scaling"]["type"], "llama3");
@@ -96,14 +85,13 @@ TEST_F(ModelCliTest, InfoOnAPresetAndABuiltGguf) {
   const fs::path tiny = dir_ / "tiny.gguf";
   test::tiny_gguf().write(tiny);
   const CliRun built = kvbench({"info", "--model", tiny.string(), "--json"}, false);
-  ASSERT_EQ(built.exit_code, 0) << built.output;
-  EXPECT_EQ(nlohmann::json::parse(built.output)["head_dim"], 4);
+  ASSERT_EQ(built.exit_code, 0) << built.out;
+  EXPECT_EQ(nlohmann::json::parse(built.out)["head_dim"], 4);
 }
 
 void expect_error(const CliRun& run, int code, const std::vector<std::string>& needles) {
-  EXPECT_EQ(run.exit_code, code) << run.output;
-  for (const auto& needle : needles)
-    EXPECT_NE(run.output.find(needle), std::string::npos) << run.output;
+  EXPECT_EQ(run.exit_code, code) << run.out;
+  for (const auto& needle : needles) EXPECT_NE(run.out.find(needle), std::string::npos) << run.out;
 }
 
 TEST_F(ModelCliTest, BadModelFilesAreClearErrors) {

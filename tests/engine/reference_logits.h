@@ -22,6 +22,7 @@
 
 #include "engine/cpu/forward.h"
 #include "engine/model.h"
+#include "tests/run_command.h"
 #include "tests/test_paths.h"
 
 namespace kvb::test {
@@ -36,16 +37,11 @@ inline int argmax(const std::vector<float>& v) {
   return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
-inline std::string run_command(const std::string& command) {
-  std::string output;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return output;
-  char buffer[65536];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
-  const int status = pclose(pipe);
-  if (status != 0) ADD_FAILURE() << "command failed (" << status << "): " << command;
-  return output;
+// The command's standard output; a test failure when it exits with an error.
+inline std::string command_output(const std::string& command) {
+  const CommandRun run = run_command(command);
+  if (run.exit_code != 0) ADD_FAILURE() << "command failed (" << run.exit_code << "): " << command;
+  return run.out;
 }
 
 // A fixture whose test suite loads the model at Path() once, in the f32 reference mode; null when
@@ -116,11 +112,11 @@ inline void expect_live_reference_matches_kvbench(const std::filesystem::path& m
   KVB_REQUIRE_FILE(kvbench_binary());
   const std::filesystem::path script = source_dir() / "tests/engine/reference/numpy_forward.py";
   const nlohmann::json reference =
-      nlohmann::json::parse(run_command(python.string() + " " + script.string() + " --model " +
-                                        model.string() + " --ids " + ids + " --all"));
+      nlohmann::json::parse(command_output(python.string() + " " + script.string() + " --model " +
+                                           model.string() + " --ids " + ids + " --all"));
   const nlohmann::json ours = nlohmann::json::parse(
-      run_command(kvbench_binary().string() + " logits --weights f32 --model " + model.string() +
-                  " --ids " + ids + " --top-k 1 --all --json"));
+      command_output(kvbench_binary().string() + " logits --weights f32 --model " + model.string() +
+                     " --ids " + ids + " --top-k 1 --all --json"));
   const std::vector<double> expected = reference["logits"];
   const std::vector<float> actual = ours["logits"];
   ASSERT_EQ(actual.size(), expected.size());

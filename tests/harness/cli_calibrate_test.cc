@@ -2,24 +2,18 @@
 // writes loads with the model's shape, its JSON summary says which positions the keys came from,
 // and a fit on chunks shorter than the model's context says so on stderr.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
 #include "policies/binarypc_projection.h"
+#include "tests/run_command.h"
 #include "tests/test_paths.h"
 
 namespace kvb {
 namespace {
-
-struct CliRun {
-  int exit_code = -1;
-  std::string out, err;
-};
 
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path);
@@ -28,18 +22,16 @@ std::string read_file(const std::filesystem::path& path) {
   return text.str();
 }
 
+// Standard output and standard error apart (the JSON summary on one, the warning on the other).
+struct CliRun {
+  int exit_code = -1;
+  std::string out, err;
+};
+
 CliRun kvbench(const std::string& arguments, const std::filesystem::path& err_file) {
-  CliRun run;
-  const std::string command =
-      test::kvbench_binary().string() + " " + arguments + " 2>" + err_file.string();
-  FILE* pipe = popen(command.c_str(), "r");
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.out.append(buffer, n);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  run.err = read_file(err_file);
-  return run;
+  const test::CommandRun run = test::run_command(test::kvbench_binary().string() + " " + arguments +
+                                                 " 2>" + err_file.string());
+  return {run.exit_code, run.out, read_file(err_file)};
 }
 
 TEST(CliCalibrate, SaysWhichPositionsTheKeysCameFrom) {

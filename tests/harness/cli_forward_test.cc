@@ -2,7 +2,6 @@
 // engine called in-process, and clear errors (exit codes of harness/commands/main.cc) for bad
 // input.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <fstream>
@@ -14,26 +13,16 @@
 
 #include "engine/cpu/forward.h"
 #include "engine/model.h"
+#include "tests/run_command.h"
 #include "tests/test_paths.h"
 
 namespace kvb {
 namespace {
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr
-};
+using CliRun = test::CommandRun;  // out: stdout and stderr
 
 CliRun kvbench(const std::string& arguments) {
-  CliRun run;
-  const std::string command = test::kvbench_binary().string() + " " + arguments + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  char buffer[65536];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.out.append(buffer, n);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
+  return test::run_command(test::kvbench_binary().string() + " " + arguments + " 2>&1");
 }
 
 TEST(CliLogits, PresetLogitsEqualTheEngineInProcess) {

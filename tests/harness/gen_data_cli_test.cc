@@ -1,13 +1,12 @@
 // kvbench gen-data end to end with the default model: JSONL of Samples for each benchmark, and
 // clear errors (exit code 2, a message naming the input) for an unknown task or missing data.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
 #include <cstdio>
 #include <fstream>
 
 #include "datasets/sample.h"
+#include "tests/run_command.h"
 #include "tests/test_paths.h"
 
 namespace kvb {
@@ -15,20 +14,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int exit_code;
-  std::string output;  // stdout and stderr
-};
+using CliRun = test::CommandRun;  // out: stdout and stderr
 
 CliRun gen_data(const std::string& arguments) {
-  const std::string command = test::kvbench_binary().string() + " gen-data --model " +
-                              test::default_model_path().string() + " " + arguments + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buffer;
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+  return test::run_command(test::kvbench_binary().string() + " gen-data --model " +
+                           test::default_model_path().string() + " " + arguments + " 2>&1");
 }
 
 std::vector<Sample> read_samples(const fs::path& path) {
@@ -57,8 +47,8 @@ TEST_F(GenDataCli, RulerWritesFittedSamplesWithTheChatFrame) {
       "--json --data-dir " +
       test::fixture("haystack/pg_essays").parent_path().parent_path().string() + " --out " +
       out_.string());
-  ASSERT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_NE(run.output.find("\"samples\":2"), std::string::npos) << run.output;
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  EXPECT_NE(run.out.find("\"samples\":2"), std::string::npos) << run.out;
   const std::vector<Sample> samples = read_samples(out_);
   ASSERT_EQ(samples.size(), 2u);
   for (const Sample& s : samples) {
@@ -72,14 +62,14 @@ TEST_F(GenDataCli, RulerWritesFittedSamplesWithTheChatFrame) {
 
 TEST_F(GenDataCli, NiahGridAndInfiniteBench) {
   CliRun run = gen_data("--benchmark niah --length 1500,2500 --num 3 --out " + out_.string());
-  ASSERT_EQ(run.exit_code, 0) << run.output;
+  ASSERT_EQ(run.exit_code, 0) << run.out;
   const std::vector<Sample> niah = read_samples(out_);
   ASSERT_EQ(niah.size(), 6u);
   EXPECT_EQ(niah[4].length, 2500);
   EXPECT_EQ(niah[4].depth, 50);
   run = gen_data("--benchmark infinitebench --task passkey --length 4096 --num 2 --out " +
                  out_.string());
-  ASSERT_EQ(run.exit_code, 0) << run.output;
+  ASSERT_EQ(run.exit_code, 0) << run.out;
   const std::vector<Sample> passkey = read_samples(out_);
   ASSERT_EQ(passkey.size(), 2u);
   EXPECT_NE(passkey[1].context_part.find("The pass key is " + passkey[1].references[0]),
@@ -90,19 +80,19 @@ TEST_F(GenDataCli, BadInputIsAClearError) {
   CliRun run =
       gen_data("--benchmark ruler --task niah_single_7 --length 4096 --out " + out_.string());
   EXPECT_EQ(run.exit_code, 2);
-  EXPECT_NE(run.output.find("unknown RULER task 'niah_single_7'"), std::string::npos) << run.output;
+  EXPECT_NE(run.out.find("unknown RULER task 'niah_single_7'"), std::string::npos) << run.out;
   run = gen_data(
       "--benchmark ruler --task niah_single_2 --length 4096 --data-dir /nonexistent "
       "--out " +
       out_.string());
   EXPECT_EQ(run.exit_code, 2);
-  EXPECT_NE(run.output.find("/nonexistent"), std::string::npos) << run.output;
+  EXPECT_NE(run.out.find("/nonexistent"), std::string::npos) << run.out;
   const fs::path empty = fs::temp_directory_path() / "kvb_gen_data_empty";
   fs::create_directories(empty);
   run = gen_data("--benchmark ruler --task qa_1 --length 4096 --data-dir " + empty.string() +
                  " --out " + out_.string());
   EXPECT_EQ(run.exit_code, 2);
-  EXPECT_NE(run.output.find("squad.json"), std::string::npos) << run.output;
+  EXPECT_NE(run.out.find("squad.json"), std::string::npos) << run.out;
   run = gen_data("--benchmark longbench --task qasper --length 4096 --out " + out_.string());
   EXPECT_EQ(run.exit_code, 2);
 }

@@ -71,7 +71,7 @@ TEST_F(Qwen2CoderModel, LivePythonReferenceMatchesKvbenchLogits) {
 TEST_F(Qwen2CoderModel, ChatGenerationAnswersAndStops) {
   KVB_REQUIRE_LONG_MODEL();
   KVB_REQUIRE_FILE(test::kvbench_binary());
-  const auto result = nlohmann::json::parse(test::run_command(
+  const auto result = nlohmann::json::parse(test::command_output(
       test::kvbench_binary().string() + " generate --model " + test::long_model_path().string() +
       " --chat --prompt 'What is the capital of France? Answer in one sentence.' --max-new-tokens "
       "40 --json"));

@@ -2,7 +2,6 @@
 // positions with the policy called directly.
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -11,24 +10,13 @@
 #include "engine/safetensors.h"
 #include "policies/registry.h"
 #include "synthetic_prefill.h"
+#include "tests/run_command.h"
 #include "tests/test_paths.h"
 
 namespace kvb {
 namespace {
 
-struct RunResult {
-  int exit_code;
-  std::string out;
-};
-
-RunResult run(const std::string& command) {
-  std::array<char, 4096> buffer;
-  std::string out;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  while (fgets(buffer.data(), buffer.size(), pipe)) out += buffer.data();
-  const int status = pclose(pipe);
-  return {WEXITSTATUS(status), out};
-}
+test::CommandRun run(const std::string& command) { return test::run_command(command + " 2>&1"); }
 
 std::filesystem::path write_inputs(const test::SyntheticPrefill& p, bool with_wo) {
   F32Tensors tensors;
@@ -63,8 +51,9 @@ TEST(CliSelect, PrintsTheKeptPositionsOfThePolicy) {
                                                            {"snapkv", {{"window", 8}}},
                                                            {"adakv", {{"window", 8}}},
                                                            {"criticalkv", {{"window", 4}}}}) {
-    const RunResult result = run(binary + " select --policy " + policy + " --budget 20 --params '" +
-                                 params.dump() + "' --inputs " + path.string() + " --json");
+    const test::CommandRun result =
+        run(binary + " select --policy " + policy + " --budget 20 --params '" + params.dump() +
+            "' --inputs " + path.string() + " --json");
     ASSERT_EQ(result.exit_code, 0) << policy << ": " << result.out;
     const auto printed = nlohmann::json::parse(result.out)["kept"].get<KeptIndices>();
     const CachePlan plan = make_cache_plan(policy, params, Budget::parse("20"));
@@ -79,7 +68,7 @@ TEST(CliSelect, ClearErrorsForBadPolicyParametersBudgetsAndInputs) {
   const auto path = write_inputs(prefill, false);
   const std::string base = test::kvbench_binary().string() + " select --inputs " + path.string();
   auto expect_error = [&](const std::string& flags, const std::string& phrase) {
-    const RunResult result = run(base + " " + flags + " --json");
+    const test::CommandRun result = run(base + " " + flags + " --json");
     EXPECT_EQ(result.exit_code, 2) << flags << ": " << result.out;
     EXPECT_NE(result.out.find(phrase), std::string::npos) << flags << ": " << result.out;
   };
