@@ -47,6 +47,10 @@ std::string read_text(const std::filesystem::path& path) {
   return text.str();
 }
 
+double elapsed_seconds(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 }  // namespace
 
 int calibrate(const std::vector<std::string>& argv) {
@@ -99,15 +103,19 @@ int calibrate(const std::vector<std::string>& argv) {
                                                  k + static_cast<int64_t>(store.length(l, h)) * d);
         }
       tokens += static_cast<int64_t>(end - begin);
+      std::cerr << "[kvbench calibrate] " << file.filename().string() << ": " << (end - begin)
+                << " tokens prefilled, " << tokens << " of " << max_tokens << " so far, "
+                << elapsed_seconds(start) << " s\n";
     }
   }
 
   BinaryProjectionSet projection(config.n_layers, config.n_kv_heads, d);
   projection.calibration_tokens = static_cast<uint64_t>(tokens);
+  std::cerr << "[kvbench calibrate] fitting " << n_heads << " (layer, KV head) projections of 64 "
+            << "bits to " << tokens << " keys each, " << fit.iterations << " iterations per bit\n";
   fit_binary_projections(keys, tokens, fit, projection);
   projection.save(args.get("out"));
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = elapsed_seconds(start);
 
   const nlohmann::json summary = {{"out", args.get("out")},
                                   {"model", args.get("model")},
