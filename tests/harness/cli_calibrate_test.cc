@@ -58,7 +58,8 @@ TEST(CliCalibrate, SaysWhichPositionsTheKeysCameFrom) {
   EXPECT_GT(max_context, 16);
   EXPECT_NE(run.err.find("positions 0..15 only"), std::string::npos) << run.err;
   EXPECT_NE(run.err.find(std::to_string(max_context)), std::string::npos) << run.err;
-  EXPECT_NE(run.err.find("64 of 64 so far"), std::string::npos) << "progress per chunk: " << run.err;
+  EXPECT_NE(run.err.find("64 of 64 so far"), std::string::npos)
+      << "progress per chunk: " << run.err;
   EXPECT_NE(run.err.find("fitting 90 (layer, KV head) projections"), std::string::npos) << run.err;
   const BinaryProjectionSet projection = BinaryProjectionSet::load(out.string());
   EXPECT_EQ(projection.calibration_tokens, 64u);
