@@ -27,8 +27,7 @@ void round_probabilities_per_tile(float* p, int n, int tile) {
     const int end = std::min(n, first + tile);
     running_max = std::max(running_max, *std::max_element(p + first, p + end));
     if (running_max == 0) continue;
-    for (int j = first; j < end; ++j)
-      p[j] = bf16_to_f32(f32_to_bf16(p[j] / running_max)) * running_max;
+    for (int j = first; j < end; ++j) p[j] = round_to_bf16(p[j] / running_max) * running_max;
   }
 }
 

@@ -12,7 +12,7 @@ namespace kvb::kernels {
 
 namespace {
 
-float rounded(float x, bool round) { return round ? bf16_to_f32(f32_to_bf16(x)) : x; }
+float rounded(float x, bool round) { return round ? round_to_bf16(x) : x; }
 
 // Average pool of p_a over [0, prefix) at j: Σ of the (rounded) values in the window / k, rounded.
 float pooled(const float* p, int j, int prefix, int kernel, bool round) {

@@ -144,7 +144,7 @@ uint16_t f32_to_bf16(float f) {
 }
 
 void round_to_bf16(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+  for (int64_t i = 0; i < n; ++i) x[i] = round_to_bf16(x[i]);
 }
 
 }  // namespace kvb

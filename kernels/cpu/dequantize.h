@@ -29,7 +29,9 @@ float fp16_to_f32(uint16_t h);
 uint16_t f32_to_fp16(float f);  // round to nearest even; used by tests and writers
 float bf16_to_f32(uint16_t b);
 uint16_t f32_to_bf16(float f);  // round to nearest even
-// x[i] = bf16_to_f32(f32_to_bf16(x[i])) for i < n: the values a bf16 buffer would hold.
+// bf16_to_f32(f32_to_bf16(x)): the value a bf16 tensor would hold (nearest, ties to even).
+inline float round_to_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+// x[i] = round_to_bf16(x[i]) for i < n: the values a bf16 buffer would hold.
 void round_to_bf16(float* x, int64_t n);
 
 }  // namespace kvb

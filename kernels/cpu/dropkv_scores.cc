@@ -11,9 +11,6 @@
 namespace kvb::kernels {
 namespace {
 
-// p as the Triton scorer rounds it (round to nearest even), with the project's one bf16 rounding.
-float round_to_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
-
 float squared_norm(const float* x, int d) {
   float total = 0;
   for (int i = 0; i < d; ++i) total += x[i] * x[i];
