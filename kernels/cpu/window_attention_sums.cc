@@ -13,8 +13,6 @@
 namespace kvb::kernels {
 namespace {
 
-float rounded_to_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
-
 // q · k in dimension order, one product and one sum per term: the order the CUDA twin takes.
 float dot_in_order(const float* q, const float* k, int d) {
   float total = 0;
@@ -51,14 +49,17 @@ void window_attention_sums(const WindowAttentionSumsArgs& args) {
       const int visible = L - w + t + 1;
       for (int j = 0; j < visible; ++j) {
         const float product = dot_in_order(q, keys + static_cast<int64_t>(j) * d, d);
-        logits[j] = casts ? rounded_to_bf16(rounded_to_bf16(product) / root) : product / root;
+        logits[j] = casts ? round_to_bf16(round_to_bf16(product) / root) : product / root;
       }
       const float top = *std::max_element(logits.begin(), logits.begin() + visible);
       float total = 0;
-      for (int j = 0; j < visible; ++j) total += std::exp(logits[j] - top);
       for (int j = 0; j < visible; ++j) {
-        const float p = std::exp(logits[j] - top) / total;
-        sums[j] += casts ? rounded_to_bf16(p) : p;
+        logits[j] = std::exp(logits[j] - top);  // from here on the unnormalised probability
+        total += logits[j];
+      }
+      for (int j = 0; j < visible; ++j) {
+        const float p = logits[j] / total;
+        sums[j] += casts ? round_to_bf16(p) : p;
       }
     }
   });
