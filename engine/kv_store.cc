@@ -165,14 +165,7 @@ void KvStore::grow_head(int layer, int head, int min_capacity) {
 
 void KvStore::append_head(int layer_index, int head, int32_t position, const float* k,
                           const float* v) {
-  Layer& layer = layers_[layer_index];
-  if (layer.length[head] == layer.capacity[head])
-    grow_head(layer_index, head, layer.length[head] + 1);
-  const int64_t slot = layer.offset[head] + layer.length[head];
-  write_rows(k, slot_bytes(layer.keys, slot), 1);
-  if (holds_values_) write_rows(v, slot_bytes(layer.values, slot), 1);
-  layer.positions[slot] = position;
-  ++layer.length[head];
+  append_rows(layer_index, head, position, 1, k, v);
 }
 
 void KvStore::append_rows(int layer_index, int head, int32_t first_position, int count,
