@@ -38,7 +38,6 @@ namespace kvb {
 namespace {
 
 using test::jaccard;
-using test::kept_on;
 using test::real_model;
 using test::RealModel;
 
@@ -55,19 +54,7 @@ std::vector<KeptIndices> kept_sets_on_host_copy(Engine& engine, const std::vecto
   request.output_perturbations.clear();
   request.key_norms = false;
   request.host_keys_values = true;
-  engine.reserve(1, static_cast<int>(ids.size()) + 8);
-  PrefillCapture captured;
-  engine.prefill(0, ids, request, captured);
-  KvStore host_copy;
-  std::vector<KeptIndices> kept;
-  for (CachePlan& plan : plans)
-    kept.push_back(select_kept(
-        plan, captured,
-        [&](const PrefillCapture& captures, const CaptureRequest&) {
-          return engine.prefill_view(0, captures, request, host_copy);
-        },
-        engine.config(), budget_tokens_for(plan, static_cast<int>(ids.size()))));
-  return kept;
+  return test::kept_sets_on(engine, ids, plans, {.request = &request});
 }
 
 struct JaccardSummary {
@@ -137,8 +124,8 @@ TEST(CudaBackend, PrefillPolicyKeptSetsMatchCpuOnARealPrompt) {
       test::kept_sets_on(cpu_as_device, m.prompt, plans);
   bool copied_keys = true;
   PrefillCapture device_statistics;
-  const std::vector<KeptIndices> all_on_gpu =
-      test::kept_sets_on(gpu, m.prompt, plans, &copied_keys, &device_statistics);
+  const std::vector<KeptIndices> all_on_gpu = test::kept_sets_on(
+      gpu, m.prompt, plans, {.copied_keys = &copied_keys, .capture = &device_statistics});
   const std::vector<KeptIndices> all_on_gpu_prefill = kept_sets_on_host_copy(gpu, m.prompt, plans);
   // None of them reads the prompt's keys and values on the host: each scores from statistics the
   // device computed (CriticalKV's ‖v W_o‖ included).

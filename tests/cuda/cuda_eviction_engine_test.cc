@@ -48,7 +48,8 @@ EvictionRun run_eviction(Engine& engine, CudaBackend* gpu, const std::vector<Tok
                          const std::string& policy) {
   CachePlan plan = make_cache_plan(policy, nlohmann::json::object(), Budget::parse("20%"));
   std::vector<float> logits;
-  const KeptIndices kept = test::kept_on(engine, prompt, plan, nullptr, kSteps + 8, &logits);
+  const KeptIndices kept =
+      test::kept_on(engine, prompt, plan, {.spare = kSteps + 8, .logits = &logits});
   engine.compact(0, kept, kSteps + 8);
   const int length = static_cast<int>(prompt.size());
   const int budget = budget_tokens_for(plan, length);

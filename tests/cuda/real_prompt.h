@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <iterator>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -61,54 +62,48 @@ inline RealModel real_model() {
   return m;
 }
 
-// With `copied_keys`: whether the backend copied the prompt's keys and values to the host. The
-// cache has room for `spare` more tokens; `logits`, when given, receives the prompt's last logits.
-inline KeptIndices kept_on(Engine& engine, const std::vector<TokenId>& ids, CachePlan& plan,
-                           bool* copied_keys = nullptr, int spare = 8,
-                           std::vector<float>* logits = nullptr,
-                           PrefillCapture* capture = nullptr) {
-  engine.reserve(1, static_cast<int>(ids.size()) + spare);
-  PrefillCapture captured;
-  const std::vector<float> last = engine.prefill(0, ids, plan.prefill->capture(), captured);
-  if (logits) *logits = last;
-  KvStore host_copy;
-  KeptIndices kept = select_kept(
-      plan, captured,
-      [&](const PrefillCapture& captures, const CaptureRequest& wanted) {
-        return engine.prefill_view(0, captures, wanted, host_copy);
-      },
-      engine.config(), budget_tokens_for(plan, static_cast<int>(ids.size())));
-  if (copied_keys) *copied_keys = host_copy.n_layers() > 0;
-  if (capture) *capture = std::move(captured);
-  return kept;
-}
+// What kept_sets_on reports or changes beside the kept sets.
+struct KeptSetsOptions {
+  int spare = 8;  // room in the cache beyond the prompt
+  // Replaces the plans' merged request for the prefill and every view (e.g. one that asks for the
+  // prompt's keys and values in place of the statistics).
+  const CaptureRequest* request = nullptr;
+  bool* copied_keys = nullptr;  // whether a view copied the prompt's keys and values to the host
+  std::vector<float>* logits = nullptr;  // the prompt's last logits
+  PrefillCapture* capture = nullptr;     // what the prefill captured
+};
 
 // The kept sets of several plans from one prefill: the plans' capture requests merged, each plan's
-// selection reading what it needs of the shared capture (as a sweep sample's cells do). With
-// `copied_keys`: whether any plan's view copied the prompt's keys and values to the host.
+// selection reading what it needs of the shared capture and one host copy (as a sweep sample's
+// cells do).
 inline std::vector<KeptIndices> kept_sets_on(Engine& engine, const std::vector<TokenId>& ids,
-                                             std::vector<CachePlan>& plans,
-                                             bool* copied_keys = nullptr,
-                                             PrefillCapture* capture = nullptr) {
-  CaptureRequest request;
-  for (const CachePlan& plan : plans) request.merge(plan.prefill->capture());
-  engine.reserve(1, static_cast<int>(ids.size()) + 8);
+                                             std::span<CachePlan> plans,
+                                             const KeptSetsOptions& options = {}) {
+  CaptureRequest merged;
+  for (const CachePlan& plan : plans) merged.merge(plan.prefill->capture());
+  const CaptureRequest* fixed = options.request;
+  engine.reserve(1, static_cast<int>(ids.size()) + options.spare);
   PrefillCapture captured;
-  engine.prefill(0, ids, request, captured);
+  const std::vector<float> last = engine.prefill(0, ids, fixed ? *fixed : merged, captured);
+  if (options.logits) *options.logits = last;
+  KvStore host_copy;
   std::vector<KeptIndices> kept;
-  if (copied_keys) *copied_keys = false;
-  for (CachePlan& plan : plans) {
-    KvStore host_copy;
+  for (CachePlan& plan : plans)
     kept.push_back(select_kept(
         plan, captured,
         [&](const PrefillCapture& captures, const CaptureRequest& wanted) {
-          return engine.prefill_view(0, captures, wanted, host_copy);
+          return engine.prefill_view(0, captures, fixed ? *fixed : wanted, host_copy);
         },
         engine.config(), budget_tokens_for(plan, static_cast<int>(ids.size()))));
-    if (copied_keys && host_copy.n_layers() > 0) *copied_keys = true;
-  }
-  if (capture) *capture = std::move(captured);
+  if (options.copied_keys) *options.copied_keys = host_copy.n_layers() > 0;
+  if (options.capture) *options.capture = std::move(captured);
   return kept;
+}
+
+// One plan's kept set from a prefill of its own.
+inline KeptIndices kept_on(Engine& engine, const std::vector<TokenId>& ids, CachePlan& plan,
+                           const KeptSetsOptions& options = {}) {
+  return kept_sets_on(engine, ids, std::span<CachePlan>(&plan, 1), options).front();
 }
 
 }  // namespace kvb::test
