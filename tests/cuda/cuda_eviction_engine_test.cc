@@ -1,9 +1,12 @@
 // Decode-time eviction on the CUDA engine (engine/cuda/cuda_decode_eviction.h) against the CPU
-// engine's after_step(), the f32 reference:
+// engine's after_step():
 // - on a real prompt (SmolLM2-135M, ~1,500 tokens, 20% budget) h2o_decode, TOVA and CAKE's decode
-//   switch keep nearly the positions the CPU keeps per (layer, KV head) after 16 decode steps (the
-//   GPU's forward is bf16, so near-ties trade places, as for the prefill policies in
-//   cuda_backend_test.cc), hold exactly as many entries, and generate the CPU's tokens;
+//   switch keep nearly the positions the CPU keeps per (layer, KV head) after 16 decode steps, hold
+//   exactly as many entries, and generate the CPU's tokens. The bounds hold against the CPU forward
+//   at the GPU's rounding points (ForwardPrecision::kBf16Device, engine/cpu/device_numerics.h): the
+//   f32 reference is printed beside it, but on Qwen2.5-Coder-0.5B its keys drift from the bf16
+//   forward's far enough that h2o_decode's worst head fell to 0.56 (results/gpu-sweeps.md, eighth
+//   round), a measure of the two forwards, not of the eviction;
 // - generate_cells (the sweep's path, kvbench run --device cuda) runs them end to end with the
 //   CPU's cache sizes and answers;
 // - on random weights the captured decode graph evicts exactly as the eager step does, for the
@@ -87,50 +90,68 @@ EvictionRun run_eviction(Engine& engine, CudaBackend* gpu, const std::vector<Tok
   return run;
 }
 
+// How closely the GPU's run tracks one CPU run.
+struct EvictionAgreement {
+  double mean = 0, worst = 1;
+  int heads = 0, same_tokens = 0;
+  size_t held_on_cpu = 0, held_on_gpu = 0;
+};
+
+EvictionAgreement agreement(const EvictionRun& on_cpu, const EvictionRun& on_gpu) {
+  EvictionAgreement a;
+  for (size_t l = 0; l < on_cpu.positions.size(); ++l)
+    for (size_t h = 0; h < on_cpu.positions[l].size(); ++h) {
+      if (on_cpu.positions[l][h].empty()) continue;
+      a.held_on_cpu += on_cpu.positions[l][h].size();
+      a.held_on_gpu += on_gpu.positions[l][h].size();
+      const double j = test::jaccard(on_cpu.positions[l][h], on_gpu.positions[l][h]);
+      a.mean += j;
+      a.worst = std::min(a.worst, j);
+      ++a.heads;
+    }
+  if (a.heads > 0) a.mean /= a.heads;
+  while (a.same_tokens < kSteps && on_cpu.tokens[a.same_tokens] == on_gpu.tokens[a.same_tokens])
+    ++a.same_tokens;
+  return a;
+}
+
 TEST(CudaEviction, KeptPositionsAndTokensTrackTheCpuOnARealPrompt) {
   KVB_REQUIRE_GPU();
   KVB_REQUIRE_FILE(test::default_model_path());
   const test::RealModel m = test::real_model();
   CpuBackend cpu(*m.model.weights);
+  CpuBackend cpu_as_device(*m.model.weights, KvDtype::kBf16, ForwardPrecision::kBf16Device);
   CudaBackend gpu(*m.model.weights);
   for (const std::string policy : {"h2o_decode", "tova", "cake"}) {
     SCOPED_TRACE(policy);
-    const EvictionRun on_cpu = run_eviction(cpu, nullptr, m.prompt, policy);
     const EvictionRun on_gpu = run_eviction(gpu, &gpu, m.prompt, policy);
-    double sum = 0, worst = 1;
-    int heads = 0;
-    size_t held_on_cpu = 0, held_on_gpu = 0;
+    const EvictionAgreement f32 = agreement(run_eviction(cpu, nullptr, m.prompt, policy), on_gpu);
+    const EvictionRun on_cpu = run_eviction(cpu_as_device, nullptr, m.prompt, policy);
+    const EvictionAgreement a = agreement(on_cpu, on_gpu);
     for (size_t l = 0; l < on_cpu.positions.size(); ++l)
       for (size_t h = 0; h < on_cpu.positions[l].size(); ++h) {
         if (on_cpu.positions[l][h].empty()) continue;
         const double cpu_size = double(on_cpu.positions[l][h].size());
-        held_on_cpu += on_cpu.positions[l][h].size();
-        held_on_gpu += on_gpu.positions[l][h].size();
         // CAKE shares its budget among layers by the prefill's attention statistics, which the
-        // bf16 forward moves slightly: on the H100 (results/gpu-sweeps.md, sixth round) layers
-        // differed by up to 7 of ~1,400 entries, the total not at all. The others keep a fixed
-        // budget per layer.
+        // two forwards' summation orders still move slightly: on the H100 (results/gpu-sweeps.md,
+        // sixth round) layers differed by up to 7 of ~1,400 entries, the total not at all. The
+        // others keep a fixed budget per layer.
         const double slack = policy == "cake" ? std::max(2.0, 0.01 * cpu_size) : 0.0;
         EXPECT_NEAR(double(on_gpu.positions[l][h].size()), cpu_size, slack)
             << "layer " << l << " head " << h;
-        const double j = test::jaccard(on_cpu.positions[l][h], on_gpu.positions[l][h]);
-        sum += j;
-        worst = std::min(worst, j);
-        ++heads;
       }
-    ASSERT_GT(heads, 0);
-    EXPECT_EQ(held_on_gpu, held_on_cpu);
-    int same = 0;
-    while (same < kSteps && on_cpu.tokens[same] == on_gpu.tokens[same]) ++same;
+    ASSERT_GT(a.heads, 0);
+    EXPECT_EQ(a.held_on_gpu, a.held_on_cpu);
     std::printf(
-        "[ eviction ] %-10s after %d steps: Jaccard mean %.4f, worst (layer, head) %.4f over %d "
-        "heads; first %d tokens the CPU's\n",
-        policy.c_str(), kSteps, sum / heads, worst, heads, same);
-    // The prefill's kept sets already differ by bf16 near-ties (cuda_backend_test.cc: mean >=
-    // 0.97); the decode steps add one choice per step on top.
-    EXPECT_GE(sum / heads, 0.9);
-    EXPECT_GE(worst, 0.6);
-    EXPECT_GE(same, kSteps / 2);
+        "[ eviction ] %-10s after %d steps, Jaccard mean / worst (layer, head) over %d heads: "
+        "bf16-device CPU %.4f / %.4f, first %d tokens equal; f32 CPU %.4f / %.4f, first %d\n",
+        policy.c_str(), kSteps, a.heads, a.mean, a.worst, a.same_tokens, f32.mean, f32.worst,
+        f32.same_tokens);
+    // The prefill's kept sets already differ by near-ties (cuda_backend_test.cc); the decode
+    // steps add one choice per step on top.
+    EXPECT_GE(a.mean, 0.9);
+    EXPECT_GE(a.worst, 0.6);
+    EXPECT_GE(a.same_tokens, kSteps / 2);
   }
 }
 
