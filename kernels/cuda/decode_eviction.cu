@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/bf16_round.cuh"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/decode_eviction.h"
 #include "kernels/cuda/launch.cuh"
@@ -19,7 +20,7 @@ constexpr int kTileRows = 32;       // rows moved per round of the compaction (o
 constexpr int kMaxHeadDim = 256;
 
 __device__ __forceinline__ float rounded(float x, bool round) {
-  return round ? __bfloat162float(__float2bfloat16(x)) : x;
+  return round ? round_to_bf16(x) : x;
 }
 
 __global__ void __launch_bounds__(kThreads)

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/bf16_round.cuh"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/window_attention_sums.h"
 
@@ -24,10 +25,6 @@ struct Shape {
   int n_slices;  // 32-key slices of the prompt
   float root;    // sqrt(head_dim) in fp32
 };
-
-__device__ __forceinline__ float to_bf16_and_back(float x) {
-  return __bfloat162float(__float2bfloat16_rn(x));
-}
 
 // The chunk's keys in shared memory, dimension pairs outermost so that the threads (one key each)
 // read consecutive words; the row's padding word keeps the transposing writes off one bank.
@@ -69,7 +66,7 @@ __device__ __forceinline__ float logit(const bf16x2* q, const ChunkKeys<D>& s, i
     dot = fmaf(qf.x, kf.x, dot);
     dot = fmaf(qf.y, kf.y, dot);
   }
-  return casts ? to_bf16_and_back(to_bf16_and_back(dot) / root) : dot / root;
+  return casts ? round_to_bf16(round_to_bf16(dot) / root) : dot / root;
 }
 
 // (m, s) ⊕ (m2, s2) of two softmax partials: s the sum of exp(x − m); m = −inf for none.
@@ -152,7 +149,7 @@ __global__ void __launch_bounds__(kChunk)
       const float x = logit<D>(query_row(a, shape, head, t), s, threadIdx.x, casts, shape.root);
       const float2 row = rows[int64_t(head) * shape.w + t];
       const float p = expf(x - row.x) / row.y;
-      total += casts ? to_bf16_and_back(p) : p;
+      total += casts ? round_to_bf16(p) : p;
     }
     a.sums[int64_t(head) * a.sums_head_stride + key] = total;
   }
