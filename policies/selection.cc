@@ -3,7 +3,6 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -33,14 +32,6 @@ GroupReduce parse_group_reduce(const std::string& text) {
   throw InputError("group reduction '" + text + "' is unknown; use mean or max");
 }
 
-float round_bf16(float value) {
-  uint32_t bits = std::bit_cast<uint32_t>(value);
-  if ((bits & 0x7f800000u) == 0x7f800000u) return value;    // inf / NaN unchanged
-  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);  // nearest, ties to even
-  bits = (bits + rounding) & 0xffff0000u;
-  return std::bit_cast<float>(bits);
-}
-
 int effective_window(const LayerPrefillView& layer, int window) {
   return std::max(0, std::min({window, layer.length, layer.window}));
 }
@@ -57,9 +48,9 @@ std::vector<float> window_attention(const LayerPrefillView& layer, int q_head, i
   const float* keys = layer.keys[q_head / layer.group_size()];
   std::vector<float> rounded_keys;
   if (bf16) {
-    for (auto& x : queries) x = round_bf16(x);
+    for (auto& x : queries) x = round_to_bf16(x);
     rounded_keys.assign(keys, keys + static_cast<size_t>(length) * d);
-    for (auto& x : rounded_keys) x = round_bf16(x);
+    for (auto& x : rounded_keys) x = round_to_bf16(x);
     keys = rounded_keys.data();
   }
   const float root = std::sqrt(static_cast<float>(d));
@@ -72,7 +63,7 @@ std::vector<float> window_attention(const LayerPrefillView& layer, int q_head, i
     const int visible = length - w + t + 1;
     float* row = &probs[static_cast<size_t>(t) * length];
     if (bf16)
-      for (int j = 0; j < visible; ++j) row[j] = round_bf16(round_bf16(row[j]) / root);
+      for (int j = 0; j < visible; ++j) row[j] = round_to_bf16(round_to_bf16(row[j]) / root);
     const float max_logit = *std::max_element(row, row + visible);
     float total = 0.0f;
     for (int j = 0; j < visible; ++j) {

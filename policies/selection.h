@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/cache_policy.h"
+#include "kernels/cpu/dequantize.h"
 
 namespace kvb {
 
@@ -23,10 +24,10 @@ Precision parse_precision(const std::string& text);
 Pooling parse_pooling(const std::string& text);
 GroupReduce parse_group_reduce(const std::string& text);
 
-// Round-to-nearest-even to bfloat16, returned widened to float (what a bf16 tensor holds).
-float round_bf16(float value);
+// The value a bf16 tensor holds in the reference's bf16 mode (round_to_bf16: nearest, ties to
+// even).
 inline float maybe_bf16(float value, Precision precision) {
-  return precision == Precision::kBf16 ? round_bf16(value) : value;
+  return precision == Precision::kBf16 ? round_to_bf16(value) : value;
 }
 
 // Softmax weights of the last `window` prompt queries of query head `q_head`, row-major [w, L]:

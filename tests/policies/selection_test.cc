@@ -40,11 +40,11 @@ TEST(Pooling, EvenKernelIsAnError) {
 }
 
 TEST(Bf16, RoundsToNearestEven) {
-  EXPECT_EQ(round_bf16(1.0f), 1.0f);
+  EXPECT_EQ(round_to_bf16(1.0f), 1.0f);
   // 1 + 2^-8 is exactly half way between 1 and 1 + 2^-7: ties to even -> 1.
-  EXPECT_EQ(round_bf16(1.0f + std::ldexp(1.0f, -8)), 1.0f);
-  EXPECT_EQ(round_bf16(1.0f + 3 * std::ldexp(1.0f, -8)), 1.0f + std::ldexp(1.0f, -6));
-  EXPECT_EQ(round_bf16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -12)),
+  EXPECT_EQ(round_to_bf16(1.0f + std::ldexp(1.0f, -8)), 1.0f);
+  EXPECT_EQ(round_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)), 1.0f + std::ldexp(1.0f, -6));
+  EXPECT_EQ(round_to_bf16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -12)),
             1.0f + std::ldexp(1.0f, -7));
 }
 
@@ -87,7 +87,7 @@ TEST(WindowAttention, RowsAreCausalSoftmaxesOverAllVisibleKeys) {
   }
   // bf16 mode: every probability is a bf16 value
   const auto rounded = window_attention(layer, 1, 3, Precision::kBf16);
-  for (float p : rounded) EXPECT_EQ(p, round_bf16(p));
+  for (float p : rounded) EXPECT_EQ(p, round_to_bf16(p));
 }
 
 TEST(Budget, RejectsNonPositiveAndLargerThanPrompt) {
