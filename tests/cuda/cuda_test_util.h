@@ -4,6 +4,8 @@
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -85,9 +87,17 @@ std::vector<T> from_device(const cuda::DeviceBuffer& buffer, size_t n) {
   return out;
 }
 
+// The largest |a[i] - b[i]|. Equal values (infinities included) and NaN against NaN count as 0; a
+// NaN against a number, or vectors of different sizes, as infinity: std::max(x, NaN) returns x, so
+// a plain maximum would pass a kernel that leaves NaN where the reference has a value.
 inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return INFINITY;
   double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, double(std::abs(a[i] - b[i])));
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i]))) continue;
+    const double diff = std::abs(double(a[i]) - double(b[i]));
+    worst = std::max(worst, std::isnan(diff) ? INFINITY : diff);
+  }
   return worst;
 }
 

@@ -41,13 +41,9 @@ ModelConfig synthetic_config(Architecture arch) {
 }
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b, double* scale) {
-  double worst = 0;
   *scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    worst = std::max(worst, double(std::abs(a[i] - b[i])));
-    *scale = std::max(*scale, double(std::abs(b[i])));
-  }
-  return worst;
+  for (float x : b) *scale = std::max(*scale, double(std::abs(x)));
+  return test::max_abs_diff(a, b);
 }
 
 std::vector<uint16_t> download_bits(const cuda::DeviceBuffer& buffer) {
