@@ -17,9 +17,12 @@ namespace kvb::cuda {
 
 // Which prefill kernel runs: kAuto takes the Hopper wgmma kernel where it applies (compute
 // capability 9.0, head_dim 128, built with sm_90a) and the mma.sync kernel otherwise, except for a
-// few queries after a long prefix with a workspace given (DropKV's window forward), which run as
-// split-KV decode queries (kSplitKv); the others force one (tests, A/B benchmarks). Forcing kWgmma
-// where it does not apply, or kSplitKv without a workspace, throws.
+// few queries after a long prefix (at most 16 after 1,024 keys or more, a GQA group of at most 16)
+// with a workspace given, DropKV's window forward, which runs split-KV (kSplitKv): the keys are cut
+// into splits over every SM and each KV head's keys and values are read once for all its
+// W x group (query, query head) rows, where the prefill kernels give each query head one block
+// streaming every key. The others force one (tests, A/B benchmarks). Forcing kWgmma where it does
+// not apply, or kSplitKv without a workspace or beyond its reach, throws.
 enum class PrefillKernel { kAuto, kMmaSync, kWgmma, kSplitKv };
 
 struct PrefillAttentionArgs {
@@ -39,9 +42,13 @@ struct PrefillAttentionArgs {
   float scale = 0;   // 1/sqrt(head_dim)
   PrefillKernel kernel = PrefillKernel::kAuto;
   void* workspace = nullptr;  // prefill_split_kv_workspace_bytes(...), or nullptr
+  // kSplitKv: keys per split, any count (0: as many splits as fill the GPU once). Tests force small
+  // ones, so that many partials merge whatever the GPU.
+  int split_kv_chunk_keys = 0;
 };
 void prefill_attention(const PrefillAttentionArgs& args, cudaStream_t stream);
-// Workspace of the split-KV path (kSplitKv) for these queries over query_offset + n_queries keys.
+// Workspace of the split-KV path (kSplitKv) for these queries over query_offset + n_queries keys
+// (its split layout on the current device: a partial of head_dim + 2 floats per row and split).
 size_t prefill_split_kv_workspace_bytes(const PrefillAttentionArgs& args);
 // True when the wgmma prefill kernel is built and runs on the current device for this head_dim.
 bool wgmma_prefill_available(int head_dim);

@@ -315,8 +315,8 @@ __global__ void __launch_bounds__(kThreads)
       });
 }
 
-// kWriteLse: also the row log-sum-exp (the split-KV prefill path); a separate instantiation, so the
-// decode step's merge keeps its registers (128; with the LSE code 142).
+// kWriteLse: also the row log-sum-exp (decode-time eviction's statistic); a separate instantiation,
+// so the plain decode step's merge keeps its registers (128; with the LSE code 142).
 template <int D, bool kWriteLse>
 __global__ void decode_merge_kernel(DecodeAttentionArgs args, int n_chunks, int chunk_size) {
   wait_for_predecessor();

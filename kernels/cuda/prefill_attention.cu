@@ -5,13 +5,16 @@
 // cp.async; S = QK^T and O += PV on bf16 mma.sync m16n8k16 tensor-core instructions; the online
 // softmax runs in the log2 domain in f32; shared memory rows are XOR-swizzled in 16-byte chunks so
 // ldmatrix reads are conflict-free. Query tiles are scheduled longest-first (causal imbalance).
+// The other paths: the Hopper wgmma kernel (prefill_attention_sm90a.cu) and, for a few queries
+// after a long prefix, the split-KV kernel (prefill_split_kv.cu), which reads each KV head's keys
+// and values once for all its (query, query head) rows across every SM where this kernel would
+// give each query head one block streaming every key.
 #include <cuda_bf16.h>
 
 #include <cfloat>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_utils.h"
@@ -157,7 +160,7 @@ void launch_prefill(const PrefillAttentionArgs& args, cudaStream_t stream) {
   check(cudaGetLastError(), "flash_prefill_kernel launch");
 }
 
-// Both kernels move rows in 16-byte pieces (cp.async, TMA): a row or head that starts off a 16-byte
+// The kernels move rows in 16-byte pieces (cp.async, TMA): a row or head that starts off a 16-byte
 // boundary would stop the GPU with a misaligned-address fault, which poisons the whole context.
 void check_rows_aligned(const PrefillAttentionArgs& args) {
   auto aligned = [](const void* base, int64_t stride) {
@@ -174,93 +177,15 @@ void check_rows_aligned(const PrefillAttentionArgs& args) {
         std::to_string(args.kv_head_stride) + ")");
 }
 
-// The split-KV path: query row i is a decode query whose cache is its KV head's first
-// query_offset + i + 1 rows (exactly the causal mask), so a few queries after a long prefix spread
-// over every SM as decode_attention's splits instead of one block per query head streaming every
-// key (DropKV's window forward: 8 queries after 128K keys).
-constexpr int kSplitKvMaxQueries = 16;
+// Few queries after a long prefix (DropKV's window forward: 8 queries after 128K keys) run split-KV
+// where a workspace is given: this kernel would give each query head one block streaming every key.
 constexpr int kSplitKvMinPrefix = 1024;
-
-struct SplitKvWorkspace {
-  int64_t* kv_offset;  // [n_queries * Hkv]
-  int32_t* kv_length;
-  float* partials;
-};
-
-size_t split_kv_table_bytes(const PrefillAttentionArgs& args) {
-  const size_t entries = size_t(args.n_queries) * args.n_kv_heads;
-  return (entries * (sizeof(int64_t) + sizeof(int32_t)) + 255) / 256 * 256;
-}
-
-SplitKvWorkspace split_kv_workspace(const PrefillAttentionArgs& args) {
-  const size_t entries = size_t(args.n_queries) * args.n_kv_heads;
-  auto* base = static_cast<unsigned char*>(args.workspace);
-  return {reinterpret_cast<int64_t*>(base),
-          reinterpret_cast<int32_t*>(base + entries * sizeof(int64_t)),
-          reinterpret_cast<float*>(base + split_kv_table_bytes(args))};
-}
-
-bool split_kv_applies(const PrefillAttentionArgs& args) {
-  return args.n_queries <= kSplitKvMaxQueries && args.kv_head_stride % args.head_dim == 0 &&
-         args.n_query_heads / args.n_kv_heads <= 16;
-}
-
-// The decode call of the split-KV path, less its tables and workspace.
-DecodeAttentionArgs split_kv_decode_args(const PrefillAttentionArgs& args) {
-  DecodeAttentionArgs d;
-  d.q = args.q;
-  d.q_seq_stride = args.q_row_stride;
-  d.k = args.k;
-  d.v = args.v;
-  d.max_kv_length = args.query_offset + args.n_queries;
-  d.out = args.out;
-  d.out_seq_stride = args.out_row_stride;
-  d.batch = args.n_queries;
-  d.n_query_heads = args.n_query_heads;
-  d.n_kv_heads = args.n_kv_heads;
-  d.head_dim = args.head_dim;
-  d.scale = args.scale;
-  d.lse = args.lse;
-  return d;
-}
-
-void prefill_split_kv(const PrefillAttentionArgs& args, cudaStream_t stream) {
-  if (args.workspace == nullptr || !split_kv_applies(args))
-    throw std::invalid_argument(
-        "prefill_attention: the split-KV path needs a workspace "
-        "(prefill_split_kv_workspace_bytes), at most " +
-        std::to_string(kSplitKvMaxQueries) +
-        " queries, a GQA group of at most 16 and kv_head_stride a multiple of head_dim");
-  const SplitKvWorkspace w = split_kv_workspace(args);
-  const int entries = args.n_queries * args.n_kv_heads;
-  std::vector<int64_t> offsets(entries);
-  std::vector<int32_t> lengths(entries);
-  for (int i = 0; i < args.n_queries; ++i)
-    for (int h = 0; h < args.n_kv_heads; ++h) {
-      offsets[i * args.n_kv_heads + h] = h * (args.kv_head_stride / args.head_dim);
-      lengths[i * args.n_kv_heads + h] = args.query_offset + i + 1;
-    }
-  // From pageable memory: the copy is staged before the call returns, and the decode kernels after
-  // it start only once it landed (no programmatic overlap across a copy).
-  check(cudaMemcpyAsync(w.kv_offset, offsets.data(), entries * sizeof(int64_t),
-                        cudaMemcpyHostToDevice, stream),
-        "split-KV offsets upload");
-  check(cudaMemcpyAsync(w.kv_length, lengths.data(), entries * sizeof(int32_t),
-                        cudaMemcpyHostToDevice, stream),
-        "split-KV lengths upload");
-  DecodeAttentionArgs d = split_kv_decode_args(args);
-  d.kv_offset = w.kv_offset;
-  d.kv_length = w.kv_length;
-  d.workspace = w.partials;
-  decode_attention(d, stream);
-}
 
 }  // namespace
 
-size_t prefill_split_kv_workspace_bytes(const PrefillAttentionArgs& args) {
-  return split_kv_table_bytes(args) +
-         decode_attention_layout_workspace_floats(split_kv_decode_args(args)) * sizeof(float);
-}
+// prefill_split_kv.cu.
+bool split_kv_applies(const PrefillAttentionArgs& args);
+void prefill_attention_split_kv(const PrefillAttentionArgs& args, cudaStream_t stream);
 
 #if KVB_HAVE_WGMMA_PREFILL
 // prefill_attention_sm90a.cu (compiled for sm_90a only).
@@ -277,7 +202,7 @@ void prefill_attention(const PrefillAttentionArgs& args, cudaStream_t stream) {
   if (args.kernel == PrefillKernel::kSplitKv ||
       (args.kernel == PrefillKernel::kAuto && args.workspace != nullptr &&
        args.query_offset >= kSplitKvMinPrefix && split_kv_applies(args))) {
-    prefill_split_kv(args, stream);
+    prefill_attention_split_kv(args, stream);
     return;
   }
   if (args.kernel != PrefillKernel::kMmaSync && wgmma_prefill_available(args.head_dim)) {

@@ -1,7 +1,8 @@
 // The two merges of split-KV (flash-decoding) attention, shared by the dense decode kernel
-// (decode_attention.cu) and the ART walk (early_exit_decode.cu). A split's partial is
-// [max (log2 units), sum, acc[D]] with acc = sum_j 2^(s_j - max) v_j and sum its weights; merging
-// partials is out = sum_c 2^(m_c - M) acc_c / sum_c 2^(m_c - M) l_c with M = max_c m_c.
+// (decode_attention.cu), the ART walk (early_exit_decode.cu) and the split-KV prefill
+// (prefill_split_kv.cu). A split's partial is [max (log2 units), sum, acc[D]] with
+// acc = sum_j 2^(s_j - max) v_j and sum its weights; merging partials is
+// out = sum_c 2^(m_c - M) acc_c / sum_c 2^(m_c - M) l_c with M = max_c m_c.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -12,15 +13,20 @@
 
 namespace kvb::cuda {
 
-// Within a split: the 4 warps of an m16n8k16 walk (each saw its 16 keys of every tile; rows g and
-// g + 8 of the tile are query heads) merge through shared memory `scratch` — at least
+// Within a split: the 4 warps of an m16n8k16 walk merge through shared memory `scratch` — at least
 // 4 * 16 * D + 2 * 4 * 16 floats, free to overwrite — and rows [0, rows) are written to
-// partial_of(row). row_sum is this thread's share (the quad's lanes are summed here).
-template <int D, int kThreads, typename PartialOf>
+// partial_of(row). Warp w holds rows 16 (w % kRowTiles) + g and + 8 of the block's 16 kRowTiles
+// rows over its own slice of every key tile, so the 4 / kRowTiles warps of a row tile merge: with
+// kRowTiles 1 all 4 warps hold the same 16 rows (the dense decode: the group's query heads), with 4
+// each warp holds rows of its own and only passes them on (the split-KV prefill). row_sum is this
+// thread's share (the quad's lanes are summed here).
+template <int D, int kThreads, int kRowTiles = 1, typename PartialOf>
 __device__ __forceinline__ void store_split_partials(float (&o)[D / 8][4],
                                                      const float (&row_max)[2], float (&row_sum)[2],
                                                      float* scratch, int rows,
                                                      PartialOf partial_of) {
+  static_assert(kRowTiles == 1 || kRowTiles == 2 || kRowTiles == 4, "4 warps of row tiles");
+  constexpr int kSlices = 4 / kRowTiles;  // warps per row tile
   constexpr int kDimTiles = D / 8;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
@@ -44,13 +50,16 @@ __device__ __forceinline__ void store_split_partials(float (&o)[D / 8][4],
   __syncthreads();
   for (int idx = threadIdx.x; idx < rows * D; idx += kThreads) {
     const int row = idx / D, dim = idx % D;
+    // Slice s of the row sits with warp row / 16 + s * kRowTiles, at its row row % 16: slot
+    // row + 16 s kRowTiles.
     float best = -INFINITY;
-    for (int w = 0; w < 4; ++w) best = fmaxf(best, s_max[w * 16 + row]);
+    for (int s = 0; s < kSlices; ++s) best = fmaxf(best, s_max[row + s * kRowTiles * 16]);
     float sum = 0.f, value = 0.f;
-    for (int w = 0; w < 4; ++w) {
-      const float weight = best == -INFINITY ? 0.f : exp2f(s_max[w * 16 + row] - best);
-      sum += s_sum[w * 16 + row] * weight;
-      value += s_acc[(w * 16 + row) * D + dim] * weight;
+    for (int s = 0; s < kSlices; ++s) {
+      const int slot = row + s * kRowTiles * 16;
+      const float weight = best == -INFINITY ? 0.f : exp2f(s_max[slot] - best);
+      sum += s_sum[slot] * weight;
+      value += s_acc[slot * D + dim] * weight;
     }
     float* partial = partial_of(row);
     if (dim == 0) {

@@ -1,6 +1,8 @@
 // DropKV scoring on the GPU (Llama-3.1-8B shapes: Hq 32, Hkv 8, d 128, window 8), one layer:
 // the fused path (window flash forward + streaming scorer + pooling + top-k) against the
-// materialising baseline in the same run; reports the speed-up and both scratch footprints.
+// materialising baseline in the same run; reports the speed-up and both scratch footprints, and
+// each stage's time, the window forward's beside its floor (window_read_bound_ms: the layer's K
+// and V read once at the read bandwidth measured in the same run).
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -85,6 +87,12 @@ struct LayerInputs {
   cuda::DeviceBuffer q, y, lse, k, v, scores, pooled, kept, topk, window_workspace;
 };
 
+// The device's read bandwidth, measured once per run.
+double read_bandwidth_gbs() {
+  static const double measured = cuda::measure_read_bandwidth_gbs(size_t(4) << 30, 10);
+  return measured;
+}
+
 double event_ms(cudaEvent_t start, cudaEvent_t stop) {
   float ms = 0;
   cudaEventSynchronize(stop);
@@ -133,6 +141,9 @@ void BM_DropKvFused(benchmark::State& state) {
     return event_ms(start, stop);
   };
   state.counters["window_ms"] = stage_ms([&] { in.window_forward(); });
+  // The split-KV window forward reads each KV head's keys and values once: its floor.
+  const double kv_bytes = 2.0 * kHkv * in.length * kD * sizeof(bf16);
+  state.counters["window_read_bound_ms"] = kv_bytes / (read_bandwidth_gbs() * 1e6);
   // The same window forward without a workspace: the prefill kernel, one block per query head.
   state.counters["window_prefill_kernel_ms"] =
       stage_ms([&] { cuda::prefill_attention(in.window_args(), nullptr); });

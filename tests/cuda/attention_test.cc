@@ -30,6 +30,28 @@ TEST(FlashPrefill, SplitKvNeedsAWorkspace) {
   EXPECT_THROW(cuda::prefill_attention(a, nullptr), std::invalid_argument);
 }
 
+// Beyond the split-KV path's reach (16 queries, GQA groups of 16, head_dim 64 or 128) it refuses
+// before any CUDA call, its workspace size too (runs without a GPU).
+TEST(FlashPrefill, SplitKvRefusesBeyondItsReach) {
+  cuda::PrefillAttentionArgs a;
+  a.n_queries = 8;
+  a.head_dim = 128;
+  a.n_query_heads = 32;
+  a.n_kv_heads = 8;
+  a.kernel = cuda::PrefillKernel::kSplitKv;
+  int workspace = 0;
+  a.workspace = &workspace;
+  for (const auto change : {+[](cuda::PrefillAttentionArgs& x) { x.n_queries = 17; },
+                            +[](cuda::PrefillAttentionArgs& x) { x.n_query_heads = 17 * 8; },
+                            +[](cuda::PrefillAttentionArgs& x) { x.n_query_heads = 30; },
+                            +[](cuda::PrefillAttentionArgs& x) { x.head_dim = 96; }}) {
+    cuda::PrefillAttentionArgs beyond = a;
+    change(beyond);
+    EXPECT_THROW(cuda::prefill_attention(beyond, nullptr), std::invalid_argument);
+    EXPECT_THROW(cuda::prefill_split_kv_workspace_bytes(beyond), std::invalid_argument);
+  }
+}
+
 // Both kernels move rows in 16-byte pieces: a query stride off that grid is refused before any
 // launch (a misaligned-address fault would poison the context); runs without a GPU too. A padded
 // stride on the grid: the backend-ops row prefill_attention_mma_..._pad8.

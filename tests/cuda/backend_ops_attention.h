@@ -47,7 +47,14 @@ inline const char* prefill_kernel_name(cuda::PrefillKernel kernel) {
   return "auto";
 }
 
-// One prefill kernel on `s`: output and row log-sum-exp against prefill_attention.
+inline size_t count_non_finite(const std::vector<float>& values) {
+  return std::count_if(values.begin(), values.end(), [](float x) { return !std::isfinite(x); });
+}
+
+// One prefill kernel on `s`: output and row log-sum-exp against prefill_attention. The split-KV
+// path runs with its automatic splits and with splits of 64 and 100 keys (many partials to merge,
+// splits on and off the 64-key tiles), its workspace filled with NaN each time: a merge that folds
+// in a partial no kernel wrote this call shows as a non-finite output (max_abs_diff passes NaN by).
 inline void check_prefill_attention(const PrefillShape& s, cuda::PrefillKernel kernel) {
   if (kernel == cuda::PrefillKernel::kWgmma && !cuda::wgmma_prefill_available(s.head_dim))
     GTEST_SKIP() << "the wgmma prefill needs an sm_90 GPU";
@@ -95,15 +102,25 @@ inline void check_prefill_attention(const PrefillShape& s, cuda::PrefillKernel k
                                  .head_dim = d,
                                  .scale = 1.0f / std::sqrt(float(d)),
                                  .kernel = kernel};
-  cuda::DeviceBuffer workspace;
-  if (kernel == cuda::PrefillKernel::kSplitKv) {
-    workspace = cuda::DeviceBuffer(cuda::prefill_split_kv_workspace_bytes(gpu));
-    gpu.workspace = workspace.data();
+  const bool split_kv = kernel == cuda::PrefillKernel::kSplitKv;
+  for (int chunk_keys : split_kv ? std::vector<int>{0, 64, 100} : std::vector<int>{0}) {
+    gpu.split_kv_chunk_keys = chunk_keys;
+    cuda::DeviceBuffer workspace;
+    if (split_kv) {
+      workspace = cuda::DeviceBuffer(cuda::prefill_split_kv_workspace_bytes(gpu));
+      cuda::check(cudaMemset(workspace.data(), 0xff, workspace.bytes()), "memset");
+      gpu.workspace = workspace.data();
+    }
+    cuda::check(cudaMemset(d_out.data(), 0xff, d_out.bytes()), "memset");
+    cuda::check(cudaMemset(d_lse.data(), 0xff, d_lse.bytes()), "memset");
+    cuda::prefill_attention(gpu, nullptr);
+    cuda::check(cudaDeviceSynchronize(), "sync");
+    const auto out = from_device_bf16(d_out, expected.size());
+    const auto lse = from_device<float>(d_lse, expected_lse.size());
+    EXPECT_EQ(count_non_finite(out) + count_non_finite(lse), 0u) << "split " << chunk_keys;
+    EXPECT_LT(max_abs_diff(out, expected), 2e-2) << "split " << chunk_keys;
+    EXPECT_LT(max_abs_diff(lse, expected_lse), 2e-3) << "split " << chunk_keys;
   }
-  cuda::prefill_attention(gpu, nullptr);
-  cuda::check(cudaDeviceSynchronize(), "sync");
-  EXPECT_LT(max_abs_diff(from_device_bf16(d_out, expected.size()), expected), 2e-2);
-  EXPECT_LT(max_abs_diff(from_device<float>(d_lse, expected_lse.size()), expected_lse), 2e-3);
 }
 
 enum class Lists { kNone, kPerHead, kSharedByGroup };
@@ -480,13 +497,23 @@ inline std::vector<OpCase> attention_cases() {
                                             {128, 8, 2, 640, 1400},
                                             {128, 4, 1, 1, 700},
                                             {128, 28, 4, 200, 0}});
-  // The split-KV path (each query a decode query of its own causal length): DropKV's window (8
-  // queries after a long prefix), one query, groups of 3 on head_dim 64, a prefix under one split.
+  // The split-KV path (each KV head's window x group rows over its keys once): DropKV's window (8
+  // queries after a long prefix) on Llama-3.1-8B's heads, W = 1, 8, 9 and 16 with GQA groups 1, 3,
+  // 4, 7, 8 and 16, so 1 to 256 rows a KV head (one pass of 1, 2 or 4 row tiles; 2 passes of 64 and
+  // of 36; 4 passes), prefixes just past the 1,024 where kAuto takes the path and of 20,000, key
+  // counts off the 64-key tiles, a prefix under one split, a padded query row.
   add_prefill(cuda::PrefillKernel::kSplitKv, {{128, 32, 8, 8, 5000},
                                               {128, 8, 2, 1, 3000},
                                               {64, 9, 3, 16, 2100},
                                               {128, 4, 4, 3, 70},
-                                              {64, 14, 2, 8, 1500}});
+                                              {64, 14, 2, 8, 1500},
+                                              {128, 8, 8, 1, 1030},
+                                              {128, 16, 16, 16, 1100},
+                                              {64, 32, 8, 8, 20000, 8},
+                                              {64, 16, 2, 16, 1025},
+                                              {128, 32, 4, 16, 20000},
+                                              {128, 16, 2, 9, 3001},
+                                              {64, 16, 1, 16, 1500}});
 
   const char* list_names[] = {"dense", "lists", "shared_lists"};
   // 400 rows of short heads: more blocks than are resident at once (the many-waves kernel).
