@@ -1,16 +1,21 @@
 // DropKV on the GPU (docs/methods.md §9.2; the fused Triton scorer's scheme). CPU twin:
 // kernels/cpu/dropkv_scores.h. The window forward (outputs y and LSE) is prefill_attention
 // over the last W queries, given a workspace so that it runs split-KV; this file scores every key
-// without materialising the W×L attention or the W×L×d differences: each block streams 64-key K/V
-// tiles, recomputes p from the LSE with tensor-core q·k, and gets ⟨y, v⟩ from a second tensor-core
-// product, so the squared distance is ‖y‖² + ‖v‖² − 2⟨y,v⟩. Then pooling and window protection
-// here, and the top-k of every head by topk_select (kernels/cuda/topk_select.h: the k largest,
-// ties to the lower index, ascending; the one device top-k of the project), all on the device.
+// without materialising the W×L attention or the W×L×d differences: each block owns a contiguous
+// range of one KV head's 64-key tiles (one wave of blocks over the device) and streams their K and
+// V through a cp.async ring, its window rows' q and y held in registers; it recomputes p from the
+// LSE with tensor-core q·k and gets ⟨y, v⟩ from a second tensor-core product, so the squared
+// distance is ‖y‖² + ‖v‖² − 2⟨y,v⟩. Then pooling and window protection here, and the top-k of
+// every head by topk_select (kernels/cuda/topk_select.h: the k largest, ties to the lower index,
+// ascending; the one device top-k of the project), all on the device. Tests:
+// tests/cuda/backend_ops_attention.h (dropkv_scores_*), tests/cuda/backend_ops_selection.h
+// (pool_and_protect_*); benchmark: tests/benchmarks/cuda_dropkv_bench.cc.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace kvb::cuda {
@@ -26,6 +31,9 @@ struct DropKvScoreArgs {
   int n_query_heads = 0, n_kv_heads = 0, head_dim = 0, length = 0, window = 0;
   bool round_p_to_bf16 = true;
   float* scores = nullptr;  // [Hkv, L]
+  // 64-key tiles per block; 0 sizes one wave of blocks to the device. Tests force 1 (a block per
+  // tile) and many (one block walking a whole head) to cover both ends of the ring.
+  int tiles_per_block = 0;
 };
 void dropkv_scores(const DropKvScoreArgs& args, cudaStream_t stream);
 

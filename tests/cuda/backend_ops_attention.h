@@ -369,6 +369,7 @@ struct DropKvShape {
   // The benchmark's baseline, dropkv_scores_materialised: the differences y - v in f32, the
   // twin's direct_distance form.
   bool materialised = false;
+  int tiles_per_block = 0;  // 0: the launch's own choice (one wave of blocks)
 };
 
 // The window forward on the device (prefill_attention over the last W queries), then both
@@ -408,7 +409,8 @@ inline void check_dropkv_scores(const DropKvShape& s) {
                                    .head_dim = d,
                                    .length = L,
                                    .window = W,
-                                   .scores = d_scores.as<float>()};
+                                   .scores = d_scores.as<float>(),
+                                   .tiles_per_block = s.tiles_per_block};
   if (s.materialised)
     cuda::dropkv_scores_materialised(args, nullptr);
   else
@@ -558,11 +560,24 @@ inline std::vector<OpCase> attention_cases() {
                                  "_length", s.length, "_window", s.window),
                        [=] { check_window_attention_sums(s); }});
 
-  for (const DropKvShape& s : {DropKvShape{128, 32, 8, 300, 8}, DropKvShape{64, 9, 3, 1000, 8},
-                               DropKvShape{128, 8, 2, 130, 32}, DropKvShape{128, 4, 4, 64, 8},
-                               DropKvShape{64, 14, 2, 777, 8}})
+  // Groups 1, 3, 4, 7 and 8 on both head sizes, so every instance of the scorer runs: window rows
+  // (group × W) in 1, 2, 3 and 4 row blocks of one pass, two passes (rows 65-128) and two row
+  // sets (192 rows). Lengths of 1 key, one tile, off the 64-key tiles and long (20,011); the long
+  // one also with one tile per block and with one block walking each head's 313 tiles.
+  for (const DropKvShape& s :
+       {DropKvShape{128, 32, 8, 300, 8}, DropKvShape{64, 9, 3, 1000, 8},
+        DropKvShape{128, 8, 2, 130, 32}, DropKvShape{128, 4, 4, 64, 8},
+        DropKvShape{64, 14, 2, 777, 8}, DropKvShape{128, 32, 8, 1, 1},
+        DropKvShape{64, 4, 4, 97, 16}, DropKvShape{64, 9, 3, 515, 16},
+        DropKvShape{128, 32, 4, 1000, 8}, DropKvShape{128, 32, 4, 2001, 16},
+        DropKvShape{64, 16, 2, 777, 16}, DropKvShape{64, 16, 2, 300, 24},
+        DropKvShape{128, 32, 8, 20011, 8}, DropKvShape{128, 32, 8, 20011, 8, false, 1},
+        DropKvShape{128, 32, 8, 20011, 8, false, 1000}, DropKvShape{64, 16, 2, 5000, 16, false, 1},
+        DropKvShape{64, 16, 2, 5000, 16, false, 1000}})
     cases.push_back({case_name("dropkv_scores_d", s.head_dim, "_hq", s.n_query_heads, "_hkv",
-                               s.n_kv_heads, "_length", s.length, "_window", s.window),
+                               s.n_kv_heads, "_length", s.length, "_window", s.window,
+                               s.tiles_per_block ? "_tiles_per_block" : "",
+                               s.tiles_per_block ? std::to_string(s.tiles_per_block) : ""),
                      [=] { check_dropkv_scores(s); }});
   // The materialising baseline on shapes whose [rows, L, d] differences stay small.
   for (const DropKvShape& s :
