@@ -275,35 +275,102 @@ __global__ void __launch_bounds__(kThreads, kPasses == 1 ? 3 : 2)
   }
 }
 
-__global__ void pool_kernel(const float* raw, float* pooled, int length, int kernel,
-                            bool max_pool) {
-  const int h = blockIdx.y;
+// Pooling: one block per 2,048 positions of a head, the block's maximum of its pooled values kept
+// for the protect step. A block writes the interior of its segment in place and keeps its first
+// and last kernel/2 pooled values in the workspace: those positions' raw values are inputs of the
+// neighbouring segments' blocks, which may not have read them yet (pooled may be raw).
+constexpr int kPoolThreads = 256;
+constexpr int kPoolPerThread = 8;
+constexpr int kPoolSegment = kPoolThreads * kPoolPerThread;
+constexpr int kFinishThreads = 128;
+
+int pool_segments(int length) { return std::max(1, (length + kPoolSegment - 1) / kPoolSegment); }
+// Workspace floats per segment for its border values.
+int pool_border(int kernel) { return std::min(kPoolSegment, 2 * (kernel / 2)); }
+
+// The border slot of offset o of a segment of `length` positions, or −1 for an interior offset.
+__device__ __forceinline__ int border_slot(int o, int length, int half) {
+  if (length <= 2 * half || o < half) return o;
+  return o >= length - half ? o - (length - 2 * half) : -1;
+}
+
+__device__ __forceinline__ float block_max(float value, float* s_warp_max) {
+  for (int off = 16; off > 0; off /= 2)
+    value = fmaxf(value, __shfl_xor_sync(0xffffffff, value, off));
+  if (threadIdx.x % 32 == 0) s_warp_max[threadIdx.x / 32] = value;
+  __syncthreads();
+  value = -INFINITY;
+  for (int w = 0; w < int(blockDim.x / 32); ++w) value = fmaxf(value, s_warp_max[w]);
+  return value;
+}
+
+__global__ void __launch_bounds__(kPoolThreads)
+    pool_kernel(const float* raw, float* pooled, int length, int kernel, bool max_pool,
+                float* segment_max, float* borders, int border) {
+  __shared__ float s_warp_max[kPoolThreads / 32];
+  const int h = blockIdx.y, segment = blockIdx.x;
+  const int64_t segment_index = int64_t(h) * gridDim.x + segment;
   const int half = kernel / 2;
+  const int first = segment * kPoolSegment;
+  const int count = min(kPoolSegment, length - first);
   const float* in = raw + int64_t(h) * length;
-  for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < length; j += gridDim.x * blockDim.x) {
+  float value[kPoolPerThread];
+  float best = -INFINITY;
+#pragma unroll
+  for (int m = 0; m < kPoolPerThread; ++m) {
+    const int j = first + threadIdx.x + m * kPoolThreads;
+    if (j >= first + count) continue;
     float acc = max_pool ? -INFINITY : 0.f;
     for (int o = -half; o <= half; ++o) {
       const int i = j + o;
       if (i < 0 || i >= length) continue;  // max: -inf padding; avg: zero padding
       acc = max_pool ? fmaxf(acc, in[i]) : acc + in[i];
     }
-    pooled[int64_t(h) * length + j] = max_pool ? acc : acc / kernel;
+    value[m] = max_pool ? acc : acc / kernel;
+    best = fmaxf(best, value[m]);
+  }
+  // Also orders every read of this block before its writes (pooling in place).
+  best = block_max(best, s_warp_max);
+  if (threadIdx.x == 0) segment_max[segment_index] = best;
+  float* out = pooled + int64_t(h) * length;
+#pragma unroll
+  for (int m = 0; m < kPoolPerThread; ++m) {
+    const int o = threadIdx.x + m * kPoolThreads;
+    if (o >= count) continue;
+    const int slot = border_slot(o, count, half);
+    if (slot < 0)
+      out[first + o] = value[m];
+    else
+      borders[segment_index * border + slot] = value[m];
   }
 }
 
-__global__ void protect_kernel(float* pooled, int length, int protect) {
-  const int h = blockIdx.x;
-  float* row = pooled + int64_t(h) * length;
+// The kept border values back in place, and the last `protect` positions set to the head's maximum
+// (over its segments' maxima) + 1.
+__global__ void __launch_bounds__(kFinishThreads)
+    protect_kernel(float* pooled, int length, int kernel, int protect, const float* segment_max,
+                   const float* borders, int border) {
+  __shared__ float s_warp_max[kFinishThreads / 32];
+  const int h = blockIdx.y, segment = blockIdx.x, segments = gridDim.x;
+  const int half = kernel / 2;
+  const int first = segment * kPoolSegment;
+  const int count = min(kPoolSegment, length - first);
+  const int tail = max(0, length - protect);
   float best = -INFINITY;
-  for (int j = threadIdx.x; j < length; j += blockDim.x) best = fmaxf(best, row[j]);
-  __shared__ float s_best[32];
-  for (int off = 16; off > 0; off /= 2) best = fmaxf(best, __shfl_xor_sync(0xffffffff, best, off));
-  if (threadIdx.x % 32 == 0) s_best[threadIdx.x / 32] = best;
-  __syncthreads();
-  best = -INFINITY;
-  for (int w = 0; w < int(blockDim.x / 32); ++w) best = fmaxf(best, s_best[w]);
-  for (int j = max(0, length - protect) + threadIdx.x; j < length; j += blockDim.x)
-    row[j] = best + 1.f;
+  if (first + count > tail) {  // the segment holds protected positions: they need the head max
+    for (int s = threadIdx.x; s < segments; s += blockDim.x)
+      best = fmaxf(best, segment_max[int64_t(h) * segments + s]);
+    best = block_max(best, s_warp_max);
+  }
+  float* out = pooled + int64_t(h) * length;
+  const float* kept = borders + (int64_t(h) * segments + segment) * border;
+  for (int o = threadIdx.x; o < count; o += blockDim.x) {
+    const int j = first + o;
+    if (j >= tail)
+      out[j] = best + 1.f;
+    else if (const int slot = border_slot(o, count, half); slot >= 0)
+      out[j] = kept[slot];
+  }
 }
 
 // Materialising baseline: P [rows, L] then D [rows, L, d] = y - v, then the weighted norms.
@@ -409,12 +476,25 @@ void dropkv_scores(const DropKvScoreArgs& args, cudaStream_t stream) {
   }
 }
 
+size_t pool_and_protect_workspace_bytes(int n_heads, int length, int kernel) {
+  return size_t(n_heads) * pool_segments(length) * (1 + pool_border(kernel)) * sizeof(float);
+}
+
 void pool_and_protect(const float* raw, float* pooled, int n_heads, int length, int kernel,
-                      bool max_pool, int protect, cudaStream_t stream) {
-  pool_kernel<<<dim3((length + 255) / 256, n_heads), 256, 0, stream>>>(raw, pooled, length, kernel,
-                                                                       max_pool);
+                      bool max_pool, int protect, void* workspace, cudaStream_t stream) {
+  if (length <= 0 || n_heads <= 0) return;
+  if (workspace == nullptr)
+    throw std::invalid_argument(
+        "pool_and_protect: give a workspace of pool_and_protect_workspace_bytes bytes");
+  const dim3 grid(pool_segments(length), n_heads);
+  float* segment_max = static_cast<float*>(workspace);
+  float* borders = segment_max + size_t(n_heads) * grid.x;
+  const int border = pool_border(kernel);
+  pool_kernel<<<grid, kPoolThreads, 0, stream>>>(raw, pooled, length, kernel, max_pool, segment_max,
+                                                 borders, border);
   check(cudaGetLastError(), "pool_kernel");
-  protect_kernel<<<n_heads, 1024, 0, stream>>>(pooled, length, protect);
+  protect_kernel<<<grid, kFinishThreads, 0, stream>>>(pooled, length, kernel, protect, segment_max,
+                                                      borders, border);
   check(cudaGetLastError(), "protect_kernel");
 }
 

@@ -39,9 +39,12 @@ void dropkv_scores(const DropKvScoreArgs& args, cudaStream_t stream);
 
 // pooled[h, j] = max or mean over j-k/2 .. j+k/2 (PyTorch max_pool1d / avg_pool1d edges), then the
 // last `protect` positions of each head are set to (head max + 1). CPU twin of the same name:
-// kernels/cpu/dropkv_scores.h.
+// kernels/cpu/dropkv_scores.h. `pooled` may be `raw` (pooling in place, one [n_heads, length]
+// buffer for both). The workspace (pool_and_protect_workspace_bytes) holds each 2,048-position
+// segment's maximum and its border values: a few KB per head.
+size_t pool_and_protect_workspace_bytes(int n_heads, int length, int kernel);
 void pool_and_protect(const float* raw, float* pooled, int n_heads, int length, int kernel,
-                      bool max_pool, int protect, cudaStream_t stream);
+                      bool max_pool, int protect, void* workspace, cudaStream_t stream);
 
 // Baseline for the benchmark: the straightforward implementation that materialises the attention
 // [rows, L] and the differences [rows, L, d] per KV head in f32, as a PyTorch reference would.

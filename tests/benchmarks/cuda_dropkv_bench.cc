@@ -18,7 +18,7 @@ namespace kvb {
 namespace {
 
 using bf16 = __nv_bfloat16;
-constexpr int kHq = 32, kHkv = 8, kD = 128, kWindow = 8;
+constexpr int kHq = 32, kHkv = 8, kD = 128, kWindow = 8, kPoolKernel = 11;
 
 struct LayerInputs {
   explicit LayerInputs(int length)
@@ -29,9 +29,9 @@ struct LayerInputs {
         k(size_t(kHkv) * length * kD * 2),
         v(size_t(kHkv) * length * kD * 2),
         scores(size_t(kHkv) * length * 4),
-        pooled(size_t(kHkv) * length * 4),
         kept(size_t(kHkv) * length * 4),
         topk(cuda::topk_select_workspace_bytes(kHkv, length)),
+        pool(cuda::pool_and_protect_workspace_bytes(kHkv, length, kPoolKernel)),
         window_workspace(cuda::prefill_split_kv_workspace_bytes(window_args())) {
     cuda::fill_random_bf16(q.as<bf16>(), size_t(kWindow) * kHq * kD, 1, 1.f, nullptr);
     cuda::fill_random_bf16(k.as<bf16>(), size_t(kHkv) * length * kD, 2, 1.f, nullptr);
@@ -79,12 +79,13 @@ struct LayerInputs {
     s.scores = scores.as<float>();
     return s;
   }
+  // The scores are pooled in place.
   size_t fused_scratch_bytes() const {
-    return scores.bytes() + pooled.bytes() + kept.bytes() + topk.bytes() + y.bytes() + lse.bytes() +
+    return scores.bytes() + kept.bytes() + topk.bytes() + pool.bytes() + y.bytes() + lse.bytes() +
            window_workspace.bytes();
   }
   int length;
-  cuda::DeviceBuffer q, y, lse, k, v, scores, pooled, kept, topk, window_workspace;
+  cuda::DeviceBuffer q, y, lse, k, v, scores, kept, topk, pool, window_workspace;
 };
 
 // The device's read bandwidth, measured once per run.
@@ -108,10 +109,10 @@ void BM_DropKvFused(benchmark::State& state) {
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
   auto select = [&] {
-    cuda::pool_and_protect(in.scores.as<float>(), in.pooled.as<float>(), kHkv, in.length, 11, true,
-                           kWindow, nullptr);
+    cuda::pool_and_protect(in.scores.as<float>(), in.scores.as<float>(), kHkv, in.length,
+                           kPoolKernel, true, kWindow, in.pool.data(), nullptr);
     cuda::TopkSelectArgs top;
-    top.scores = in.pooled.as<float>();
+    top.scores = in.scores.as<float>();
     top.key_stride = in.length;
     top.n_lists = kHkv;
     top.length = in.length;

@@ -321,18 +321,22 @@ inline void check_topk_select_ties(int heads, int length, int keep) {
 
 // DropKV's pooling and window protection against its CPU twin, exactly: the same terms summed (or
 // maxed) in the same order and divided by the same kernel, then the same maximum + 1. Raw scores
-// with many ties and a wide range, as perturbation scores have.
-inline void check_pool_and_protect(int heads, int length, int kernel, bool max_pool, int protect) {
+// with many ties and a wide range, as perturbation scores have. In place: pooled over the raw
+// scores' own buffer (each segment's border values wait in the workspace for its neighbours).
+inline void check_pool_and_protect(int heads, int length, int kernel, bool max_pool, int protect,
+                                   bool in_place) {
   std::vector<float> raw(size_t(heads) * length);
   for (size_t i = 0; i < raw.size(); ++i) raw[i] = float((i * 7919) % 97) * (i % 3 ? 1e-3f : 10.f);
   std::vector<float> expected(raw.size());
   kernels::pool_and_protect(raw.data(), expected.data(), heads, length, kernel, max_pool, protect);
   auto d_raw = to_device(raw);
-  cuda::DeviceBuffer d_pooled(raw.size() * 4, "pooled");
-  cuda::pool_and_protect(d_raw.as<float>(), d_pooled.as<float>(), heads, length, kernel, max_pool,
-                         protect, nullptr);
+  cuda::DeviceBuffer d_pooled(in_place ? 0 : raw.size() * 4, "pooled"),
+      workspace(cuda::pool_and_protect_workspace_bytes(heads, length, kernel), "pool workspace");
+  const cuda::DeviceBuffer& pooled = in_place ? d_raw : d_pooled;
+  cuda::pool_and_protect(d_raw.as<float>(), pooled.as<float>(), heads, length, kernel, max_pool,
+                         protect, workspace.data(), nullptr);
   cuda::check(cudaDeviceSynchronize(), "pool_and_protect");
-  EXPECT_EQ(from_device<float>(d_pooled, raw.size()), expected);
+  EXPECT_EQ(from_device<float>(pooled, raw.size()), expected);
 }
 
 inline std::vector<OpCase> selection_cases() {
@@ -393,16 +397,24 @@ inline std::vector<OpCase> selection_cases() {
     bool max_pool;
     int protect;
   };
-  // One key; a kernel wider than the row; no pooling (kernel 1); rows past the protect kernel's
-  // 1,024 threads and the pooling blocks' 256; no protected tail, and one longer than the row.
-  for (const PoolShape s :
-       {PoolShape{1, 1, 7, true, 0}, PoolShape{4, 5, 11, false, 2}, PoolShape{3, 500, 1, false, 8},
-        PoolShape{8, 3001, 7, true, 32}, PoolShape{8, 3001, 7, false, 32},
-        PoolShape{2, 70001, 11, false, 0}, PoolShape{2, 300, 5, true, 500}})
-    cases.push_back(
-        {case_name("pool_and_protect_heads", s.heads, "_length", s.length, "_kernel", s.kernel,
-                   s.max_pool ? "_max" : "_avg", "_protect", s.protect),
-         [s] { check_pool_and_protect(s.heads, s.length, s.kernel, s.max_pool, s.protect); }});
+  // One key; a kernel wider than the row; no pooling (kernel 1); one 2,048-position segment and
+  // several (the last one short, one of 1); no protected tail, and one longer than the row; a
+  // kernel wider than a segment; DropKV's kernel 11 over 128K positions. Each into its own buffer
+  // and in place.
+  for (const bool in_place : {false, true})
+    for (const PoolShape s :
+         {PoolShape{1, 1, 7, true, 0}, PoolShape{4, 5, 11, false, 2},
+          PoolShape{3, 500, 1, false, 8}, PoolShape{8, 3001, 7, true, 32},
+          PoolShape{8, 3001, 7, false, 32}, PoolShape{2, 70001, 11, false, 0},
+          PoolShape{2, 300, 5, true, 500}, PoolShape{3, 4097, 11, true, 8},
+          PoolShape{2, 9000, 4501, false, 3}, PoolShape{8, 131072, 11, true, 8}})
+      cases.push_back({case_name("pool_and_protect_heads", s.heads, "_length", s.length, "_kernel",
+                                 s.kernel, s.max_pool ? "_max" : "_avg", "_protect", s.protect,
+                                 in_place ? "_in_place" : ""),
+                       [s, in_place] {
+                         check_pool_and_protect(s.heads, s.length, s.kernel, s.max_pool, s.protect,
+                                                in_place);
+                       }});
   return cases;
 }
 

@@ -41,9 +41,10 @@ TEST(DropKvSelection, PoolProtectAndTopKMatchBruteForce) {
     }
     auto d_raw = test::to_device(raw);
     cuda::DeviceBuffer d_pooled(raw.size() * 4), d_kept(heads * keep * 4),
-        workspace(cuda::topk_select_workspace_bytes(heads, length));
+        workspace(cuda::topk_select_workspace_bytes(heads, length)),
+        pool_workspace(cuda::pool_and_protect_workspace_bytes(heads, length, kernel));
     cuda::pool_and_protect(d_raw.as<float>(), d_pooled.as<float>(), heads, length, kernel, max_pool,
-                           window, nullptr);
+                           window, pool_workspace.data(), nullptr);
     cuda::TopkSelectArgs top;
     top.scores = d_pooled.as<float>();
     top.key_stride = length;
