@@ -53,10 +53,16 @@ __device__ void row_statistics(const DropKvScoreArgs& a, int head0, int rows, in
     const int r = set_row0 + i;
     float norm = 0.f, scaled_lse = 0.f;
     if (r < rows) {
-      const bf16* y = window_row<D>(a.outputs, a, head0, r);
+      // Every load issued before the first sum: one round trip, not one per chunk.
+      const int4* y = reinterpret_cast<const int4*>(window_row<D>(a.outputs, a, head0, r));
+      int4 chunks[D / 8];
+#pragma unroll
+      for (int chunk = 0; chunk < D / 8; ++chunk) chunks[chunk] = __ldg(y + chunk);
+#pragma unroll
       for (int chunk = 0; chunk < D / 8; ++chunk) {
         float v[8];
-        to_float8(__ldg(reinterpret_cast<const int4*>(y + chunk * 8)), v);
+        to_float8(chunks[chunk], v);
+#pragma unroll
         for (int j = 0; j < 8; ++j) norm += v[j] * v[j];
       }
       scaled_lse = a.lse[(head0 + r / a.window) * a.window + r % a.window] * kLog2e;
@@ -123,7 +129,8 @@ __global__ void __launch_bounds__(kThreads, kPasses == 1 ? 3 : 2)
   const int group = a.n_query_heads / a.n_kv_heads;
   const int head0 = h * group;
   const int rows = group * a.window;
-  const int n_sets = (rows + kSetRows - 1) / kSetRows;
+  // At least one set, so that a window of 0 rows still writes its zeros.
+  const int n_sets = max(1, (rows + kSetRows - 1) / kSetRows);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int slot = warp % kBlocksPerPass;
   const int warp_key0 = warp / kBlocksPerPass * kWarpKeys;
