@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cfloat>
 
+#include "kernels/cuda/bf16_round.cuh"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/dropkv_scores.h"
 #include "kernels/cuda/launch.cuh"
@@ -32,10 +33,6 @@ template <int D>
 constexpr int kStageElements = 2 * kTileKeys* D;
 template <int D>
 constexpr size_t kRingBytes = size_t(kRingStages<D>) * kStageElements<D> * sizeof(bf16);
-
-__device__ __forceinline__ float round_bf16(float x) {
-  return __bfloat162float(__float2bfloat16(x));
-}
 
 // Window row r of KV head h's group (r = (query head − h·group)·W + t) in the [W, Hq·d] layout.
 template <int D>
@@ -253,7 +250,7 @@ __global__ void __launch_bounds__(kThreads, kPasses == 1 ? 3 : 2)
                 if (key > last_key[p][i_row]) continue;
                 float prob = exp2f(s[p][nt][e] * scale_log2 - lse2[p][i_row]);
                 prob = fminf(fmaxf(prob, 0.f), 1.f);
-                if (a.round_p_to_bf16) prob = round_bf16(prob);
+                if (a.round_p_to_bf16) prob = round_to_bf16(prob);
                 const float w = prob / (1.f - prob + 1e-6f);
                 const float dist =
                     fmaxf(0.f, y_norm[p][i_row] + v_norm[nt][e & 1] - 2.f * gy[p][nt][e]);
@@ -396,7 +393,7 @@ __global__ void naive_probs_kernel(DropKvScoreArgs a, int h, float* probs) {
         dot += __bfloat162float(a.queries[t * a.row_stride + head * a.head_dim + k]) *
                __bfloat162float(a.keys[h * a.head_stride + int64_t(j) * a.head_dim + k]);
       p = fminf(fmaxf(expf(dot / sqrtf(float(a.head_dim)) - a.lse[head * a.window + t]), 0.f), 1.f);
-      if (a.round_p_to_bf16) p = round_bf16(p);
+      if (a.round_p_to_bf16) p = round_to_bf16(p);
     }
     probs[i] = p;
   }
