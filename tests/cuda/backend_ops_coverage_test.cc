@@ -2,7 +2,9 @@
 // This test keeps it so without a GPU (it reads source files, so it runs in the CPU CI): every op a
 // kernels/cuda header declares — a function that takes a cudaStream_t — must be called, as
 // `cuda::op(`, by the table's sources (backend_ops_test.cc and the tests/cuda headers it includes,
-// followed transitively). An op added without a row fails here, naming it and its header.
+// followed transitively). An op added without a row fails here, naming it and its header. And every
+// op has a CPU twin of the same name in kernels/cpu (the project's rule for a CUDA op), but for the
+// few listed below with the reason.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -73,6 +75,31 @@ TEST(BackendOpsCoverage, EveryOpOfKernelsCudaIsCalledByTheTable) {
     EXPECT_TRUE(std::regex_search(table, std::regex("cuda::" + op + R"(\s*\()")))
         << op << " (" << header << ") has no row in the backend-ops table: add one to "
         << "tests/cuda/backend_ops_*.h comparing it with its CPU twin";
+}
+
+// CUDA ops whose CPU twin has another name, and why.
+const std::map<std::string, std::string> kTwinExceptions = {
+    {"matmul_f32out", "the bf16 GEMM's twin is kernels/cpu/matmul.h's matmul (f32 in and out)"},
+    {"matmul_skinny_mma", "an opt-in tensor-core kernel of the same product: matmul's twin"},
+    {"dropkv_scores_materialised", "the benchmark's naive baseline of dropkv_scores"},
+    {"binary_mark_tokens",
+     "turns the EAS index list into the device's bit mask; the CPU keeps the list"},
+};
+
+TEST(BackendOpsCoverage, EveryOpOfKernelsCudaHasACpuTwinOfTheSameName) {
+  std::string cpu;
+  for (const auto& entry : fs::directory_iterator(source_dir() / "kernels" / "cpu"))
+    if (entry.path().extension() == ".h") cpu += without_line_comments(read_text(entry.path()));
+  for (const auto& [op, header] : declared_ops()) {
+    const bool twin = std::regex_search(cpu, std::regex("\\b" + op + R"(\s*\()"));
+    if (kTwinExceptions.count(op)) {
+      EXPECT_FALSE(twin) << op << " now has a CPU twin of its name: drop it from kTwinExceptions";
+      continue;
+    }
+    EXPECT_TRUE(twin) << op << " (" << header
+                      << ") has no function of the same name in kernels/cpu/*.h: name its CPU "
+                      << "twin after it";
+  }
 }
 
 }  // namespace
