@@ -57,7 +57,7 @@ struct CudaSparseDecode::State {
   int k = 0;                 // prompt entries chosen per slot
   int64_t index_stride = 0;  // k + the longest tail (sign codes), the largest k (exact scores)
   int mask_words = 0;
-  DeviceBuffer planes, score_keys;
+  DeviceBuffer score_keys;
   // Page bounds.
   int max_pages = 0, page_cap = 0, page_budget = 0, lists = 0;
   DeviceBuffer page_scores, page_ids;
@@ -74,7 +74,7 @@ struct CudaSparseDecode::State {
   int64_t key_slot_stride() const { return int64_t(capacity) * model.head_dim; }
   // A step over sequences [first, first + count) (CudaEngine::decode_step's sub-batch) reads and
   // writes the per-slot and per-head buffers from the first sequence's slots and heads on; the
-  // step's scratch (planes, scores, chosen pages) starts at 0 whatever the range.
+  // step's scratch (scores, chosen pages) starts at 0 whatever the range.
   int64_t slots_before(int first) const { return int64_t(first) * model.n_kv_heads; }
   int64_t heads_before(int first) const { return int64_t(first) * model.n_query_heads; }
   // The lists one sequence owns in a layer's `indices`, and the entries between two lists.
@@ -156,8 +156,6 @@ struct CudaSparseDecode::State {
     const bool forced = spec.sign_codes.force_worst_reconstructed;
     const int err_k =
         std::min(std::max(int(spec.sign_codes.forced_error_ratio * k), 1), prompt_length);
-    planes = DeviceBuffer(size_t(batch) * model.n_query_heads * cuda::kSignCodePlanes * 8,
-                          "query planes");
     score_keys = DeviceBuffer(size_t(slots) * prompt_length * 2, "code scores");
     topk_workspace =
         DeviceBuffer(cuda::topk_select_workspace_bytes(slots, prompt_length), "top-k workspace");
@@ -412,18 +410,11 @@ struct CudaSparseDecode::State {
   void attend_sign_codes(LayerState& layer, cuda::DecodeAttentionArgs& a, int first,
                          cudaStream_t stream) {
     const int64_t slots0 = slots_before(first);
-    cuda::BinaryPackQueriesArgs pack;
-    pack.projection = layer.projection.as<float>() + slots0 * cuda::kSignCodeBits * model.head_dim;
-    pack.q = a.q;
-    pack.q_seq_stride = a.q_seq_stride;
-    pack.batch = a.batch;
-    pack.n_query_heads = model.n_query_heads;
-    pack.n_kv_heads = model.n_kv_heads;
-    pack.head_dim = model.head_dim;
-    pack.planes = planes.as<uint64_t>();
-    cuda::binary_pack_queries(pack, stream);
     cuda::BinaryScoreKeysArgs score;
-    score.planes = planes.as<uint64_t>();
+    score.projection = layer.projection.as<float>() + slots0 * cuda::kSignCodeBits * model.head_dim;
+    score.q = a.q;
+    score.q_seq_stride = a.q_seq_stride;
+    score.head_dim = model.head_dim;
     score.codes = layer.codes.as<uint64_t>() + slots0 * prompt_length;
     score.code_slot_stride = prompt_length;
     score.forced_mask = layer.forced_mask.as<uint32_t>() + slots0 * mask_words;

@@ -48,7 +48,8 @@ void binary_project_queries(const float* projection, int head_dim, const float* 
 // Quantises the group's projected queries with one shared scale (Algorithm 3 step 2).
 void quantize_query_group(const float* projected, int n_heads, QuantizedQuery* out);
 // Both for one KV head's group of `n_heads` queries ([n_heads, d]) against its projection: the
-// group's query planes, as the CUDA twin packs them (kernels/cuda/binary_hash.h).
+// group's query planes. The CUDA twin has no op of its own for this: binary_score_keys
+// (kernels/cuda/binary_hash.h) quantises the queries the same way, bit for bit, inside each block.
 void binary_pack_queries(const float* projection, int head_dim, const float* queries, int n_heads,
                          QuantizedQuery* out);
 

@@ -1,5 +1,5 @@
-// BinaryPC kernels: Algorithm 2 hashing, query packing, bit-plane scoring. Contracts and the
-// pipeline: kernels/cuda/binary_hash.h; CPU twin: kernels/cpu/binary_hash.cc.
+// BinaryPC kernels: Algorithm 2 hashing, bit-plane scoring with the query packing folded in.
+// Contracts and the pipeline: kernels/cuda/binary_hash.h; CPU twin: kernels/cpu/binary_hash.cc.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -103,85 +103,6 @@ __global__ void __launch_bounds__(kHashThreads) hash_keys_kernel(BinaryHashKeysA
   }
 }
 
-constexpr int kPackBatch = 8;
-
-template <int D>
-__global__ void pack_queries_kernel(BinaryPackQueriesArgs args) {
-  extern __shared__ float smem[];
-  float* s_projection = smem;                   // [64][D + 1]: no bank conflicts per bit
-  float* s_q = smem + kSignCodeBits * (D + 1);  // [group][D]
-  __shared__ float s_warp_max[32];
-  const int slot = blockIdx.x;
-  const int b = slot / args.n_kv_heads, h = slot % args.n_kv_heads;
-  const int group = args.n_query_heads / args.n_kv_heads;
-  // All loads of P issued before any store: one memory round trip instead of one per element
-  // (this kernel is latency-bound; P is usually cold in L2 at a decode step).
-  const float4* projection =
-      reinterpret_cast<const float4*>(args.projection + int64_t(slot) * kSignCodeBits * D);
-  constexpr int kVectors = kSignCodeBits * D / 4;
-  for (int base = 0; base < kVectors; base += kPackBatch * blockDim.x) {
-    float4 batch[kPackBatch];
-#pragma unroll
-    for (int u = 0; u < kPackBatch; ++u) {
-      const int i = base + u * blockDim.x + threadIdx.x;
-      if (i < kVectors) batch[u] = __ldg(projection + i);
-    }
-#pragma unroll
-    for (int u = 0; u < kPackBatch; ++u) {
-      const int i = base + u * blockDim.x + threadIdx.x;
-      if (i >= kVectors) continue;
-      float* row = s_projection + (4 * i / D) * (D + 1) + (4 * i) % D;
-      row[0] = batch[u].x;
-      row[1] = batch[u].y;
-      row[2] = batch[u].z;
-      row[3] = batch[u].w;
-    }
-  }
-  // P is written once before the decode steps, so it is loaded above while the previous kernel
-  // (launched with launch_overlapped) may still run; the queries are its output.
-  wait_for_predecessor();
-  // After the wait, so that the scores' early code loads never overlap an earlier kernel.
-  allow_successor_launch();
-  const __nv_bfloat16* q = args.q + b * args.q_seq_stride + int64_t(h) * group * D;
-  for (int i = threadIdx.x; i < group * D; i += blockDim.x) s_q[i] = __bfloat162float(q[i]);
-  __syncthreads();
-
-  const int head = threadIdx.x / kSignCodeBits, bit = threadIdx.x % kSignCodeBits;
-  // Sequential f64 sum of exact products: the CPU reference's order, so p is the same float.
-  double sum = 0.0;
-  for (int t = 0; t < D; ++t)
-    sum += double(s_q[head * D + t]) * double(s_projection[bit * (D + 1) + t]);
-  const float p = static_cast<float>(sum);
-
-  float largest = fabsf(p);
-  for (int off = 16; off > 0; off /= 2)
-    largest = fmaxf(largest, __shfl_xor_sync(kFullMask, largest, off));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) s_warp_max[warp] = largest;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float m = 0.f;
-    for (int w = 0; w < int(blockDim.x / 32); ++w) m = fmaxf(m, s_warp_max[w]);
-    s_warp_max[0] = m;
-  }
-  __syncthreads();
-  const float scale = __fdiv_rn(127.f, fmaxf(s_warp_max[0], 1e-6f));  // the PyTorch path's clamp
-  const int value =
-      max(-127, min(127, static_cast<int>(rintf(__fmul_rn(p, scale)))));  // half to even
-  const int magnitude = value < 0 ? -value : value;
-
-  uint32_t* out = reinterpret_cast<uint32_t*>(
-      args.planes + (int64_t(b) * args.n_query_heads + h * group + head) * kSignCodePlanes);
-  const int half = bit / 32;  // low or high 32 bits of each little-endian 64-bit plane
-  const unsigned sign = __ballot_sync(kFullMask, value < 0);
-  if (lane == 0) out[half] = sign;
-#pragma unroll
-  for (int m = 1; m < kSignCodePlanes; ++m) {
-    const unsigned plane = __ballot_sync(kFullMask, (magnitude >> (m - 1)) & 1);
-    if (lane == 0) out[2 * m + half] = plane;
-  }
-}
-
 // Scoring on the int8 tensor cores. With h = 1 - 2b (b: the code's bits),
 //   score_a(j) = sum_i p^_{a,i} h_{j,i} = S_a - 2 sum_i p^_{a,i} b_{j,i},   S_a = sum_i p^_{a,i},
 // a product of 0/1 bytes with the quantised query (|p^| <= 127), exact in int32: the integers of
@@ -205,25 +126,126 @@ __device__ __forceinline__ uint32_t bit_bytes(uint32_t word, int shift) {
 
 // B fragments of the group in shared memory: the word of (head a, code half w, k half, lane t)
 // holds p^ at bits 32w + 8i + t + 4 half in its bytes i; and each head's S in two halves.
+constexpr int kMaxScoreGroup = 8;
 struct ScoreQueries {
-  uint32_t words[8 * 2 * 2 * 4];
-  int half_totals[8 * 2];
+  uint32_t words[kMaxScoreGroup * 2 * 2 * 4];
+  int half_totals[kMaxScoreGroup * 2];
 };
 
-template <int G>
-__device__ void stage_queries(const uint64_t* planes, ScoreQueries& out) {
-  for (int idx = threadIdx.x; idx < G * kSignCodeBits; idx += kScoreWarps * 32) {
-    const int a = idx / kSignCodeBits, bit = idx % kSignCodeBits;
-    const uint64_t* head = planes + a * kSignCodePlanes;
-    int magnitude = 0;
+// The query side: every score block derives its slot's quantised queries from q and P itself
+// (kernels/cpu/binary_hash.cc's binary_pack_queries, bit for bit) instead of reading them from a
+// kernel of their own: that kernel cost a launch boundary per layer (its grid of one block per
+// slot, its drain, the PDL wait behind it; its column in results/gpu-sparse-decode.md), where this
+// prologue is a few L2 reads and a short computation. The copy of P (L2 reads) is issued before
+// the PDL wait; after it come q's load and 64 x G chains of d dependent f64 multiply-adds, which
+// keep the CPU's summation order and so give p as the same float.
+// Thread (bit i, heads 4s .. 4s + 3) of the first 64 ceil(G / 4) threads runs the chains of its
+// bit and converts each element of P[i] to f64 once for up to four heads. Spreading the heads over
+// all the block's threads would shorten no chain and would convert every element (a slower
+// instruction than the multiply-add) and read it from shared memory once per head.
+template <int D, int G>
+struct QueryStage {
+  static constexpr int kHeadSets = (G + 3) / 4;  // one thread per bit and set of four heads
+  static constexpr int kHeadsPerThread = G < 4 ? G : 4;
+  static constexpr int kRow = 4 * kHeadSets;        // q's heads per dimension, zero from G on
+  alignas(16) float projection[kSignCodeBits * D];  // at projection_chunk
+  alignas(16) double q[D * kRow];                   // [t][a]
+  float largest[2 * kHeadSets];                     // max |p| of each projecting warp
+};
+
+// Row i's 16-byte chunk c is stored as chunk c ^ (i % 8) of the row, so that the eight rows of a
+// quarter warp reading chunk c at once touch eight different groups of four banks.
+template <int D>
+__device__ __forceinline__ int projection_chunk(int row, int chunk) {
+  return row * D + ((chunk ^ (row % 8)) << 2);
+}
+
+template <int D, int G>
+__device__ __forceinline__ void copy_projection(const float* projection, QueryStage<D, G>& stage) {
+  constexpr int kChunksPerRow = D / 4;
+  for (int n = threadIdx.x; n < kSignCodeBits * kChunksPerRow; n += kScoreWarps * 32)
+    cp_async_16(stage.projection + projection_chunk<D>(n / kChunksPerRow, n % kChunksPerRow),
+                projection + 4 * n, true);
+  cp_async_commit();
+}
+
+// p = P[bit] . q_a of heads first .. first + kHeadsPerThread - 1: f64 sums of exact products
+// (f32 x bf16 fits a double's significand, so a fused multiply-add rounds as a multiply and an
+// add) in index order, as the CPU twin's exact_dot.
+template <int D, int G>
+__device__ __forceinline__ void project(const QueryStage<D, G>& stage, int bit, int first,
+                                        float (&p)[QueryStage<D, G>::kHeadsPerThread]) {
+  using Stage = QueryStage<D, G>;
+  double sum[Stage::kHeadsPerThread];
 #pragma unroll
-    for (int m = 1; m < kSignCodePlanes; ++m) magnitude |= int((head[m] >> bit) & 1) << (m - 1);
-    const int value = (head[0] >> bit) & 1 ? -magnitude : magnitude;
-    const int w = bit / 32, r = bit % 32;
-    const int word = ((a * 2 + w) * 2 + (r % 8) / 4) * 4 + r % 4;
-    reinterpret_cast<int8_t*>(out.words)[word * 4 + r / 8] = static_cast<int8_t>(value);
-    const int sum = __reduce_add_sync(kFullMask, value);  // a warp is 32 bits of one head
-    if (idx % 32 == 0) out.half_totals[idx / 32] = sum;
+  for (int a = 0; a < Stage::kHeadsPerThread; ++a) sum[a] = 0.0;
+#pragma unroll 2
+  for (int chunk = 0; chunk < D / 4; ++chunk) {
+    const float4 row =
+        *reinterpret_cast<const float4*>(stage.projection + projection_chunk<D>(bit, chunk));
+    const float values[4] = {row.x, row.y, row.z, row.w};
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const double* q = stage.q + (4 * chunk + u) * Stage::kRow + first;
+#pragma unroll
+      for (int a = 0; a < Stage::kHeadsPerThread; ++a) sum[a] += q[a] * double(values[u]);
+    }
+  }
+#pragma unroll
+  for (int a = 0; a < Stage::kHeadsPerThread; ++a) p[a] = static_cast<float>(sum[a]);
+}
+
+// Algorithm 3 step 2 as the PyTorch path and the CPU twin's quantize_query_group: one scale
+// 127 / max|p| per group (the maximum clamped to >= 1e-6), p * scale rounded half to even and
+// clamped to [-127, 127].
+__device__ __forceinline__ float query_scale(float group_largest) {
+  return __fdiv_rn(127.f, fmaxf(group_largest, 1e-6f));
+}
+__device__ __forceinline__ int quantize_projected(float p, float scale) {
+  return max(-127, min(127, static_cast<int>(rintf(__fmul_rn(p, scale)))));
+}
+
+// p^ of (head a, bit) into its byte of the B fragments; S's halves summed over the warp, which
+// holds 32 bits of head a.
+__device__ __forceinline__ void stage_query_value(ScoreQueries& out, int a, int bit, int value) {
+  const int w = bit / 32, r = bit % 32;
+  const int word = ((a * 2 + w) * 2 + (r % 8) / 4) * 4 + r % 4;
+  reinterpret_cast<int8_t*>(out.words)[word * 4 + r / 8] = static_cast<int8_t>(value);
+  const int sum = __reduce_add_sync(kFullMask, value);
+  if (r == 0) out.half_totals[a * 2 + w] = sum;
+}
+
+// After the wait: the group's queries (q: [G, D] bf16), their projections, the group's largest
+// |p| (warp shuffles, then one value per projecting warp), the B fragments.
+template <int D, int G>
+__device__ void stage_queries(const __nv_bfloat16* q, QueryStage<D, G>& stage, ScoreQueries& out) {
+  using Stage = QueryStage<D, G>;
+  for (int n = threadIdx.x; n < Stage::kRow * D; n += kScoreWarps * 32) {
+    const int a = n / D;
+    stage.q[(n % D) * Stage::kRow + a] = a < G ? double(__bfloat162float(q[n])) : 0.0;
+  }
+  cp_async_wait<0>();  // this thread's chunks of P
+  __syncthreads();
+  const bool projecting = threadIdx.x < kSignCodeBits * Stage::kHeadSets;  // whole warps
+  const int bit = threadIdx.x % kSignCodeBits, first = 4 * (threadIdx.x / kSignCodeBits);
+  float p[Stage::kHeadsPerThread];
+  if (projecting) {
+    project<D, G>(stage, bit, first, p);
+    float largest = 0.f;  // heads past G project to 0
+#pragma unroll
+    for (int a = 0; a < Stage::kHeadsPerThread; ++a) largest = fmaxf(largest, fabsf(p[a]));
+    for (int off = 16; off > 0; off /= 2)
+      largest = fmaxf(largest, __shfl_xor_sync(kFullMask, largest, off));
+    if (threadIdx.x % 32 == 0) stage.largest[threadIdx.x / 32] = largest;
+  }
+  __syncthreads();
+  if (projecting) {
+    float largest = 0.f;
+    for (int w = 0; w < 2 * Stage::kHeadSets; ++w) largest = fmaxf(largest, stage.largest[w]);
+    const float scale = query_scale(largest);
+#pragma unroll
+    for (int a = 0; a < Stage::kHeadsPerThread; ++a)
+      if (first + a < G) stage_query_value(out, first + a, bit, quantize_projected(p[a], scale));
   }
   __syncthreads();
 }
@@ -312,23 +334,24 @@ __device__ __forceinline__ void score_tiles(const BinaryScoreKeysArgs& args, con
   }
 }
 
-template <int G>
+template <int D, int G>
 __global__ void __launch_bounds__(kScoreWarps * 32) score_keys_kernel(BinaryScoreKeysArgs args) {
+  __shared__ QueryStage<D, G> stage;
   __shared__ ScoreQueries queries;
   const int slot = blockIdx.y;
   const int b = slot / args.n_kv_heads, h = slot % args.n_kv_heads;
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int warp_offset = (threadIdx.x / 32) * kScoreTilesPerWarp * 16 + g;
   const int batches = (args.length + kScoreKeysPerBlock - 1) / kScoreKeysPerBlock;
-  // Codes and the EAS mask are fixed during decoding: loaded before waiting for the planes.
+  // P, the codes and the EAS mask are fixed during decoding: loaded before waiting for the queries.
+  copy_projection<D, G>(args.projection + int64_t(slot) * kSignCodeBits * D, stage);
   const uint2* codes = reinterpret_cast<const uint2*>(args.codes + slot * args.code_slot_stride);
   const uint32_t* mask =
       args.forced_mask ? args.forced_mask + slot * args.mask_slot_stride : nullptr;
   WarpCodes current = load_batch(args, codes, mask, blockIdx.x, warp_offset, t);
   wait_for_predecessor();
   allow_successor_launch();
-  stage_queries<G>(args.planes + (int64_t(b) * args.n_query_heads + h * G) * kSignCodePlanes,
-                   queries);
+  stage_queries<D, G>(args.q + b * args.q_seq_stride + int64_t(h) * G * D, stage, queries);
   const LaneQueries q = lane_queries<G>(queries, g, t);
   uint16_t* keys = args.keys + slot * args.key_slot_stride;
   for (int batch = blockIdx.x; batch < batches; batch += gridDim.x) {
@@ -357,16 +380,27 @@ void launch_hash(const BinaryHashKeysArgs& args, cudaStream_t stream) {
     hash_keys_kernel<D, false><<<grid, kHashThreads, 0, stream>>>(args);
 }
 
-template <int G>
+template <int D, int G>
 void launch_score(const BinaryScoreKeysArgs& args, cudaStream_t stream) {
   static thread_local const int resident =
-      resident_blocks_per_sm(score_keys_kernel<G>, kScoreWarps * 32, 0, "score_keys_kernel") *
+      resident_blocks_per_sm(score_keys_kernel<D, G>, kScoreWarps * 32, 0, "score_keys_kernel") *
       device_info().sm_count;
   const int slots = args.batch * args.n_kv_heads;
   const int batches = (args.length + kScoreKeysPerBlock - 1) / kScoreKeysPerBlock;
   const dim3 grid(std::min(batches, std::max(1, resident / slots)), slots);
-  launch_overlapped(score_keys_kernel<G>, grid, kScoreWarps * 32, 0, stream, "score_keys_kernel",
+  launch_overlapped(score_keys_kernel<D, G>, grid, kScoreWarps * 32, 0, stream, "score_keys_kernel",
                     args);
+}
+
+// The kernel of GQA group `group` (G .. kMaxScoreGroup) at head dimension D.
+template <int D, int G = 1>
+void launch_score_for_group(const BinaryScoreKeysArgs& args, int group, cudaStream_t stream) {
+  if constexpr (G <= kMaxScoreGroup) {
+    if (group == G)
+      launch_score<D, G>(args, stream);
+    else
+      launch_score_for_group<D, G + 1>(args, group, stream);
+  }
 }
 
 }  // namespace
@@ -382,56 +416,17 @@ void binary_hash_keys(const BinaryHashKeysArgs& args, cudaStream_t stream) {
   check(cudaGetLastError(), "hash_keys_kernel launch");
 }
 
-void binary_pack_queries(const BinaryPackQueriesArgs& args, cudaStream_t stream) {
-  if (args.batch <= 0) return;
-  const int group = args.n_query_heads / args.n_kv_heads;
-  if (group < 1 || group > 16 || group * args.n_kv_heads != args.n_query_heads)
-    throw std::invalid_argument("binary_pack_queries: needs Hq = g * Hkv with g <= 16");
-  const int threads = group * kSignCodeBits;
-  const size_t smem =
-      (size_t(kSignCodeBits) * (args.head_dim + 1) + size_t(group) * args.head_dim) * sizeof(float);
-  const int slots = args.batch * args.n_kv_heads;
-  if (args.head_dim == 128)
-    launch_overlapped(pack_queries_kernel<128>, slots, threads, smem, stream, "pack_queries_kernel",
-                      args);
-  else if (args.head_dim == 64)
-    launch_overlapped(pack_queries_kernel<64>, slots, threads, smem, stream, "pack_queries_kernel",
-                      args);
-  else
-    throw std::invalid_argument("binary_pack_queries: head_dim must be 64 or 128");
-  check(cudaGetLastError(), "pack_queries_kernel launch");
-}
-
 void binary_score_keys(const BinaryScoreKeysArgs& args, cudaStream_t stream) {
   if (args.length <= 0 || args.batch <= 0) return;
-  switch (args.n_query_heads / args.n_kv_heads) {
-    case 1:
-      launch_score<1>(args, stream);
-      break;
-    case 2:
-      launch_score<2>(args, stream);
-      break;
-    case 3:
-      launch_score<3>(args, stream);
-      break;
-    case 4:
-      launch_score<4>(args, stream);
-      break;
-    case 5:
-      launch_score<5>(args, stream);
-      break;
-    case 6:
-      launch_score<6>(args, stream);
-      break;
-    case 7:
-      launch_score<7>(args, stream);
-      break;
-    case 8:
-      launch_score<8>(args, stream);
-      break;
-    default:
-      throw std::invalid_argument("binary_score_keys: GQA group must be 1..8");
-  }
+  const int group = args.n_kv_heads > 0 ? args.n_query_heads / args.n_kv_heads : 0;
+  if (group < 1 || group > kMaxScoreGroup || group * args.n_kv_heads != args.n_query_heads)
+    throw std::invalid_argument("binary_score_keys: needs Hq = g * Hkv with a GQA group g of 1..8");
+  if (args.head_dim == 128)
+    launch_score_for_group<128>(args, group, stream);
+  else if (args.head_dim == 64)
+    launch_score_for_group<64>(args, group, stream);
+  else
+    throw std::invalid_argument("binary_score_keys: head_dim must be 64 or 128");
   check(cudaGetLastError(), "score_keys_kernel launch");
 }
 

@@ -4,11 +4,11 @@
 // A "slot" is one (sequence, KV head) pair, slot = b * Hkv + h; each slot has its own projection
 // P [64, d] (online BinaryPC fits one per prompt and KV head; OPC repeats the layer's rows).
 // One decode step of one layer:
-//   binary_pack_queries   project the group's queries (p = P q), one scale per slot, sign plane +
-//                         7 magnitude planes (round half to even, as the CPU/PyTorch path);
-//   binary_score_keys     the planes' score of every hashed key (the CPU's XOR/AND/popcount
-//                         integers, taken as an int8 tensor-core product), max over the group,
-//                         written as 16-bit keys (score + 32768; EAS tokens and sinks 0xFFFF);
+//   binary_score_keys     each block projects the group's queries (p = P q), takes one scale per
+//                         slot and quantises p (round half to even, as the CPU/PyTorch path), then
+//                         scores every hashed key with them (the CPU's XOR/AND/popcount integers,
+//                         taken as an int8 tensor-core product), max over the group, written as
+//                         16-bit keys (score + 32768; EAS tokens and sinks 0xFFFF);
 //   topk_select           (kernels/cuda/topk_select.h) the k best per slot, ties to the lower
 //                         index, then the decode tokens L..T-1 as a forced tail, in the index-list
 //                         format of decode_attention with the group's query heads sharing a list;
@@ -16,9 +16,9 @@
 // After prefill: binary_hash_keys over tokens [0, L) (optionally with reconstruction errors),
 // topk_select over the errors (EAS set), binary_mark_tokens to turn that set into a bit mask.
 // Tokens appended later are hashed as they arrive by binary_hash_keys over their range.
-// binary_pack_queries and binary_score_keys are launched with launch_overlapped (launch.cuh) and
-// read P, the codes and the mask before waiting for the previous kernel: the kernel launched right
-// before either must not write those (the decode step's predecessors write queries and planes).
+// binary_score_keys is launched with launch_overlapped (launch.cuh) and reads P, the codes and the
+// mask before waiting for the previous kernel, the queries after: the kernel launched right before
+// it must not write P, the codes or the mask (the decode step's predecessors write the queries).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -29,7 +29,6 @@
 namespace kvb::cuda {
 
 inline constexpr int kSignCodeBits = 64;
-inline constexpr int kSignCodePlanes = 8;  // sign plane + 7 magnitude planes per query head
 inline constexpr uint16_t kSignCodeForced = 0xFFFF;
 inline constexpr int kSignCodeScoreOffset = 32768;
 
@@ -52,28 +51,21 @@ struct BinaryHashKeysArgs {
 };
 void binary_hash_keys(const BinaryHashKeysArgs& args, cudaStream_t stream);
 
-// Quantised query planes of every query head: planes[(b * Hq + a) * 8 + 0] is the sign plane
-// (bit i = 1 when p^_i < 0), [+ m] for m = 1..7 holds bit m-1 of |p^_i|.
-struct BinaryPackQueriesArgs {
-  const float* projection = nullptr;  // as in BinaryHashKeysArgs
-  const __nv_bfloat16* q = nullptr;   // [B, Hq, head_dim] with q_seq_stride between sequences
-  int64_t q_seq_stride = 0;
-  int batch = 0, n_query_heads = 0, n_kv_heads = 0, head_dim = 0;  // group Hq/Hkv <= 16
-  uint64_t* planes = nullptr;                                      // [B * Hq, 8]
-};
-void binary_pack_queries(const BinaryPackQueriesArgs& args, cudaStream_t stream);
-
-// Score of tokens [0, length) of every slot: max over the group of sum_i p^_{a,i} h_{j,i},
+// Score of tokens [0, length) of every slot: max over the group of sum_i p^_{a,i} h_{j,i}, with
+// p^ the group's queries quantised as the CPU twin's binary_pack_queries does (bit for bit),
 // stored as score + 32768; tokens flagged in `forced_mask` (bit j % 32 of word j / 32) and the
 // first `sink_tokens` tokens get kSignCodeForced instead.
 struct BinaryScoreKeysArgs {
-  const uint64_t* planes = nullptr;  // from binary_pack_queries
+  const float* projection = nullptr;  // as in BinaryHashKeysArgs
+  const __nv_bfloat16* q = nullptr;   // [B, Hq, head_dim] with q_seq_stride between sequences
+  int64_t q_seq_stride = 0;
+  int head_dim = 0;  // 64 or 128
   const uint64_t* codes = nullptr;
   int64_t code_slot_stride = 0;
   const uint32_t* forced_mask = nullptr;  // optional: slot s at forced_mask + s * mask_slot_stride
   int64_t mask_slot_stride = 0;
   int sink_tokens = 0;
-  int batch = 0, n_query_heads = 0, n_kv_heads = 0;  // group <= 8
+  int batch = 0, n_query_heads = 0, n_kv_heads = 0;  // group Hq / Hkv of 1..8
   int length = 0;
   uint16_t* keys = nullptr;  // slot s, token j: keys + s * key_slot_stride + j
   int64_t key_slot_stride = 0;

@@ -1,9 +1,10 @@
 // Decode-time sparse attention on the GPU, one layer of Llama-3.1-8B (Hq 32, Hkv 8, d 128, B 1):
-// BinaryPC (query packing + bit-plane scoring + top-k with EAS + sparse attention) and Quest
-// (page upper bounds + page top-k + expansion + sparse attention) against dense decode_attention
-// over the whole context, all measured in the same run. Each step is timed with CUDA events after
-// warm-up; the table gives medians over the repetitions, with the L2 cache flushed before each
-// repetition (a real decode step reaches a layer with other layers' data in L2).
+// BinaryPC (bit-plane scores, the query packing folded in + top-k with EAS + sparse attention) and
+// Quest (page upper bounds + page top-k + expansion + sparse attention) against dense
+// decode_attention over the whole context, all measured in the same run. Each step is timed with
+// CUDA events after warm-up; the table gives medians over the repetitions, with the L2 cache
+// flushed before each repetition (a real decode step reaches a layer with other layers' data in
+// L2).
 //
 //   cuda_sparse_decode_bench [--contexts 32768,131072,524288] [--budget 2048] [--reps 50]
 //
@@ -109,7 +110,6 @@ struct Layer {
         codes(size_t(kHkv) * length * 8),
         errors(size_t(kHkv) * length * 4),
         mask(size_t(kHkv) * words() * 4),
-        planes(size_t(kHq) * cuda::kSignCodePlanes * 8),
         score_keys(size_t(kHkv) * length * 2),
         bpc_indices(size_t(kHkv) * budget * 4),
         index_offset(kHq * 8),
@@ -162,7 +162,7 @@ struct Layer {
   }
 
   int length;
-  cuda::DeviceBuffer k, v, q, out, kv_offset, kv_length, projection, codes, errors, mask, planes,
+  cuda::DeviceBuffer k, v, q, out, kv_offset, kv_length, projection, codes, errors, mask,
       score_keys, bpc_indices, index_offset, index_count, page_min, page_max, page_scores, page_ids,
       quest_indices, topk_workspace, dense_workspace, sparse_workspace;
 };
@@ -170,7 +170,7 @@ struct Layer {
 struct Row {
   int context = 0;
   double dense = 0;
-  double bpc[5] = {};    // pack, score, select, attention, total
+  double bpc[4] = {};    // score (with packing), select, attention, total
   double quest[5] = {};  // page scores, page top-k, expand, attention, total
   double quest_shared_total = 0;
   double hash_prefill = 0, eas_prefill = 0, pages_prefill = 0, hash_append = 0, page_append = 0;
@@ -241,17 +241,11 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
   pages.begin = length - 1;
   row.page_append = time_once([&] { cuda::update_page_bounds(pages, nullptr); });
 
-  cuda::BinaryPackQueriesArgs pack;
-  pack.projection = layer.projection.as<float>();
-  pack.q = layer.q.as<bf16>();
-  pack.q_seq_stride = kHq * kD;
-  pack.batch = 1;
-  pack.n_query_heads = kHq;
-  pack.n_kv_heads = kHkv;
-  pack.head_dim = kD;
-  pack.planes = layer.planes.as<uint64_t>();
   cuda::BinaryScoreKeysArgs score;
-  score.planes = layer.planes.as<uint64_t>();
+  score.projection = layer.projection.as<float>();
+  score.q = layer.q.as<bf16>();
+  score.q_seq_stride = kHq * kD;
+  score.head_dim = kD;
   score.codes = layer.codes.as<uint64_t>();
   score.code_slot_stride = length;
   score.forced_mask = layer.mask.as<uint32_t>();
@@ -342,7 +336,7 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
   };
 
   const cuda::DecodeAttentionArgs dense = layer.attention_args();
-  StepTimer dense_timer(1, options.reps), bpc_timer(4, options.reps), quest_timer(4, options.reps),
+  StepTimer dense_timer(1, options.reps), bpc_timer(3, options.reps), quest_timer(4, options.reps),
       shared_timer(4, options.reps);
   const int warmup = 3;
   for (int rep = 0; rep < warmup + options.reps; ++rep) {
@@ -352,14 +346,12 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
     dense_timer.mark(1);
     cuda::check(cudaMemsetAsync(flush.data(), rep & 0xff, flush.bytes()), "flush L2");
     bpc_timer.mark(0);
-    cuda::binary_pack_queries(pack, nullptr);
-    bpc_timer.mark(1);
     cuda::binary_score_keys(score, nullptr);
-    bpc_timer.mark(2);
+    bpc_timer.mark(1);
     cuda::topk_select(select, nullptr);
-    bpc_timer.mark(3);
+    bpc_timer.mark(2);
     cuda::decode_attention(bpc_attention, nullptr);
-    bpc_timer.mark(4);
+    bpc_timer.mark(3);
     cuda::check(cudaMemsetAsync(flush.data(), rep & 0xff, flush.bytes()), "flush L2");
     quest_step(false, &quest_timer);
     cuda::check(cudaMemsetAsync(flush.data(), rep & 0xff, flush.bytes()), "flush L2");
@@ -374,10 +366,8 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
     shared_timer.collect();
   }
   row.dense = dense_timer.median(1);
-  for (int s = 0; s < 5; ++s) {
-    row.bpc[s] = bpc_timer.median(s);
-    row.quest[s] = quest_timer.median(s);
-  }
+  for (int s = 0; s < 4; ++s) row.bpc[s] = bpc_timer.median(s);
+  for (int s = 0; s < 5; ++s) row.quest[s] = quest_timer.median(s);
   row.quest_shared_total = shared_timer.median(4);
   return row;
 }
@@ -401,18 +391,17 @@ int run(int argc, char** argv) {
 
   std::printf("per-layer decode attention, ms (speed-up = dense / method total)\n");
   std::printf(
-      "| context | dense | BPC pack | BPC score | BPC top-k | BPC attn | BPC total | BPC speed-up |"
-      " Quest bounds | Quest top-k | Quest expand | Quest attn | Quest total | Quest speed-up |"
-      " Quest shared total | shared speed-up |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "| context | dense | BPC score (with packing) | BPC top-k | BPC attn | BPC total |"
+      " BPC speed-up | Quest bounds | Quest top-k | Quest expand | Quest attn | Quest total |"
+      " Quest speed-up | Quest shared total | shared speed-up |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows)
     std::printf(
-        "| %d | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %.2fx | %.4f | %.4f | %.4f | %.4f | %.4f "
-        "| %.2fx |"
-        " %.4f | %.2fx |\n",
-        r.context, r.dense, r.bpc[0], r.bpc[1], r.bpc[2], r.bpc[3], r.bpc[4], r.dense / r.bpc[4],
-        r.quest[0], r.quest[1], r.quest[2], r.quest[3], r.quest[4], r.dense / r.quest[4],
-        r.quest_shared_total, r.dense / r.quest_shared_total);
+        "| %d | %.4f | %.4f | %.4f | %.4f | %.4f | %.2fx |"
+        " %.4f | %.4f | %.4f | %.4f | %.4f | %.2fx | %.4f | %.2fx |\n",
+        r.context, r.dense, r.bpc[0], r.bpc[1], r.bpc[2], r.bpc[3], r.dense / r.bpc[3], r.quest[0],
+        r.quest[1], r.quest[2], r.quest[3], r.quest[4], r.dense / r.quest[4], r.quest_shared_total,
+        r.dense / r.quest_shared_total);
   std::printf("\nonce per layer after prefill / per appended token, ms (single cold run)\n");
   std::printf(
       "| context | BPC hash all keys (+errors) | EAS top-k + mask | Quest page bounds | hash 1 "

@@ -1,5 +1,5 @@
 // The backend-ops rows of the decode selectors' kernels (tests/cuda/backend_ops_test.cc):
-// BinaryPC's hashing, query planes and scores (kernels/cuda/binary_hash.h), Quest's page bounds,
+// BinaryPC's hashing and scores (kernels/cuda/binary_hash.h), Quest's page bounds,
 // scores and page expansion (kernels/cuda/page_bounds.h) and the shared top-k
 // (kernels/cuda/topk_select.h, also on DropKV's heavily tied pooled scores) and DropKV's
 // pool_and_protect, each against its CPU twin. All of them are exact: the same integers, the same
@@ -75,82 +75,31 @@ inline void check_binary_hash_keys(int slots, int length, int d) {
     ASSERT_NEAR(errors[n], expected_error[n], 1e-5f * (1.0f + expected_error[n])) << "token " << n;
 }
 
-inline void check_binary_pack_queries(int batch, int hq, int hkv, int d) {
-  const int slots = batch * hkv;
-  const std::vector<float> keys = test_keys(slots, 300, d, 5);
-  const std::vector<float> projection = fitted_projections(keys, slots, 300, d);
-  const std::vector<float> q = random_bf16_values(size_t(batch) * hq * d, 9, 3.0f);
-  expect_planes_equal(gpu_planes(projection, q, batch, hq, hkv, d),
-                      cpu_quantized(projection, q, batch, hq, hkv, d));
-}
-
-// binary_score_keys over `codes` ([slots, length]) against binary_score_keys of the CPU's
-// quantised queries; forced: 3 sinks everywhere and tokens 7, 100 and length - 1 of slot 1 through
-// the mask (binary_mark_tokens).
-inline void expect_scores_equal(const std::vector<uint64_t>& codes,
-                                const std::vector<float>& projection, const std::vector<float>& q,
-                                int batch, int hq, int hkv, int d, int length) {
-  const int slots = batch * hkv, group = hq / hkv, words = (length + 31) / 32;
-  auto d_forced_list = to_device(std::vector<int32_t>{7, 100, length - 1});
-  cuda::DeviceBuffer d_mask(size_t(slots) * words * 4);
-  cuda::check(cudaMemset(d_mask.data(), 0, d_mask.bytes()), "memset");
-  cuda::binary_mark_tokens(d_forced_list.as<int32_t>(), 3, 1, 3, d_mask.as<uint32_t>() + words,
-                           words, nullptr);
-  auto d_planes = to_device(gpu_planes(projection, q, batch, hq, hkv, d));
-  auto d_codes = to_device(codes);
-  cuda::DeviceBuffer d_keys(size_t(slots) * length * 2);
-  cuda::binary_score_keys({.planes = d_planes.as<uint64_t>(),
-                           .codes = d_codes.as<uint64_t>(),
-                           .code_slot_stride = length,
-                           .forced_mask = d_mask.as<uint32_t>(),
-                           .mask_slot_stride = words,
-                           .sink_tokens = 3,
-                           .batch = batch,
-                           .n_query_heads = hq,
-                           .n_kv_heads = hkv,
-                           .length = length,
-                           .keys = d_keys.as<uint16_t>(),
-                           .key_slot_stride = length},
-                          nullptr);
-  cuda::check(cudaDeviceSynchronize(), "sync");
-  const auto got = from_device<uint16_t>(d_keys, size_t(slots) * length);
-  const std::vector<QuantizedQuery> quantized = cpu_quantized(projection, q, batch, hq, hkv, d);
-  std::vector<int> expected(length);
-  for (int s = 0; s < slots; ++s) {
-    kernels::binary_score_keys(quantized.data() + s * group, group,
-                               codes.data() + int64_t(s) * length, length, expected.data());
-    int mismatches = 0;
-    for (int j = 0; j < length; ++j) {
-      const bool forced = j < 3 || (s == 1 && (j == 7 || j == 100 || j == length - 1));
-      const uint16_t want =
-          forced ? cuda::kSignCodeForced : uint16_t(expected[j] + cuda::kSignCodeScoreOffset);
-      mismatches += got[int64_t(s) * length + j] != want;
-    }
-    EXPECT_EQ(mismatches, 0) << "slot " << s;
-  }
-}
-
+// binary_score_keys (the queries packed in each block) against the CPU twin's pack + score, with
+// 3 sinks everywhere and tokens 7, 100 and length - 1 of the last slot forced through the EAS
+// mask.
 // Codes hashed from keys with fitted projections (a few keys exactly zero); or, for long lists,
 // random codes and projection rows (the scores' arithmetic does not depend on where they come
 // from).
 inline void check_binary_score_keys(int batch, int hq, int hkv, int d, int length, bool random) {
   const int slots = batch * hkv;
-  std::vector<uint64_t> codes(size_t(slots) * length);
-  std::vector<float> projection;
+  ScoreInputs in{.batch = batch, .hq = hq, .hkv = hkv, .d = d, .length = length, .sinks = 3};
+  in.forced = {{slots - 1, 7}, {slots - 1, 100}, {slots - 1, length - 1}};
+  in.codes.resize(size_t(slots) * length);
   if (random) {
     std::mt19937_64 rng(41);
-    for (uint64_t& code : codes) code = rng();
-    projection = random_bf16_values(size_t(slots) * kBinaryHashBits * d, 42, 1.0f);
+    for (uint64_t& code : in.codes) code = rng();
+    in.projection = random_bf16_values(size_t(slots) * kBinaryHashBits * d, 42, 1.0f);
   } else {
     const std::vector<float> keys = test_keys(slots, length, d, 21);
-    projection = fitted_projections(keys, slots, length, d);
+    in.projection = fitted_projections(keys, slots, length, d);
     for (int s = 0; s < slots; ++s)
-      kernels::binary_hash_keys(projection.data() + int64_t(s) * kBinaryHashBits * d, d,
+      kernels::binary_hash_keys(in.projection.data() + int64_t(s) * kBinaryHashBits * d, d,
                                 keys.data() + int64_t(s) * length * d, length,
-                                codes.data() + int64_t(s) * length);
+                                in.codes.data() + int64_t(s) * length);
   }
-  const std::vector<float> q = random_bf16_values(size_t(batch) * hq * d, 22, 2.0f);
-  expect_scores_equal(codes, projection, q, batch, hq, hkv, d, length);
+  in.q = random_bf16_values(size_t(batch) * hq * d, 22, 2.0f);
+  expect_score_keys_equal(in);
 }
 
 struct PageShape {
@@ -348,15 +297,6 @@ inline std::vector<OpCase> selection_cases() {
     cases.push_back(
         {case_name("binary_hash_keys_slots", s.slots, "_length", s.length, "_d", s.head_dim),
          [s] { check_binary_hash_keys(s.slots, s.length, s.head_dim); }});
-  struct QueryShape {
-    int batch, hq, hkv, d;
-  };
-  for (const QueryShape s :
-       {QueryShape{2, 8, 2, 128}, QueryShape{1, 6, 2, 64}, QueryShape{1, 32, 8, 128},
-        QueryShape{3, 4, 4, 64}, QueryShape{1, 9, 3, 64}, QueryShape{2, 14, 2, 64}})
-    cases.push_back(
-        {case_name("binary_pack_queries_batch", s.batch, "_hq", s.hq, "_hkv", s.hkv, "_d", s.d),
-         [s] { check_binary_pack_queries(s.batch, s.hq, s.hkv, s.d); }});
   struct ScoreShape {
     int batch, hq, hkv, d, length;
     bool random;

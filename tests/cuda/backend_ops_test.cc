@@ -15,7 +15,8 @@
 // what differs is the arithmetic, and each comparison allows what its kernel's arithmetic explains:
 // - bit-equal where the device computes the CPU's sums in the CPU's order on the same values: q.k
 //   scores (one FMA per term, dimension order), page bounds (min/max of bf16 values are bf16
-//   values) and page scores, BinaryPC's codes, query planes and integer scores, top-k indices;
+//   values) and page scores, BinaryPC's codes and integer scores (queries packed in the kernel),
+//   top-k indices;
 // - one bf16 rounding of the device's output where the CPU twin stays f32: half a bf16 step is
 //   2^-9 relative, so SwiGLU allows |x| / 128 + 1e-3 (a whole step plus the device's __expf),
 //   RoPE 1.6e-2 on values below 4 (a step, plus f32 angles at position 131,000 where the CPU

@@ -1,5 +1,6 @@
 // BinaryPC's kernels (kernels/cuda/binary_hash.h) against their CPU twins
-// (kernels/cpu/binary_hash.h): the inputs and the query planes on both sides, shared by the
+// (kernels/cpu/binary_hash.h): the inputs, and the scores on both sides (the GPU's with the
+// queries packed inside binary_score_keys, the CPU's from binary_pack_queries), shared by the
 // backend-ops test (backend_ops_selection.h) and BinaryPC's own (binarypc_kernels_test.cc).
 #pragma once
 
@@ -7,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/binary_hash.h"
@@ -41,29 +43,6 @@ inline std::vector<float> fitted_projections(const std::vector<float>& keys, int
   return projection;
 }
 
-// Runs binary_pack_queries and returns the planes [B*Hq, 8].
-inline std::vector<uint64_t> gpu_planes(const std::vector<float>& projection,
-                                        const std::vector<float>& q, int batch, int hq, int hkv,
-                                        int d) {
-  auto d_projection = test::to_device(projection);
-  auto d_q = test::to_device_bf16(q);
-  cuda::DeviceBuffer d_planes(size_t(batch) * hq * cuda::kSignCodePlanes * 8);
-  cuda::BinaryPackQueriesArgs args;
-  args.projection = d_projection.as<float>();
-  args.q = d_q.as<__nv_bfloat16>();
-  args.q_seq_stride = int64_t(hq) * d;
-  args.batch = batch;
-  args.n_query_heads = hq;
-  args.n_kv_heads = hkv;
-  args.head_dim = d;
-  args.planes = d_planes.as<uint64_t>();
-  cuda::binary_pack_queries(args, nullptr);
-  cuda::check(cudaDeviceSynchronize(), "sync");
-  std::vector<uint64_t> planes(size_t(batch) * hq * cuda::kSignCodePlanes);
-  d_planes.download(planes.data(), planes.size() * 8);
-  return planes;
-}
-
 // The CPU reference's quantised queries of every (sequence, query head).
 inline std::vector<QuantizedQuery> cpu_quantized(const std::vector<float>& projection,
                                                  const std::vector<float>& q, int batch, int hq,
@@ -80,13 +59,89 @@ inline std::vector<QuantizedQuery> cpu_quantized(const std::vector<float>& proje
   return out;
 }
 
-inline void expect_planes_equal(const std::vector<uint64_t>& planes,
-                                const std::vector<QuantizedQuery>& expected) {
-  for (size_t row = 0; row < expected.size(); ++row) {
-    EXPECT_EQ(planes[row * 8], expected[row].sign_plane) << "sign plane of head " << row;
-    for (int m = 0; m < kernels::kQueryMagnitudePlanes; ++m)
-      EXPECT_EQ(planes[row * 8 + 1 + m], expected[row].magnitude[m])
-          << "plane " << m << " of head " << row;
+// One binary_score_keys call on the host side: projections [B * Hkv, 64, d], queries [B, Hq, d]
+// and codes [B * Hkv, length]; tokens below `sinks` and `forced` (slot, token) pairs are forced.
+struct ScoreInputs {
+  int batch = 1, hq = 1, hkv = 1, d = 64, length = 0;
+  std::vector<float> projection{}, q{};
+  std::vector<uint64_t> codes{};
+  int sinks = 0;
+  std::vector<std::pair<int, int>> forced{};
+};
+
+// binary_score_keys's 16-bit keys [B * Hkv, length]. The queries sit in rows two heads longer
+// than Hq * d (as in the engine's QKV rows), the gap holding values that would change every score
+// if they were read; the forced pairs reach the kernel as a mask from binary_mark_tokens.
+inline std::vector<uint16_t> gpu_score_keys(const ScoreInputs& in) {
+  const int slots = in.batch * in.hkv, words = (in.length + 31) / 32;
+  const int64_t q_seq_stride = int64_t(in.hq + 2) * in.d;
+  std::vector<float> q_rows(size_t(in.batch) * q_seq_stride, 1024.0f);
+  for (int b = 0; b < in.batch; ++b)
+    std::copy_n(in.q.begin() + int64_t(b) * in.hq * in.d, int64_t(in.hq) * in.d,
+                q_rows.begin() + b * q_seq_stride);
+  auto d_projection = to_device(in.projection);
+  auto d_q = to_device_bf16(q_rows);
+  auto d_codes = to_device(in.codes);
+  cuda::DeviceBuffer d_mask(size_t(slots) * words * 4), d_keys(size_t(slots) * in.length * 2);
+  cuda::check(cudaMemset(d_mask.data(), 0, d_mask.bytes()), "memset");
+  for (const auto& [slot, token] : in.forced) {
+    auto d_token = to_device(std::vector<int32_t>{token});
+    cuda::binary_mark_tokens(d_token.as<int32_t>(), 1, 1, 1, d_mask.as<uint32_t>() + slot * words,
+                             words, nullptr);
+  }
+  cuda::binary_score_keys({.projection = d_projection.as<float>(),
+                           .q = d_q.as<__nv_bfloat16>(),
+                           .q_seq_stride = q_seq_stride,
+                           .head_dim = in.d,
+                           .codes = d_codes.as<uint64_t>(),
+                           .code_slot_stride = in.length,
+                           .forced_mask = in.forced.empty() ? nullptr : d_mask.as<uint32_t>(),
+                           .mask_slot_stride = words,
+                           .sink_tokens = in.sinks,
+                           .batch = in.batch,
+                           .n_query_heads = in.hq,
+                           .n_kv_heads = in.hkv,
+                           .length = in.length,
+                           .keys = d_keys.as<uint16_t>(),
+                           .key_slot_stride = in.length},
+                          nullptr);
+  cuda::check(cudaDeviceSynchronize(), "binary_score_keys");
+  return from_device<uint16_t>(d_keys, size_t(slots) * in.length);
+}
+
+// The keys the CPU twin gives: binary_score_keys of its quantised queries, + 32768, or
+// kSignCodeForced for the sinks and the forced pairs.
+inline std::vector<uint16_t> cpu_score_keys(const ScoreInputs& in) {
+  const int group = in.hq / in.hkv, slots = in.batch * in.hkv;
+  const std::vector<QuantizedQuery> quantized =
+      cpu_quantized(in.projection, in.q, in.batch, in.hq, in.hkv, in.d);
+  std::vector<uint16_t> keys(size_t(slots) * in.length);
+  std::vector<int> scores(in.length);
+  for (int s = 0; s < slots; ++s) {
+    kernels::binary_score_keys(quantized.data() + s * group, group,
+                               in.codes.data() + int64_t(s) * in.length, in.length, scores.data());
+    for (int j = 0; j < in.length; ++j)
+      keys[int64_t(s) * in.length + j] =
+          j < in.sinks ? cuda::kSignCodeForced : uint16_t(scores[j] + cuda::kSignCodeScoreOffset);
+  }
+  for (const auto& [slot, token] : in.forced)
+    keys[int64_t(slot) * in.length + token] = cuda::kSignCodeForced;
+  return keys;
+}
+
+// The GPU's keys equal the CPU twin's everywhere (mismatches counted per slot, the first named).
+inline void expect_score_keys_equal(const ScoreInputs& in) {
+  const std::vector<uint16_t> got = gpu_score_keys(in), want = cpu_score_keys(in);
+  for (int s = 0; s < in.batch * in.hkv; ++s) {
+    const int64_t row = int64_t(s) * in.length;
+    int mismatches = 0, first = 0;
+    for (int j = in.length - 1; j >= 0; --j)
+      if (got[row + j] != want[row + j]) {
+        ++mismatches;
+        first = j;
+      }
+    EXPECT_EQ(mismatches, 0) << "slot " << s << "; the first at token " << first << ": "
+                             << got[row + first] << " against the CPU's " << want[row + first];
   }
 }
 

@@ -1,9 +1,10 @@
 // BinaryPC's GPU decode step (kernels/cuda/binary_hash.h, the shared top-k
-// kernels/cuda/topk_select.h) against the CPU: the query quantisation's rounding and shared scale
-// on hand-made projections, and selections equal to the CPU BinaryPcSelector's (EAS on/off, budget
-// below and above the prompt, decode tokens forced) with the sparse decode_attention over them
-// within bf16 tolerance of the CPU attention. Inputs are bf16-representable so both sides see the
-// same numbers. Each kernel against its CPU twin over many shapes: tests/cuda/backend_ops_test.cc.
+// kernels/cuda/topk_select.h) against the CPU: the query quantisation inside binary_score_keys (its
+// rounding and shared scale) on hand-made projections, and selections equal to the CPU
+// BinaryPcSelector's (EAS on/off, budget below and above the prompt, decode tokens forced) with
+// the sparse decode_attention over them within bf16 tolerance of the CPU attention. Inputs are
+// bf16-representable so both sides see the same numbers. Each kernel against its CPU twin over
+// many shapes: tests/cuda/backend_ops_test.cc.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,32 +25,37 @@ namespace kvb {
 namespace {
 
 using kernels::kBinaryHashBits;
-using kernels::QuantizedQuery;
-using test::cpu_quantized;
-using test::expect_planes_equal;
-using test::gpu_planes;
 using test::random_bf16_values;
 
-// Rows e_i make p = q exactly: halves (2.5, 3.5, -2.5) must round to even, and the scale comes from
-// the largest |p| of the whole group (here in the second head).
-TEST(BinaryPackQueries, RoundsHalfToEvenWithOneScalePerGroup) {
+// Rows e_i make p = q exactly: halves (2.5, 3.5, -2.5, 0.5) must round to even, giving head 0 the
+// values (2, 4, -2, 0), and the scale comes from the largest |p| of the whole group (-127, in head
+// 1). Head 1 scores -127 h_5, so on codes without bit 5 the max is head 0's sum_i p^_i h_i: 4 with
+// no bit set, 4 - 2 p^_i with bit i. Rounding half away from zero would give (3, 4, -3, 1) and 5
+// with no bit set; a scale per head would give values near 127.
+TEST(BinaryScoreKeys, PacksQueriesHalfToEvenWithOneScalePerGroup) {
   KVB_REQUIRE_GPU();
-  const int d = 64, hq = 2, hkv = 1;
-  std::vector<float> projection(size_t(kBinaryHashBits) * d, 0.0f);
-  for (int i = 0; i < kBinaryHashBits; ++i) projection[i * d + i] = 1.0f;
-  std::vector<float> q(size_t(hq) * d, 0.0f);
-  q[0] = 2.5f;
-  q[1] = 3.5f;
-  q[2] = -2.5f;
-  q[3] = 0.5f;
-  q[d + 5] = -127.0f;
-  const std::vector<uint64_t> planes = gpu_planes(projection, q, 1, hq, hkv, d);
-  const std::vector<QuantizedQuery> expected = cpu_quantized(projection, q, 1, hq, hkv, d);
-  expect_planes_equal(planes, expected);
-  EXPECT_EQ(planes[0], uint64_t{1} << 2);  // only -2 is negative in head 0
-  EXPECT_EQ(planes[1], 0u);                // |values| 2, 4, 2, 0 (0.5 -> 0): bit 0 nowhere...
-  EXPECT_EQ(planes[2], (uint64_t{1} << 0) | (uint64_t{1} << 2));  // ...bit 1 at 2 and -2
-  EXPECT_EQ(planes[3], uint64_t{1} << 1);                         // bit 2: the 4
+  for (const int d : {64, 128}) {
+    test::ScoreInputs in{.batch = 1, .hq = 2, .hkv = 1, .d = d, .length = 6};
+    in.projection.assign(size_t(kBinaryHashBits) * d, 0.0f);
+    for (int i = 0; i < kBinaryHashBits; ++i) in.projection[i * d + i] = 1.0f;
+    in.q.assign(size_t(in.hq) * d, 0.0f);
+    in.q[0] = 2.5f;
+    in.q[1] = 3.5f;
+    in.q[2] = -2.5f;
+    in.q[3] = 0.5f;
+    in.q[d + 5] = -127.0f;
+    in.codes = {0,
+                uint64_t{1} << 0,
+                uint64_t{1} << 1,
+                uint64_t{1} << 2,
+                uint64_t{1} << 3,
+                uint64_t{1} << 5};
+    const std::vector<int> scores = {4, 0, -4, 8, 4, 127};
+    std::vector<uint16_t> expected;
+    for (int score : scores) expected.push_back(uint16_t(score + cuda::kSignCodeScoreOffset));
+    EXPECT_EQ(test::gpu_score_keys(in), expected) << "d " << d;
+    EXPECT_EQ(test::cpu_score_keys(in), expected) << "d " << d;
+  }
 }
 
 // The whole decode step against the CPU BinaryPcSelector and CPU attention.
@@ -126,20 +132,12 @@ TEST_P(BinaryPcSelectionTest, IndexListsAndAttentionMatchCpuSelector) {
     cuda::binary_mark_tokens(d_eas.as<int32_t>(), err_k, hkv, err_k, d_mask.as<uint32_t>(), words,
                              nullptr);
   }
-  cuda::DeviceBuffer d_planes(size_t(hq) * cuda::kSignCodePlanes * 8),
-      d_scores(size_t(hkv) * capacity * 2);
-  cuda::BinaryPackQueriesArgs pack;
-  pack.projection = d_projection.as<float>();
-  pack.q = d_q.as<__nv_bfloat16>();
-  pack.q_seq_stride = int64_t(hq) * d;
-  pack.batch = 1;
-  pack.n_query_heads = hq;
-  pack.n_kv_heads = hkv;
-  pack.head_dim = d;
-  pack.planes = d_planes.as<uint64_t>();
-  cuda::binary_pack_queries(pack, nullptr);
+  cuda::DeviceBuffer d_scores(size_t(hkv) * capacity * 2);
   cuda::BinaryScoreKeysArgs score;
-  score.planes = d_planes.as<uint64_t>();
+  score.projection = d_projection.as<float>();
+  score.q = d_q.as<__nv_bfloat16>();
+  score.q_seq_stride = int64_t(hq) * d;
+  score.head_dim = d;
   score.codes = d_codes.as<uint64_t>();
   score.code_slot_stride = capacity;
   score.forced_mask = d_mask.as<uint32_t>();
