@@ -301,14 +301,20 @@ inline std::vector<OpCase> selection_cases() {
     int batch, hq, hkv, d, length;
     bool random;
   };
-  // Groups 1 to 8 (the tensor-core columns past the group must never win), lengths off the
-  // 16-key tiles and the 1,024-key blocks, two sequences; a long list (more 1,024-key batches than
-  // resident blocks, each block walking several with the next one's codes in flight).
+  // Groups 1 to 8 at both head dimensions (the tensor-core columns past the group must never win;
+  // groups above 4 project in two sets of threads), one to three sequences, lengths off the 16-key
+  // tiles and the 1,024-key blocks; a long list (more 1,024-key batches than resident blocks, each
+  // block walking several with the next one's codes in flight).
   for (const ScoreShape s :
-       {ScoreShape{1, 12, 3, 128, 5000, false}, ScoreShape{2, 4, 2, 64, 1037, false},
-        ScoreShape{1, 6, 2, 64, 130, false}, ScoreShape{1, 14, 2, 128, 2100, false},
-        ScoreShape{1, 16, 2, 64, 1500, false}, ScoreShape{1, 5, 5, 64, 333, false},
-        ScoreShape{1, 9, 3, 64, 777, false}, ScoreShape{1, 32, 8, 128, 200003, true}})
+       {ScoreShape{3, 4, 4, 64, 333, false}, ScoreShape{2, 2, 2, 128, 1025, false},
+        ScoreShape{2, 4, 2, 64, 1037, false}, ScoreShape{2, 8, 4, 128, 700, false},
+        ScoreShape{1, 6, 2, 64, 130, false}, ScoreShape{1, 9, 3, 64, 777, false},
+        ScoreShape{2, 6, 2, 128, 2049, false}, ScoreShape{1, 12, 3, 128, 5000, false},
+        ScoreShape{2, 8, 2, 64, 3001, false}, ScoreShape{2, 10, 2, 64, 1111, false},
+        ScoreShape{1, 5, 1, 128, 1500, false}, ScoreShape{3, 6, 1, 64, 2500, false},
+        ScoreShape{1, 12, 2, 128, 999, false}, ScoreShape{2, 7, 1, 64, 1030, false},
+        ScoreShape{1, 14, 2, 128, 2100, false}, ScoreShape{1, 16, 2, 64, 1500, false},
+        ScoreShape{2, 16, 2, 128, 4097, false}, ScoreShape{1, 32, 8, 128, 200003, true}})
     cases.push_back(
         {case_name("binary_score_keys_batch", s.batch, "_hq", s.hq, "_hkv", s.hkv, "_d", s.d,
                    "_length", s.length),
