@@ -78,11 +78,12 @@ namespace kvb::test {
 namespace {
 
 // add_rmsnorm (residual += delta, then the norm) against its CPU twin; a row set without a delta
-// too, which is the plain norm.
-void check_add_rmsnorm(int rows, int dim, bool with_delta) {
+// too, which is the plain norm. Weights of scale `weight_scale` (1: outputs up to ~2.3; 3: up to
+// ~5.5, still in the bf16 binade [4, 8) whose half step, 0.0156, the tolerance covers).
+void check_add_rmsnorm(int rows, int dim, bool with_delta, float weight_scale = 1.0f) {
   const auto residual = random_bf16_values(size_t(rows) * dim, 1, 3.0f);
   const auto delta = random_bf16_values(size_t(rows) * dim, 2);
-  const auto weight = random_bf16_values(dim, 3);
+  const auto weight = random_bf16_values(dim, 3, weight_scale);
   std::vector<float> summed = residual, expected(residual.size());
   kernels::add_rmsnorm(summed.data(), with_delta ? delta.data() : nullptr, weight.data(), rows, dim,
                        1e-5f, expected.data());
@@ -345,6 +346,14 @@ std::vector<OpCase> element_wise_cases() {
   for (const Size2 s : {Size2{5, 576}, Size2{300, 576}})
     cases.push_back({case_name("add_rmsnorm_nodelta_rows", s.a, "_dim", s.b),
                      [s] { check_add_rmsnorm(s.a, s.b, false); }});
+  // The rows above cannot see the norm's scale or sum off by one: a mean over d - 1, or a sum of
+  // squares missing its first, last or last 4 terms, moves every output by ~1/(2d) relative, at
+  // most 0.02 on outputs of ~2.2 (0.005-0.009 at d >= 576), under the 3e-2 that a bf16 rounding
+  // needs. Short rows with weights of scale 3 (outputs up to ~5.5) on each kernel (5 rows: the
+  // one-block kernel; 17: the vectorised one) move by 0.087-0.58 under those errors.
+  for (const Size2 s : {Size2{5, 32}, Size2{17, 32}})
+    cases.push_back({case_name("add_rmsnorm_rows", s.a, "_dim", s.b, "_weights3"),
+                     [s] { check_add_rmsnorm(s.a, s.b, true, 3.0f); }});
   std::vector<RopeShape> rope = {{9, 3, 64, false, false, false},   // SmolLM2
                                  {14, 2, 64, false, false, true},   // Qwen2.5-Coder-0.5B
                                  {28, 4, 128, false, false, true},  // Qwen2.5-7B
