@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/errors.h"
+#include "kernels/cpu/window_attention_sums.h"
 
 namespace kvb {
 
@@ -63,14 +64,9 @@ std::vector<float> window_attention(const LayerPrefillView& layer, int q_head, i
     const int visible = length - w + t + 1;
     float* row = &probs[static_cast<size_t>(t) * length];
     if (bf16)
-      for (int j = 0; j < visible; ++j) row[j] = round_to_bf16(round_to_bf16(row[j]) / root);
-    const float max_logit = *std::max_element(row, row + visible);
-    float total = 0.0f;
-    for (int j = 0; j < visible; ++j) {
-      row[j] = std::exp(row[j] - max_logit);
-      total += row[j];
-    }
-    for (int j = 0; j < visible; ++j) row[j] = maybe_bf16(row[j] / total, precision);
+      for (int j = 0; j < visible; ++j) row[j] = kernels::reference_bf16_logit(row[j], root);
+    kernels::window_softmax(row, visible);
+    for (int j = 0; j < visible; ++j) row[j] = maybe_bf16(row[j], precision);
     std::fill(row + visible, row + length, 0.0f);  // causally masked
   }
   return probs;

@@ -22,6 +22,21 @@ float dot_in_order(const float* q, const float* k, int d) {
 
 }  // namespace
 
+float reference_bf16_logit(float product, float root) {
+  return round_to_bf16(round_to_bf16(product) / root);
+}
+
+void window_softmax(float* logits, int n) {
+  if (n <= 0) return;
+  const float top = *std::max_element(logits, logits + n);
+  float total = 0;
+  for (int j = 0; j < n; ++j) {
+    logits[j] = std::exp(logits[j] - top);
+    total += logits[j];
+  }
+  for (int j = 0; j < n; ++j) logits[j] /= total;
+}
+
 void window_attention_sums(const WindowAttentionSumsArgs& args) {
   if (args.n_kv_heads <= 0 || args.n_query_heads % args.n_kv_heads != 0)
     throw std::invalid_argument("window_attention_sums: " + std::to_string(args.n_query_heads) +
@@ -49,18 +64,10 @@ void window_attention_sums(const WindowAttentionSumsArgs& args) {
       const int visible = L - w + t + 1;
       for (int j = 0; j < visible; ++j) {
         const float product = dot_in_order(q, keys + static_cast<int64_t>(j) * d, d);
-        logits[j] = casts ? round_to_bf16(round_to_bf16(product) / root) : product / root;
+        logits[j] = casts ? reference_bf16_logit(product, root) : product / root;
       }
-      const float top = *std::max_element(logits.begin(), logits.begin() + visible);
-      float total = 0;
-      for (int j = 0; j < visible; ++j) {
-        logits[j] = std::exp(logits[j] - top);  // from here on the unnormalised probability
-        total += logits[j];
-      }
-      for (int j = 0; j < visible; ++j) {
-        const float p = logits[j] / total;
-        sums[j] += casts ? round_to_bf16(p) : p;
-      }
+      window_softmax(logits.data(), visible);
+      for (int j = 0; j < visible; ++j) sums[j] += casts ? round_to_bf16(logits[j]) : logits[j];
     }
   });
 }

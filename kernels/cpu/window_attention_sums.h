@@ -45,4 +45,11 @@ struct WindowAttentionSumsArgs {
 // Throws std::invalid_argument when the heads do not form GQA groups or a stride is too short.
 void window_attention_sums(const WindowAttentionSumsArgs& args);
 
+// The two steps of one window row above, also taken by the policies' host recompute
+// (policies/selection.cc, window_attention), so that both give the same probabilities:
+// x = bf16(bf16(q·k) / sqrt(d)) of the casts, and the fp32 softmax in place over logits[0, n)
+// (max, exp, a sum in index order, each term divided by it).
+float reference_bf16_logit(float product, float root);
+void window_softmax(float* logits, int n);
+
 }  // namespace kvb::kernels
