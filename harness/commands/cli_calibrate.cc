@@ -130,9 +130,8 @@ int calibrate(const std::vector<std::string>& argv) {
                                   {"iterations", fit.iterations},
                                   {"seconds", seconds}};
   // RoPE turns a key's slow dimensions through angles that grow with its position: a projection
-  // fitted on short chunks never saw the keys of long contexts (at 32K, OPC fitted on 2K-token
-  // chunks lost 8-73 points against TOPK, one fitted on 32K-token chunks 0-19:
-  // results/reproduction-qwen2.5-coder-0.5b.md).
+  // fitted on short chunks never saw the keys of long contexts (the measured cost at 32K:
+  // results/reproduction-qwen2.5-coder-0.5b.md, OPC calibrated on 2K- against 32K-token chunks).
   if (config.max_context > positions_seen)
     std::cerr << "kvbench calibrate: the keys came from positions 0.." << positions_seen - 1
               << " only; the model serves up to " << config.max_context

@@ -5,8 +5,8 @@
 //   exactly as many entries, and generate the CPU's tokens. The bounds hold against the CPU forward
 //   at the GPU's rounding points (ForwardPrecision::kBf16Device, engine/cpu/device_numerics.h): the
 //   f32 reference is printed beside it, but on Qwen2.5-Coder-0.5B its keys drift from the bf16
-//   forward's far enough that h2o_decode's worst head fell to 0.56 (results/gpu-sweeps.md, eighth
-//   round), a measure of the two forwards, not of the eviction;
+//   forward's far enough to fail the worst-head bound (results/gpu-sweeps.md, eighth round), a
+//   measure of the two forwards, not of the eviction;
 // - generate_cells (the sweep's path, kvbench run --device cuda) runs them end to end with the
 //   CPU's cache sizes and answers;
 // - on random weights the captured decode graph evicts exactly as the eager step does, for the
