@@ -114,11 +114,8 @@ TEST(CudaBackend, PrefillPolicyKeptSetsMatchCpuOnARealPrompt) {
   CudaBackend gpu(*m.model.weights);
   // Each engine prefills the prompt once for all eight policies (their capture requests merged);
   // the CPU's f32 forward is the slow part of this test on a larger model.
-  const std::vector<std::string> policies = {"snapkv", "pyramidkv", "adakv",        "dropkv",
-                                             "knorm",  "h2o",       "streamingllm", "criticalkv"};
-  std::vector<CachePlan> plans;
-  for (const std::string& policy : policies)
-    plans.push_back(make_cache_plan(policy, nlohmann::json::object(), Budget::parse("20%")));
+  const std::vector<std::string>& policies = test::kKeptSetPolicies;
+  std::vector<CachePlan> plans = test::kept_set_plans();
   const std::vector<KeptIndices> all_on_cpu = test::kept_sets_on(cpu, m.prompt, plans);
   const std::vector<KeptIndices> all_on_cpu_as_device =
       test::kept_sets_on(cpu_as_device, m.prompt, plans);

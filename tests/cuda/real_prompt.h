@@ -16,6 +16,7 @@
 #include "engine/generation.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
+#include "policies/registry.h"
 #include "tests/test_paths.h"
 
 namespace kvb::test {
@@ -60,6 +61,19 @@ inline RealModel real_model() {
   const ChatTemplate& chat = chat_template(chat_template_name_for(*GgufFile::open(path)));
   m.prompt = m.model.tokenizer->encode(apply_chat_template(chat, long_prompt()), false, true);
   return m;
+}
+
+// The prefill policies whose kept sets the GPU is compared on (cuda_backend_test.cc), which the CPU
+// test of one shared prefill (tests/policies/shared_prefill_kept_sets_test.cc) covers too.
+inline const std::vector<std::string> kKeptSetPolicies = {
+    "snapkv", "pyramidkv", "adakv", "dropkv", "knorm", "h2o", "streamingllm", "criticalkv"};
+
+// Their plans at the 20% budget both tests use, in kKeptSetPolicies' order.
+inline std::vector<CachePlan> kept_set_plans() {
+  std::vector<CachePlan> plans;
+  for (const std::string& policy : kKeptSetPolicies)
+    plans.push_back(make_cache_plan(policy, nlohmann::json::object(), Budget::parse("20%")));
+  return plans;
 }
 
 // What kept_sets_on reports or changes beside the kept sets.

@@ -17,11 +17,8 @@ TEST(SharedPrefill, EveryPolicyKeepsWhatItsOwnPrefillKeeps) {
   test::RealModel m = test::real_model();
   m.prompt.resize(std::min<size_t>(m.prompt.size(), 400));
   CpuBackend cpu(*m.model.weights);
-  const std::vector<std::string> policies = {"snapkv", "pyramidkv", "adakv",        "dropkv",
-                                             "knorm",  "h2o",       "streamingllm", "criticalkv"};
-  std::vector<CachePlan> plans;
-  for (const std::string& policy : policies)
-    plans.push_back(make_cache_plan(policy, nlohmann::json::object(), Budget::parse("20%")));
+  const std::vector<std::string>& policies = test::kKeptSetPolicies;
+  std::vector<CachePlan> plans = test::kept_set_plans();
   const std::vector<KeptIndices> shared = test::kept_sets_on(cpu, m.prompt, plans);
   ASSERT_EQ(shared.size(), plans.size());
   for (size_t i = 0; i < plans.size(); ++i) {
