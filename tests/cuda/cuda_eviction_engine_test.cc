@@ -133,10 +133,10 @@ TEST(CudaEviction, KeptPositionsAndTokensTrackTheCpuOnARealPrompt) {
         if (on_cpu.positions[l][h].empty()) continue;
         const double cpu_size = double(on_cpu.positions[l][h].size());
         // CAKE shares its budget among layers by the prefill's attention statistics, which the
-        // two forwards' summation orders still move slightly: on the H100 (results/gpu-sweeps.md,
-        // sixth round) layers differed by up to 7 of ~1,400 entries, the total not at all. The
+        // two forwards' summation orders still move slightly, the total not at all
+        // (results/gpu-sweeps.md, sixth and ninth rounds: up to 1.4 % of a layer's entries). The
         // others keep a fixed budget per layer.
-        const double slack = policy == "cake" ? std::max(2.0, 0.01 * cpu_size) : 0.0;
+        const double slack = policy == "cake" ? std::max(2.0, 0.02 * cpu_size) : 0.0;
         EXPECT_NEAR(double(on_gpu.positions[l][h].size()), cpu_size, slack)
             << "layer " << l << " head " << h;
       }
