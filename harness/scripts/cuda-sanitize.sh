@@ -50,6 +50,19 @@ fi
 # finished).
 limit=()
 [ -n "${KVB_CUDA_SANITIZE_SECONDS:-}" ] && limit=(timeout -s INT -k 20 "$KVB_CUDA_SANITIZE_SECONDS")
+# racecheck instruments every kernel the tests launch, NVIDIA's own included: cuBLAS's nvjet GEMMs
+# (the products kvbench hands to cuBLAS), whose asynchronous TMA copies it reports as hazards
+# (results/cuda-sanitizer.md). Hazards are attributed by kernel; those outside kvbench's kernels
+# (namespace kvb::cuda) are listed, not counted. True when every reported hazard is foreign.
+only_foreign_hazards() {
+  local kernels
+  kernels="$(grep -E 'Race reported between|^=========     and ' "$1" |
+    sed -E 's/.* access at (.*)\+0x[0-9a-f]+.*/\1/' | sort -u)"
+  [ -n "$kernels" ] || return 1
+  if grep -q 'kvb::cuda' <<<"$kernels"; then return 1; fi
+  echo "[cuda-sanitize] racecheck: every hazard is in a kernel kvbench does not own (not counted):"
+  sed 's/^/[cuda-sanitize]   /' <<<"$kernels"
+}
 status=0
 for tool in ${KVB_CUDA_SANITIZE_TOOLS:-memcheck racecheck}; do
   log="$build/compute-sanitizer-$tool${GTEST_SHARD_INDEX:+-shard$GTEST_SHARD_INDEX}.log"
@@ -67,6 +80,10 @@ for tool in ${KVB_CUDA_SANITIZE_TOOLS:-memcheck racecheck}; do
   passed="$(grep -c '^\[       OK \]' "$log" || true)"
   summary="$(grep -E '^========= (ERROR SUMMARY|RACECHECK SUMMARY)' "$log" | tail -1)"
   echo "[cuda-sanitize] $tool: exit $rc, $((end - start)) s, $ran tests ($passed passed, $skipped skipped): ${summary:-no summary} ($log)"
+  if [ "$tool" = racecheck ] && [ "$rc" = 1 ] && ! grep -q '^\[  FAILED  \]' "$log" &&
+    only_foreign_hazards "$log"; then
+    rc=0
+  fi
   [ "$rc" = 0 ] || status=1
 done
 exit $status
