@@ -4,15 +4,20 @@
 // tokens, Quest pages, the EAS set). Tests: tests/cuda/backend_ops_test.cc,
 // tests/cuda/binarypc_kernels_test.cc.
 //
-// A radix select with 11-bit digits over order-preserving keys (2 passes for 16-bit keys, 3 for
-// f32 scores) finds the k-th largest key and how many of its ties to take, then an ordered
-// compaction (block scans) writes the chosen indices in increasing order. Short lists (or no
-// workspace): a cluster of 1, 2, 4 or 8 blocks per list (one per 8K keys), each reading its part
-// once per pass, the histograms merged through distributed shared memory (one block where the
-// device has no clusters). Long lists with a workspace: blocks of
-// 8K keys per list build each digit's histogram together (global atomics), count their chunk's
-// keys above / at the threshold, then write their part at the offset the earlier chunks' counts
-// give: the same result, with the whole GPU streaming the scores.
+// 16-bit keys (topk_select_keys16.cu): a histogram of all 65,536 key values, built in one read of
+// the keys, gives the k-th largest key and how many of its ties to take; then an ordered compaction
+// (a block scan) writes the chosen indices in increasing order from the keys held in registers.
+// Short lists (or no workspace): a cluster of 1, 2, 4 or 8 blocks per list (one per 8K keys), the
+// histograms merged through distributed shared memory, one kernel. Long lists with a workspace:
+// blocks of up to 40K keys add their histograms into the workspace, then each block narrows from
+// it, counts its chunk and writes at the offset the earlier chunks' counts give (a look-back).
+// f32 scores, and 16-bit keys where k = 0, k = length or a list too long for those blocks without
+// a workspace (topk_select.cu): a radix select with 11-bit digits over order-preserving keys (3
+// passes for f32, 2 for 16-bit keys), then the same ordered compaction, re-reading the keys. Short
+// lists: clusters as above, each block reading its part once per pass. Long lists with a
+// workspace: blocks of 8K keys build each digit's histogram together (global atomics), count their
+// chunk's keys above / at the threshold, then write their part at the offset the earlier chunks'
+// counts give.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -48,6 +53,10 @@ struct TopkSelectArgs {
   // Optional scratch of topk_select_workspace_bytes(n_lists, length) bytes: lets long lists be
   // split over many blocks (the result is the same with or without it).
   void* workspace = nullptr;
+  // A/B timing only (tests/benchmarks/cuda_sparse_decode_bench.cc): 16-bit keys through the radix
+  // path (two 11-bit digit passes, then a count and a write kernel) instead of the one-pass
+  // histogram. The same result.
+  bool keys16_as_digits = false;
 };
 size_t topk_select_workspace_bytes(int n_lists, int length);
 void topk_select(const TopkSelectArgs& args, cudaStream_t stream);
