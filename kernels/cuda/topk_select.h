@@ -1,8 +1,9 @@
 // Per-list top-k on the device, written in the index-list format decode_attention takes
 // (kernels/cuda/attention.h). CPU twin: kernels/cpu/topk_select.h (the k largest, ties to the
 // lower index, indices in increasing order). Used by the decode selectors' GPU paths (BinaryPC
-// tokens, Quest pages, the EAS set). Tests: tests/cuda/backend_ops_test.cc,
-// tests/cuda/binarypc_kernels_test.cc.
+// tokens, Quest pages, the EAS set). Tests: tests/cuda/backend_ops_test.cc (its rows:
+// backend_ops_topk.h), tests/cuda/binarypc_kernels_test.cc. Benchmark:
+// tests/benchmarks/cuda_sparse_decode_bench.cc (the BPC and Quest top-k columns).
 //
 // 16-bit keys (topk_select_keys16.cu): a histogram of all 65,536 key values, built in one read of
 // the keys, gives the k-th largest key and how many of its ties to take; then an ordered compaction
