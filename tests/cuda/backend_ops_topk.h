@@ -243,17 +243,18 @@ inline std::vector<OpCase> topk_cases() {
          [s] { check_topk_select_ties(s.heads, s.length, s.keep); }});
   using K = Keys16;
   // The one-pass path's forms and edges: one block (20 keys, the first and last 16-byte groups cut
-  // by the list's ends); clusters of 4 (8 lists of 32K) and of 1 (32 lists); the split form at 128K
-  // off the 16-byte boundaries, at 512K for 1 list (65 blocks) and for 32 lists (blocks of over 40K
-  // keys: 5 groups for most threads); one value everywhere; without a workspace a cluster of 8
-  // blocks of 40,960 equal keys each (the 16-bit counters' fullest), and a list too long for it
-  // (the radix path). k = 0 and k = length take the radix path.
+  // by the list's ends); clusters of 4 (8 lists of 32K) and of 1 (40 lists: with 32, 32 x 1 x 2 <=
+  // 132 / 2 lets cluster_blocks_for double to clusters of 2 on a 132-SM card); the split form at
+  // 128K off the 16-byte boundaries, at 512K for 1 list (65 blocks) and for 32 lists (blocks of
+  // over 40K keys: 5 groups for most threads); one value everywhere; without a workspace a cluster
+  // of 8 blocks of 40,960 equal keys each (the 16-bit counters' fullest), and a list too long for
+  // it (the radix path). k = 0 and k = length take the radix path.
   const std::vector<Keys16Case> keys16 = {
       {K::kBinaryPcLike, 1, 20, {0, 1, 7, 19, 20}, 0, 5, true, true},
       {K::kBinaryPcLike, 1, 20, {7}, 0, 5, false, false},
       {K::kFullRange, 3, 1000, {1, 333, 999}, 3, 1, true, true},
       {K::kBinaryPcLike, 8, 32768, {1, 2048, 16385, 32767}, 3, 5, true, true},
-      {K::kBinaryPcLike, 32, 32768, {2048, 16385}},
+      {K::kBinaryPcLike, 40, 32768, {2048, 16385}},
       {K::kBinaryPcLike, 8, 131075, {0, 1, 2048, 65539, 131074, 131075}, 3, 5, true, true},
       {K::kAllEqual, 2, 70001, {1, 35000, 70000}, 0, 0, true, true},
       {K::kBinaryPcLike, 1, 524288, {2048, 262145}},
