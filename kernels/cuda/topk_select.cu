@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cub/block/block_scan.cuh>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/launch.cuh"
@@ -435,10 +437,12 @@ void launch(const TopkSelectArgs& args, KeyOf key, cudaStream_t stream) {
 
 }  // namespace
 
-// Both paths lay their scratch out from the workspace's start and clear what they use.
-size_t topk_select_workspace_bytes(int n_lists, int length) {
+// Both paths lay their scratch out from the workspace's start and clear what they use; a 16-bit
+// workspace also serves the radix path (16-bit keys that fall back to it, keys16_as_digits).
+size_t topk_select_workspace_bytes(int n_lists, int length, TopkKeys keys) {
   const size_t radix = zeroed_bytes(n_lists) +
                        size_t(n_lists) * (kStateWords + chunks_for(length) * 2) * sizeof(int);
+  if (keys == TopkKeys::kF32) return radix;
   return std::max(radix, topk::keys16_workspace_bytes(n_lists, length));
 }
 
@@ -448,6 +452,15 @@ void topk_select(const TopkSelectArgs& args, cudaStream_t stream) {
     throw std::invalid_argument("topk_select: give exactly one of keys16 and scores");
   if (args.index_offset && !args.index_count)
     throw std::invalid_argument("topk_select: index_offset needs index_count");
+  if (args.workspace) {
+    const TopkKeys keys = args.keys16 && !args.keys16_as_digits ? TopkKeys::kU16 : TopkKeys::kF32;
+    const size_t needed = topk_select_workspace_bytes(args.n_lists, args.length, keys);
+    if (args.workspace_bytes < needed)
+      throw std::invalid_argument(
+          "topk_select: the workspace holds " + std::to_string(args.workspace_bytes) +
+          " bytes, these lists need " + std::to_string(needed) +
+          " (size it with topk_select_workspace_bytes for these keys and set workspace_bytes)");
+  }
   if (topk::keys16_one_pass_takes(args))
     topk::keys16_one_pass(args, stream);
   else if (args.keys16)

@@ -51,15 +51,22 @@ struct TopkSelectArgs {
   int heads_per_list = 1;
   int64_t* index_offset = nullptr;
   int32_t* index_count = nullptr;
-  // Optional scratch of topk_select_workspace_bytes(n_lists, length) bytes: lets long lists be
-  // split over many blocks (the result is the same with or without it).
+  // Optional scratch of topk_select_workspace_bytes(n_lists, length, <these keys>) bytes: lets
+  // long lists be split over many blocks (the result is the same with or without it).
+  // workspace_bytes is its size, required with it: a workspace sized for f32 scores is too small
+  // for the 16-bit path, and topk_select refuses it rather than write past it.
   void* workspace = nullptr;
+  size_t workspace_bytes = 0;
   // A/B timing only (tests/benchmarks/cuda_sparse_decode_bench.cc): 16-bit keys through the radix
   // path (two 11-bit digit passes, then a count and a write kernel) instead of the one-pass
   // histogram. The same result.
   bool keys16_as_digits = false;
 };
-size_t topk_select_workspace_bytes(int n_lists, int length);
+// The keys a workspace serves: the one-pass 16-bit path keeps a 65,536-bin histogram per list
+// (~257 KB), the radix path for f32 scores a few KB per list; sized apart so that the f32
+// selectors (exact scores, Quest, DropKV) do not hold the 16-bit path's histograms.
+enum class TopkKeys { kF32, kU16 };
+size_t topk_select_workspace_bytes(int n_lists, int length, TopkKeys keys);
 void topk_select(const TopkSelectArgs& args, cudaStream_t stream);
 
 }  // namespace kvb::cuda

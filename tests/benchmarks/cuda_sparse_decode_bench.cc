@@ -123,7 +123,7 @@ struct Layer {
         page_scores(size_t(kHq) * pages() * 4),
         page_ids(size_t(kHq) * pages() * 4),
         quest_indices(size_t(kHq) * pages() * kPage * 4),
-        topk_workspace(cuda::topk_select_workspace_bytes(kHq, length)),
+        topk_workspace(cuda::topk_select_workspace_bytes(kHq, length, cuda::TopkKeys::kU16)),
         dense_workspace(cuda::decode_attention_workspace_floats(1, kHq, kD, length) * 4),
         sparse_workspace(cuda::decode_attention_workspace_floats(
                              1, kHq, kD, std::max(budget, 3 * kPage) + kPage) *
@@ -221,6 +221,7 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
     top.indices = eas.as<int32_t>();
     top.index_stride = err_k;
     top.workspace = layer.topk_workspace.data();
+    top.workspace_bytes = layer.topk_workspace.bytes();
     cuda::topk_select(top, nullptr);
     cuda::check(cudaMemsetAsync(layer.mask.data(), 0, layer.mask.bytes()), "memset");
     cuda::binary_mark_tokens(eas.as<int32_t>(), err_k, kHkv, err_k, layer.mask.as<uint32_t>(),
@@ -273,6 +274,7 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
   select.index_offset = layer.index_offset.as<int64_t>();
   select.index_count = layer.index_count.as<int32_t>();
   select.workspace = layer.topk_workspace.data();
+  select.workspace_bytes = layer.topk_workspace.bytes();
   cuda::DecodeAttentionArgs bpc_attention = layer.attention_args();
   bpc_attention.indices = layer.bpc_indices.as<int32_t>();
   bpc_attention.index_offset = layer.index_offset.as<int64_t>();
@@ -311,6 +313,7 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
     top.indices = layer.page_ids.as<int32_t>();
     top.index_stride = page_budget;
     top.workspace = layer.topk_workspace.data();
+    top.workspace_bytes = layer.topk_workspace.bytes();
     cuda::ExpandPagesArgs expand;
     expand.pages = layer.page_ids.as<int32_t>();
     expand.page_stride = page_budget;

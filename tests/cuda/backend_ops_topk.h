@@ -34,7 +34,8 @@ inline void check_topk_select(int length) {
   }
   auto d_keys = to_device(keys);
   auto d_scores = to_device(scores);
-  cuda::DeviceBuffer workspace(cuda::topk_select_workspace_bytes(lists, length));
+  cuda::DeviceBuffer workspace(
+      cuda::topk_select_workspace_bytes(lists, length, cuda::TopkKeys::kU16));
   for (const int k : {1, length / 3, length - 1, length}) {
     if (k < 1) continue;
     // Bit 0: f32 scores; bit 1: a workspace; bit 2: 16-bit keys through the radix path.
@@ -59,7 +60,10 @@ inline void check_topk_select(int length) {
       args.heads_per_list = 2;
       args.index_offset = d_offset.as<int64_t>();
       args.index_count = d_count.as<int32_t>();
-      if (split) args.workspace = workspace.data();
+      if (split) {
+        args.workspace = workspace.data();
+        args.workspace_bytes = workspace.bytes();
+      }
       args.keys16_as_digits = as_digits;
       cuda::topk_select(args, nullptr);
       cuda::check(cudaDeviceSynchronize(), "sync");
@@ -91,7 +95,7 @@ inline void check_topk_select_ties(int heads, int length, int keep) {
   for (size_t i = 0; i < scores.size(); ++i) scores[i] = float((i * 7919) % 97);  // many ties
   auto d_scores = to_device(scores);
   cuda::DeviceBuffer d_kept(size_t(heads) * keep * 4),
-      workspace(cuda::topk_select_workspace_bytes(heads, length));
+      workspace(cuda::topk_select_workspace_bytes(heads, length, cuda::TopkKeys::kF32));
   cuda::TopkSelectArgs args;
   args.scores = d_scores.as<float>();
   args.key_stride = length;
@@ -101,6 +105,7 @@ inline void check_topk_select_ties(int heads, int length, int keep) {
   args.indices = d_kept.as<int32_t>();
   args.index_stride = keep;
   args.workspace = workspace.data();
+  args.workspace_bytes = workspace.bytes();
   cuda::topk_select(args, nullptr);
   const auto kept = from_device<int32_t>(d_kept, size_t(heads) * keep);
   for (int h = 0; h < heads; ++h)
@@ -177,8 +182,8 @@ inline void check_topk_keys16(const Keys16Case& c) {
   const int64_t stride = int64_t(c.length) + c.pad;
   const std::vector<uint16_t> keys = keys16_for(c);
   auto d_keys = to_device(keys);
-  cuda::DeviceBuffer workspace(c.workspace ? cuda::topk_select_workspace_bytes(c.lists, c.length)
-                                           : 0);
+  cuda::DeviceBuffer workspace(
+      c.workspace ? cuda::topk_select_workspace_bytes(c.lists, c.length, cuda::TopkKeys::kU16) : 0);
   std::vector<int32_t> tail_end(c.lists);
   for (int l = 0; l < c.lists; ++l) tail_end[l] = c.length + l % 3;
   auto d_tail_end = to_device(tail_end);
@@ -204,6 +209,7 @@ inline void check_topk_keys16(const Keys16Case& c) {
       args.index_offset = d_offset.as<int64_t>();
       args.index_count = d_count.as<int32_t>();
       args.workspace = workspace.data();
+      args.workspace_bytes = workspace.bytes();
       args.keys16_as_digits = as_digits;
       cuda::topk_select(args, nullptr);
       cuda::check(cudaDeviceSynchronize(), "topk_select");
