@@ -105,7 +105,8 @@ struct CudaSparseDecode::State {
             .k = k,
             .indices = indices,
             .index_stride = index_stride,
-            .workspace = topk_workspace.data()};
+            .workspace = topk_workspace.data(),
+            .workspace_bytes = topk_workspace.bytes()};
   }
   // One list per KV head serves the whole group.
   bool shared_lists() const { return sign_codes() || spec.shared_group; }
@@ -158,7 +159,8 @@ struct CudaSparseDecode::State {
         std::min(std::max(int(spec.sign_codes.forced_error_ratio * k), 1), prompt_length);
     score_keys = DeviceBuffer(size_t(slots) * prompt_length * 2, "code scores");
     topk_workspace =
-        DeviceBuffer(cuda::topk_select_workspace_bytes(slots, prompt_length), "top-k workspace");
+        DeviceBuffer(cuda::topk_select_workspace_bytes(slots, prompt_length, cuda::TopkKeys::kU16),
+                     "top-k workspace");
     DeviceBuffer errors, forced_set;
     if (forced) {
       errors = DeviceBuffer(size_t(slots) * prompt_length * 4, "code errors");
@@ -220,7 +222,8 @@ struct CudaSparseDecode::State {
     page_scores = DeviceBuffer(size_t(lists) * max_pages * 4, "page scores");
     page_ids = DeviceBuffer(size_t(lists) * page_cap * 4, "chosen pages");
     topk_workspace =
-        DeviceBuffer(cuda::topk_select_workspace_bytes(lists, max_pages), "top-k workspace");
+        DeviceBuffer(cuda::topk_select_workspace_bytes(lists, max_pages, cuda::TopkKeys::kF32),
+                     "top-k workspace");
     for (int l = 0; l < model.n_layers; ++l) {
       if (!selecting[l]) continue;
       LayerState& layer = layers[l];
@@ -243,7 +246,8 @@ struct CudaSparseDecode::State {
     index_stride = step_budget(capacity);
     exact_scores = DeviceBuffer(size_t(lists) * capacity * 4, "exact scores");
     topk_workspace =
-        DeviceBuffer(cuda::topk_select_workspace_bytes(lists, capacity), "top-k workspace");
+        DeviceBuffer(cuda::topk_select_workspace_bytes(lists, capacity, cuda::TopkKeys::kF32),
+                     "top-k workspace");
     for (int l = 0; l < model.n_layers; ++l) {
       if (!selecting[l]) continue;
       layers[l].indices = DeviceBuffer(size_t(lists) * index_stride * 4, "exact lists");

@@ -1,26 +1,53 @@
-// Per-list top-k: radix select of the k-th largest key, then an ordered compaction.
+// Per-list top-k: radix select of the k-th largest key, then an ordered compaction; and the
+// dispatch between it and the one-pass form for 16-bit keys (topk_select_keys16.cu).
 // Contract and CPU twin: kernels/cuda/topk_select.h.
 #include <cooperative_groups.h>
 
+#include <algorithm>
 #include <cub/block/block_scan.cuh>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/topk_select.h"
+#include "kernels/cuda/topk_select_common.cuh"
 
 namespace kvb::cuda {
+
+namespace topk {
+
+int sm_count() {
+  static thread_local const int count = device_info().sm_count;
+  return count;
+}
+
+int cluster_blocks_for(int length, int n_lists) {
+  if (!cluster_launch_available()) return 1;
+  int blocks = 1;
+  while (blocks < 8 && blocks * kChunk < length && n_lists * blocks * 2 <= sm_count() / 2)
+    blocks *= 2;
+  return blocks;
+}
+
+}  // namespace topk
+
 namespace {
 
 namespace cg = cooperative_groups;
+using topk::chunks_for;
+using topk::cluster_blocks_for;
+using topk::finish_list;
+using topk::kChunk;
+using topk::kClusterChunks;
+using topk::kThreads;
 
-constexpr int kThreads = 1024;
 constexpr int kDigitBits = 11;
 constexpr int kBins = 1 << kDigitBits;
 constexpr int kBinsPerThread = kBins / kThreads;
-constexpr int kPerThread = 8;  // contiguous keys per thread in the compaction
-// Keys per block in the split path: one compaction tile, so that a 128K-key list spreads over 16
-// blocks (a decode step's 8 lists then fill the GPU); also the cluster path's keys per block.
-constexpr int kChunk = kPerThread * kThreads;
+// Contiguous keys per thread in the compaction: a tile is one kChunk, so that in the split path a
+// 128K-key list spreads over 16 blocks (a decode step's 8 lists then fill the GPU).
+constexpr int kPerThread = kChunk / kThreads;
 constexpr int kMaxLevels = 3;
 
 using Scan = cub::BlockScan<int, kThreads>;
@@ -155,18 +182,6 @@ __device__ void compact(const KeyOf& key, int begin, int end, uint32_t threshold
     base_greater += static_cast<int>(total >> 16);
     base_equal += static_cast<int>(total & 0xffffu);
     __syncthreads();
-  }
-}
-
-// The forced tail and decode_attention's offsets / counts of one list.
-__device__ void finish_list(const TopkSelectArgs& args, int list, int k, int32_t* out) {
-  const int tail = args.tail_end ? max(0, args.tail_end[list] - args.tail_begin) : args.tail_count;
-  for (int i = threadIdx.x; i < tail; i += kThreads) out[k + i] = args.tail_begin + i;
-  if (args.index_offset) {
-    for (int r = threadIdx.x; r < args.heads_per_list; r += kThreads) {
-      args.index_offset[list * args.heads_per_list + r] = list * args.index_stride;
-      args.index_count[list * args.heads_per_list + r] = k + tail;
-    }
   }
 }
 
@@ -370,13 +385,6 @@ __global__ void __launch_bounds__(kThreads)
   if (blockIdx.x == 0) finish_list(args, list, args.k, out);
 }
 
-int chunks_for(int length) { return (length + kChunk - 1) / kChunk; }
-
-// Lists of up to this many kChunk-key chunks take the cluster path, longer ones (with a workspace)
-// the split path: clusters beat one block per list at 32K keys and lose to the split path at
-// 128K and beyond (results/gpu-kernel-tuning.md §6.2).
-constexpr int kClusterChunks = 4;
-
 // The histograms (zeroed by every call), the final states, the per-chunk counts.
 size_t zeroed_bytes(int n_lists) { return size_t(n_lists) * kMaxLevels * kBins * sizeof(int); }
 
@@ -392,19 +400,6 @@ template <class KeyOf, int C>
 void launch_list(const TopkSelectArgs& args, KeyOf key, cudaStream_t stream) {
   launch_overlapped_clusters(topk_list_kernel<KeyOf, C>, dim3(C, args.n_lists), kThreads, 0, stream,
                              "topk_list_kernel", C, args, key);
-}
-
-// Blocks per list of the cluster path: one per kChunk keys, a power of two up to 8 (the portable
-// cluster size), and all the lists' blocks within half the SMs: a 1,024-thread block fills an SM,
-// and a cluster needs its SMs free in one GPC at once (Quest's 32 lists in clusters of 4 measured
-// far slower than in clusters of 2: results/gpu-kernel-tuning.md §6.3).
-int cluster_blocks_for(int length, int n_lists) {
-  if (!cluster_launch_available()) return 1;
-  static thread_local const int sm_count = device_info().sm_count;
-  int blocks = 1;
-  while (blocks < 8 && blocks * kChunk < length && n_lists * blocks * 2 <= sm_count / 2)
-    blocks *= 2;
-  return blocks;
 }
 
 template <class KeyOf>
@@ -442,9 +437,13 @@ void launch(const TopkSelectArgs& args, KeyOf key, cudaStream_t stream) {
 
 }  // namespace
 
-size_t topk_select_workspace_bytes(int n_lists, int length) {
-  return zeroed_bytes(n_lists) +
-         size_t(n_lists) * (kStateWords + chunks_for(length) * 2) * sizeof(int);
+// Both paths lay their scratch out from the workspace's start and clear what they use; a 16-bit
+// workspace also serves the radix path (16-bit keys that fall back to it, keys16_as_digits).
+size_t topk_select_workspace_bytes(int n_lists, int length, TopkKeys keys) {
+  const size_t radix = zeroed_bytes(n_lists) +
+                       size_t(n_lists) * (kStateWords + chunks_for(length) * 2) * sizeof(int);
+  if (keys == TopkKeys::kF32) return radix;
+  return std::max(radix, topk::keys16_workspace_bytes(n_lists, length));
 }
 
 void topk_select(const TopkSelectArgs& args, cudaStream_t stream) {
@@ -453,7 +452,18 @@ void topk_select(const TopkSelectArgs& args, cudaStream_t stream) {
     throw std::invalid_argument("topk_select: give exactly one of keys16 and scores");
   if (args.index_offset && !args.index_count)
     throw std::invalid_argument("topk_select: index_offset needs index_count");
-  if (args.keys16)
+  if (args.workspace) {
+    const TopkKeys keys = args.keys16 && !args.keys16_as_digits ? TopkKeys::kU16 : TopkKeys::kF32;
+    const size_t needed = topk_select_workspace_bytes(args.n_lists, args.length, keys);
+    if (args.workspace_bytes < needed)
+      throw std::invalid_argument(
+          "topk_select: the workspace holds " + std::to_string(args.workspace_bytes) +
+          " bytes, these lists need " + std::to_string(needed) +
+          " (size it with topk_select_workspace_bytes for these keys and set workspace_bytes)");
+  }
+  if (topk::keys16_one_pass_takes(args))
+    topk::keys16_one_pass(args, stream);
+  else if (args.keys16)
     launch(args, Keys16{args.keys16}, stream);
   else
     launch(args, KeysF32{args.scores}, stream);

@@ -32,7 +32,7 @@ struct LayerInputs {
         v(size_t(kHkv) * length * kD * 2),
         scores(size_t(kHkv) * length * 4),
         kept(size_t(kHkv) * keep * 4),
-        topk(cuda::topk_select_workspace_bytes(kHkv, length)),
+        topk(cuda::topk_select_workspace_bytes(kHkv, length, cuda::TopkKeys::kF32)),
         pool(cuda::pool_and_protect_workspace_bytes(kHkv, length, kPoolKernel)),
         window_workspace(cuda::prefill_split_kv_workspace_bytes(window_args())) {
     cuda::fill_random_bf16(q.as<bf16>(), size_t(kWindow) * kHq * kD, 1, 1.f, nullptr);
@@ -121,6 +121,7 @@ void BM_DropKvFused(benchmark::State& state) {
     top.indices = in.kept.as<int32_t>();
     top.index_stride = in.keep;
     top.workspace = in.topk.data();
+    top.workspace_bytes = in.topk.bytes();
     cuda::topk_select(top, nullptr);
   };
   auto run = [&] {

@@ -8,6 +8,10 @@
 //
 //   cuda_sparse_decode_bench [--contexts 32768,131072,524288] [--budget 2048] [--reps 50]
 //
+// "BPC top-k (old)" times BinaryPC's top-k through the radix path that the one-pass 16-bit
+// histogram replaced (TopkSelectArgs::keys16_as_digits), after the same scoring kernel, in the same
+// run: an A/B on the same card.
+//
 // The BinaryPC paper reports 4.0x over dense attention at 512K with a 2,048-token budget.
 // Keys, values, queries and projections are random (speed does not depend on them); the prompt is
 // the whole context (no decode tokens in the forced tail).
@@ -119,7 +123,7 @@ struct Layer {
         page_scores(size_t(kHq) * pages() * 4),
         page_ids(size_t(kHq) * pages() * 4),
         quest_indices(size_t(kHq) * pages() * kPage * 4),
-        topk_workspace(cuda::topk_select_workspace_bytes(kHq, length)),
+        topk_workspace(cuda::topk_select_workspace_bytes(kHq, length, cuda::TopkKeys::kU16)),
         dense_workspace(cuda::decode_attention_workspace_floats(1, kHq, kD, length) * 4),
         sparse_workspace(cuda::decode_attention_workspace_floats(
                              1, kHq, kD, std::max(budget, 3 * kPage) + kPage) *
@@ -170,8 +174,9 @@ struct Layer {
 struct Row {
   int context = 0;
   double dense = 0;
-  double bpc[4] = {};    // score (with packing), select, attention, total
-  double quest[5] = {};  // page scores, page top-k, expand, attention, total
+  double bpc[4] = {};       // score (with packing), select, attention, total
+  double bpc_topk_old = 0;  // select through the radix path (A/B)
+  double quest[5] = {};     // page scores, page top-k, expand, attention, total
   double quest_shared_total = 0;
   double hash_prefill = 0, eas_prefill = 0, pages_prefill = 0, hash_append = 0, page_append = 0;
 };
@@ -216,6 +221,7 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
     top.indices = eas.as<int32_t>();
     top.index_stride = err_k;
     top.workspace = layer.topk_workspace.data();
+    top.workspace_bytes = layer.topk_workspace.bytes();
     cuda::topk_select(top, nullptr);
     cuda::check(cudaMemsetAsync(layer.mask.data(), 0, layer.mask.bytes()), "memset");
     cuda::binary_mark_tokens(eas.as<int32_t>(), err_k, kHkv, err_k, layer.mask.as<uint32_t>(),
@@ -268,6 +274,7 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
   select.index_offset = layer.index_offset.as<int64_t>();
   select.index_count = layer.index_count.as<int32_t>();
   select.workspace = layer.topk_workspace.data();
+  select.workspace_bytes = layer.topk_workspace.bytes();
   cuda::DecodeAttentionArgs bpc_attention = layer.attention_args();
   bpc_attention.indices = layer.bpc_indices.as<int32_t>();
   bpc_attention.index_offset = layer.index_offset.as<int64_t>();
@@ -276,6 +283,8 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
   bpc_attention.shared_group_lists = true;  // one list per KV head, as the engine's
   bpc_attention.chunk_size = 64;            // as the engine's
   bpc_attention.workspace = layer.sparse_workspace.as<float>();
+  cuda::TopkSelectArgs select_old = select;
+  select_old.keys16_as_digits = true;
 
   const int page_budget = cuda::pages_for_budget(length, options.budget, kPage, 3);
   auto quest_step = [&](bool shared, StepTimer* timer) {
@@ -304,6 +313,7 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
     top.indices = layer.page_ids.as<int32_t>();
     top.index_stride = page_budget;
     top.workspace = layer.topk_workspace.data();
+    top.workspace_bytes = layer.topk_workspace.bytes();
     cuda::ExpandPagesArgs expand;
     expand.pages = layer.page_ids.as<int32_t>();
     expand.page_stride = page_budget;
@@ -337,7 +347,7 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
 
   const cuda::DecodeAttentionArgs dense = layer.attention_args();
   StepTimer dense_timer(1, options.reps), bpc_timer(3, options.reps), quest_timer(4, options.reps),
-      shared_timer(4, options.reps);
+      shared_timer(4, options.reps), old_topk_timer(2, options.reps);
   const int warmup = 3;
   for (int rep = 0; rep < warmup + options.reps; ++rep) {
     cuda::check(cudaMemsetAsync(flush.data(), rep & 0xff, flush.bytes()), "flush L2");
@@ -353,6 +363,12 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
     cuda::decode_attention(bpc_attention, nullptr);
     bpc_timer.mark(3);
     cuda::check(cudaMemsetAsync(flush.data(), rep & 0xff, flush.bytes()), "flush L2");
+    old_topk_timer.mark(0);
+    cuda::binary_score_keys(score, nullptr);  // the keys in L2 as the step's top-k finds them
+    old_topk_timer.mark(1);
+    cuda::topk_select(select_old, nullptr);
+    old_topk_timer.mark(2);
+    cuda::check(cudaMemsetAsync(flush.data(), rep & 0xff, flush.bytes()), "flush L2");
     quest_step(false, &quest_timer);
     cuda::check(cudaMemsetAsync(flush.data(), rep & 0xff, flush.bytes()), "flush L2");
     quest_step(true, &shared_timer);
@@ -364,9 +380,11 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
     bpc_timer.collect();
     quest_timer.collect();
     shared_timer.collect();
+    old_topk_timer.collect();
   }
   row.dense = dense_timer.median(1);
   for (int s = 0; s < 4; ++s) row.bpc[s] = bpc_timer.median(s);
+  row.bpc_topk_old = old_topk_timer.median(1);
   for (int s = 0; s < 5; ++s) row.quest[s] = quest_timer.median(s);
   row.quest_shared_total = shared_timer.median(4);
   return row;
@@ -391,17 +409,17 @@ int run(int argc, char** argv) {
 
   std::printf("per-layer decode attention, ms (speed-up = dense / method total)\n");
   std::printf(
-      "| context | dense | BPC score (with packing) | BPC top-k | BPC attn | BPC total |"
-      " BPC speed-up | Quest bounds | Quest top-k | Quest expand | Quest attn | Quest total |"
-      " Quest speed-up | Quest shared total | shared speed-up |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "| context | dense | BPC score (with packing) | BPC top-k | BPC top-k (old) | BPC attn |"
+      " BPC total | BPC speed-up | Quest bounds | Quest top-k | Quest expand | Quest attn |"
+      " Quest total | Quest speed-up | Quest shared total | shared speed-up |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows)
     std::printf(
-        "| %d | %.4f | %.4f | %.4f | %.4f | %.4f | %.2fx |"
+        "| %d | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %.2fx |"
         " %.4f | %.4f | %.4f | %.4f | %.4f | %.2fx | %.4f | %.2fx |\n",
-        r.context, r.dense, r.bpc[0], r.bpc[1], r.bpc[2], r.bpc[3], r.dense / r.bpc[3], r.quest[0],
-        r.quest[1], r.quest[2], r.quest[3], r.quest[4], r.dense / r.quest[4], r.quest_shared_total,
-        r.dense / r.quest_shared_total);
+        r.context, r.dense, r.bpc[0], r.bpc[1], r.bpc_topk_old, r.bpc[2], r.bpc[3],
+        r.dense / r.bpc[3], r.quest[0], r.quest[1], r.quest[2], r.quest[3], r.quest[4],
+        r.dense / r.quest[4], r.quest_shared_total, r.dense / r.quest_shared_total);
   std::printf("\nonce per layer after prefill / per appended token, ms (single cold run)\n");
   std::printf(
       "| context | BPC hash all keys (+errors) | EAS top-k + mask | Quest page bounds | hash 1 "

@@ -1,7 +1,7 @@
 // The backend-ops table (tests/cuda/backend_ops_test.cc): one row per CUDA op and shape, each run
 // against the op's CPU twin of the same name (kernels/cpu). The rows of each family of ops come
 // from backend_ops_forward.h, backend_ops_products.h, backend_ops_attention.h,
-// backend_ops_selection.h and backend_ops_eviction.h.
+// backend_ops_selection.h, backend_ops_topk.h and backend_ops_eviction.h.
 #pragma once
 
 #include <functional>

@@ -1,8 +1,7 @@
 // The backend-ops rows of the decode selectors' kernels (tests/cuda/backend_ops_test.cc):
-// BinaryPC's hashing and scores (kernels/cuda/binary_hash.h), Quest's page bounds,
-// scores and page expansion (kernels/cuda/page_bounds.h) and the shared top-k
-// (kernels/cuda/topk_select.h, also on DropKV's heavily tied pooled scores) and DropKV's
-// pool_and_protect, each against its CPU twin. All of them are exact: the same integers, the same
+// BinaryPC's hashing and scores (kernels/cuda/binary_hash.h), Quest's page bounds, scores and page
+// expansion (kernels/cuda/page_bounds.h) and DropKV's pool_and_protect, each against its CPU twin
+// (the shared top-k's rows: backend_ops_topk.h). All of them are exact: the same integers, the same
 // bf16 minima and maxima, the same f32 sums in the same order, the same indices.
 #pragma once
 
@@ -21,7 +20,6 @@
 #include "kernels/cuda/binary_hash.h"
 #include "kernels/cuda/dropkv_scores.h"
 #include "kernels/cuda/page_bounds.h"
-#include "kernels/cuda/topk_select.h"
 #include "tests/cuda/backend_ops.h"
 #include "tests/cuda/binary_hash_check.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -181,93 +179,6 @@ inline void check_page_bounds(const PageShape& s) {
   }
 }
 
-// Lists with many ties (and both zeros), for 16-bit keys and f32 scores, with and without a
-// workspace; k from 1 to the whole list, then 2 forced tail indices; each list's bookkeeping for 2
-// query heads.
-inline void check_topk_select(int length) {
-  std::mt19937 rng(4);
-  const int lists = 3, tail = 2;
-  std::vector<uint16_t> keys(size_t(lists) * length);
-  std::vector<float> scores(keys.size());
-  for (size_t n = 0; n < keys.size(); ++n) {
-    keys[n] = static_cast<uint16_t>(rng() % 50 + (n % 5 == 0 ? 65000 : 30000));
-    scores[n] = float(int(rng() % 41) - 20) * 0.25f * (n % 7 == 0 ? -1.0f : 1.0f);
-  }
-  auto d_keys = to_device(keys);
-  auto d_scores = to_device(scores);
-  cuda::DeviceBuffer workspace(cuda::topk_select_workspace_bytes(lists, length));
-  for (const int k : {1, length / 3, length - 1, length}) {
-    if (k < 1) continue;
-    for (const int variant : {0, 1, 2, 3}) {
-      const bool use_float = variant & 1, split = variant & 2;
-      const int64_t stride = k + tail;
-      cuda::DeviceBuffer d_out(size_t(lists) * stride * 4), d_offset(size_t(lists) * 2 * 8),
-          d_count(size_t(lists) * 2 * 4);
-      cuda::TopkSelectArgs args;
-      if (use_float)
-        args.scores = d_scores.as<float>();
-      else
-        args.keys16 = d_keys.as<uint16_t>();
-      args.key_stride = length;
-      args.n_lists = lists;
-      args.length = length;
-      args.k = k;
-      args.tail_begin = length;
-      args.tail_count = tail;
-      args.indices = d_out.as<int32_t>();
-      args.index_stride = stride;
-      args.heads_per_list = 2;
-      args.index_offset = d_offset.as<int64_t>();
-      args.index_count = d_count.as<int32_t>();
-      if (split) args.workspace = workspace.data();
-      cuda::topk_select(args, nullptr);
-      cuda::check(cudaDeviceSynchronize(), "sync");
-      const auto got = from_device<int32_t>(d_out, size_t(lists) * stride);
-      const auto offsets = from_device<int64_t>(d_offset, lists * 2);
-      const auto counts = from_device<int32_t>(d_count, lists * 2);
-      for (int l = 0; l < lists; ++l) {
-        std::vector<int32_t> want =
-            use_float ? kernels::topk_select(scores.data() + size_t(l) * length, length, k)
-                      : kernels::topk_select(keys.data() + size_t(l) * length, length, k);
-        want.push_back(length);
-        want.push_back(length + 1);
-        EXPECT_EQ(std::vector<int32_t>(got.begin() + l * stride, got.begin() + (l + 1) * stride),
-                  want)
-            << "k " << k << " list " << l << " float " << use_float << " split " << split;
-        for (int r = 0; r < 2; ++r) {
-          EXPECT_EQ(offsets[l * 2 + r], l * stride);
-          EXPECT_EQ(counts[l * 2 + r], k + tail);
-        }
-      }
-    }
-  }
-}
-
-// topk_select on f32 scores with heavy ties (97 distinct values) over several heads, as DropKV's
-// pooled scores give it: ascending, ties to the lower index, against the CPU twin.
-inline void check_topk_select_ties(int heads, int length, int keep) {
-  std::vector<float> scores(size_t(heads) * length);
-  for (size_t i = 0; i < scores.size(); ++i) scores[i] = float((i * 7919) % 97);  // many ties
-  auto d_scores = to_device(scores);
-  cuda::DeviceBuffer d_kept(size_t(heads) * keep * 4),
-      workspace(cuda::topk_select_workspace_bytes(heads, length));
-  cuda::TopkSelectArgs args;
-  args.scores = d_scores.as<float>();
-  args.key_stride = length;
-  args.n_lists = heads;
-  args.length = length;
-  args.k = keep;
-  args.indices = d_kept.as<int32_t>();
-  args.index_stride = keep;
-  args.workspace = workspace.data();
-  cuda::topk_select(args, nullptr);
-  const auto kept = from_device<int32_t>(d_kept, size_t(heads) * keep);
-  for (int h = 0; h < heads; ++h)
-    EXPECT_EQ(std::vector<int32_t>(kept.begin() + h * keep, kept.begin() + (h + 1) * keep),
-              kernels::topk_select(scores.data() + size_t(h) * length, length, keep))
-        << "head " << h;
-}
-
 // DropKV's pooling and window protection against its CPU twin, exactly: the same terms summed (or
 // maxed) in the same order and divided by the same kernel, then the same maximum + 1. Raw scores
 // with many ties and a wide range, as perturbation scores have. In place: pooled over the raw
@@ -326,18 +237,6 @@ inline std::vector<OpCase> selection_cases() {
     cases.push_back({case_name("page_bounds_hq", s.n_query_heads, "_hkv", s.n_kv_heads, "_d",
                                s.head_dim, "_prompt", s.prompt, "_decoded", s.decoded),
                      [s] { check_page_bounds(s); }});
-  // Lengths that give clusters of 1, 2, 4 and 8 blocks, and the split path.
-  for (const int length : {1, 7, 1000, 8192, 12000, 30000, 70001, 300000})
-    cases.push_back(
-        {case_name("topk_select_length", length), [length] { check_topk_select(length); }});
-  struct SortedShape {
-    int heads, length, keep;
-  };
-  for (const SortedShape s :
-       {SortedShape{3, 500, 50}, SortedShape{8, 3001, 300}, SortedShape{2, 70001, 7000}})
-    cases.push_back(
-        {case_name("topk_select_ties_heads", s.heads, "_length", s.length, "_keep", s.keep),
-         [s] { check_topk_select_ties(s.heads, s.length, s.keep); }});
   struct PoolShape {
     int heads, length, kernel;
     bool max_pool;

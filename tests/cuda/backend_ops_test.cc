@@ -71,6 +71,7 @@
 #include "tests/cuda/backend_ops_forward.h"
 #include "tests/cuda/backend_ops_products.h"
 #include "tests/cuda/backend_ops_selection.h"
+#include "tests/cuda/backend_ops_topk.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/cuda/lsh_sampling_check.h"
 
@@ -421,8 +422,9 @@ std::vector<OpCase> statistic_cases() {
 
 std::vector<OpCase> all_cases() {
   std::vector<OpCase> cases;
-  for (auto part : {element_wise_cases(), statistic_cases(), forward_data_cases(), product_cases(),
-                    attention_cases(), selection_cases(), lsh_sampling_cases(), eviction_cases()})
+  for (auto part :
+       {element_wise_cases(), statistic_cases(), forward_data_cases(), product_cases(),
+        attention_cases(), selection_cases(), topk_cases(), lsh_sampling_cases(), eviction_cases()})
     cases.insert(cases.end(), part.begin(), part.end());
   return cases;
 }

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "engine/kv_store.h"
 #include "kernels/cpu/attention.h"
@@ -179,6 +180,30 @@ INSTANTIATE_TEST_SUITE_P(Cases, BinaryPcSelectionTest,
                                                       true},  // budget > prompt
                                            SelectCase{32, 8, 128, 2048, 5, 100, true},
                                            SelectCase{4, 4, 64, 513, 0, 1, true}));
+
+// The 16-bit path keeps a 65,536-bin histogram per list in its workspace, the radix path for f32
+// scores a few KB: a workspace sized for f32 scores handed over with 16-bit keys is refused before
+// any kernel could write past it (runs without a GPU: the check comes first).
+TEST(TopkSelect, RefusesAWorkspaceSizedForOtherKeys) {
+  const int lists = 8, length = 131072;
+  const size_t for_f32 = cuda::topk_select_workspace_bytes(lists, length, cuda::TopkKeys::kF32);
+  const size_t for_u16 = cuda::topk_select_workspace_bytes(lists, length, cuda::TopkKeys::kU16);
+  ASSERT_LT(for_f32, for_u16);
+  int placeholder = 0;  // never dereferenced: the call refuses first
+  cuda::TopkSelectArgs args;
+  args.keys16 = reinterpret_cast<const uint16_t*>(&placeholder);
+  args.key_stride = length;
+  args.n_lists = lists;
+  args.length = length;
+  args.k = 2048;
+  args.indices = &placeholder;
+  args.index_stride = 2048;
+  args.workspace = &placeholder;
+  args.workspace_bytes = for_f32;
+  EXPECT_THROW(cuda::topk_select(args, nullptr), std::invalid_argument);
+  args.workspace_bytes = 0;  // a workspace without its size
+  EXPECT_THROW(cuda::topk_select(args, nullptr), std::invalid_argument);
+}
 
 }  // namespace
 }  // namespace kvb

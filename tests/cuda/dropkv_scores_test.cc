@@ -41,7 +41,7 @@ TEST(DropKvSelection, PoolProtectAndTopKMatchBruteForce) {
     }
     auto d_raw = test::to_device(raw);
     cuda::DeviceBuffer d_pooled(raw.size() * 4), d_kept(heads * keep * 4),
-        workspace(cuda::topk_select_workspace_bytes(heads, length)),
+        workspace(cuda::topk_select_workspace_bytes(heads, length, cuda::TopkKeys::kF32)),
         pool_workspace(cuda::pool_and_protect_workspace_bytes(heads, length, kernel));
     cuda::pool_and_protect(d_raw.as<float>(), d_pooled.as<float>(), heads, length, kernel, max_pool,
                            window, pool_workspace.data(), nullptr);
@@ -54,6 +54,7 @@ TEST(DropKvSelection, PoolProtectAndTopKMatchBruteForce) {
     top.indices = d_kept.as<int32_t>();
     top.index_stride = keep;
     top.workspace = workspace.data();
+    top.workspace_bytes = workspace.bytes();
     cuda::topk_select(top, nullptr);
     std::vector<float> got_pooled(raw.size());
     d_pooled.download(got_pooled.data(), got_pooled.size() * 4);
