@@ -105,94 +105,161 @@ __global__ void __launch_bounds__(kHashThreads) hash_keys_kernel(BinaryHashKeysA
 
 // Scoring on the int8 tensor cores. With h = 1 - 2b (b: the code's bits),
 //   score_a(j) = sum_i p^_{a,i} h_{j,i} = S_a - 2 sum_i p^_{a,i} b_{j,i},   S_a = sum_i p^_{a,i},
-// a product of 0/1 bytes with the quantised query (|p^| <= 127), exact in int32: the integers of
-// the CPU twin's popcount form. That form took 14 POPC per key and head, a quarter-rate
-// instruction on sm_90, and ran several times longer than reading the codes; this one is bound by
-// the integer ALU that builds the A fragments (measured: results/gpu-kernel-tuning.md §5.1).
-// An m16n8k32 takes 16 keys as rows and the group's query heads as columns; two cover 64 bits.
-// The order of k is free as long as A and B agree: byte i of lane t's a0 is code bit 8i + t (of
-// a2, bit 8i + t + 4), so every A register is one shift and one AND of a code word.
-// Each block walks batches of kScoreKeysPerBlock keys (the grid is one wave of resident blocks),
-// loading the next batch's codes while it scores the current one.
-// Tried and dropped: rows g / g + 8 as keys 2g / 2g + 1 with both biased scores packed in one
-// register (16x2 max, one 32-bit store per pair): more instructions, slower (§5.2 there).
-constexpr int kScoreWarps = 8;
-constexpr int kScoreTilesPerWarp = 8;  // 16-key row tiles per warp and batch
-constexpr int kScoreKeysPerBlock = kScoreWarps * kScoreTilesPerWarp * 16;
-
-__device__ __forceinline__ uint32_t bit_bytes(uint32_t word, int shift) {
-  return (word >> shift) & 0x01010101u;
-}
+// a product of code bits with the quantised query (|p^| <= 127), exact in int32: the integers of
+// the CPU twin's popcount form, which took 14 POPC per key and head, a quarter-rate instruction on
+// sm_90 (results/gpu-kernel-tuning.md §5.1). An m16n8k32 takes 16 keys as rows and the group's
+// query heads as columns; two cover 64 bits. The order of k is free as long as A and B agree: byte
+// i of lane t's a0 is code bit 8i + t (of a2, bit 8i + t + 4).
+//
+// The work: one block of kScoreWarps warps per SM (a one-wave grid), so the query side below, the
+// same for every block of a slot, runs once per SM rather than once per resident block. Each warp
+// streams its own stages of kStageKeys keys through a ring of kScoreStages in shared memory
+// (cp.async in 16-byte chunks, or 8 on a row that starts 8 bytes off): the bytes in flight are set
+// by the ring depth, not by registers, each code crosses from memory once, and a quad's four lanes
+// read their tile row pair with one 16-byte shared load. The first kScoreStages - 1 stages are
+// requested before the PDL wait, so they arrive while the queries are projected. A stage's keys
+// are staged in shared memory and leave as 16-byte stores. These choices await measurement on the
+// GPU (results/gpu-kernel-tuning.md §5 has the figures of the kernel they replace).
+// Tried and dropped earlier: both rows' biased scores packed in one register for a 32-bit global
+// store per pair: more instructions (§5.2 there).
+constexpr int kScoreWarps = 16;
+constexpr int kScoreThreads = kScoreWarps * 32;
+constexpr int kStageKeys = 128;  // keys per warp and stage: 8 tiles of 16
+constexpr int kStageTiles = kStageKeys / 16;
+constexpr int kStageWords = kStageKeys / 32;  // forced-mask words per stage
+constexpr int kScoreStages = 6;               // 5 stages in flight while one is scored
+constexpr int kBlockStageKeys = kScoreWarps * kStageKeys;
+constexpr int kKeyShiftSlack = 8;  // a key row's start may sit up to 7 keys past a 16-byte line
+constexpr int kMaxScoreGroup = 8;
 
 // B fragments of the group in shared memory: the word of (head a, code half w, k half, lane t)
 // holds p^ at bits 32w + 8i + t + 4 half in its bytes i; and each head's S in two halves.
-constexpr int kMaxScoreGroup = 8;
 struct ScoreQueries {
   uint32_t words[kMaxScoreGroup * 2 * 2 * 4];
   int half_totals[kMaxScoreGroup * 2];
 };
 
-// The query side: every score block derives its slot's quantised queries from q and P itself
-// (kernels/cpu/binary_hash.cc's binary_pack_queries, bit for bit) instead of reading them from a
-// kernel of their own: that kernel cost a launch boundary per layer (its grid of one block per
-// slot, its drain, the PDL wait behind it; its column in results/gpu-sparse-decode.md), where this
-// prologue is a few L2 reads and a short computation. The copy of P (L2 reads) is issued before
-// the PDL wait; after it come q's load and 64 x G chains of d dependent f64 multiply-adds, which
-// keep the CPU's summation order and so give p as the same float.
-// Thread (bit i, heads 4s .. 4s + 3) of the first 64 ceil(G / 4) threads runs the chains of its
-// bit and converts each element of P[i] to f64 once for up to four heads. Spreading the heads over
-// all the block's threads would shorten no chain and would convert every element (a slower
-// instruction than the multiply-add) and read it from shared memory once per head.
+// Everything a score block keeps in shared memory (dynamic: ~175 KB at D = 128).
+// The query side: thread (bit i, heads 2s, 2s + 1) of the first 64 ceil(G / 2) threads runs the
+// f64 chains of its bit; P is converted to f64 once per block, by all threads, so the chains read
+// no f32 and each P element is converted once rather than once per head set.
 template <int D, int G>
-struct QueryStage {
-  static constexpr int kHeadSets = (G + 3) / 4;  // one thread per bit and set of four heads
-  static constexpr int kHeadsPerThread = G < 4 ? G : 4;
-  static constexpr int kRow = 4 * kHeadSets;        // q's heads per dimension, zero from G on
-  alignas(16) float projection[kSignCodeBits * D];  // at projection_chunk
-  alignas(16) double q[D * kRow];                   // [t][a]
-  float largest[2 * kHeadSets];                     // max |p| of each projecting warp
+struct ScoreShared {
+  static constexpr int kHeadSets = (G + 1) / 2;
+  static constexpr int kHeadsPerThread = G < 2 ? G : 2;
+  static constexpr int kRow = 2 * kHeadSets;  // q's heads per dimension, zero from G on
+  static constexpr int kProjectingWarps = 2 * kHeadSets;
+  alignas(16) double projection[kSignCodeBits * D];  // at projection_pair
+  alignas(16) double q[D * kRow];                    // [t][a]
+  alignas(16) uint4 codes[kScoreWarps][kScoreStages][kStageKeys / 2];
+  alignas(16) uint32_t forced[kScoreWarps][kScoreStages][kStageWords];
+  alignas(16) uint16_t keys[kScoreWarps][kStageKeys + kKeyShiftSlack];
+  float largest[kProjectingWarps];  // max |p| of each projecting warp
+  ScoreQueries queries;
 };
 
-// Row i's 16-byte chunk c is stored as chunk c ^ (i % 8) of the row, so that the eight rows of a
-// quarter warp reading chunk c at once touch eight different groups of four banks.
+// P's 64 x D floats as D / 32 float4 per thread, loaded before the PDL wait (P is written before
+// decoding starts) and converted after it while the queries are in flight.
 template <int D>
-__device__ __forceinline__ int projection_chunk(int row, int chunk) {
-  return row * D + ((chunk ^ (row % 8)) << 2);
+struct ProjectionSlice {
+  static constexpr int kVectors = kSignCodeBits * D / 4 / kScoreThreads;
+  float4 v[kVectors];
+};
+
+template <int D>
+__device__ __forceinline__ ProjectionSlice<D> load_projection(const float* projection) {
+  ProjectionSlice<D> slice;
+  const float4* vectors = reinterpret_cast<const float4*>(projection);
+#pragma unroll
+  for (int i = 0; i < ProjectionSlice<D>::kVectors; ++i)
+    slice.v[i] = vectors[threadIdx.x + i * kScoreThreads];
+  return slice;
+}
+
+// Row i's 16-byte pair c (dimensions 2c, 2c + 1) is stored as pair c ^ (i % 8) of the row, so
+// that the eight rows of a quarter warp reading pair c at once touch eight different groups of
+// four banks.
+template <int D>
+__device__ __forceinline__ int projection_pair(int row, int pair) {
+  return row * D + ((pair ^ (row % 8)) << 1);
+}
+
+// f32 -> f64 is exact, so P in f64 holds the values the CPU twin promotes.
+template <int D, int G>
+__device__ __forceinline__ void store_projection(const ProjectionSlice<D>& slice,
+                                                 ScoreShared<D, G>& shared) {
+  constexpr int kVectorsPerRow = D / 4;
+#pragma unroll
+  for (int i = 0; i < ProjectionSlice<D>::kVectors; ++i) {
+    const int n = threadIdx.x + i * kScoreThreads;
+    const int row = n / kVectorsPerRow, pair = 2 * (n % kVectorsPerRow);
+    const float4 v = slice.v[i];
+    *reinterpret_cast<double2*>(shared.projection + projection_pair<D>(row, pair)) =
+        make_double2(v.x, v.y);
+    *reinterpret_cast<double2*>(shared.projection + projection_pair<D>(row, pair + 1)) =
+        make_double2(v.z, v.w);
+  }
+}
+
+// A 2-byte load issued where it is written (launch.cuh's load_now): the queries' round trip then
+// overlaps P's conversion instead of following it.
+__device__ __forceinline__ unsigned short load_bits_now(const __nv_bfloat16* address) {
+  unsigned short bits;
+  asm volatile("ld.global.u16 %0, [%1];" : "=h"(bits) : "l"(address));
+  return bits;
+}
+
+// The group's queries (G x D bf16) in chunks of 8 dimensions, chunk n = head n / (D / 8): one
+// chunk per thread, as 2-byte loads (a query row need not be 16-byte aligned).
+struct QueryChunk {
+  unsigned short bits[8];
+};
+
+template <int D, int G>
+__device__ __forceinline__ QueryChunk load_query_chunk(const __nv_bfloat16* q) {
+  QueryChunk chunk{};
+  if (threadIdx.x < G * D / 8) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) chunk.bits[e] = load_bits_now(q + 8 * threadIdx.x + e);
+  }
+  return chunk;
 }
 
 template <int D, int G>
-__device__ __forceinline__ void copy_projection(const float* projection, QueryStage<D, G>& stage) {
-  constexpr int kChunksPerRow = D / 4;
-  for (int n = threadIdx.x; n < kSignCodeBits * kChunksPerRow; n += kScoreWarps * 32)
-    cp_async_16(stage.projection + projection_chunk<D>(n / kChunksPerRow, n % kChunksPerRow),
-                projection + 4 * n, true);
-  cp_async_commit();
+__device__ __forceinline__ void store_query_chunk(const QueryChunk& chunk,
+                                                  ScoreShared<D, G>& shared) {
+  using Shared = ScoreShared<D, G>;
+  if (threadIdx.x >= Shared::kRow * D / 8) return;
+  const int a = threadIdx.x / (D / 8), first = 8 * (threadIdx.x % (D / 8));
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+    shared.q[(first + e) * Shared::kRow + a] =
+        a < G ? double(__bfloat162float(__ushort_as_bfloat16(chunk.bits[e]))) : 0.0;
 }
 
-// p = P[bit] . q_a of heads first .. first + kHeadsPerThread - 1: f64 sums of exact products
-// (f32 x bf16 fits a double's significand, so a fused multiply-add rounds as a multiply and an
-// add) in index order, as the CPU twin's exact_dot.
+// p = P[bit] . q_a of heads first, first + 1: f64 sums of exact products (f32 x bf16 fits a
+// double's significand, so the fused multiply-add rounds as a multiply and an add) in index
+// order, as the CPU twin's exact_dot.
 template <int D, int G>
-__device__ __forceinline__ void project(const QueryStage<D, G>& stage, int bit, int first,
-                                        float (&p)[QueryStage<D, G>::kHeadsPerThread]) {
-  using Stage = QueryStage<D, G>;
-  double sum[Stage::kHeadsPerThread];
+__device__ __forceinline__ void project(const ScoreShared<D, G>& shared, int bit, int first,
+                                        float (&p)[ScoreShared<D, G>::kHeadsPerThread]) {
+  using Shared = ScoreShared<D, G>;
+  double sum[Shared::kHeadsPerThread];
 #pragma unroll
-  for (int a = 0; a < Stage::kHeadsPerThread; ++a) sum[a] = 0.0;
-#pragma unroll 2
-  for (int chunk = 0; chunk < D / 4; ++chunk) {
-    const float4 row =
-        *reinterpret_cast<const float4*>(stage.projection + projection_chunk<D>(bit, chunk));
-    const float values[4] = {row.x, row.y, row.z, row.w};
+  for (int a = 0; a < Shared::kHeadsPerThread; ++a) sum[a] = 0.0;
+#pragma unroll 4
+  for (int pair = 0; pair < D / 2; ++pair) {
+    const double2 row =
+        *reinterpret_cast<const double2*>(shared.projection + projection_pair<D>(bit, pair));
+    const double* q = shared.q + 2 * pair * Shared::kRow + first;
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const double* q = stage.q + (4 * chunk + u) * Stage::kRow + first;
+    for (int a = 0; a < Shared::kHeadsPerThread; ++a) sum[a] = fma(q[a], row.x, sum[a]);
 #pragma unroll
-      for (int a = 0; a < Stage::kHeadsPerThread; ++a) sum[a] += q[a] * double(values[u]);
-    }
+    for (int a = 0; a < Shared::kHeadsPerThread; ++a)
+      sum[a] = fma(q[Shared::kRow + a], row.y, sum[a]);
   }
 #pragma unroll
-  for (int a = 0; a < Stage::kHeadsPerThread; ++a) p[a] = static_cast<float>(sum[a]);
+  for (int a = 0; a < Shared::kHeadsPerThread; ++a) p[a] = static_cast<float>(sum[a]);
 }
 
 // Algorithm 3 step 2 as the PyTorch path and the CPU twin's quantize_query_group: one scale
@@ -215,79 +282,39 @@ __device__ __forceinline__ void stage_query_value(ScoreQueries& out, int a, int 
   if (r == 0) out.half_totals[a * 2 + w] = sum;
 }
 
-// After the wait: the group's queries (q: [G, D] bf16), their projections, the group's largest
-// |p| (warp shuffles, then one value per projecting warp), the B fragments.
+// With P and q in shared memory: the projections, the group's largest |p| (warp shuffles, then one
+// value per projecting warp), the B fragments.
 template <int D, int G>
-__device__ void stage_queries(const __nv_bfloat16* q, QueryStage<D, G>& stage, ScoreQueries& out) {
-  using Stage = QueryStage<D, G>;
-  for (int n = threadIdx.x; n < Stage::kRow * D; n += kScoreWarps * 32) {
-    const int a = n / D;
-    stage.q[(n % D) * Stage::kRow + a] = a < G ? double(__bfloat162float(q[n])) : 0.0;
-  }
-  cp_async_wait<0>();  // this thread's chunks of P
-  __syncthreads();
-  const bool projecting = threadIdx.x < kSignCodeBits * Stage::kHeadSets;  // whole warps
-  const int bit = threadIdx.x % kSignCodeBits, first = 4 * (threadIdx.x / kSignCodeBits);
-  float p[Stage::kHeadsPerThread];
+__device__ void stage_queries(ScoreShared<D, G>& shared) {
+  using Shared = ScoreShared<D, G>;
+  const bool projecting = threadIdx.x < kSignCodeBits * Shared::kHeadSets;  // whole warps
+  const int bit = threadIdx.x % kSignCodeBits, first = 2 * (threadIdx.x / kSignCodeBits);
+  float p[Shared::kHeadsPerThread];
   if (projecting) {
-    project<D, G>(stage, bit, first, p);
+    project<D, G>(shared, bit, first, p);
     float largest = 0.f;  // heads past G project to 0
 #pragma unroll
-    for (int a = 0; a < Stage::kHeadsPerThread; ++a) largest = fmaxf(largest, fabsf(p[a]));
+    for (int a = 0; a < Shared::kHeadsPerThread; ++a) largest = fmaxf(largest, fabsf(p[a]));
     for (int off = 16; off > 0; off /= 2)
       largest = fmaxf(largest, __shfl_xor_sync(kFullMask, largest, off));
-    if (threadIdx.x % 32 == 0) stage.largest[threadIdx.x / 32] = largest;
+    if (threadIdx.x % 32 == 0) shared.largest[threadIdx.x / 32] = largest;
   }
   __syncthreads();
   if (projecting) {
     float largest = 0.f;
-    for (int w = 0; w < 2 * Stage::kHeadSets; ++w) largest = fmaxf(largest, stage.largest[w]);
+    for (int w = 0; w < Shared::kProjectingWarps; ++w) largest = fmaxf(largest, shared.largest[w]);
     const float scale = query_scale(largest);
 #pragma unroll
-    for (int a = 0; a < Stage::kHeadsPerThread; ++a)
-      if (first + a < G) stage_query_value(out, first + a, bit, quantize_projected(p[a], scale));
+    for (int a = 0; a < Shared::kHeadsPerThread; ++a)
+      if (first + a < G)
+        stage_query_value(shared.queries, first + a, bit, quantize_projected(p[a], scale));
   }
   __syncthreads();
 }
 
-// One warp's share of a batch: tile r holds keys first + 16 r (row g) and + 8 (row g + 8); lanes
-// t = 0 and 1 of each quad write those two, and `forced` bit r says whether this lane's is forced.
-struct WarpCodes {
-  uint2 code[kScoreTilesPerWarp][2];
-  uint32_t forced;
-};
-
-// kChecked: some keys of the batch lie past the length (the last batch); the others need no test.
-template <bool kChecked>
-__device__ __forceinline__ WarpCodes load_codes(const BinaryScoreKeysArgs& args, const uint2* codes,
-                                                const uint32_t* mask, int first, int t) {
-  WarpCodes out;
-  out.forced = 0;
-#pragma unroll
-  for (int r = 0; r < kScoreTilesPerWarp; ++r) {
-#pragma unroll
-    for (int row = 0; row < 2; ++row) {
-      const int j = first + 16 * r + 8 * row;
-      out.code[r][row] = !kChecked || j < args.length ? codes[j] : make_uint2(0, 0);
-    }
-    const int mine = first + 16 * r + 8 * (t & 1);
-    const uint32_t word = mask && (!kChecked || mine < args.length) ? mask[mine / 32] : 0u;
-    out.forced |= (((word >> (mine % 32)) & 1u) | uint32_t(mine < args.sink_tokens)) << r;
-  }
-  return out;
-}
-
-__device__ __forceinline__ WarpCodes load_batch(const BinaryScoreKeysArgs& args, const uint2* codes,
-                                                const uint32_t* mask, int batch, int warp_offset,
-                                                int t) {
-  const int first = batch * kScoreKeysPerBlock + warp_offset;
-  return (batch + 1) * kScoreKeysPerBlock <= args.length
-             ? load_codes<false>(args, codes, mask, first, t)
-             : load_codes<true>(args, codes, mask, first, t);
-}
-
-// The query side of one lane: B fragments (b0, b1 for the low code word, then the high one) and S
-// of accumulator columns 2t and 2t + 1 (a column past the group gets a total that never wins).
+// The query side of one lane: B fragments (b0, b1 for the low code word, then the high one) and
+// S + kSignCodeScoreOffset of accumulator columns 2t and 2t + 1 (a column past the group gets a
+// total that never wins).
 struct LaneQueries {
   uint32_t b[4];
   int total[2];
@@ -302,65 +329,228 @@ __device__ __forceinline__ LaneQueries lane_queries(const ScoreQueries& queries,
   for (int c = 0; c < 2; ++c) {
     const int a = 2 * t + c;
     out.total[c] =
-        a < G ? queries.half_totals[2 * a] + queries.half_totals[2 * a + 1] : INT_MIN / 4;
+        a < G ? queries.half_totals[2 * a] + queries.half_totals[2 * a + 1] + kSignCodeScoreOffset
+              : INT_MIN / 4;
   }
   return out;
 }
 
-template <int G>
-__device__ __forceinline__ void score_tiles(const BinaryScoreKeysArgs& args, const WarpCodes& in,
-                                            const LaneQueries& q, int first, int t,
-                                            uint16_t* keys) {
-#pragma unroll
-  for (int r = 0; r < kScoreTilesPerWarp; ++r) {
-    int acc[4] = {0, 0, 0, 0};
-    const uint2 top = in.code[r][0], bottom = in.code[r][1];
-    mma_s8(acc, bit_bytes(top.x, t), bit_bytes(bottom.x, t), bit_bytes(top.x, t + 4),
-           bit_bytes(bottom.x, t + 4), q.b[0], q.b[1]);
-    mma_s8(acc, bit_bytes(top.y, t), bit_bytes(bottom.y, t), bit_bytes(top.y, t + 4),
-           bit_bytes(bottom.y, t + 4), q.b[2], q.b[3]);
-    int best[2];  // rows g and g + 8
-#pragma unroll
-    for (int row = 0; row < 2; ++row) {
-      best[row] = max(q.total[0] - 2 * acc[2 * row], q.total[1] - 2 * acc[2 * row + 1]);
-      best[row] = max(best[row], __shfl_xor_sync(kFullMask, best[row], 1));
-      if constexpr (G > 4) best[row] = max(best[row], __shfl_xor_sync(kFullMask, best[row], 2));
+// One warp's walk: stage s covers keys first_key(s) .. + kStageKeys - 1 of its slot; the grid's
+// warps take consecutive stages in turn.
+struct WarpStream {
+  const uint64_t* codes;  // the slot's rows
+  const uint32_t* mask;   // null: no forced tokens
+  uint16_t* keys;
+  int length, sink_tokens;
+  int key_shift;       // keys from the key row's start back to a 16-byte boundary
+  bool codes_aligned;  // the code row starts on a 16-byte boundary
+  int warp_index, warp_count;
+  __device__ int64_t first_key(int stage) const {
+    return (int64_t(stage) * warp_count + warp_index) * kStageKeys;
+  }
+};
+
+__device__ __forceinline__ WarpStream warp_stream(const BinaryScoreKeysArgs& args, int slot,
+                                                  int warp) {
+  WarpStream s;
+  s.codes = args.codes + slot * args.code_slot_stride;
+  s.mask = args.forced_mask ? args.forced_mask + slot * args.mask_slot_stride : nullptr;
+  s.keys = args.keys + slot * args.key_slot_stride;
+  s.length = args.length;
+  s.sink_tokens = args.sink_tokens;
+  s.key_shift = int((reinterpret_cast<uintptr_t>(s.keys) / sizeof(uint16_t)) % 8);
+  s.codes_aligned = reinterpret_cast<uintptr_t>(s.codes) % 16 == 0;
+  s.warp_index = blockIdx.x * kScoreWarps + warp;
+  s.warp_count = gridDim.x * kScoreWarps;
+  return s;
+}
+
+// One warp's share of the shared memory: its ring of stages and its staged keys.
+struct WarpRing {
+  uint4* codes;      // [kScoreStages][kStageKeys / 2]: keys 2c, 2c + 1 in entry c
+  uint32_t* forced;  // [kScoreStages][kStageWords]
+  uint16_t* keys;    // kStageKeys + kKeyShiftSlack
+};
+
+template <int D, int G>
+__device__ __forceinline__ WarpRing warp_ring(ScoreShared<D, G>& shared, int warp) {
+  return {shared.codes[warp][0], shared.forced[warp][0], shared.keys[warp]};
+}
+
+// Copies stage `stage`'s codes and mask words into ring entry stage % kScoreStages (zeros past
+// the length; nothing past the end of the walk) and commits them as one cp.async group, empty
+// or not, so that every thread counts the same groups.
+__device__ __forceinline__ void request_stage(const WarpStream& s, const WarpRing& ring, int stage,
+                                              int lane) {
+  const int64_t first = s.first_key(stage);
+  if (first < s.length) {
+    const int entry = stage % kScoreStages;
+    uint4* codes = ring.codes + entry * (kStageKeys / 2);
+    const int left = int(min(int64_t(kStageKeys), s.length - first));
+    if (s.codes_aligned) {
+      for (int c = lane; c < kStageKeys / 2; c += 32) {
+        const int keys = min(max(left - 2 * c, 0), 2);
+        cp_async_16_bytes(codes + c, s.codes + (keys > 0 ? first + 2 * c : 0), 8 * keys);
+      }
+    } else {
+      uint2* halves = reinterpret_cast<uint2*>(codes);
+      for (int k = lane; k < kStageKeys; k += 32)
+        cp_async_small<8>(halves + k, s.codes + (k < left ? first + k : 0), k < left);
     }
-    const int j = first + 16 * r + 8 * t;
-    if (t < 2 && j < args.length)
-      keys[j] = (in.forced >> r) & 1u
-                    ? kSignCodeForced
-                    : static_cast<uint16_t>((t == 0 ? best[0] : best[1]) + kSignCodeScoreOffset);
+    if (s.mask && lane < kStageWords) {
+      const bool valid = 32 * lane < left;
+      cp_async_small<4>(ring.forced + entry * kStageWords + lane,
+                        s.mask + (valid ? first / 32 + lane : 0), valid);
+    }
+  }
+  cp_async_commit();
+}
+
+// The stage's forced bits: the EAS mask's words, and the sinks among its keys.
+__device__ __forceinline__ void stage_forced_bits(const WarpStream& s, const WarpRing& ring,
+                                                  int stage, uint32_t (&bits)[kStageWords]) {
+  const uint4 words =
+      s.mask ? *reinterpret_cast<const uint4*>(ring.forced + (stage % kScoreStages) * kStageWords)
+             : make_uint4(0, 0, 0, 0);
+  bits[0] = words.x;
+  bits[1] = words.y;
+  bits[2] = words.z;
+  bits[3] = words.w;
+  const int64_t first = s.first_key(stage);
+  if (first < s.sink_tokens) {
+#pragma unroll
+    for (int w = 0; w < kStageWords; ++w) {
+      const int64_t sinks = s.sink_tokens - (first + 32 * w);
+      bits[w] |= sinks >= 32 ? ~0u : sinks > 0 ? (1u << sinks) - 1 : 0u;
+    }
+  }
+}
+
+// Bits 8i + s of a code word as bytes i of 0 or 0xFF (-1 as s8), with `lift` = 2^(7 - s): the
+// multiply moves bit 8i + s to bit 7 of byte i (a shift on the multiply-add pipe, leaving the
+// integer ALU pipe, which the masks, maxima and selects need, to them), and prmt replicates
+// each byte's top bit. Both in asm: the compiler would turn a multiply by 1 << n back into a
+// shift.
+__device__ __forceinline__ uint32_t bit_bytes(uint32_t word, uint32_t lift) {
+  uint32_t moved, bytes;
+  asm("mul.lo.u32 %0, %1, %2;" : "=r"(moved) : "r"(word), "r"(lift));
+  asm("prmt.b32 %0, %1, 0, 0xBA98;" : "=r"(bytes) : "r"(moved));
+  return bytes;
+}
+
+// A tile's two rows, max over this lane's columns 2t and 2t + 1: row g (key 2g of the tile,
+// written by lane t = 0) and row g + 8 (key 2g + 1, lane t = 1). With A = -b, column c holds
+// S_c + offset + 2 acc_c.
+struct TileRows {
+  int top, bottom;
+};
+
+__device__ __forceinline__ TileRows tile_rows(const uint4& pair, const LaneQueries& q,
+                                              uint32_t lift_low, uint32_t lift_high) {
+  int acc[4] = {0, 0, 0, 0};
+  mma_s8(acc, bit_bytes(pair.x, lift_low), bit_bytes(pair.z, lift_low),
+         bit_bytes(pair.x, lift_high), bit_bytes(pair.z, lift_high), q.b[0], q.b[1]);
+  mma_s8(acc, bit_bytes(pair.y, lift_low), bit_bytes(pair.w, lift_low),
+         bit_bytes(pair.y, lift_high), bit_bytes(pair.w, lift_high), q.b[2], q.b[3]);
+  return {max(q.total[0] + 2 * acc[0], q.total[1] + 2 * acc[1]),
+          max(q.total[0] + 2 * acc[2], q.total[1] + 2 * acc[3])};
+}
+
+// The best over the group of this lane's key: lanes t and t ^ 1 trade the row the other one
+// writes; above four heads, t and t ^ 2 first fold their columns.
+template <int G>
+__device__ __forceinline__ int group_best(TileRows rows, int t) {
+  if constexpr (G > 4) {
+    rows.top = max(rows.top, __shfl_xor_sync(kFullMask, rows.top, 2));
+    rows.bottom = max(rows.bottom, __shfl_xor_sync(kFullMask, rows.bottom, 2));
+  }
+  const bool odd = t & 1;
+  const int mine = odd ? rows.bottom : rows.top, theirs = odd ? rows.top : rows.bottom;
+  return max(mine, __shfl_xor_sync(kFullMask, theirs, 1));
+}
+
+// The stage's 8 tiles: tile r holds keys 16r + 2g (row g) and 16r + 2g + 1 (row g + 8), one
+// 16-byte shared load per lane; each key's 16-bit value goes to staged[16r + 2g + t]. The tiles'
+// products come first and the shuffles after them, so that the products of different tiles can
+// overlap (a shuffle ends the compiler's scheduling block: its divergence check branches).
+template <int G>
+__device__ __forceinline__ void score_stage(const uint4* codes,
+                                            const uint32_t (&forced)[kStageWords],
+                                            const LaneQueries& q, int g, int t, uint16_t* staged) {
+  const uint32_t lift_low = 1u << (7 - t), lift_high = 1u << (3 - t);
+  TileRows rows[kStageTiles];
+#pragma unroll
+  for (int r = 0; r < kStageTiles; ++r)
+    rows[r] = tile_rows(codes[8 * r + g], q, lift_low, lift_high);
+  int best[kStageTiles];
+#pragma unroll
+  for (int r = 0; r < kStageTiles; ++r) best[r] = group_best<G>(rows[r], t);
+  if (t >= 2) return;
+  const uint32_t my_bit = 1u << (2 * g + t);  // in the word of tile r: << 16 for odd r
+#pragma unroll
+  for (int r = 0; r < kStageTiles; ++r)
+    staged[16 * r + 2 * g + t] = forced[r / 2] & (r % 2 ? my_bit << 16 : my_bit)
+                                     ? kSignCodeForced
+                                     : static_cast<uint16_t>(best[r]);
+}
+
+// The stage's `count` keys from staged[shift + k] (key first + k) to the row: lane c writes the
+// row's 16-byte line c, whose keys sit at staged[8c .. 8c + 7], in one store when the whole line
+// belongs to the stage, key by key at the stage's two ends.
+__device__ __forceinline__ void write_stage_keys(const WarpStream& s, const uint16_t* staged,
+                                                 int64_t first, int lane) {
+  const int count = int(min(int64_t(kStageKeys), s.length - first));
+  const int begin = max(8 * lane, s.key_shift), end = min(8 * lane + 8, s.key_shift + count);
+  if (begin >= end) return;
+  const int64_t line = first - s.key_shift;  // staged[e] -> keys[line + e], e >= key_shift
+  if (begin == 8 * lane && end == 8 * lane + 8)
+    *reinterpret_cast<uint4*>(s.keys + line + begin) =
+        *reinterpret_cast<const uint4*>(staged + begin);
+  else
+    for (int e = begin; e < end; ++e) s.keys[line + e] = staged[e];
+}
+
+// The warp's stages after the query side: wait for the oldest, refill the entry scored last time,
+// score, write.
+template <int G>
+__device__ void stream_stages(const WarpStream& s, const WarpRing& ring, const LaneQueries& q,
+                              int lane) {
+  const int g = lane / 4, t = lane % 4;
+  for (int stage = 0; s.first_key(stage) < s.length; ++stage) {
+    cp_async_wait<kScoreStages - 2>();  // this lane's copies of `stage`
+    __syncwarp();                       // every lane's, and the last stage's keys written
+    request_stage(s, ring, stage + kScoreStages - 1, lane);
+    uint32_t forced[kStageWords];
+    stage_forced_bits(s, ring, stage, forced);
+    score_stage<G>(ring.codes + (stage % kScoreStages) * (kStageKeys / 2), forced, q, g, t,
+                   ring.keys + s.key_shift);
+    __syncwarp();
+    write_stage_keys(s, ring.keys, s.first_key(stage), lane);
   }
 }
 
 template <int D, int G>
-__global__ void __launch_bounds__(kScoreWarps * 32) score_keys_kernel(BinaryScoreKeysArgs args) {
-  __shared__ QueryStage<D, G> stage;
-  __shared__ ScoreQueries queries;
+__global__ void __launch_bounds__(kScoreThreads, 1) score_keys_kernel(BinaryScoreKeysArgs args) {
+  extern __shared__ __align__(16) unsigned char score_shared[];
+  auto& shared = *reinterpret_cast<ScoreShared<D, G>*>(score_shared);
   const int slot = blockIdx.y;
   const int b = slot / args.n_kv_heads, h = slot % args.n_kv_heads;
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int warp_offset = (threadIdx.x / 32) * kScoreTilesPerWarp * 16 + g;
-  const int batches = (args.length + kScoreKeysPerBlock - 1) / kScoreKeysPerBlock;
-  // P, the codes and the EAS mask are fixed during decoding: loaded before waiting for the queries.
-  copy_projection<D, G>(args.projection + int64_t(slot) * kSignCodeBits * D, stage);
-  const uint2* codes = reinterpret_cast<const uint2*>(args.codes + slot * args.code_slot_stride);
-  const uint32_t* mask =
-      args.forced_mask ? args.forced_mask + slot * args.mask_slot_stride : nullptr;
-  WarpCodes current = load_batch(args, codes, mask, blockIdx.x, warp_offset, t);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const WarpStream stream = warp_stream(args, slot, warp);
+  const WarpRing ring = warp_ring(shared, warp);
+  // P, the codes and the EAS mask are fixed during decoding: requested before the wait.
+  const ProjectionSlice<D> projection =
+      load_projection<D>(args.projection + int64_t(slot) * kSignCodeBits * D);
+  for (int stage = 0; stage < kScoreStages - 1; ++stage) request_stage(stream, ring, stage, lane);
   wait_for_predecessor();
   allow_successor_launch();
-  stage_queries<D, G>(args.q + b * args.q_seq_stride + int64_t(h) * G * D, stage, queries);
-  const LaneQueries q = lane_queries<G>(queries, g, t);
-  uint16_t* keys = args.keys + slot * args.key_slot_stride;
-  for (int batch = blockIdx.x; batch < batches; batch += gridDim.x) {
-    WarpCodes upcoming;
-    if (batch + gridDim.x < batches)
-      upcoming = load_batch(args, codes, mask, batch + gridDim.x, warp_offset, t);
-    score_tiles<G>(args, current, q, batch * kScoreKeysPerBlock + warp_offset, t, keys);
-    current = upcoming;
-  }
+  const QueryChunk query =
+      load_query_chunk<D, G>(args.q + b * args.q_seq_stride + int64_t(h) * G * D);
+  store_projection(projection, shared);
+  store_query_chunk(query, shared);
+  __syncthreads();
+  stage_queries(shared);
+  stream_stages<G>(stream, ring, lane_queries<G>(shared.queries, lane / 4, lane % 4), lane);
 }
 
 __global__ void mark_tokens_kernel(const int32_t* indices, int64_t index_stride, int count,
@@ -382,14 +572,15 @@ void launch_hash(const BinaryHashKeysArgs& args, cudaStream_t stream) {
 
 template <int D, int G>
 void launch_score(const BinaryScoreKeysArgs& args, cudaStream_t stream) {
+  constexpr size_t kShared = sizeof(ScoreShared<D, G>);
   static thread_local const int resident =
-      resident_blocks_per_sm(score_keys_kernel<D, G>, kScoreWarps * 32, 0, "score_keys_kernel") *
+      resident_blocks_per_sm(score_keys_kernel<D, G>, kScoreThreads, kShared, "score_keys_kernel") *
       device_info().sm_count;
   const int slots = args.batch * args.n_kv_heads;
-  const int batches = (args.length + kScoreKeysPerBlock - 1) / kScoreKeysPerBlock;
-  const dim3 grid(std::min(batches, std::max(1, resident / slots)), slots);
-  launch_overlapped(score_keys_kernel<D, G>, grid, kScoreWarps * 32, 0, stream, "score_keys_kernel",
-                    args);
+  const int steps = (args.length + kBlockStageKeys - 1) / kBlockStageKeys;
+  const dim3 grid(std::min(steps, std::max(1, resident / slots)), slots);
+  launch_overlapped(score_keys_kernel<D, G>, grid, kScoreThreads, kShared, stream,
+                    "score_keys_kernel", args);
 }
 
 // The kernel of GQA group `group` (G .. kMaxScoreGroup) at head dimension D.

@@ -56,7 +56,7 @@ void binary_hash_keys(const BinaryHashKeysArgs& args, cudaStream_t stream);
 // stored as score + 32768; tokens flagged in `forced_mask` (bit j % 32 of word j / 32) and the
 // first `sink_tokens` tokens get kSignCodeForced instead.
 struct BinaryScoreKeysArgs {
-  const float* projection = nullptr;  // as in BinaryHashKeysArgs, 16-byte aligned (cp.async)
+  const float* projection = nullptr;  // as in BinaryHashKeysArgs, 16-byte aligned (float4 loads)
   const __nv_bfloat16* q = nullptr;   // [B, Hq, head_dim] with q_seq_stride between sequences
   int64_t q_seq_stride = 0;
   int head_dim = 0;  // 64 or 128

@@ -35,6 +35,12 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* global, bool
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global),
                "r"(bytes));
 }
+// A 16-byte copy of which only the first `bytes` (0..16) are read; the rest of the 16 are zeroed.
+__device__ __forceinline__ void cp_async_16_bytes(void* smem, const void* global, int bytes) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global),
+               "r"(bytes));
+}
 // A 4- or 8-byte copy into shared memory through L1 (cp.async.ca; 16 bytes: cp_async_16).
 template <int kBytes>
 __device__ __forceinline__ void cp_async_small(void* smem, const void* global, bool valid = true) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/binary_hash.h"
@@ -73,30 +74,48 @@ inline void check_binary_hash_keys(int slots, int length, int d) {
     ASSERT_NEAR(errors[n], expected_error[n], 1e-5f * (1.0f + expected_error[n])) << "token " << n;
 }
 
-// binary_score_keys (the queries packed in each block) against the CPU twin's pack + score, with
-// 3 sinks everywhere and tokens 7, 100 and length - 1 of the last slot forced through the EAS
-// mask.
-// Codes hashed from keys with fitted projections (a few keys exactly zero); or, for long lists,
-// random codes and projection rows (the scores' arithmetic does not depend on where they come
-// from).
-inline void check_binary_score_keys(int batch, int hq, int hkv, int d, int length, bool random) {
-  const int slots = batch * hkv;
-  ScoreInputs in{.batch = batch, .hq = hq, .hkv = hkv, .d = d, .length = length, .sinks = 3};
-  in.forced = {{slots - 1, 7}, {slots - 1, 100}, {slots - 1, length - 1}};
-  in.codes.resize(size_t(slots) * length);
-  if (random) {
+// One backend row of binary_score_keys: `sinks` sinks in every slot, and (with `mask`) tokens 7,
+// 100 and length - 1 of the last slot forced through the EAS mask. Codes hashed from keys with
+// fitted projections (a few keys exactly zero); or, with `random`, random codes and projection
+// rows (the scores' arithmetic does not depend on where they come from). With `gap` > 0 the device
+// rows are longer than the slots (ScoreInputs: codes by gap, mask by a word, keys by gap + 2,
+// queries by gap + 1), so that rows start at every alignment.
+struct ScoreCase {
+  int batch, hq, hkv, d, length;
+  bool random = false;
+  int sinks = 3;
+  bool mask = true;
+  int gap = 0;
+};
+
+// binary_score_keys (the queries packed in each block) against the CPU twin's pack + score.
+inline void check_binary_score_keys(const ScoreCase& c) {
+  const int slots = c.batch * c.hkv;
+  ScoreInputs in{
+      .batch = c.batch, .hq = c.hq, .hkv = c.hkv, .d = c.d, .length = c.length, .sinks = c.sinks};
+  if (c.mask)
+    for (const int token : {7, 100, c.length - 1})
+      if (token < c.length) in.forced.push_back({slots - 1, token});
+  if (c.gap > 0) {
+    in.code_gap = c.gap;
+    in.mask_gap = 1;
+    in.key_gap = c.gap + 2;
+    in.q_gap = c.gap + 1;
+  }
+  in.codes.resize(size_t(slots) * c.length);
+  if (c.random) {
     std::mt19937_64 rng(41);
     for (uint64_t& code : in.codes) code = rng();
-    in.projection = random_bf16_values(size_t(slots) * kBinaryHashBits * d, 42, 1.0f);
+    in.projection = random_bf16_values(size_t(slots) * kBinaryHashBits * c.d, 42, 1.0f);
   } else {
-    const std::vector<float> keys = test_keys(slots, length, d, 21);
-    in.projection = fitted_projections(keys, slots, length, d);
+    const std::vector<float> keys = test_keys(slots, c.length, c.d, 21);
+    in.projection = fitted_projections(keys, slots, c.length, c.d);
     for (int s = 0; s < slots; ++s)
-      kernels::binary_hash_keys(in.projection.data() + int64_t(s) * kBinaryHashBits * d, d,
-                                keys.data() + int64_t(s) * length * d, length,
-                                in.codes.data() + int64_t(s) * length);
+      kernels::binary_hash_keys(in.projection.data() + int64_t(s) * kBinaryHashBits * c.d, c.d,
+                                keys.data() + int64_t(s) * c.length * c.d, c.length,
+                                in.codes.data() + int64_t(s) * c.length);
   }
-  in.q = random_bf16_values(size_t(batch) * hq * d, 22, 2.0f);
+  in.q = random_bf16_values(size_t(c.batch) * c.hq * c.d, 22, 2.0f);
   expect_score_keys_equal(in);
 }
 
@@ -208,28 +227,44 @@ inline std::vector<OpCase> selection_cases() {
     cases.push_back(
         {case_name("binary_hash_keys_slots", s.slots, "_length", s.length, "_d", s.head_dim),
          [s] { check_binary_hash_keys(s.slots, s.length, s.head_dim); }});
-  struct ScoreShape {
-    int batch, hq, hkv, d, length;
-    bool random;
-  };
   // Groups 1 to 8 at both head dimensions (the tensor-core columns past the group must never win;
-  // groups above 4 project in two sets of threads), one to three sequences, lengths off the 16-key
-  // tiles and the 1,024-key blocks; a long list (more 1,024-key batches than resident blocks, each
-  // block walking several with the next one's codes in flight).
-  for (const ScoreShape s :
-       {ScoreShape{3, 4, 4, 64, 333, false}, ScoreShape{2, 2, 2, 128, 1025, false},
-        ScoreShape{2, 4, 2, 64, 1037, false}, ScoreShape{2, 8, 4, 128, 700, false},
-        ScoreShape{1, 6, 2, 64, 130, false}, ScoreShape{1, 9, 3, 64, 777, false},
-        ScoreShape{2, 6, 2, 128, 2049, false}, ScoreShape{1, 12, 3, 128, 5000, false},
-        ScoreShape{2, 8, 2, 64, 3001, false}, ScoreShape{2, 10, 2, 64, 1111, false},
-        ScoreShape{1, 5, 1, 128, 1500, false}, ScoreShape{3, 6, 1, 64, 2500, false},
-        ScoreShape{1, 12, 2, 128, 999, false}, ScoreShape{2, 7, 1, 64, 1030, false},
-        ScoreShape{1, 14, 2, 128, 2100, false}, ScoreShape{1, 16, 2, 64, 1500, false},
-        ScoreShape{2, 16, 2, 128, 4097, false}, ScoreShape{1, 32, 8, 128, 200003, true}})
+  // odd groups project with a padded head, groups above 4 fold four lanes' columns), one to three
+  // sequences, lengths off the 16-key tiles, the 128-key warp stages and the 2,048-key block steps;
+  // a long list (several stages per warp, the ring refilled while it is scored).
+  for (const ScoreCase s :
+       {ScoreCase{3, 4, 4, 64, 333}, ScoreCase{2, 2, 2, 128, 1025}, ScoreCase{2, 4, 2, 64, 1037},
+        ScoreCase{2, 8, 4, 128, 700}, ScoreCase{1, 6, 2, 64, 130}, ScoreCase{1, 9, 3, 64, 777},
+        ScoreCase{2, 6, 2, 128, 2049}, ScoreCase{1, 12, 3, 128, 5000}, ScoreCase{2, 8, 2, 64, 3001},
+        ScoreCase{2, 10, 2, 64, 1111}, ScoreCase{1, 5, 1, 128, 1500}, ScoreCase{3, 6, 1, 64, 2500},
+        ScoreCase{1, 12, 2, 128, 999}, ScoreCase{2, 7, 1, 64, 1030}, ScoreCase{1, 14, 2, 128, 2100},
+        ScoreCase{1, 16, 2, 64, 1500}, ScoreCase{2, 16, 2, 128, 4097},
+        ScoreCase{1, 32, 8, 128, 200003, true}})
+    cases.push_back({case_name("binary_score_keys_batch", s.batch, "_hq", s.hq, "_hkv", s.hkv, "_d",
+                               s.d, "_length", s.length),
+                     [s] { check_binary_score_keys(s); }});
+  // The ends of the walk, each row able to fail on a key left unwritten (the keys start as a value
+  // no score takes), written past its slot's length (the gap rows check it stays untouched) or one
+  // key off (neighbouring random codes score differently):
+  // one key, and one partial tile (15) or one key past a tile (17), the last slot's key forced;
+  // a warp stage one key short (1023: eight stages, the last of 127 keys) and one key over (1025);
+  // a block step that ends inside its sixth warp (2 x 2,048 + 700: warps 0-4 full, warp 5 with 60
+  // keys, warps 6-15 none); 32 slots of 100,003 keys (four blocks per slot on 132 SMs: 12-13 stages
+  // per warp, the 6-entry ring wrapping twice); sinks over more than one stage (150);
+  // no mask at all; rows at every alignment (odd code and key strides, so 16-byte and 8-byte code
+  // copies and every key misalignment; query rows at an odd offset), at groups 3 and 5.
+  for (const ScoreCase s :
+       {ScoreCase{2, 8, 2, 64, 1, true, 0}, ScoreCase{2, 8, 2, 128, 15, true},
+        ScoreCase{2, 6, 2, 64, 17, true}, ScoreCase{1, 32, 8, 128, 1023, true},
+        ScoreCase{1, 32, 8, 128, 1025, true}, ScoreCase{2, 6, 2, 64, 4796},
+        ScoreCase{4, 32, 8, 128, 100003, true}, ScoreCase{2, 7, 1, 64, 1030, false, 150},
+        ScoreCase{1, 14, 2, 128, 2100, false, 3, false},
+        ScoreCase{2, 6, 2, 128, 3001, false, 3, true, 2},
+        ScoreCase{2, 10, 2, 64, 2222, true, 5, true, 3}})
     cases.push_back(
-        {case_name("binary_score_keys_batch", s.batch, "_hq", s.hq, "_hkv", s.hkv, "_d", s.d,
-                   "_length", s.length),
-         [s] { check_binary_score_keys(s.batch, s.hq, s.hkv, s.d, s.length, s.random); }});
+        {case_name("binary_score_keys_walk_batch", s.batch, "_hq", s.hq, "_hkv", s.hkv, "_d", s.d,
+                   "_length", s.length, "_sinks", s.sinks, s.mask ? "" : "_nomask",
+                   s.gap ? "_gap" + std::to_string(s.gap) : std::string()),
+         [s] { check_binary_score_keys(s); }});
   // A partial last page, one page, GQA groups 1 / 3 / 4 / 7.
   for (const PageShape s :
        {PageShape{6, 2, 128, 1000, 40}, PageShape{6, 2, 64, 1000, 40}, PageShape{9, 3, 64, 333, 5},

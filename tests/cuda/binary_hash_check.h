@@ -61,52 +61,74 @@ inline std::vector<QuantizedQuery> cpu_quantized(const std::vector<float>& proje
 
 // One binary_score_keys call on the host side: projections [B * Hkv, 64, d], queries [B, Hq, d]
 // and codes [B * Hkv, length]; tokens below `sinks` and `forced` (slot, token) pairs are forced.
+// The gaps lengthen the device rows past what a slot or sequence holds: each slot's codes, mask
+// words and keys, and each sequence's query row (past the two heads of the engine's QKV rows), so
+// that rows start at every alignment the kernel must handle.
 struct ScoreInputs {
   int batch = 1, hq = 1, hkv = 1, d = 64, length = 0;
   std::vector<float> projection{}, q{};
   std::vector<uint64_t> codes{};
   int sinks = 0;
   std::vector<std::pair<int, int>> forced{};
+  int code_gap = 0, mask_gap = 0, key_gap = 0, q_gap = 0;
+  int64_t key_stride() const { return length + key_gap; }
 };
 
-// binary_score_keys's 16-bit keys [B * Hkv, length]. The queries sit in rows two heads longer
-// than Hq * d (as in the engine's QKV rows), the gap holding values that would change every score
-// if they were read; the forced pairs reach the kernel as a mask from binary_mark_tokens.
+// What the gaps of the device rows hold: codes and mask words that would change scores or force
+// keys if read as the slot's, and keys that no score or forced value equals (scores + 32768 lie
+// in [24640, 40896]), so a key left unwritten or written past its slot's length shows.
+inline constexpr uint64_t kGapCode = 0x5555555555555555ull;
+inline constexpr uint32_t kGapMaskWord = 0xFFFFFFFFu;
+inline constexpr uint16_t kUnwrittenKey = 0x5A5A;
+
+// binary_score_keys's 16-bit keys [B * Hkv, length + key_gap], written over kUnwrittenKey. The
+// queries sit in rows at least two heads longer than Hq * d (as in the engine's QKV rows), the gap
+// holding values that would change every score if they were read; the forced pairs reach the
+// kernel as a mask from binary_mark_tokens.
 inline std::vector<uint16_t> gpu_score_keys(const ScoreInputs& in) {
   const int slots = in.batch * in.hkv, words = (in.length + 31) / 32;
-  const int64_t q_seq_stride = int64_t(in.hq + 2) * in.d;
+  const int64_t q_seq_stride = int64_t(in.hq + 2) * in.d + in.q_gap;
+  const int64_t code_stride = in.length + in.code_gap, mask_stride = words + in.mask_gap;
   std::vector<float> q_rows(size_t(in.batch) * q_seq_stride, 1024.0f);
   for (int b = 0; b < in.batch; ++b)
     std::copy_n(in.q.begin() + int64_t(b) * in.hq * in.d, int64_t(in.hq) * in.d,
                 q_rows.begin() + b * q_seq_stride);
+  std::vector<uint64_t> code_rows(size_t(slots) * code_stride, kGapCode);
+  std::vector<uint32_t> mask_rows(size_t(slots) * mask_stride, kGapMaskWord);
+  for (int s = 0; s < slots; ++s) {
+    std::copy_n(in.codes.begin() + int64_t(s) * in.length, in.length,
+                code_rows.begin() + s * code_stride);
+    std::fill_n(mask_rows.begin() + s * mask_stride, words, 0u);
+  }
   auto d_projection = to_device(in.projection);
   auto d_q = to_device_bf16(q_rows);
-  auto d_codes = to_device(in.codes);
-  cuda::DeviceBuffer d_mask(size_t(slots) * words * 4), d_keys(size_t(slots) * in.length * 2);
-  cuda::check(cudaMemset(d_mask.data(), 0, d_mask.bytes()), "memset");
+  auto d_codes = to_device(code_rows);
+  auto d_mask = to_device(mask_rows);
+  cuda::DeviceBuffer d_keys(size_t(slots) * in.key_stride() * 2);
+  cuda::check(cudaMemset(d_keys.data(), kUnwrittenKey & 0xFF, d_keys.bytes()), "memset");
   for (const auto& [slot, token] : in.forced) {
     auto d_token = to_device(std::vector<int32_t>{token});
-    cuda::binary_mark_tokens(d_token.as<int32_t>(), 1, 1, 1, d_mask.as<uint32_t>() + slot * words,
-                             words, nullptr);
+    cuda::binary_mark_tokens(d_token.as<int32_t>(), 1, 1, 1,
+                             d_mask.as<uint32_t>() + slot * mask_stride, mask_stride, nullptr);
   }
   cuda::binary_score_keys({.projection = d_projection.as<float>(),
                            .q = d_q.as<__nv_bfloat16>(),
                            .q_seq_stride = q_seq_stride,
                            .head_dim = in.d,
                            .codes = d_codes.as<uint64_t>(),
-                           .code_slot_stride = in.length,
+                           .code_slot_stride = code_stride,
                            .forced_mask = in.forced.empty() ? nullptr : d_mask.as<uint32_t>(),
-                           .mask_slot_stride = words,
+                           .mask_slot_stride = mask_stride,
                            .sink_tokens = in.sinks,
                            .batch = in.batch,
                            .n_query_heads = in.hq,
                            .n_kv_heads = in.hkv,
                            .length = in.length,
                            .keys = d_keys.as<uint16_t>(),
-                           .key_slot_stride = in.length},
+                           .key_slot_stride = in.key_stride()},
                           nullptr);
   cuda::check(cudaDeviceSynchronize(), "binary_score_keys");
-  return from_device<uint16_t>(d_keys, size_t(slots) * in.length);
+  return from_device<uint16_t>(d_keys, size_t(slots) * in.key_stride());
 }
 
 // The keys the CPU twin gives: binary_score_keys of its quantised queries, + 32768, or
@@ -129,19 +151,26 @@ inline std::vector<uint16_t> cpu_score_keys(const ScoreInputs& in) {
   return keys;
 }
 
-// The GPU's keys equal the CPU twin's everywhere (mismatches counted per slot, the first named).
+// The GPU's keys equal the CPU twin's everywhere, and the gap past each slot's length is left as
+// it was (mismatches counted per slot, the first named).
 inline void expect_score_keys_equal(const ScoreInputs& in) {
   const std::vector<uint16_t> got = gpu_score_keys(in), want = cpu_score_keys(in);
   for (int s = 0; s < in.batch * in.hkv; ++s) {
-    const int64_t row = int64_t(s) * in.length;
     int mismatches = 0, first = 0;
-    for (int j = in.length - 1; j >= 0; --j)
-      if (got[row + j] != want[row + j]) {
+    uint16_t got_first = 0, want_first = 0;
+    for (int64_t j = in.key_stride() - 1; j >= 0; --j) {
+      const uint16_t expected = j < in.length ? want[int64_t(s) * in.length + j] : kUnwrittenKey;
+      const uint16_t actual = got[int64_t(s) * in.key_stride() + j];
+      if (actual != expected) {
         ++mismatches;
-        first = j;
+        first = int(j);
+        got_first = actual;
+        want_first = expected;
       }
+    }
     EXPECT_EQ(mismatches, 0) << "slot " << s << "; the first at token " << first << ": "
-                             << got[row + first] << " against the CPU's " << want[row + first];
+                             << got_first << " against " << want_first
+                             << (first < in.length ? " (the CPU's)" : " (past the length)");
   }
 }
 
