@@ -480,8 +480,11 @@ __device__ __forceinline__ void score_stage(const uint4* codes,
   const uint32_t lift_low = 1u << (7 - t), lift_high = 1u << (3 - t);
   TileRows rows[kStageTiles];
 #pragma unroll
-  for (int r = 0; r < kStageTiles; ++r)
-    rows[r] = tile_rows(codes[8 * r + g], q, lift_low, lift_high);
+  for (int r = 0; r < kStageTiles; ++r) {
+    // Read as a value: passed by reference, the uint4 left NVVM as four 4-byte shared loads.
+    const uint4 pair = codes[8 * r + g];
+    rows[r] = tile_rows(pair, q, lift_low, lift_high);
+  }
   int best[kStageTiles];
 #pragma unroll
   for (int r = 0; r < kStageTiles; ++r) best[r] = group_best<G>(rows[r], t);

@@ -111,6 +111,10 @@ inline std::vector<uint16_t> gpu_score_keys(const ScoreInputs& in) {
     cuda::binary_mark_tokens(d_token.as<int32_t>(), 1, 1, 1,
                              d_mask.as<uint32_t>() + slot * mask_stride, mask_stride, nullptr);
   }
+  // binary_score_keys reads the mask before its PDL wait (binary_hash.h: the kernel launched right
+  // before it must not write the mask), so the marks finish first; until now only d_token's
+  // cudaFree synchronised them, implicitly.
+  cuda::check(cudaDeviceSynchronize(), "binary_mark_tokens");
   cuda::binary_score_keys({.projection = d_projection.as<float>(),
                            .q = d_q.as<__nv_bfloat16>(),
                            .q_seq_stride = q_seq_stride,
