@@ -4,9 +4,11 @@
 //   the CPU's (Jaccard per (layer, KV head)). Against the f32 CPU forward, tokens near a head's
 //   cut-off trade places with the bf16 rounding of the GPU's keys, values and queries
 //   (results/gpu-sweeps.md has the measured figures; the loose bounds sit under them); against the
-//   CPU forward with the GPU's rounding points (ForwardPrecision::kBf16Device) they meet issue 17's
-//   0.98 per head. The GPU scores from the statistics its prefill computed (CriticalKV's ‖v W_o‖
-//   too), and none gets a host copy of the prompt's keys and values;
+//   CPU forward with the GPU's rounding points (ForwardPrecision::kBf16Device) closer, single heads
+//   still moved by the two forwards' summation orders; the CPU's selection on the GPU's own prefill
+//   meets issue 17's 0.98 per head. The GPU scores from the statistics its prefill computed
+//   (CriticalKV's ‖v W_o‖ too), and none gets a host copy of the prompt's keys and values;
+//   where the two forwards part is printed from the same prefills: the prompt's keys per layer;
 // - the window queries the GPU prefill hands down are the CPU's (bf16 tolerance);
 // - a sample's cells decoded together on the GPU give the ids each gives decoded alone (batch 1),
 //   and the GPU's greedy answers are the CPU's for most cells;
@@ -29,6 +31,7 @@
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/presets.h"
+#include "kernels/cpu/dequantize.h"
 #include "policies/registry.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/cuda/real_prompt.h"
@@ -104,6 +107,49 @@ void print_window_share(const PrefillCapture& capture, const JaccardSummary& wor
       worst.worst_layer, worst.worst_head, above, length, kept);
 }
 
+// How far one layer's prompt keys lie from the GPU's: the share of entries that differ once both
+// are bf16 (the f32 forward's keys rounded to it), and the relative RMS difference.
+struct KeyDrift {
+  double differing = 0, relative_rms = 0;
+};
+
+KeyDrift key_drift(const KvStore& gpu, const KvStore& cpu, int layer) {
+  double differing = 0, entries = 0, num = 0, den = 0;
+  for (int h = 0; h < gpu.n_kv_heads(); ++h) {
+    const size_t n = static_cast<size_t>(gpu.length(layer, h)) * gpu.head_dim();
+    const float* a = gpu.keys(layer, h);
+    const float* b = cpu.keys(layer, h);
+    for (size_t i = 0; i < n; ++i) {
+      const float rounded = round_to_bf16(b[i]);
+      differing += a[i] != rounded;
+      num += double(a[i] - b[i]) * double(a[i] - b[i]);
+      den += double(b[i]) * double(b[i]);
+    }
+    entries += static_cast<double>(n);
+  }
+  return {differing / entries, std::sqrt(num / den)};
+}
+
+// Where the GPU's forward and the CPU's part (what moves the end-to-end kept sets): layer by layer,
+// the prompt's keys of the GPU against the CPU forward at the GPU's rounding points and against
+// the f32 forward. Where the first layer's keys already differ, the rounding points or a kernel's
+// arithmetic differ; where they grow from few differing entries layer by layer, it is the
+// summation order, carried. Printed for results/gpu-sweeps.md; held to what the emulation promises:
+// in the first layer, before any drift has accumulated, the CPU at the GPU's rounding points is
+// closer to the GPU than the f32 forward is.
+void report_key_drift(const KvStore& on_gpu, const KvStore& as_device, const KvStore& on_cpu) {
+  for (int l = 0; l < on_gpu.n_layers(); ++l) {
+    const KeyDrift device = key_drift(on_gpu, as_device, l), f32 = key_drift(on_gpu, on_cpu, l);
+    std::printf(
+        "[ keys     ] layer %2d: bf16-device CPU %.4f%% of entries differ, relative RMS %.2e; f32 "
+        "CPU (rounded) %.4f%%, %.2e\n",
+        l, 100 * device.differing, device.relative_rms, 100 * f32.differing, f32.relative_rms);
+    if (l == 0) {
+      EXPECT_LT(device.differing, f32.differing);
+    }
+  }
+}
+
 TEST(CudaBackend, PrefillPolicyKeptSetsMatchCpuOnARealPrompt) {
   KVB_REQUIRE_GPU();
   KVB_REQUIRE_FILE(test::default_model_path());
@@ -123,6 +169,9 @@ TEST(CudaBackend, PrefillPolicyKeptSetsMatchCpuOnARealPrompt) {
   PrefillCapture device_statistics;
   const std::vector<KeptIndices> all_on_gpu = test::kept_sets_on(
       gpu, m.prompt, plans, {.copied_keys = &copied_keys, .capture = &device_statistics});
+  // The three prefills' stores (kept_sets_on selects without compacting), before the host-copy
+  // run prefills the GPU again.
+  report_key_drift(gpu.host_store(0), cpu_as_device.host_store(0), cpu.host_store(0));
   const std::vector<KeptIndices> all_on_gpu_prefill = kept_sets_on_host_copy(gpu, m.prompt, plans);
   // None of them reads the prompt's keys and values on the host: each scores from statistics the
   // device computed (CriticalKV's ‖v W_o‖ included).
