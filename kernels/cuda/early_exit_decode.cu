@@ -261,10 +261,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (appends) load_query();
 
     // Per warp (its 16 keys of every tile) online softmax; row_sum is this thread's share.
-    float o[kDimTiles][4];
-#pragma unroll
-    for (int dt = 0; dt < kDimTiles; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
-    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+    float o[kDimTiles][4], row_max[2], row_sum[2];
+    zero_tiles(o);
+    start_rows(row_max, row_sum);
     const float scale_log2 = args.scale * kLog2e;
     for (int i = 0; i < n_tiles; ++i) {
       const int buf = i % kStages;

@@ -154,6 +154,16 @@ __device__ __forceinline__ void load_rows(__nv_bfloat16* smem, const __nv_bfloat
   }
 }
 
+// The A fragments (one per 16-column k-step of the head dimension) of the 16 query rows
+// row0 .. row0 + 15 of a swizzled [rows][D] tile.
+template <int D>
+__device__ __forceinline__ void load_query_fragments(uint32_t (&q_frag)[D / 16][4],
+                                                     const __nv_bfloat16* s_q, int row0, int lane) {
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks)
+    ldmatrix_x4(q_frag[ks], s_q + swizzled<D>(row0 + (lane % 16), ks * 16 + (lane / 16) * 8));
+}
+
 // Rows r of base + r * stride.
 template <int D>
 __device__ __forceinline__ void load_tile(__nv_bfloat16* smem, const __nv_bfloat16* base,

@@ -63,6 +63,19 @@ __device__ __forceinline__ SoftmaxTileStep online_softmax_tile(float (&s)[kKeyTi
   return step;
 }
 
+// Accumulator tiles (m16n8 C fragments: logits or outputs) at zero.
+template <int kTiles>
+__device__ __forceinline__ void zero_tiles(float (&tiles)[kTiles][4]) {
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) tiles[i][0] = tiles[i][1] = tiles[i][2] = tiles[i][3] = 0.f;
+}
+
+// Rows g and g + 8 before their first key: no maximum yet, nothing summed.
+__device__ __forceinline__ void start_rows(float (&row_max)[2], float (&row_sum)[2]) {
+  row_max[0] = row_max[1] = -INFINITY;
+  row_sum[0] = row_sum[1] = 0.f;
+}
+
 // Rows g and g + 8 of the output accumulators (o[dt][e], row e >> 1) times their corrections.
 template <int kDimTiles>
 __device__ __forceinline__ void rescale_rows(float (&o)[kDimTiles][4],

@@ -62,11 +62,9 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(PrefillAttentio
   constexpr int kDimTiles = D / 8;  // n-tiles of the output
   constexpr int kKeyTiles = kKeysPerTile / 8;
   uint32_t q_frag[kSteps][4];
-  float o_acc[kDimTiles][4];
-#pragma unroll
-  for (int i = 0; i < kDimTiles; ++i) o_acc[i][0] = o_acc[i][1] = o_acc[i][2] = o_acc[i][3] = 0.f;
-  float row_max[2] = {-INFINITY, -INFINITY};
-  float row_sum[2] = {0.f, 0.f};
+  float o_acc[kDimTiles][4], row_max[2], row_sum[2];
+  zero_tiles(o_acc);
+  start_rows(row_max, row_sum);
   const float scale_log2 = args.scale * 1.4426950408889634f;
   const int q_pos[2] = {args.query_offset + row0 + warp * 16 + g,
                         args.query_offset + row0 + warp * 16 + g + 8};
@@ -86,18 +84,12 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(PrefillAttentio
       cp_async_wait<0>();
     }
     __syncthreads();
-    if (tile == 0) {
-#pragma unroll
-      for (int ks = 0; ks < kSteps; ++ks)
-        ldmatrix_x4(q_frag[ks],
-                    s_q + swizzled<D>(warp * 16 + (lane % 16), ks * 16 + (lane / 16) * 8));
-    }
+    if (tile == 0) load_query_fragments<D>(q_frag, s_q, warp * 16, lane);
     const __nv_bfloat16* k_tile = s_k + buf * kKeysPerTile * D;
     const __nv_bfloat16* v_tile = s_v + buf * kKeysPerTile * D;
 
     float s[kKeyTiles][4];
-#pragma unroll
-    for (int i = 0; i < kKeyTiles; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+    zero_tiles(s);
 #pragma unroll
     for (int ks = 0; ks < kSteps; ++ks) {
 #pragma unroll

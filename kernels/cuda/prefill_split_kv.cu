@@ -131,10 +131,9 @@ __global__ void __launch_bounds__(kThreads)
 
   constexpr int kSteps = D / 16, kDimTiles = D / 8;
   uint32_t q_frag[kSteps][4];
-  float o[kDimTiles][4];
-#pragma unroll
-  for (int i = 0; i < kDimTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  float o[kDimTiles][4], row_max[2], row_sum[2];
+  zero_tiles(o);
+  start_rows(row_max, row_sum);
   const float scale_log2 = args.scale * 1.4426950408889634f;
 
   for (int tile = 0; tile < n_tiles; ++tile) {
@@ -142,18 +141,12 @@ __global__ void __launch_bounds__(kThreads)
     load_kv_tile(tile + kStages - 1);  // into the slot the previous iteration finished with
     cp_async_wait<kStages - 1>();      // this tile's group (and the queries') has landed
     __syncthreads();
-    if (tile == 0) {
-#pragma unroll
-      for (int ks = 0; ks < kSteps; ++ks)
-        ldmatrix_x4(q_frag[ks],
-                    s_q + swizzled<D>(row_tile * 16 + (lane % 16), ks * 16 + (lane / 16) * 8));
-    }
+    if (tile == 0) load_query_fragments<D>(q_frag, s_q, row_tile * 16, lane);
     const __nv_bfloat16* k_tile = s_k + buf * kTileKeys * D;
     const __nv_bfloat16* v_tile = s_v + buf * kTileKeys * D;
     const int slice_row0 = slice * kSliceKeys;  // the slice's first row within the tile
     float s[kSliceTiles][4];
-#pragma unroll
-    for (int i = 0; i < kSliceTiles; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+    zero_tiles(s);
 #pragma unroll
     for (int ks = 0; ks < kSteps; ++ks)
 #pragma unroll
