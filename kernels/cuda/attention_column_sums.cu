@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/attention_column_sums.h"
 #include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/mma_tiles.cuh"
 
 namespace kvb::cuda {
@@ -187,20 +188,8 @@ void attention_column_sums(const ColumnSumsArgs& args, cudaStream_t stream) {
         std::to_string(args.q_row_stride) + ") and kv_head_stride (" +
         std::to_string(args.kv_head_stride) + ") multiples of 8 elements");
   const float scale = args.scale != 0 ? args.scale : 1.0f / std::sqrt(float(args.head_dim));
-  switch (args.head_dim) {
-    case 64:
-      launch<64>(args, scale, stream);
-      break;
-    case 128:
-      launch<128>(args, scale, stream);
-      break;
-    case 256:
-      launch<256>(args, scale, stream);
-      break;
-    default:
-      throw std::invalid_argument("attention_column_sums: head_dim " +
-                                  std::to_string(args.head_dim) + " is not 64, 128 or 256");
-  }
+  with_constant<64, 128, 256>(args.head_dim, "attention_column_sums: head_dim",
+                              [&](auto dim) { launch<decltype(dim)::value>(args, scale, stream); });
 }
 
 }  // namespace kvb::cuda

@@ -24,6 +24,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/decode_append.cuh"
+#include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_tiles.cuh"
 #include "kernels/cuda/online_softmax.cuh"
@@ -434,19 +435,6 @@ void launch_decode(const DecodeAttentionArgs& args, cudaStream_t stream) {
                     n_chunks, chunk);
 }
 
-// fn(std::integral_constant<int, D>) for the head_dim D this file is built for (64, 128).
-template <typename Fn>
-auto with_head_dim(int head_dim, Fn&& fn) {
-  switch (head_dim) {
-    case 64:
-      return fn(std::integral_constant<int, 64>{});
-    case 128:
-      return fn(std::integral_constant<int, 128>{});
-  }
-  throw std::invalid_argument("decode_attention: head_dim " + std::to_string(head_dim) +
-                              " unsupported (64 or 128)");
-}
-
 }  // namespace
 
 size_t decode_attention_workspace_floats(int batch, int n_query_heads, int head_dim,
@@ -457,8 +445,9 @@ size_t decode_attention_workspace_floats(int batch, int n_query_heads, int head_
 }
 
 size_t decode_attention_layout_workspace_floats(const DecodeAttentionArgs& args) {
-  const int n_chunks = with_head_dim(
-      args.head_dim, [&](auto dim) { return decode_layout<decltype(dim)::value>(args).n_chunks; });
+  const int n_chunks = with_constant<64, 128>(
+      args.head_dim, "decode_attention: head_dim",
+      [&](auto dim) { return decode_layout<decltype(dim)::value>(args).n_chunks; });
   return size_t(args.batch) * args.n_query_heads * n_chunks * (args.head_dim + 2);
 }
 
@@ -474,8 +463,8 @@ void check_decode_append(const DecodeAttentionArgs& args, const char* kernel) {
 
 void decode_attention(const DecodeAttentionArgs& args, cudaStream_t stream) {
   if (args.batch <= 0) return;
-  with_head_dim(args.head_dim,
-                [&](auto dim) { launch_decode<decltype(dim)::value>(args, stream); });
+  with_constant<64, 128>(args.head_dim, "decode_attention: head_dim",
+                         [&](auto dim) { launch_decode<decltype(dim)::value>(args, stream); });
 }
 
 }  // namespace kvb::cuda

@@ -3,6 +3,7 @@
 
 #include "kernels/cuda/bf16_round.cuh"
 #include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/dropkv_scores.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_tiles.cuh"
@@ -468,16 +469,8 @@ void launch_for_rows(const DropKvScoreArgs& args, cudaStream_t stream) {
 
 void dropkv_scores(const DropKvScoreArgs& args, cudaStream_t stream) {
   if (args.length <= 0) return;
-  switch (args.head_dim) {
-    case 64:
-      launch_for_rows<64>(args, stream);
-      break;
-    case 128:
-      launch_for_rows<128>(args, stream);
-      break;
-    default:
-      throw std::invalid_argument("dropkv_scores: head_dim must be 64 or 128");
-  }
+  with_constant<64, 128>(args.head_dim, "dropkv_scores: head_dim",
+                         [&](auto dim) { launch_for_rows<decltype(dim)::value>(args, stream); });
 }
 
 size_t pool_and_protect_workspace_bytes(int n_heads, int length, int kernel) {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/lsh_sampling.h"
 
 namespace kvb::cuda {
@@ -17,12 +18,6 @@ namespace {
 
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr double kPi = 3.14159265358979323846;
-
-void check_head_dim(int d, const char* kernel) {
-  if (d != 64 && d != 128)
-    throw std::invalid_argument(std::string(kernel) + ": head_dim " + std::to_string(d) +
-                                " unsupported (64 or 128)");
-}
 
 void check_tables(int bits_per_table, int tables, const char* kernel) {
   if (bits_per_table < 0 || bits_per_table > 16 || tables < 1)
@@ -340,11 +335,8 @@ __global__ void __launch_bounds__(kCompactThreads) compact_kernel(LshSampleLists
 
 template <typename Fn>
 void with_head_dim(int head_dim, const char* kernel, Fn&& fn) {
-  check_head_dim(head_dim, kernel);
-  if (head_dim == 64)
-    fn(std::integral_constant<int, 64>{});
-  else
-    fn(std::integral_constant<int, 128>{});
+  with_constant<64, 128>(head_dim, (std::string(kernel) + ": head_dim").c_str(),
+                         std::forward<Fn>(fn));
 }
 
 }  // namespace

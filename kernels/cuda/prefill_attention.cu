@@ -18,6 +18,7 @@
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/mma_tiles.cuh"
 #include "kernels/cuda/online_softmax.cuh"
 
@@ -207,17 +208,8 @@ void prefill_attention(const PrefillAttentionArgs& args, cudaStream_t stream) {
     throw std::invalid_argument(
         "prefill_attention: the wgmma kernel needs an sm_90 GPU, "
         "head_dim 128 and a build with sm_90a support");
-  switch (args.head_dim) {
-    case 64:
-      launch_prefill<64>(args, stream);
-      break;
-    case 128:
-      launch_prefill<128>(args, stream);
-      break;
-    default:
-      throw std::invalid_argument("prefill_attention: head_dim " + std::to_string(args.head_dim) +
-                                  " unsupported (64 or 128)");
-  }
+  with_constant<64, 128>(args.head_dim, "prefill_attention: head_dim",
+                         [&](auto dim) { launch_prefill<decltype(dim)::value>(args, stream); });
 }
 
 }  // namespace kvb::cuda

@@ -32,6 +32,7 @@
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_tiles.cuh"
 #include "kernels/cuda/online_softmax.cuh"
@@ -216,24 +217,18 @@ int partial_blocks_per_sm() {
   return blocks;
 }
 
-// fn(std::integral_constant<int, kRowTiles>) for the layout's row tiles (1, 2, 4).
+// fn(std::integral_constant<int, kRowTiles>) for the layout's row tiles (1, 2 or 4).
 template <typename Fn>
-auto with_row_tiles(int row_tiles, Fn&& fn) {
-  switch (row_tiles) {
-    case 1:
-      return fn(std::integral_constant<int, 1>{});
-    case 2:
-      return fn(std::integral_constant<int, 2>{});
-    default:
-      return fn(std::integral_constant<int, 4>{});
-  }
+decltype(auto) with_row_tiles(int row_tiles, Fn&& fn) {
+  return with_constant<1, 2, 4>(row_tiles, "prefill_attention (split-KV): row tiles",
+                                std::forward<Fn>(fn));
 }
 
 // fn(std::integral_constant<int, D>) for head_dim 64 or 128 (split_kv_applies checked it).
 template <typename Fn>
-auto with_head_dim(int head_dim, Fn&& fn) {
-  if (head_dim == 64) return fn(std::integral_constant<int, 64>{});
-  return fn(std::integral_constant<int, 128>{});
+decltype(auto) with_head_dim(int head_dim, Fn&& fn) {
+  return with_constant<64, 128>(head_dim, "prefill_attention (split-KV): head_dim",
+                                std::forward<Fn>(fn));
 }
 
 // One wave: splits give every SM as many blocks as are resident at once (the dense decode's rule,

@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/bf16_round.cuh"
 #include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/window_attention_sums.h"
 
 namespace kvb::cuda {
@@ -213,20 +214,8 @@ void window_attention_sums(const WindowAttentionSumsArgs& args, cudaStream_t str
   shape.root = std::sqrt(float(args.head_dim));
   if (shape.w > 0 && !args.workspace)
     throw std::invalid_argument("window_attention_sums: no workspace");
-  switch (args.head_dim) {
-    case 64:
-      launch<64>(args, shape, stream);
-      break;
-    case 128:
-      launch<128>(args, shape, stream);
-      break;
-    case 256:
-      launch<256>(args, shape, stream);
-      break;
-    default:
-      throw std::invalid_argument("window_attention_sums: head_dim " +
-                                  std::to_string(args.head_dim) + " is not 64, 128 or 256");
-  }
+  with_constant<64, 128, 256>(args.head_dim, "window_attention_sums: head_dim",
+                              [&](auto dim) { launch<decltype(dim)::value>(args, shape, stream); });
 }
 
 }  // namespace kvb::cuda
