@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/binary_hash.h"
 #include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_tiles.cuh"
 
@@ -601,12 +602,8 @@ void launch_score_for_group(const BinaryScoreKeysArgs& args, int group, cudaStre
 
 void binary_hash_keys(const BinaryHashKeysArgs& args, cudaStream_t stream) {
   if (args.end <= args.begin || args.n_slots <= 0) return;
-  if (args.head_dim == 128)
-    launch_hash<128>(args, stream);
-  else if (args.head_dim == 64)
-    launch_hash<64>(args, stream);
-  else
-    throw std::invalid_argument("binary_hash_keys: head_dim must be 64 or 128");
+  with_constant<64, 128>(args.head_dim, "binary_hash_keys: head_dim",
+                         [&](auto dim) { launch_hash<decltype(dim)::value>(args, stream); });
   check(cudaGetLastError(), "hash_keys_kernel launch");
 }
 
@@ -615,12 +612,9 @@ void binary_score_keys(const BinaryScoreKeysArgs& args, cudaStream_t stream) {
   const int group = args.n_kv_heads > 0 ? args.n_query_heads / args.n_kv_heads : 0;
   if (group < 1 || group > kMaxScoreGroup || group * args.n_kv_heads != args.n_query_heads)
     throw std::invalid_argument("binary_score_keys: needs Hq = g * Hkv with a GQA group g of 1..8");
-  if (args.head_dim == 128)
-    launch_score_for_group<128>(args, group, stream);
-  else if (args.head_dim == 64)
-    launch_score_for_group<64>(args, group, stream);
-  else
-    throw std::invalid_argument("binary_score_keys: head_dim must be 64 or 128");
+  with_constant<64, 128>(args.head_dim, "binary_score_keys: head_dim", [&](auto dim) {
+    launch_score_for_group<decltype(dim)::value>(args, group, stream);
+  });
   check(cudaGetLastError(), "score_keys_kernel launch");
 }
 

@@ -12,6 +12,7 @@
 #include <cfloat>
 #include <climits>
 
+#include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/early_exit_decode.h"
 #include "kernels/cuda/early_exit_layout.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -267,12 +268,10 @@ void launch_for(const EarlyExitDecodeArgs& ea, const WalkLayout& layout, cudaStr
 
 void launch_decide(const EarlyExitDecodeArgs& ea, const WalkLayout& layout, cudaStream_t stream) {
   const bool indexed = ea.attention.indices != nullptr;
-  if (ea.attention.head_dim == 64) {
-    indexed ? launch_for<64, true>(ea, layout, stream) : launch_for<64, false>(ea, layout, stream);
-  } else {
-    indexed ? launch_for<128, true>(ea, layout, stream)
-            : launch_for<128, false>(ea, layout, stream);
-  }
+  with_constant<64, 128>(ea.attention.head_dim, "early_exit_decode: head_dim", [&](auto dim) {
+    constexpr int D = decltype(dim)::value;
+    indexed ? launch_for<D, true>(ea, layout, stream) : launch_for<D, false>(ea, layout, stream);
+  });
 }
 
 }  // namespace kvb::cuda::early_exit

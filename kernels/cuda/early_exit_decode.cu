@@ -14,6 +14,7 @@
 
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/decode_append.cuh"
+#include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/early_exit_decode.h"
 #include "kernels/cuda/early_exit_layout.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -331,9 +332,10 @@ int walk_blocks_per_sm() {
 
 int walk_resident_per_sm(const DecodeAttentionArgs& a) {
   const bool indexed = a.indices != nullptr;
-  if (a.head_dim == 64)
-    return indexed ? walk_blocks_per_sm<64, true>() : walk_blocks_per_sm<64, false>();
-  return indexed ? walk_blocks_per_sm<128, true>() : walk_blocks_per_sm<128, false>();
+  return with_constant<64, 128>(a.head_dim, "early_exit_decode: head_dim", [&](auto dim) {
+    constexpr int D = decltype(dim)::value;
+    return indexed ? walk_blocks_per_sm<D, true>() : walk_blocks_per_sm<D, false>();
+  });
 }
 
 template <int D, bool kIndexed>
@@ -348,13 +350,10 @@ void launch_walk(const EarlyExitDecodeArgs& ea, const WalkLayout& layout, cudaSt
 
 void launch(const EarlyExitDecodeArgs& ea, const WalkLayout& layout, cudaStream_t stream) {
   const bool indexed = ea.attention.indices != nullptr;
-  if (ea.attention.head_dim == 64) {
-    indexed ? launch_walk<64, true>(ea, layout, stream)
-            : launch_walk<64, false>(ea, layout, stream);
-  } else {
-    indexed ? launch_walk<128, true>(ea, layout, stream)
-            : launch_walk<128, false>(ea, layout, stream);
-  }
+  with_constant<64, 128>(ea.attention.head_dim, "early_exit_decode: head_dim", [&](auto dim) {
+    constexpr int D = decltype(dim)::value;
+    indexed ? launch_walk<D, true>(ea, layout, stream) : launch_walk<D, false>(ea, layout, stream);
+  });
   launch_decide(ea, layout, stream);
 }
 

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/page_bounds.h"
 
@@ -198,12 +199,9 @@ void page_bound_scores(const PageScoreArgs& args, cudaStream_t stream) {
     throw std::invalid_argument("page_bound_scores: page_size must be >= 1");
   const dim3 grid((args.n_pages + kScoreThreads - 1) / kScoreThreads, args.batch * args.n_kv_heads);
   const size_t smem = size_t(group) * args.head_dim * sizeof(float);
-  if (args.head_dim == 128)
-    launch_page_scores<128>(args, grid, smem, stream);
-  else if (args.head_dim == 64)
-    launch_page_scores<64>(args, grid, smem, stream);
-  else
-    throw std::invalid_argument("page_bound_scores: head_dim must be 64 or 128");
+  with_constant<64, 128>(args.head_dim, "page_bound_scores: head_dim", [&](auto dim) {
+    launch_page_scores<decltype(dim)::value>(args, grid, smem, stream);
+  });
   check(cudaGetLastError(), "page_scores_kernel launch");
 }
 
