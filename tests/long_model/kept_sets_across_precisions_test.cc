@@ -1,9 +1,9 @@
 // How much of the GPU-against-CPU kept-set difference (issue 17) any change of rounding makes: two
 // CPU forwards of one model that differ only in where they round — f32 throughout, and the GPU's
 // rounding points (ForwardPrecision::kBf16Device) — each prefill the GPU test's prompt
-// (tests/cuda/real_prompt.h, SmolLM2-135M) and pick the eight policies' kept sets at 20%. No GPU
-// is involved: what differs per (layer, head) here is the floor that rounding alone sets under any
-// comparison of two numerically different forwards. Printed for results/gpu-sweeps.md; held to a
+// (tests/cuda/real_prompt.h, SmolLM2-135M or $KVB_MODEL) and pick the eight policies' kept sets at
+// 20%. No GPU is involved: what differs per (layer, head) here is what rounding alone does to heads
+// whose scores hold near-ties at the budget's edge. Printed for results/gpu-sweeps.md; held to a
 // mean that a selection gone wrong would miss.
 #include <gtest/gtest.h>
 
