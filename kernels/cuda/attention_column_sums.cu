@@ -7,6 +7,7 @@
 #include "kernels/cuda/attention_column_sums.h"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/dispatch.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_tiles.cuh"
 
 namespace kvb::cuda {
@@ -165,9 +166,7 @@ __global__ void __launch_bounds__(kThreads) column_sums_kernel(ColumnSumsArgs a,
 
 template <int D>
 void launch(const ColumnSumsArgs& args, float scale, cudaStream_t stream) {
-  check(cudaFuncSetAttribute(column_sums_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             int(shared_bytes<D>())),
-        "cudaFuncSetAttribute(column_sums_kernel)");
+  allow_dynamic_shared_memory(column_sums_kernel<D>, shared_bytes<D>(), "column_sums_kernel");
   const int n_keys = args.query_offset + args.n_queries;
   const dim3 grid((n_keys + kTileKeys<D> - 1) / kTileKeys<D>, args.n_query_heads);
   column_sums_kernel<D><<<grid, kThreads, shared_bytes<D>(), stream>>>(args, scale * kLog2e);

@@ -202,16 +202,10 @@ __device__ __forceinline__ void store_projection(const ProjectionSlice<D>& slice
   }
 }
 
-// A 2-byte load issued where it is written (launch.cuh's load_now): the queries' round trip then
-// overlaps P's conversion instead of following it.
-__device__ __forceinline__ unsigned short load_bits_now(const __nv_bfloat16* address) {
-  unsigned short bits;
-  asm volatile("ld.global.u16 %0, [%1];" : "=h"(bits) : "l"(address));
-  return bits;
-}
-
 // The group's queries (G x D bf16) in chunks of 8 dimensions, chunk n = head n / (D / 8): one
-// chunk per thread, as 2-byte loads (a query row need not be 16-byte aligned).
+// chunk per thread, as 2-byte loads (a query row need not be 16-byte aligned) issued where they
+// are written (launch.cuh's load_now), so that their round trip overlaps P's conversion instead of
+// following it.
 struct QueryChunk {
   unsigned short bits[8];
 };
@@ -221,7 +215,8 @@ __device__ __forceinline__ QueryChunk load_query_chunk(const __nv_bfloat16* q) {
   QueryChunk chunk{};
   if (threadIdx.x < G * D / 8) {
 #pragma unroll
-    for (int e = 0; e < 8; ++e) chunk.bits[e] = load_bits_now(q + 8 * threadIdx.x + e);
+    for (int e = 0; e < 8; ++e)
+      chunk.bits[e] = load_now(reinterpret_cast<const unsigned short*>(q + 8 * threadIdx.x + e));
   }
   return chunk;
 }

@@ -42,15 +42,29 @@ __device__ __forceinline__ int load_now(const int* address) {
   return value;
 }
 
+// The same for a 2-byte value (e.g. a bf16's bits).
+__device__ __forceinline__ unsigned short load_now(const unsigned short* address) {
+  unsigned short value;
+  asm volatile("ld.global.u16 %0, [%1];" : "=h"(value) : "l"(address));
+  return value;
+}
+
+// Opts `kernel` into `shared_bytes` of dynamic shared memory (launches above 48 KB need it).
+// Callers do it once per kernel (a static).
+template <typename... Params>
+void allow_dynamic_shared_memory(void (*kernel)(Params...), size_t shared_bytes, const char* name) {
+  check(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)),
+      (std::string("cudaFuncSetAttribute(") + name + ")").c_str());
+}
+
 // Opts `kernel` into `shared_bytes` of dynamic shared memory and returns how many of its thread
 // blocks of `threads` are resident on one SM at once (at least 1): the decode kernels size their
 // split counts to that. Callers keep the answer in a static (one query per kernel).
 template <typename... Params>
 int resident_blocks_per_sm(void (*kernel)(Params...), int threads, size_t shared_bytes,
                            const char* name) {
-  check(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)),
-      (std::string("cudaFuncSetAttribute(") + name + ")").c_str());
+  allow_dynamic_shared_memory(kernel, shared_bytes, name);
   int count = 0;
   check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kernel, threads, shared_bytes),
         (std::string("cudaOccupancyMaxActiveBlocksPerMultiprocessor(") + name + ")").c_str());

@@ -19,6 +19,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/dispatch.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_tiles.cuh"
 #include "kernels/cuda/online_softmax.cuh"
 
@@ -145,9 +146,7 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(PrefillAttentio
 template <int D>
 void launch_prefill(const PrefillAttentionArgs& args, cudaStream_t stream) {
   const size_t smem = (kRowsPerBlock + 4 * kKeysPerTile) * D * sizeof(__nv_bfloat16);
-  check(cudaFuncSetAttribute(flash_prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem)),
-        "cudaFuncSetAttribute(flash_prefill_kernel)");
+  allow_dynamic_shared_memory(flash_prefill_kernel<D>, smem, "flash_prefill_kernel");
   dim3 grid((args.n_queries + kRowsPerBlock - 1) / kRowsPerBlock, args.n_query_heads);
   flash_prefill_kernel<D><<<grid, kThreads, smem, stream>>>(args);
   check(cudaGetLastError(), "flash_prefill_kernel launch");

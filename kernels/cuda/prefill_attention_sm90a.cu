@@ -32,6 +32,7 @@
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_tiles.cuh"
 
 namespace kvb::cuda {
@@ -463,9 +464,7 @@ PrefillMaps make_prefill_maps(const PrefillAttentionArgs& args) {
 
 void prefill_attention_wgmma(const PrefillAttentionArgs& args, cudaStream_t stream) {
   if (args.n_queries <= 0) return;
-  check(cudaFuncSetAttribute(flash_prefill_wgmma_kernel,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
-        "cudaFuncSetAttribute(flash_prefill_wgmma_kernel)");
+  allow_dynamic_shared_memory(flash_prefill_wgmma_kernel, kSmemBytes, "flash_prefill_wgmma_kernel");
   const dim3 grid(args.n_query_heads, (args.n_queries + kRows - 1) / kRows);
   flash_prefill_wgmma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(args, make_prefill_maps(args));
   check(cudaGetLastError(), "flash_prefill_wgmma_kernel launch");

@@ -36,11 +36,11 @@ namespace {
 
 namespace cg = cooperative_groups;
 using topk::chunks_for;
-using topk::cluster_blocks_for;
 using topk::finish_list;
 using topk::kChunk;
 using topk::kClusterChunks;
 using topk::kThreads;
+using topk::with_cluster_blocks;
 
 constexpr int kDigitBits = 11;
 constexpr int kBins = 1 << kDigitBits;
@@ -407,16 +407,9 @@ void launch(const TopkSelectArgs& args, KeyOf key, cudaStream_t stream) {
   const int k = std::min(std::max(args.k, 0), args.length);
   const int chunks = chunks_for(args.length);
   if (!args.workspace || chunks <= kClusterChunks || k == 0 || k == args.length) {
-    switch (cluster_blocks_for(args.length, args.n_lists)) {
-      case 1:
-        return launch_list<KeyOf, 1>(args, key, stream);
-      case 2:
-        return launch_list<KeyOf, 2>(args, key, stream);
-      case 4:
-        return launch_list<KeyOf, 4>(args, key, stream);
-      default:
-        return launch_list<KeyOf, 8>(args, key, stream);
-    }
+    return with_cluster_blocks(args.length, args.n_lists, [&](auto blocks) {
+      launch_list<KeyOf, decltype(blocks)::value>(args, key, stream);
+    });
   }
   TopkSelectArgs a = args;
   a.k = k;

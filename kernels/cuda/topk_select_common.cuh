@@ -6,7 +6,9 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <utility>
 
+#include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/topk_select.h"
 
 namespace kvb::cuda::topk {
@@ -32,6 +34,13 @@ int sm_count();
 // far slower than in clusters of 2: results/gpu-kernel-tuning.md §6.3). 1 where the device has no
 // clusters.
 int cluster_blocks_for(int length, int n_lists);
+
+// fn(std::integral_constant<int, C>) for C = cluster_blocks_for(length, n_lists).
+template <typename Fn>
+decltype(auto) with_cluster_blocks(int length, int n_lists, Fn&& fn) {
+  return with_constant<1, 2, 4, 8>(cluster_blocks_for(length, n_lists),
+                                   "topk_select: cluster blocks", std::forward<Fn>(fn));
+}
 
 // The forced tail and decode_attention's offsets / counts of one list (one block per list calls
 // it).

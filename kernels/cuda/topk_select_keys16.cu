@@ -495,17 +495,11 @@ int split_chunks_for(int length, int n_lists) {
   return std::clamp(sm_count() / n_lists, fewest, std::max(fewest, most));
 }
 
-// The kernels' 128 KB of dynamic shared memory (asked once per kernel).
-template <typename... Params>
-void allow_histogram_bytes(void (*kernel)(Params...), const char* name) {
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kHistBytes)),
-        name);
-}
-
 template <int C>
 void launch_cluster(const TopkSelectArgs& args, cudaStream_t stream) {
   static const bool ready =
-      (allow_histogram_bytes(topk16_cluster_kernel<C>, "topk16_cluster_kernel"), true);
+      (allow_dynamic_shared_memory(topk16_cluster_kernel<C>, kHistBytes, "topk16_cluster_kernel"),
+       true);
   (void)ready;
   launch_overlapped_clusters(topk16_cluster_kernel<C>, dim3(C, args.n_lists), kThreads, kHistBytes,
                              stream, "topk16_cluster_kernel", C, args);
@@ -513,7 +507,8 @@ void launch_cluster(const TopkSelectArgs& args, cudaStream_t stream) {
 
 void launch_split(const TopkSelectArgs& args, cudaStream_t stream) {
   static const bool ready =
-      (allow_histogram_bytes(topk16_histogram_kernel, "topk16_histogram_kernel"), true);
+      (allow_dynamic_shared_memory(topk16_histogram_kernel, kHistBytes, "topk16_histogram_kernel"),
+       true);
   (void)ready;
   const int groups = most_groups(args.length);
   const int chunk_groups = ceil_div(groups, split_chunks_for(args.length, args.n_lists));
@@ -544,16 +539,8 @@ bool keys16_one_pass_takes(const TopkSelectArgs& args) {
 
 void keys16_one_pass(const TopkSelectArgs& args, cudaStream_t stream) {
   if (split_takes(args)) return launch_split(args, stream);
-  switch (cluster_blocks_for(args.length, args.n_lists)) {
-    case 1:
-      return launch_cluster<1>(args, stream);
-    case 2:
-      return launch_cluster<2>(args, stream);
-    case 4:
-      return launch_cluster<4>(args, stream);
-    default:
-      return launch_cluster<8>(args, stream);
-  }
+  with_cluster_blocks(args.length, args.n_lists,
+                      [&](auto blocks) { launch_cluster<decltype(blocks)::value>(args, stream); });
 }
 
 size_t keys16_workspace_bytes(int n_lists, int length) {
