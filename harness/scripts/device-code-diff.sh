@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Whether a change to CUDA sources changed the machine code of any kernel: compiles each named
-# kernels/cuda/*.cu at REV and in the working tree to sm_90 cubins (nvcc -cubin, the build's
-# defines) and compares every kernel's .text section, matched by name with the anonymous-namespace
-# hash left out. For refactors that must not change what runs on the GPU: when every kernel's code
-# is identical, the GPU tests of the old code still stand for the new. Needs nvcc only, no GPU.
+# kernels/cuda/*.cu at REV and in the working tree to cubins (sm_90; sm_90a for *_sm90a.cu, as the
+# build; nvcc -cubin with the build's defines) and compares every kernel's .text section, matched
+# by name with the anonymous-namespace hash left out. For refactors that must not change what runs
+# on the GPU: when every kernel's code is identical, the GPU tests of the old code still stand for
+# the new. Needs nvcc only, no GPU.
 #
 #   harness/scripts/device-code-diff.sh REV kernels/cuda/decode_attention.cu [...]
 #
@@ -18,8 +19,10 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/old"
 git -C "$root" archive "$rev" kernels | tar x -C "$work/old"
-cubin() {  # cubin SOURCE_ROOT FILE OUT
-  (cd "$1" && "$nvcc" -DKVB_HAVE_CUDA=1 -DKVB_HAVE_WGMMA_PREFILL=1 -I"$1" -O3 -DNDEBUG -arch=sm_90 \
+cubin() {  # cubin SOURCE_ROOT FILE OUT (files named *_sm90a.cu as the build compiles them: sm_90a)
+  local arch=sm_90
+  [[ "$2" == *_sm90a.cu ]] && arch=sm_90a
+  (cd "$1" && "$nvcc" -DKVB_HAVE_CUDA=1 -DKVB_HAVE_WGMMA_PREFILL=1 -I"$1" -O3 -DNDEBUG -arch=$arch \
     -std=c++20 -cubin "$2" -o "$3")
 }
 status=0
