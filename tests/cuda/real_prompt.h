@@ -47,6 +47,36 @@ inline double jaccard(const std::vector<int32_t>& a, const std::vector<int32_t>&
   return joined == 0 ? 1.0 : common.size() / joined;
 }
 
+// Issue 17's bound on the Jaccard index of one (layer, KV head)'s kept sets.
+inline constexpr double kKeptSetJaccardBound = 0.98;
+
+// Two runs' kept sets compared per (layer, KV head): the mean and worst Jaccard index, where the
+// worst lies, and how many heads fall below kKeptSetJaccardBound.
+struct JaccardSummary {
+  double mean = 0, worst = 1;
+  int heads = 0, below_bound = 0;
+  int worst_layer = 0, worst_head = 0;
+};
+
+inline JaccardSummary compare_kept(const KeptIndices& a, const KeptIndices& b) {
+  JaccardSummary s;
+  double sum = 0;
+  for (size_t l = 0; l < a.size(); ++l)
+    for (size_t h = 0; h < a[l].size(); ++h) {
+      const double j = jaccard(a[l][h], b[l][h]);
+      if (j < s.worst) {
+        s.worst_layer = static_cast<int>(l);
+        s.worst_head = static_cast<int>(h);
+      }
+      s.worst = std::min(s.worst, j);
+      s.below_bound += j < kKeptSetJaccardBound;
+      sum += j;
+      ++s.heads;
+    }
+  s.mean = sum / s.heads;
+  return s;
+}
+
 struct RealModel {
   LoadedModel model;
   std::vector<TokenId> prompt;
