@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/errors.h"
+#include "engine/cuda/compaction_rows.h"
 #include "engine/cuda/cuda_engine.h"
 #include "engine/cuda/cuda_engine_impl.h"
 #include "engine/cuda/cuda_sparse_decode.h"
@@ -445,50 +446,37 @@ void CudaEngine::compact(int seq, const KeptIndices& kept) {
   Impl& m = *impl_;
   const ModelConfig& c = m.config;
   const int hkv = m.heads_total();
-  if (static_cast<int>(kept.size()) != c.n_layers)
-    throw InputError("compact: kept indices must cover every layer");
+  SequenceHeads heads;
+  heads.head_offset = m.host_offset.data();
+  heads.head_length = m.host_length.data();
+  heads.slots_per_layer = hkv;
+  heads.first_slot = int64_t(seq) * c.n_kv_heads;
+  heads.n_layers = c.n_layers;
+  heads.n_kv_heads = c.n_kv_heads;
+  CompactionRows& plan = m.compaction_rows;  // reused: its arrays keep their pages between calls
+  build_compaction_rows(kept, heads, plan);  // checks every list before anything moves
   m.forget_stale_selection();
-  // Gather kept rows into scratch, then write them back packed at the head's first rows. The row
-  // lists of every layer go up in one buffer and the kernels queue without a wait between layers:
-  // a compaction costs one upload and one synchronisation, not two per layer.
-  std::vector<int64_t> rows;  // per layer: src rows, then dst rows
-  std::vector<int64_t> layer_start(c.n_layers + 1, 0), layer_count(c.n_layers, 0);
-  int64_t widest = 0;
-  for (int l = 0; l < c.n_layers; ++l) {
-    std::vector<int64_t> src_rows, dst_rows;
-    for (int h = 0; h < c.n_kv_heads; ++h) {
-      const int64_t slot = int64_t(l) * hkv + int64_t(seq) * c.n_kv_heads + h;
-      const auto& idx = kept[l][h];
-      for (size_t i = 0; i < idx.size(); ++i) {
-        if (idx[i] < 0 || idx[i] >= m.host_length[slot] || (i && idx[i] <= idx[i - 1]))
-          throw InputError("compact: kept indices of layer " + std::to_string(l) + " head " +
-                           std::to_string(h) + " must be strictly increasing live entries");
-        src_rows.push_back(m.host_offset[slot] + idx[i]);
-        dst_rows.push_back(m.host_offset[slot] + int64_t(i));
-      }
-    }
-    layer_count[l] = static_cast<int64_t>(src_rows.size());
-    widest = std::max(widest, layer_count[l]);
-    layer_start[l] = static_cast<int64_t>(rows.size());
-    rows.insert(rows.end(), src_rows.begin(), src_rows.end());
-    rows.insert(rows.end(), dst_rows.begin(), dst_rows.end());
-  }
   for (int l = 0; l < c.n_layers; ++l)
     for (int h = 0; h < c.n_kv_heads; ++h)
-      m.host_length[int64_t(l) * hkv + int64_t(seq) * c.n_kv_heads + h] =
+      m.host_length[int64_t(l) * hkv + heads.first_slot + h] =
           static_cast<int32_t>(kept[l][h].size());
-  if (widest > 0) {
-    std::vector<int64_t> scratch_rows(widest);
-    for (int64_t i = 0; i < widest; ++i) scratch_rows[i] = i;
-    rows.insert(rows.end(), scratch_rows.begin(), scratch_rows.end());
-    DeviceBuffer d_rows(rows.size() * 8, "compact rows");
-    d_rows.upload(rows.data(), rows.size() * 8);
-    const int64_t* scratch_index = d_rows.as<int64_t>() + (rows.size() - widest);
-    DeviceBuffer scratch(widest * c.head_dim * 2, "compact scratch");
+  // Gather kept rows into scratch, then write them back packed at the head's first rows. The row
+  // lists of every layer go up in one copy on the stream and the kernels queue behind it without a
+  // wait between layers: a compaction costs one upload and one synchronisation.
+  if (plan.widest > 0) {
+    const size_t row_bytes = plan.rows.size() * sizeof(int64_t);
+    DeviceBuffer d_rows(row_bytes, "compact rows");
+    // From pageable memory the call returns once the rows are staged, so `plan` may be refilled
+    // next call; on the engine's stream the copies below see them.
+    cuda::check(cudaMemcpyAsync(d_rows.data(), plan.rows.data(), row_bytes, cudaMemcpyHostToDevice,
+                                m.stream),
+                "compact rows upload");
+    const int64_t* scratch_index = d_rows.as<int64_t>() + (plan.rows.size() - plan.widest);
+    DeviceBuffer scratch(plan.widest * c.head_dim * 2, "compact scratch");
     for (int l = 0; l < c.n_layers; ++l) {
-      const int64_t n = layer_count[l];
+      const int64_t n = plan.layer_count[l];
       if (n == 0) continue;
-      const int64_t* src = d_rows.as<int64_t>() + layer_start[l];
+      const int64_t* src = d_rows.as<int64_t>() + plan.layer_start[l];
       const int64_t* dst = src + n;
       for (auto* cache : {&m.k_cache[l], &m.v_cache[l]}) {
         cuda::copy_rows(cache->as<bf16>(), scratch.as<bf16>(), src, scratch_index, n, c.head_dim,

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/cuda/compaction_rows.h"
 #include "engine/cuda/cuda_decode_eviction.h"
 #include "engine/cuda/cuda_engine.h"
 #include "engine/cuda/cuda_sparse_decode.h"
@@ -52,6 +53,7 @@ struct CudaEngine::Impl {
   std::vector<int64_t> host_offset;
   std::vector<int32_t> host_length;
   std::vector<int32_t> host_position;  // next position per sequence
+  CompactionRows compaction_rows;      // compact's row lists, reused between calls
 
   // Decode state.
   DeviceBuffer tokens, positions, decode_workspace, logits;
