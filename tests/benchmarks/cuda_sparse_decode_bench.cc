@@ -10,7 +10,10 @@
 //
 // "BPC top-k (old)" times BinaryPC's top-k through the radix path that the one-pass 16-bit
 // histogram replaced (TopkSelectArgs::keys16_as_digits), after the same scoring kernel, in the same
-// run: an A/B on the same card.
+// run: an A/B on the same card. A second table times the step's alternatives the same way: the
+// top-k without a workspace (one kernel: the cluster form up to 8 blocks of 40,960 keys per list,
+// against the split form's memset and two kernels) and the sparse attention with longer chunks
+// (fewer blocks and partials to merge than the engine's 64).
 //
 // The BinaryPC paper reports 4.0x over dense attention at 512K with a 2,048-token budget.
 // Keys, values, queries and projections are random (speed does not depend on them); the prompt is
@@ -75,6 +78,8 @@ class StepTimer {
     for (auto& e : events_) cuda::check(cudaEventCreate(&e), "cudaEventCreate");
     for (auto& t : times_) t.reserve(reps);
   }
+  StepTimer(const StepTimer&) = delete;  // owns its events
+  StepTimer& operator=(const StepTimer&) = delete;
   ~StepTimer() {
     for (auto& e : events_) cudaEventDestroy(e);
   }
@@ -174,9 +179,11 @@ struct Layer {
 struct Row {
   int context = 0;
   double dense = 0;
-  double bpc[4] = {};       // score (with packing), select, attention, total
-  double bpc_topk_old = 0;  // select through the radix path (A/B)
-  double quest[5] = {};     // page scores, page top-k, expand, attention, total
+  double bpc[4] = {};                // score (with packing), select, attention, total
+  double bpc_topk_old = 0;           // select through the radix path (A/B)
+  double bpc_topk_no_workspace = 0;  // select in one kernel (A/B)
+  double bpc_attn_chunk[2] = {};     // the sparse attention at kAltChunks (A/B)
+  double quest[5] = {};              // page scores, page top-k, expand, attention, total
   double quest_shared_total = 0;
   double hash_prefill = 0, eas_prefill = 0, pages_prefill = 0, hash_append = 0, page_append = 0;
 };
@@ -189,6 +196,8 @@ double time_once(const std::function<void()>& body) {
   timer.collect();
   return timer.median(1);
 }
+
+constexpr int kAltChunks[2] = {128, 256};
 
 Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
   Layer layer(length, options.budget);
@@ -285,6 +294,9 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
   bpc_attention.workspace = layer.sparse_workspace.as<float>();
   cuda::TopkSelectArgs select_old = select;
   select_old.keys16_as_digits = true;
+  cuda::TopkSelectArgs select_no_workspace = select;
+  select_no_workspace.workspace = nullptr;
+  select_no_workspace.workspace_bytes = 0;
 
   const int page_budget = cuda::pages_for_budget(length, options.budget, kPage, 3);
   auto quest_step = [&](bool shared, StepTimer* timer) {
@@ -347,7 +359,10 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
 
   const cuda::DecodeAttentionArgs dense = layer.attention_args();
   StepTimer dense_timer(1, options.reps), bpc_timer(3, options.reps), quest_timer(4, options.reps),
-      shared_timer(4, options.reps), old_topk_timer(2, options.reps);
+      shared_timer(4, options.reps), old_topk_timer(2, options.reps),
+      no_workspace_timer(2, options.reps), chunk_a_timer(3, options.reps),
+      chunk_b_timer(3, options.reps);
+  StepTimer* chunk_timers[2] = {&chunk_a_timer, &chunk_b_timer};
   const int warmup = 3;
   for (int rep = 0; rep < warmup + options.reps; ++rep) {
     cuda::check(cudaMemsetAsync(flush.data(), rep & 0xff, flush.bytes()), "flush L2");
@@ -369,6 +384,24 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
     cuda::topk_select(select_old, nullptr);
     old_topk_timer.mark(2);
     cuda::check(cudaMemsetAsync(flush.data(), rep & 0xff, flush.bytes()), "flush L2");
+    no_workspace_timer.mark(0);
+    cuda::binary_score_keys(score, nullptr);
+    no_workspace_timer.mark(1);
+    cuda::topk_select(select_no_workspace, nullptr);
+    no_workspace_timer.mark(2);
+    for (int c = 0; c < 2; ++c) {
+      cuda::DecodeAttentionArgs longer = bpc_attention;
+      longer.chunk_size = kAltChunks[c];
+      cuda::check(cudaMemsetAsync(flush.data(), rep & 0xff, flush.bytes()), "flush L2");
+      chunk_timers[c]->mark(0);
+      cuda::binary_score_keys(score, nullptr);
+      chunk_timers[c]->mark(1);
+      cuda::topk_select(select, nullptr);
+      chunk_timers[c]->mark(2);
+      cuda::decode_attention(longer, nullptr);
+      chunk_timers[c]->mark(3);
+    }
+    cuda::check(cudaMemsetAsync(flush.data(), rep & 0xff, flush.bytes()), "flush L2");
     quest_step(false, &quest_timer);
     cuda::check(cudaMemsetAsync(flush.data(), rep & 0xff, flush.bytes()), "flush L2");
     quest_step(true, &shared_timer);
@@ -381,10 +414,14 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
     quest_timer.collect();
     shared_timer.collect();
     old_topk_timer.collect();
+    no_workspace_timer.collect();
+    for (StepTimer* timer : chunk_timers) timer->collect();
   }
   row.dense = dense_timer.median(1);
   for (int s = 0; s < 4; ++s) row.bpc[s] = bpc_timer.median(s);
   row.bpc_topk_old = old_topk_timer.median(1);
+  row.bpc_topk_no_workspace = no_workspace_timer.median(1);
+  for (int c = 0; c < 2; ++c) row.bpc_attn_chunk[c] = chunk_timers[c]->median(2);
   for (int s = 0; s < 5; ++s) row.quest[s] = quest_timer.median(s);
   row.quest_shared_total = shared_timer.median(4);
   return row;
@@ -420,6 +457,17 @@ int run(int argc, char** argv) {
         r.context, r.dense, r.bpc[0], r.bpc[1], r.bpc_topk_old, r.bpc[2], r.bpc[3],
         r.dense / r.bpc[3], r.quest[0], r.quest[1], r.quest[2], r.quest[3], r.quest[4],
         r.dense / r.quest[4], r.quest_shared_total, r.dense / r.quest_shared_total);
+  std::printf(
+      "\nBinaryPC's step, alternatives timed in the same run (ms; the step's own: top-k with the "
+      "workspace, attention in chunks of 64)\n");
+  std::printf(
+      "| context | top-k | top-k without workspace | attn (chunk 64) | attn (chunk %d) | attn "
+      "(chunk %d) |\n",
+      kAltChunks[0], kAltChunks[1]);
+  std::printf("|---|---|---|---|---|---|\n");
+  for (const Row& r : rows)
+    std::printf("| %d | %.4f | %.4f | %.4f | %.4f | %.4f |\n", r.context, r.bpc[1],
+                r.bpc_topk_no_workspace, r.bpc[2], r.bpc_attn_chunk[0], r.bpc_attn_chunk[1]);
   std::printf("\nonce per layer after prefill / per appended token, ms (single cold run)\n");
   std::printf(
       "| context | BPC hash all keys (+errors) | EAS top-k + mask | Quest page bounds | hash 1 "
