@@ -3,8 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
+#include <random>
 
 #include "common/errors.h"
 #include "synthetic_prefill.h"
@@ -53,6 +56,31 @@ TEST(TopK, TiesGoToLowerIndexAndNanRanksLast) {
   EXPECT_EQ(top_k(scores, 3), (std::vector<int32_t>{1, 3, 5}));
   EXPECT_EQ(top_k(scores, 4), (std::vector<int32_t>{1, 3, 5, 4}));
   EXPECT_EQ(top_k(scores, 6).back(), 2);
+}
+
+// Against a full stable sort by the documented order, on scores with many ties and NaNs, for k
+// from none to past the end.
+TEST(TopK, EqualsAFullSortByScoreThenIndex) {
+  std::mt19937 rng(11);
+  for (int n : {1, 7, 100, 5000}) {
+    std::vector<float> scores(n);
+    for (float& s : scores) {
+      const uint32_t r = rng();
+      s = r % 17 == 0 ? std::nanf("") : float(int(r % 41) - 20) / 4;  // 41 values: ties
+    }
+    std::vector<int32_t> sorted(n);
+    std::iota(sorted.begin(), sorted.end(), 0);
+    auto key = [&](int32_t i) {
+      return std::isnan(scores[i]) ? -std::numeric_limits<float>::infinity() : scores[i];
+    };
+    std::stable_sort(sorted.begin(), sorted.end(),
+                     [&](int32_t a, int32_t b) { return key(a) > key(b); });
+    for (int k : {0, 1, n / 3, n - 1, n, n + 5, -2}) {
+      const int want = std::clamp(k, 0, n);
+      EXPECT_EQ(top_k(scores, k), std::vector<int32_t>(sorted.begin(), sorted.begin() + want))
+          << "n " << n << ", k " << k;
+    }
+  }
 }
 
 TEST(KeepTop, ProtectsSinksAndWindowInsideTheBudget) {
