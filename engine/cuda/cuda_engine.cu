@@ -453,8 +453,8 @@ void CudaEngine::compact(int seq, const KeptIndices& kept) {
   heads.first_slot = int64_t(seq) * c.n_kv_heads;
   heads.n_layers = c.n_layers;
   heads.n_kv_heads = c.n_kv_heads;
-  CompactionRows& plan = m.compaction_rows;  // reused: its arrays keep their pages between calls
-  build_compaction_rows(kept, heads, plan);  // checks every list before anything moves
+  CompactionRows& lists = m.compaction_rows;  // reused: its arrays keep their pages between calls
+  build_compaction_rows(kept, heads, lists);  // checks every list before anything moves
   m.forget_stale_selection();
   for (int l = 0; l < c.n_layers; ++l)
     for (int h = 0; h < c.n_kv_heads; ++h)
@@ -463,20 +463,20 @@ void CudaEngine::compact(int seq, const KeptIndices& kept) {
   // Gather kept rows into scratch, then write them back packed at the head's first rows. The row
   // lists of every layer go up in one copy on the stream and the kernels queue behind it without a
   // wait between layers: a compaction costs one upload and one synchronisation.
-  if (plan.widest > 0) {
-    const size_t row_bytes = plan.rows.size() * sizeof(int64_t);
+  if (lists.widest > 0) {
+    const size_t row_bytes = lists.rows.size() * sizeof(int64_t);
     DeviceBuffer d_rows(row_bytes, "compact rows");
-    // From pageable memory the call returns once the rows are staged, so `plan` may be refilled
+    // From pageable memory the call returns once the rows are staged, so `lists` may be refilled
     // next call; on the engine's stream the copies below see them.
-    cuda::check(cudaMemcpyAsync(d_rows.data(), plan.rows.data(), row_bytes, cudaMemcpyHostToDevice,
+    cuda::check(cudaMemcpyAsync(d_rows.data(), lists.rows.data(), row_bytes, cudaMemcpyHostToDevice,
                                 m.stream),
                 "compact rows upload");
-    const int64_t* scratch_index = d_rows.as<int64_t>() + (plan.rows.size() - plan.widest);
-    DeviceBuffer scratch(plan.widest * c.head_dim * 2, "compact scratch");
+    const int64_t* scratch_index = d_rows.as<int64_t>() + (lists.rows.size() - lists.widest);
+    DeviceBuffer scratch(lists.widest * c.head_dim * 2, "compact scratch");
     for (int l = 0; l < c.n_layers; ++l) {
-      const int64_t n = plan.layer_count[l];
+      const int64_t n = lists.layer_count[l];
       if (n == 0) continue;
-      const int64_t* src = d_rows.as<int64_t>() + plan.layer_start[l];
+      const int64_t* src = d_rows.as<int64_t>() + lists.layer_start[l];
       const int64_t* dst = src + n;
       for (auto* cache : {&m.k_cache[l], &m.v_cache[l]}) {
         cuda::copy_rows(cache->as<bf16>(), scratch.as<bf16>(), src, scratch_index, n, c.head_dim,
