@@ -440,7 +440,8 @@ std::vector<TextTable> build_tables(const std::vector<StoredRow>& rows, const st
   if (!benchmark) {
     std::string known;
     for (const auto& name : table_layouts()) known += (known.empty() ? "" : ", ") + name;
-    throw InputError("--layout '" + layout + "' is unknown (use one of " + known + ")");
+    throw InputError("--layout '" + layout + "' is unknown (use one of " + known +
+                     ", or paired with --against POLICY)");
   }
   switch (benchmark->layout) {
     case TableLayout::kPerTask:

@@ -85,6 +85,22 @@ TEST_F(CliTest, TableLayoutsAndFormats) {
   const Outcome bad = kvbench("table --db " + db.string() + " --layout rulerr", dir_);
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.err.find("rulerr"), std::string::npos);
+  const Outcome paired =
+      kvbench("table --db " + db.string() + " --layout paired --against snapkv", dir_);
+  EXPECT_EQ(paired.code, 0) << paired.err;
+  EXPECT_NE(paired.out.find("paired difference against snapkv"), std::string::npos) << paired.out;
+  EXPECT_NE(paired.out.find("| snapkv+art | 25% |"), std::string::npos) << paired.out;
+  const Outcome no_reference = kvbench("table --db " + db.string() + " --layout paired", dir_);
+  EXPECT_EQ(no_reference.code, 2);
+  EXPECT_NE(no_reference.err.find("--against POLICY"), std::string::npos) << no_reference.err;
+  const Outcome stray =
+      kvbench("table --db " + db.string() + " --layout ruler --against snapkv", dir_);
+  EXPECT_EQ(stray.code, 2);
+  EXPECT_NE(stray.err.find("--against goes with --layout paired"), std::string::npos);
+  const Outcome absent =
+      kvbench("table --db " + db.string() + " --layout paired --against h2o", dir_);
+  EXPECT_EQ(absent.code, 2);
+  EXPECT_NE(absent.err.find("present: "), std::string::npos) << absent.err;
 }
 
 TEST_F(CliTest, CorruptDatabaseIsAClearErrorEverywhereAndStaysUntouched) {
