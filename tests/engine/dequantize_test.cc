@@ -5,10 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <vector>
 
 #include "tests/engine/dequantize_goldens.h"
 
@@ -57,6 +59,27 @@ TEST(DequantizeTest, BFloat16Conversions) {
   EXPECT_EQ(f32_to_bf16(1.0f + std::ldexp(1.0f, -8)), 0x3F80);      // tie -> even
   EXPECT_EQ(f32_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3F82);  // tie -> even
   EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(NAN))));
+}
+
+// The vectorised row rounding against the scalar conversion, bit for bit: random patterns (NaNs
+// with every payload, infinities, subnormals among them) and the edges written out.
+TEST(DequantizeTest, RowRoundingToBf16EqualsTheScalarConversion) {
+  std::vector<uint32_t> bits = {0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7F800001,
+                                0xFF800001, 0x7FC00000, 0x7FBFFFFF, 0x7F7FFFFF, 0x7F7F8000,
+                                0x3F808000, 0x3F818000, 0x00008000, 0x00018000, 0x0000FFFF,
+                                0x80007FFF, 0x3F7FFFFF, 0x477FFFFF};
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  for (int i = 0; i < 200000; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    bits.push_back(static_cast<uint32_t>(state >> 32));
+  }
+  std::vector<float> row(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) row[i] = std::bit_cast<float>(bits[i]);
+  round_to_bf16(row.data(), static_cast<int64_t>(row.size()));
+  for (size_t i = 0; i < bits.size(); ++i) {
+    const uint32_t want = static_cast<uint32_t>(f32_to_bf16(std::bit_cast<float>(bits[i]))) << 16;
+    ASSERT_EQ(std::bit_cast<uint32_t>(row[i]), want) << std::hex << "input 0x" << bits[i];
+  }
 }
 
 TEST(DequantizeTest, PlainFloatTypes) {
