@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -35,6 +36,32 @@ TEST(Pooling, MaxPoolPadsWithMinusInfinity) {
   const auto pooled = pool1d(scores, 3, Pooling::kMax, Precision::kFp32);
   const std::vector<float> expected = {-1, -1, -1, -2, -2};  // zero padding would give 0 at edges
   EXPECT_EQ(pooled, expected);
+}
+
+// Against each window written out (torch's padding: a cut window, -inf for max, divided by the
+// kernel for avg), bit for bit, for lengths below, at and past the kernel, with NaNs and ties.
+TEST(Pooling, EveryOutputIsItsWindowBitForBit) {
+  std::mt19937 rng(5);
+  for (int n : {0, 1, 2, 6, 7, 8, 40, 1000})
+    for (int kernel : {1, 3, 7, 31}) {
+      std::vector<float> scores(n);
+      for (float& v : scores) v = rng() % 13 == 0 ? std::nanf("") : float(int(rng() % 9) - 4) / 3;
+      const int half = kernel / 2;
+      for (const Pooling pooling : {Pooling::kMax, Pooling::kAvg})
+        for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
+          const auto got = pool1d(scores, kernel, pooling, precision);
+          ASSERT_EQ(got.size(), scores.size());
+          for (int i = 0; i < n; ++i) {
+            float want = pooling == Pooling::kMax ? -std::numeric_limits<float>::infinity() : 0.f;
+            for (int j = std::max(0, i - half); j <= std::min(n - 1, i + half); ++j)
+              want = pooling == Pooling::kMax ? std::max(want, scores[j]) : want + scores[j];
+            if (pooling == Pooling::kAvg) want = maybe_bf16(want / float(kernel), precision);
+            if (kernel == 1) want = scores[i];  // no pooling: the scores as given
+            EXPECT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want))
+                << "n " << n << ", kernel " << kernel << ", position " << i;
+          }
+        }
+    }
 }
 
 TEST(Pooling, EvenKernelIsAnError) {
