@@ -10,6 +10,7 @@
 #include "common/errors.h"
 #include "datasets/registry.h"
 #include "engine/cache_policy.h"
+#include "harness/report/paired.h"
 #include "harness/report/svg.h"
 #include "harness/report/tables.h"
 
@@ -271,6 +272,17 @@ std::string render_report_html(const std::vector<StoredRow>& rows,
   out << "<h2 id=\"tables\">Tables</h2>\n";
   for (const auto& layout : table_layouts())
     for (const auto& table : build_tables(rows, layout)) out << html_table(table);
+  // Each method's loss against Full on the same samples (harness/report/paired.h), where the
+  // database has Full rows.
+  const bool has_full = std::any_of(rows.begin(), rows.end(), [](const StoredRow& row) {
+    return row.cell.policy_label() == "full";
+  });
+  const std::vector<TextTable> paired =
+      has_full ? build_paired_tables(rows, "full") : std::vector<TextTable>{};
+  if (!paired.empty()) {
+    out << "<h2 id=\"paired\">Against Full on the same samples</h2>\n";
+    for (const auto& table : paired) out << html_table(table);
+  }
   out << "</body></html>\n";
   return out.str();
 }

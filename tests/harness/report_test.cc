@@ -58,6 +58,11 @@ TEST(Report, HasEveryPlotKindAndNoExternalReferences) {
   EXPECT_EQ(count(html, "data-plot=\"tpot-vs-budget\""), 1);
   EXPECT_EQ(count(html, "<rect class=\"cell\""), 4 * 6);
   EXPECT_NE(html.find("test &lt;report&gt;"), std::string::npos);
+  EXPECT_NE(html.find("Against Full on the same samples"), std::string::npos);
+  EXPECT_NE(html.find("paired difference against full"), std::string::npos);
+  std::vector<StoredRow> without_full = synthetic_rows();
+  std::erase_if(without_full, [](const StoredRow& row) { return row.cell.policy == "full"; });
+  EXPECT_EQ(render_report_html(without_full, {}, "t").find("Against Full"), std::string::npos);
   // Offline: no scripts, no links, no remote resources.
   EXPECT_EQ(html.find("<script"), std::string::npos);
   EXPECT_EQ(html.find("http://www.w3.org/2000/svg"), html.find("http"));
