@@ -47,7 +47,7 @@ std::vector<int> adakv_head_budgets(const std::vector<std::vector<float>>& candi
     head_of.insert(head_of.end(), scores.size(), h);
   }
   std::vector<int> counts(heads, 0);
-  for (int32_t i : top_k(flat, heads * b)) ++counts[head_of[i]];
+  for (int32_t i : top_k_set(flat, heads * b)) ++counts[head_of[i]];
   if (options.kvpress_allocation) return counts;
   std::vector<int> budgets(heads);
   for (int h = 0; h < heads; ++h) {
@@ -95,7 +95,7 @@ class AdaKvPolicy : public ScoredPolicy {
         const int forced = static_cast<int>(std::floor(options_.first_stage_ratio * budgets[h]));
         chosen = critical_top(candidates[h], nu_candidates, budgets[h], forced, options_.epsilon);
       } else {
-        chosen = top_k(candidates[h], budgets[h]);
+        chosen = top_k_set(candidates[h], budgets[h]);
       }
       kept[h] = span.kept(chosen);
     }

@@ -54,9 +54,7 @@ std::vector<int32_t> critical_top(const std::vector<float>& scores, const std::v
   std::vector<float> rescored(n);
   for (int j = 0; j < n; ++j) rescored[j] = static_cast<float>((scores[j] + epsilon) * nu[j]);
   for (int32_t j : top_k(scores, forced)) rescored[j] = std::numeric_limits<float>::infinity();
-  std::vector<int32_t> kept = top_k(rescored, keep);
-  std::sort(kept.begin(), kept.end());
-  return kept;
+  return top_k_set(rescored, keep);
 }
 
 namespace {

@@ -57,6 +57,9 @@ std::vector<std::vector<float>> reduce_groups(const std::vector<std::vector<floa
 // Indices of the k largest scores, ordered by score (descending) and, among equal scores, by lower
 // index first (deterministic where torch.topk leaves ties unspecified). NaN ranks lowest.
 std::vector<int32_t> top_k(std::span<const float> scores, int k);
+// The same k indices in increasing index order: for callers that need the set, not its ranking
+// (a kept set, counts per head), without ranking the winners.
+std::vector<int32_t> top_k_set(std::span<const float> scores, int k);
 
 // One head's positions as the selection sees them: the first `sinks` and the last `window` (clamped
 // to fit `length`) are protected, kept whatever their scores; the candidates [begin, end) between

@@ -104,8 +104,10 @@ TEST(TopK, EqualsAFullSortByScoreThenIndex) {
                      [&](int32_t a, int32_t b) { return key(a) > key(b); });
     for (int k : {0, 1, n / 3, n - 1, n, n + 5, -2}) {
       const int want = std::clamp(k, 0, n);
-      EXPECT_EQ(top_k(scores, k), std::vector<int32_t>(sorted.begin(), sorted.begin() + want))
-          << "n " << n << ", k " << k;
+      std::vector<int32_t> best(sorted.begin(), sorted.begin() + want);
+      EXPECT_EQ(top_k(scores, k), best) << "n " << n << ", k " << k;
+      std::sort(best.begin(), best.end());
+      EXPECT_EQ(top_k_set(scores, k), best) << "n " << n << ", k " << k;
     }
   }
 }
