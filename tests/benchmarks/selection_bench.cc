@@ -75,24 +75,20 @@ void report(benchmark::State& state, const std::function<void()>& call,
   state.counters["speedup"] = base_ms / ms;
 }
 
-// Args: candidates, percent kept.
+// Args: candidates, percent kept, 0 the ranked top_k / 1 top_k_set (the set in index order).
 void BM_TopK(benchmark::State& state) {
   const auto scores = scores_of(static_cast<int>(state.range(0)));
   const int k = static_cast<int>(state.range(0) * state.range(1) / 100);
+  const bool set = state.range(2) == 1;
   report(
-      state, [&] { benchmark::DoNotOptimize(kvb::top_k(scores, k)); },
+      state,
+      [&] { benchmark::DoNotOptimize(set ? kvb::top_k_set(scores, k) : kvb::top_k(scores, k)); },
       [&] { benchmark::DoNotOptimize(partial_sort_top_k(scores, k)); });
 }
-BENCHMARK(BM_TopK)->ArgsProduct({{32768, 65536}, {5, 30}})->Unit(benchmark::kMillisecond);
-
-void BM_TopKSet(benchmark::State& state) {
-  const auto scores = scores_of(static_cast<int>(state.range(0)));
-  const int k = static_cast<int>(state.range(0) * state.range(1) / 100);
-  report(
-      state, [&] { benchmark::DoNotOptimize(kvb::top_k_set(scores, k)); },
-      [&] { benchmark::DoNotOptimize(partial_sort_top_k(scores, k)); });
-}
-BENCHMARK(BM_TopKSet)->ArgsProduct({{32768, 65536}, {5, 30}})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TopK)
+    ->ArgsProduct({{32768, 65536}, {5, 30}, {0, 1}})
+    ->ArgNames({"n", "percent", "set"})
+    ->Unit(benchmark::kMillisecond);
 
 // Arg: 1 max pooling, 0 avg pooling with the reference's bf16 casts; 32,768 scores, kernel 7.
 void BM_Pool1d(benchmark::State& state) {
