@@ -6,7 +6,7 @@
 // Why a builder of its own, filling one reused array: a compaction of 30% of a 32K-token prompt
 // moves hundreds of thousands of entries per cell, and building their rows through per-layer
 // vectors spent far longer on fresh pages and inserts on the host than the device spends copying
-// them (issue 17's note of 2026-12-06 has the figures).
+// them (results/host-selection.md).
 #pragma once
 
 #include <cstdint>
