@@ -226,7 +226,9 @@ std::vector<int32_t> ProtectedSpan::kept(std::span<const int32_t> chosen) const 
   for (int j = 0; j < sinks; ++j) kept.push_back(j);
   for (int32_t j : chosen) kept.push_back(j + begin());
   for (int j = end(); j < length; ++j) kept.push_back(j);
-  std::sort(kept.begin(), kept.end());
+  // Sinks, candidates and window lie in that order, so a chosen set in index order (top_k_set)
+  // leaves nothing to sort; a ranked one is sorted here.
+  if (!std::is_sorted(chosen.begin(), chosen.end())) std::sort(kept.begin(), kept.end());
   return kept;
 }
 
