@@ -112,6 +112,13 @@ TEST(TopK, EqualsAFullSortByScoreThenIndex) {
   }
 }
 
+TEST(ProtectedSpan, KeptIsSortedWhateverTheOrderOfTheChosen) {
+  const ProtectedSpan span = protected_span(10, 1, 2);  // sinks {0}, candidates 1..7, window {8, 9}
+  const std::vector<int32_t> want = {0, 1, 4, 6, 8, 9};
+  EXPECT_EQ(span.kept(std::vector<int32_t>{3, 0, 5}), want);  // ranked
+  EXPECT_EQ(span.kept(std::vector<int32_t>{0, 3, 5}), want);  // index order
+}
+
 TEST(KeepTop, ProtectsSinksAndWindowInsideTheBudget) {
   const std::vector<float> scores = {0, 9, 8, 1, 7, 0, 0};
   // keep 5: sink 0, window {5, 6}, then the two best of positions 1..4 -> {1, 2}
