@@ -70,8 +70,9 @@ class KeyDiffPolicy : public ScoredPolicy {
         for (int j = start; j < std::min(start + block, length); ++j) candidates.push_back(j);
         const auto scores = keydiff_scores(layer.keys[h], layer.head_dim, candidates);
         current.clear();
+        // Candidates are increasing (the kept, then the block's later positions), so the set in
+        // index order keeps `current` sorted.
         for (int32_t c : top_k_set(scores, n_kept)) current.push_back(candidates[c]);
-        std::sort(current.begin(), current.end());
       }
       kept[h] = current;
     }

@@ -153,10 +153,14 @@ std::vector<std::vector<float>> reduce_groups(const std::vector<std::vector<floa
 
 namespace {
 
-// (rank key, index) side by side, the k best moved to the front by a selection (nth_element): each
-// comparison on contiguous pairs, no heap of k, NaN tested once per score — AdaKV's layer-wide
-// top-k and every scorer's per-head top-k run per sweep cell (timings against the partial_sort it
-// replaced: results/host-selection.md). The order is total, so the set is the same.
+// A score as the top-k ranks it: NaN lowest.
+float rank_key(float score) {
+  return std::isnan(score) ? -std::numeric_limits<float>::infinity() : score;
+}
+
+// The ranked top_k's (rank key, index) side by side, the k best moved to the front by a selection
+// (nth_element): each comparison on contiguous pairs, no heap of k (timings against the
+// partial_sort it replaced: results/host-selection.md). The order is total, so the set is the same.
 struct Ranked {
   float key;
   int32_t index;
@@ -169,8 +173,7 @@ bool ranks_above(const Ranked& a, const Ranked& b) {
 std::vector<Ranked> best_first(std::span<const float> scores, int k) {
   const int n = static_cast<int>(scores.size());
   std::vector<Ranked> ranked(n);
-  for (int i = 0; i < n; ++i)
-    ranked[i] = {std::isnan(scores[i]) ? -std::numeric_limits<float>::infinity() : scores[i], i};
+  for (int i = 0; i < n; ++i) ranked[i] = {rank_key(scores[i]), i};
   if (k < n) std::nth_element(ranked.begin(), ranked.begin() + k, ranked.end(), ranks_above);
   ranked.resize(k);
   return ranked;
@@ -193,9 +196,7 @@ std::vector<int32_t> top_k_set(std::span<const float> scores, int k) {
   if (k == 0) return {};
   // The k-th best key by a selection over the keys alone, then one pass in index order: every key
   // above it, and of the keys equal to it the lowest indices — top_k's ranking, with no ranking.
-  auto key = [&](int i) {
-    return std::isnan(scores[i]) ? -std::numeric_limits<float>::infinity() : scores[i];
-  };
+  auto key = [&](int i) { return rank_key(scores[i]); };
   std::vector<float> keys(n);
   for (int i = 0; i < n; ++i) keys[i] = key(i);
   std::nth_element(keys.begin(), keys.begin() + (k - 1), keys.end(), std::greater<float>());
