@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "common/errors.h"
+#include "datasets/text_utils.h"
 #include "harness/report/stats.h"
 #include "harness/sweep/config.h"
 
@@ -95,12 +96,9 @@ std::vector<TextTable> build_paired_tables(const std::vector<StoredRow>& rows,
     scores.by_policy[policy][row.cell.length][{row.cell.task, row.sample_index}] = row.result.score;
     scores.lengths.insert(row.cell.length);
   }
-  if (!rows.empty() && !labels.count(reference)) {
-    std::string present;
-    for (const auto& label : labels) present += (present.empty() ? "" : ", ") + label;
-    throw InputError("--against '" + reference +
-                     "': no result row has that policy (present: " + present + ")");
-  }
+  if (!rows.empty() && !labels.count(reference))
+    throw InputError("--against '" + reference + "': no result row has that policy (present: " +
+                     join({labels.begin(), labels.end()}, ", ") + ")");
   std::vector<TextTable> out;
   for (const TableKey& key : order) {
     TextTable table = paired_table(key, tables.at(key), reference);
