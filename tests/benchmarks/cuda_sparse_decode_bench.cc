@@ -363,6 +363,15 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
       no_workspace_timer(2, options.reps), chunk_a_timer(3, options.reps),
       chunk_b_timer(3, options.reps);
   StepTimer* chunk_timers[2] = {&chunk_a_timer, &chunk_b_timer};
+  // A top-k variant after the step's own scoring (the keys in L2 as the step's top-k finds them).
+  auto score_then_topk = [&](int rep, StepTimer& timer, const cuda::TopkSelectArgs& args) {
+    cuda::check(cudaMemsetAsync(flush.data(), rep & 0xff, flush.bytes()), "flush L2");
+    timer.mark(0);
+    cuda::binary_score_keys(score, nullptr);
+    timer.mark(1);
+    cuda::topk_select(args, nullptr);
+    timer.mark(2);
+  };
   const int warmup = 3;
   for (int rep = 0; rep < warmup + options.reps; ++rep) {
     cuda::check(cudaMemsetAsync(flush.data(), rep & 0xff, flush.bytes()), "flush L2");
@@ -377,18 +386,8 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
     bpc_timer.mark(2);
     cuda::decode_attention(bpc_attention, nullptr);
     bpc_timer.mark(3);
-    cuda::check(cudaMemsetAsync(flush.data(), rep & 0xff, flush.bytes()), "flush L2");
-    old_topk_timer.mark(0);
-    cuda::binary_score_keys(score, nullptr);  // the keys in L2 as the step's top-k finds them
-    old_topk_timer.mark(1);
-    cuda::topk_select(select_old, nullptr);
-    old_topk_timer.mark(2);
-    cuda::check(cudaMemsetAsync(flush.data(), rep & 0xff, flush.bytes()), "flush L2");
-    no_workspace_timer.mark(0);
-    cuda::binary_score_keys(score, nullptr);
-    no_workspace_timer.mark(1);
-    cuda::topk_select(select_no_workspace, nullptr);
-    no_workspace_timer.mark(2);
+    score_then_topk(rep, old_topk_timer, select_old);
+    score_then_topk(rep, no_workspace_timer, select_no_workspace);
     for (int c = 0; c < 2; ++c) {
       cuda::DecodeAttentionArgs longer = bpc_attention;
       longer.chunk_size = kAltChunks[c];
