@@ -363,14 +363,19 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
       no_workspace_timer(2, options.reps), chunk_a_timer(3, options.reps),
       chunk_b_timer(3, options.reps);
   StepTimer* chunk_timers[2] = {&chunk_a_timer, &chunk_b_timer};
-  // A top-k variant after the step's own scoring (the keys in L2 as the step's top-k finds them).
-  auto score_then_topk = [&](int rep, StepTimer& timer, const cuda::TopkSelectArgs& args) {
+  // BinaryPC's step from a flushed L2 — scoring, a top-k and (when given) the sparse attention —
+  // so that every variant finds its inputs where the step's own kernels leave them.
+  auto bpc_step = [&](int rep, StepTimer& timer, const cuda::TopkSelectArgs& top,
+                      const cuda::DecodeAttentionArgs* attention) {
     cuda::check(cudaMemsetAsync(flush.data(), rep & 0xff, flush.bytes()), "flush L2");
     timer.mark(0);
     cuda::binary_score_keys(score, nullptr);
     timer.mark(1);
-    cuda::topk_select(args, nullptr);
+    cuda::topk_select(top, nullptr);
     timer.mark(2);
+    if (!attention) return;
+    cuda::decode_attention(*attention, nullptr);
+    timer.mark(3);
   };
   const int warmup = 3;
   for (int rep = 0; rep < warmup + options.reps; ++rep) {
@@ -378,27 +383,13 @@ Row measure(int length, const Options& options, cuda::DeviceBuffer& flush) {
     dense_timer.mark(0);
     cuda::decode_attention(dense, nullptr);
     dense_timer.mark(1);
-    cuda::check(cudaMemsetAsync(flush.data(), rep & 0xff, flush.bytes()), "flush L2");
-    bpc_timer.mark(0);
-    cuda::binary_score_keys(score, nullptr);
-    bpc_timer.mark(1);
-    cuda::topk_select(select, nullptr);
-    bpc_timer.mark(2);
-    cuda::decode_attention(bpc_attention, nullptr);
-    bpc_timer.mark(3);
-    score_then_topk(rep, old_topk_timer, select_old);
-    score_then_topk(rep, no_workspace_timer, select_no_workspace);
+    bpc_step(rep, bpc_timer, select, &bpc_attention);
+    bpc_step(rep, old_topk_timer, select_old, nullptr);
+    bpc_step(rep, no_workspace_timer, select_no_workspace, nullptr);
     for (int c = 0; c < 2; ++c) {
       cuda::DecodeAttentionArgs longer = bpc_attention;
       longer.chunk_size = kAltChunks[c];
-      cuda::check(cudaMemsetAsync(flush.data(), rep & 0xff, flush.bytes()), "flush L2");
-      chunk_timers[c]->mark(0);
-      cuda::binary_score_keys(score, nullptr);
-      chunk_timers[c]->mark(1);
-      cuda::topk_select(select, nullptr);
-      chunk_timers[c]->mark(2);
-      cuda::decode_attention(longer, nullptr);
-      chunk_timers[c]->mark(3);
+      bpc_step(rep, *chunk_timers[c], select, &longer);
     }
     cuda::check(cudaMemsetAsync(flush.data(), rep & 0xff, flush.bytes()), "flush L2");
     quest_step(false, &quest_timer);
