@@ -386,7 +386,16 @@ __device__ __forceinline__ void request_stage(const WarpStream& s, const WarpRin
     if (s.codes_aligned) {
       for (int c = lane; c < kStageKeys / 2; c += 32) {
         const int keys = min(max(left - 2 * c, 0), 2);
-        cp_async_16_bytes(codes + c, s.codes + (keys > 0 ? first + 2 * c : 0), 8 * keys);
+        if (keys == 1) {
+          // The slot's last key at an odd length: a 16-byte read would reach 8 bytes past the
+          // row (compute-sanitizer memcheck flags it even with the zero-fill form), so copy its
+          // 8 bytes and zero the other half.
+          uint2* halves = reinterpret_cast<uint2*>(codes + c);
+          cp_async_small<8>(halves, s.codes + first + 2 * c);
+          cp_async_small<8>(halves + 1, s.codes, false);
+        } else {
+          cp_async_16(codes + c, s.codes + (keys > 0 ? first + 2 * c : 0), keys == 2);
+        }
       }
     } else {
       uint2* halves = reinterpret_cast<uint2*>(codes);
