@@ -1,4 +1,5 @@
-// kvbench table --db FILE.db --layout ruler|longbench|niah|infinitebench|latency|memory
+// kvbench table --db FILE.db --layout ruler|ruler-lengths|longbench|niah|infinitebench|
+//               infinitebench-lengths|latency|memory
 //               --format md|csv|latex [--json]
 // kvbench table --db FILE.db --layout paired --against POLICY [--format ...] [--json]
 //   (each policy against POLICY on the same samples: harness/report/paired.h)

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include "common/errors.h"
 #include "datasets/registry.h"
@@ -83,6 +84,9 @@ struct PolicyRow {
 
 std::string mode_text(PromptMode mode) { return to_string(mode); }
 
+// "ruler-lengths": a per-task benchmark's scores by length (length_summary_tables).
+constexpr std::string_view kByLengthSuffix = "-lengths";
+
 std::vector<TextTable> per_task_tables(const std::vector<StoredRow>& rows,
                                        const std::string& benchmark, const std::string& name,
                                        bool per_length) {
@@ -125,6 +129,59 @@ std::vector<TextTable> per_task_tables(const std::vector<StoredRow>& rows,
         task_means.push_back(mean_of(it->second));
       }
       line.push_back(fixed(100 * mean_of(task_means), 1));
+      table.rows.push_back(std::move(line));
+    }
+    tables.push_back(std::move(table));
+  }
+  return tables;
+}
+
+// The per-task tables' Avg column across lengths: per (model, prompt mode), rows policy x budget,
+// one column per context length holding the mean of that length's task scores (the same figure as
+// the Avg of the per-length table), then their mean where every length is present — the form of
+// the KV papers' headline RULER tables (score per length, averaged over tasks).
+std::vector<TextTable> length_summary_tables(const std::vector<StoredRow>& rows,
+                                             const Benchmark& benchmark) {
+  using GroupKey = std::pair<std::string, std::string>;  // model, mode
+  OrderedKeys<GroupKey> groups;
+  std::map<GroupKey, OrderedKeys<PolicyRow>> policy_rows;
+  std::map<GroupKey, std::set<int>> lengths;
+  // (group, row, length) -> task -> scores
+  std::map<std::tuple<GroupKey, PolicyRow, int>, std::map<std::string, std::vector<double>>> scores;
+  for (const auto& row : rows) {
+    if (row.cell.benchmark != benchmark.name) continue;
+    const GroupKey g{row.cell.model, mode_text(row.cell.prompt_mode)};
+    const PolicyRow p{row.cell.policy_label(), row.cell.budget_text()};
+    groups.add(g);
+    policy_rows[g].add(p);
+    lengths[g].insert(row.cell.length);
+    scores[{g, p, row.cell.length}][row.cell.task].push_back(row.result.score);
+  }
+  std::vector<TextTable> tables;
+  for (const auto& g : groups.items()) {
+    TextTable table;
+    table.title = benchmark.title + " by length, " + g.first + ", " + g.second +
+                  " (mean of the task scores at each length)";
+    table.columns = {"Policy", "Budget"};
+    for (const int length : lengths[g]) table.columns.push_back(std::to_string(length));
+    table.columns.push_back("Avg");
+    for (const auto& p : policy_rows[g].items()) {
+      std::vector<std::string> line = {p.label, budget_label(p.budget)};
+      std::vector<double> length_means;
+      for (const int length : lengths[g]) {
+        const auto it = scores.find({g, p, length});
+        if (it == scores.end()) {
+          line.push_back("-");
+          continue;
+        }
+        std::vector<double> task_means;
+        for (const auto& [task, task_scores] : it->second)
+          task_means.push_back(mean_of(task_scores));
+        line.push_back(fixed(100 * mean_of(task_means), 1));
+        length_means.push_back(mean_of(task_means));
+      }
+      line.push_back(
+          length_means.size() == lengths[g].size() ? fixed(100 * mean_of(length_means), 1) : "-");
       table.rows.push_back(std::move(line));
     }
     tables.push_back(std::move(table));
@@ -393,6 +450,9 @@ const std::vector<std::string>& table_layouts() {
   static const std::vector<std::string> layouts = [] {
     std::vector<std::string> names;
     for (const auto& benchmark : list_benchmarks()) names.push_back(benchmark.name);
+    for (const auto& benchmark : list_benchmarks())
+      if (benchmark.layout == TableLayout::kPerTask)
+        names.push_back(benchmark.name + std::string(kByLengthSuffix));
     names.push_back("latency");
     names.push_back("memory");
     return names;
@@ -436,8 +496,13 @@ std::vector<std::string> ordered_tasks(const std::string& benchmark,
 std::vector<TextTable> build_tables(const std::vector<StoredRow>& rows, const std::string& layout) {
   if (layout == "latency") return latency_or_memory_tables(rows, false);
   if (layout == "memory") return latency_or_memory_tables(rows, true);
-  const Benchmark* benchmark = lookup_benchmark(layout);
-  if (!benchmark) {
+  const bool by_length =
+      layout.size() > kByLengthSuffix.size() && layout.ends_with(kByLengthSuffix);
+  const Benchmark* benchmark = lookup_benchmark(
+      by_length ? layout.substr(0, layout.size() - kByLengthSuffix.size()) : layout);
+  if (benchmark && by_length && benchmark->layout == TableLayout::kPerTask)
+    return length_summary_tables(rows, *benchmark);
+  if (!benchmark || by_length) {
     std::string known;
     for (const auto& name : table_layouts()) known += (known.empty() ? "" : ", ") + name;
     throw InputError("--layout '" + layout + "' is unknown (use one of " + known +

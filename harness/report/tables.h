@@ -9,6 +9,8 @@
 //                  category means, the mean of datasets and the mean of category means (LongBench,
 //                  Table 9)
 //   depth grid     per (model, prompt mode, policy, budget): depth x context length (NIAH)
+// and, for each per-task benchmark, NAME-lengths: per (model, prompt mode), rows policy x budget,
+// one column per context length holding the per-task table's Avg at that length, then their mean;
 // and two more:
 //   latency        per model: prefill, compression, TTFT and TPOT per policy x budget x length,
 //                  with speed-ups against each policy's base (X+art against X; others against

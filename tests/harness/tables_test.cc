@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "common/errors.h"
 #include "harness/report/compare.h"
 #include "harness/report/stats.h"
@@ -76,6 +78,37 @@ TEST(Tables, RulerPerTaskWithAverageAndInterval) {
   EXPECT_EQ(t.rows[0], (std::vector<std::string>{"snapkv", "25%", "100.0", "50.0 (n=2)", "75.0"}));
   EXPECT_EQ(t.rows[1], (std::vector<std::string>{"full", "full", "100.0", "100.0", "100.0"}));
   EXPECT_EQ(tables[1].rows[0].back(), "50.0");
+}
+
+TEST(Tables, RulerByLengthAveragesTheTasksOfEachLength) {
+  std::vector<StoredRow> rows = {
+      row("ruler", "vt", 4096, "snapkv", "10%", 1.0),
+      row("ruler", "vt", 4096, "snapkv", "10%", 0.0),
+      row("ruler", "niah_single_1", 4096, "snapkv", "10%", 1.0),
+      row("ruler", "vt", 8192, "snapkv", "10%", 0.25),
+      row("ruler", "niah_single_1", 8192, "snapkv", "10%", 0.75),
+      row("ruler", "vt", 4096, "full", "", 1.0),
+      row("ruler", "niah_single_1", 4096, "full", "", 0.5),
+  };
+  const auto tables = build_tables(rows, "ruler-lengths");
+  ASSERT_EQ(tables.size(), 1u);
+  const TextTable& t = tables[0];
+  EXPECT_EQ(t.columns, (std::vector<std::string>{"Policy", "Budget", "4096", "8192", "Avg"}));
+  // snapkv: 4K (vt 50 + niah 100) / 2 = 75, 8K (25 + 75) / 2 = 50, over the lengths 62.5.
+  // full ran at 4K only: no average over the lengths.
+  EXPECT_EQ(t.rows[0], (std::vector<std::string>{"snapkv", "10%", "75.0", "50.0", "62.5"}));
+  EXPECT_EQ(t.rows[1], (std::vector<std::string>{"full", "full", "75.0", "-", "-"}));
+  // Each length's figure is the per-length table's Avg column.
+  const auto per_length = build_tables(rows, "ruler");
+  ASSERT_EQ(per_length.size(), 2u);
+  EXPECT_EQ(per_length[0].rows[0].back(), "75.0");
+  EXPECT_EQ(per_length[1].rows[0].back(), "50.0");
+  // Only per-task benchmarks have the form.
+  EXPECT_THROW(build_tables(rows, "longbench-lengths"), InputError);
+  EXPECT_THROW(build_tables(rows, "-lengths"), InputError);
+  const auto& layouts = table_layouts();
+  EXPECT_NE(std::find(layouts.begin(), layouts.end(), "ruler-lengths"), layouts.end());
+  EXPECT_EQ(std::find(layouts.begin(), layouts.end(), "niah-lengths"), layouts.end());
 }
 
 TEST(Tables, LongBenchCategoryAverages) {
