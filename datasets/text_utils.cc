@@ -82,15 +82,6 @@ std::string strip(std::string_view text) {
   return std::string(text.substr(begin, end - begin));
 }
 
-std::string join(const std::vector<std::string>& pieces, std::string_view separator) {
-  std::string out;
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    if (i) out += separator;
-    out += pieces[i];
-  }
-  return out;
-}
-
 std::string replace_all(std::string text, std::string_view old_text, std::string_view new_text) {
   if (old_text.empty()) return text;
   std::string out;

@@ -21,7 +21,6 @@ std::vector<std::string> split_whitespace(std::string_view text);
 std::string collapse_whitespace(std::string_view text);
 // Python `text.strip()` (Unicode whitespace).
 std::string strip(std::string_view text);
-std::string join(const std::vector<std::string>& pieces, std::string_view separator);
 // Python `str.replace(old, new)` (every non-overlapping occurrence, left to right).
 std::string replace_all(std::string text, std::string_view old_text, std::string_view new_text);
 // Python `text.format(**fields)` for the named fields only, in one pass (substituted text is not

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/errors.h"
+#include "common/strings.h"
 #include "engine/gguf.h"
 
 namespace kvb {
@@ -70,8 +71,7 @@ std::vector<std::string> chat_template_names() {
 const ChatTemplate& chat_template(std::string_view name) {
   for (const ChatTemplate& chat : all_templates())
     if (chat.name == name) return chat;
-  std::string known;
-  for (const std::string& n : chat_template_names()) known += (known.empty() ? "" : ", ") + n;
+  const std::string known = join(chat_template_names(), ", ");
   throw InputError("unknown chat template '" + std::string(name) + "' (known: " + known + ")");
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "common/errors.h"
+#include "common/strings.h"
 
 namespace kvb {
 namespace {
@@ -80,8 +81,7 @@ ModelConfig preset_config(const std::string& name) {
   }
   if (name == "tiny-llama")  // for tests: 2 layers, d = 64, GQA 4:2, head_dim 16, byte vocabulary
     return make("tiny-llama", Architecture::kLlama, 2, 64, 4, 2, 128, 256, 2048, 1e-5f, 10000.0f);
-  std::string known;
-  for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
+  const std::string known = join(preset_names(), ", ");
   throw InputError("unknown preset '" + name + "' (known: " + known + ")");
 }
 

@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "common/errors.h"
+#include "common/strings.h"
 #include "datasets/python_random.h"
 #include "datasets/text_utils.h"
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "common/errors.h"
+#include "common/strings.h"
 #include "datasets/infinitebench/generate.h"
 #include "datasets/infinitebench/loader.h"
 #include "datasets/infinitebench/prompts.h"
@@ -114,8 +115,7 @@ Benchmark infinitebench_benchmark() {
   };
   b.check_task = [](const std::string& task) {
     if (is_infinitebench_task(task)) return;
-    std::string known;
-    for (const auto& t : infinitebench_tasks()) known += (known.empty() ? "" : ", ") + t;
+    const std::string known = join(infinitebench_tasks(), ", ");
     throw InputError("unknown InfiniteBench task '" + task + "' (known: " + known + ")");
   };
   b.loads_from_files = [](const BenchmarkSpec& spec, const std::string& task) {

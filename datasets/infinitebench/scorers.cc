@@ -6,6 +6,7 @@
 #include <map>
 
 #include "common/errors.h"
+#include "common/strings.h"
 #include "datasets/metrics/py_text.h"
 #include "datasets/metrics/qa_f1.h"
 #include "datasets/metrics/rouge.h"
@@ -264,8 +265,7 @@ double infinitebench_score_one(const std::string& task, const std::string& predi
   if (task == "longbook_qa_eng") return max_over_labels(task, pred, label, qa_f1_score);
   if (task == "longbook_qa_chn") return max_over_labels(task, pred, label, char_f1_zh_score);
   if (task == "longbook_sum_eng") return score_sum(pred, label);
-  std::string known;
-  for (const auto& t : infinitebench_tasks()) known += (known.empty() ? "" : ", ") + t;
+  const std::string known = join(infinitebench_tasks(), ", ");
   throw InputError("unknown InfiniteBench task '" + task + "' (known: " + known + ")");
 }
 

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "common/errors.h"
+#include "common/strings.h"
 #include "datasets/ruler/ruler_constants.h"
 #include "datasets/ruler/ruler_task.h"
 #include "datasets/text_utils.h"

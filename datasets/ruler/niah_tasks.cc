@@ -4,6 +4,7 @@
 #include <map>
 
 #include "common/errors.h"
+#include "common/strings.h"
 #include "datasets/ruler/ruler_constants.h"
 #include "datasets/ruler/ruler_task.h"
 #include "datasets/text_utils.h"

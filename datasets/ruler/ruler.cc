@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/errors.h"
+#include "common/strings.h"
 #include "datasets/ruler/ruler_constants.h"
 #include "datasets/ruler/ruler_task.h"
 #include "datasets/text_utils.h"

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "common/errors.h"
+#include "common/strings.h"
 #include "datasets/jsonl_reader.h"
 #include "datasets/metrics/string_match.h"
 #include "datasets/prediction_records.h"
@@ -24,8 +25,7 @@ std::vector<py::Text> to_texts(const std::vector<std::string>& strings) {
 void check_ruler_task(const std::string& task) {
   const auto& tasks = ruler_tasks();
   if (std::find(tasks.begin(), tasks.end(), task) != tasks.end()) return;
-  std::string known;
-  for (const auto& t : tasks) known += (known.empty() ? "" : ", ") + t;
+  const std::string known = join(tasks, ", ");
   throw InputError("unknown RULER task '" + task + "' (known: " + known + ")");
 }
 

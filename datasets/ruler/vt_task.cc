@@ -3,6 +3,7 @@
 // demo.
 #include <algorithm>
 
+#include "common/strings.h"
 #include "datasets/ruler/ruler_constants.h"
 #include "datasets/ruler/ruler_task.h"
 #include "datasets/text_utils.h"

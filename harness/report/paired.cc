@@ -6,7 +6,7 @@
 #include <tuple>
 
 #include "common/errors.h"
-#include "datasets/text_utils.h"
+#include "common/strings.h"
 #include "harness/report/stats.h"
 #include "harness/sweep/config.h"
 
@@ -97,8 +97,8 @@ std::vector<TextTable> build_paired_tables(const std::vector<StoredRow>& rows,
     scores.lengths.insert(row.cell.length);
   }
   if (!rows.empty() && !labels.count(reference))
-    throw InputError("--against '" + reference + "': no result row has that policy (present: " +
-                     join({labels.begin(), labels.end()}, ", ") + ")");
+    throw InputError("--against '" + reference +
+                     "': no result row has that policy (present: " + join(labels, ", ") + ")");
   std::vector<TextTable> out;
   for (const TableKey& key : order) {
     TextTable table = paired_table(key, tables.at(key), reference);

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "common/errors.h"
+#include "common/strings.h"
 #include "datasets/registry.h"
 #include "harness/report/stats.h"
 
@@ -503,8 +504,7 @@ std::vector<TextTable> build_tables(const std::vector<StoredRow>& rows, const st
   if (benchmark && by_length && benchmark->layout == TableLayout::kPerTask)
     return length_summary_tables(rows, *benchmark);
   if (!benchmark || by_length) {
-    std::string known;
-    for (const auto& name : table_layouts()) known += (known.empty() ? "" : ", ") + name;
+    const std::string known = join(table_layouts(), ", ");
     throw InputError("--layout '" + layout + "' is unknown (use one of " + known +
                      ", or paired with --against POLICY)");
   }

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/errors.h"
+#include "common/strings.h"
 #include "datasets/registry.h"
 #include "engine/cache_policy.h"
 #include "policies/registry.h"
@@ -59,8 +60,7 @@ void allow_only_keys(const nlohmann::json& object, const std::set<std::string>& 
                      const std::string& path, const KeyError& err) {
   for (const auto& [key, unused] : object.items()) {
     if (known.count(key)) continue;
-    std::string list;
-    for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+    const std::string list = join(known, ", ");
     err.fail(path + key, "is not a known key (known here: " + list + ")");
   }
 }
@@ -416,8 +416,7 @@ void check_policy_names(const SweepConfig& config, const std::vector<std::string
     for (std::string part; std::getline(parts, part, '+');)
       all_parts_known &= names.count(part) > 0;
     if (all_parts_known) continue;
-    std::string list;
-    for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
+    const std::string list = join(known, ", ");
     throw InputError("key 'policies[" + std::to_string(i) + "].name': unknown policy '" + name +
                      "' (known: " + list + ")");
   }

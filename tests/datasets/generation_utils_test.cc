@@ -2,6 +2,7 @@
 // test), the Python-compatible text helpers, and the piecewise token counter.
 #include <gtest/gtest.h>
 
+#include "common/strings.h"
 #include "datasets/generation.h"
 #include "datasets/python_random.h"
 #include "datasets/text_utils.h"

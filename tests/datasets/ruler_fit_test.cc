@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include "common/strings.h"
 #include "datasets/ruler/ruler.h"
 #include "datasets/text_utils.h"
 #include "engine/chat_template.h"
