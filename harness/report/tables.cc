@@ -470,10 +470,11 @@ std::string longbench_category(const std::string& dataset) {
 }
 
 std::string latency_base_policy(const std::string& policy) {
-  const std::string suffix = "+art";
-  if (policy.size() > suffix.size() &&
-      policy.compare(policy.size() - suffix.size(), suffix.size(), suffix) == 0)
-    return policy.substr(0, policy.size() - suffix.size());
+  // A stacked policy "base+modifier" (a decode-walk modifier on a cache policy, as the sweep
+  // config's names stack them) against its base; any other against Full.
+  const size_t plus = policy.rfind('+');
+  if (plus != std::string::npos && plus > 0 && plus + 1 < policy.size())
+    return policy.substr(0, plus);
   return "full";
 }
 

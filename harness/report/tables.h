@@ -13,8 +13,8 @@
 // one column per context length holding the per-task table's Avg at that length, then their mean;
 // and two more:
 //   latency        per model: prefill, compression, TTFT and TPOT per policy x budget x length,
-//                  with speed-ups against each policy's base (X+art against X; others against
-//                  Full) measured in the same database (like ART Table 1)
+//                  with speed-ups against each policy's base (a stacked X+M against X; others
+//                  against Full) measured in the same database (like ART Table 1)
 //   memory         per model: kept entries, KV bytes (and their share of Full's) and peak memory
 // Accuracy cells read "mean ±h" where h is the 95% CI half width, for fewer than kShowCiBelow
 // samples.
@@ -47,7 +47,8 @@ std::vector<std::string> ordered_tasks(const std::string& benchmark,
                                        const std::vector<std::string>& present);
 // LongBench category of a dataset ("SD-QA", "MD-QA", "Sum", "Few-shot", "Synth", "Code").
 std::string longbench_category(const std::string& dataset);
-// The base a latency row is compared with: "snapkv" for "snapkv+art", "full" otherwise.
+// The base a latency row is compared with: the base of a stacked "base+modifier" ("snapkv" for
+// "snapkv+art"), "full" otherwise.
 std::string latency_base_policy(const std::string& policy);
 // Budget "" (budget-less policies) reads "full" in tables.
 std::string budget_label(const std::string& budget);

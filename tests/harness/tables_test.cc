@@ -111,6 +111,15 @@ TEST(Tables, RulerByLengthAveragesTheTasksOfEachLength) {
   EXPECT_EQ(std::find(layouts.begin(), layouts.end(), "niah-lengths"), layouts.end());
 }
 
+TEST(Tables, LatencyBaseOfAStackedPolicyIsItsBase) {
+  EXPECT_EQ(latency_base_policy("snapkv+art"), "snapkv");
+  EXPECT_EQ(latency_base_policy("quest+art"), "quest");  // any base, not a list of names
+  EXPECT_EQ(latency_base_policy("full+art"), "full");
+  EXPECT_EQ(latency_base_policy("snapkv"), "full");
+  EXPECT_EQ(latency_base_policy("full"), "full");
+  EXPECT_EQ(latency_base_policy("+art"), "full");  // no base before the '+'
+}
+
 TEST(Tables, LongBenchCategoryAverages) {
   std::vector<StoredRow> rows = {
       row("longbench", "qasper", 0, "full", "", 0.4),
