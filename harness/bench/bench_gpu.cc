@@ -8,6 +8,7 @@
 #include "common/errors.h"
 #include "engine/cache_policy.h"
 #include "engine/kv_store.h"
+#include "harness/commands/cpu_options.h"
 #include "policies/registry.h"
 #ifdef KVB_HAVE_CUDA
 #include "engine/cuda/cuda_engine.h"
@@ -17,11 +18,10 @@
 namespace kvb {
 
 const std::set<std::string>& bench_flags() {
-  static const std::set<std::string> flags = {
-      "device",    "model",     "preset",      "dummy",         "context",
-      "batch",     "policy",    "budget",      "params",        "decode-tokens",
-      "max-batch", "no-graphs", "prompt-file", "prefill-chunk", "json",
-      "threads",   "weights",   "no-ceilings", "kv-dtype"};
+  static const std::set<std::string> flags =
+      with_cpu_options({"device", "model", "preset", "dummy", "context", "batch", "policy",
+                        "budget", "params", "decode-tokens", "max-batch", "no-graphs",
+                        "prompt-file", "prefill-chunk", "json", "no-ceilings"});
   return flags;
 }
 
@@ -157,9 +157,8 @@ int run_gpu_bench(const Args& args) {
       "with nvcc)");
 #else
   args.allow_only(bench_flags());
-  // The CPU engine's options: its thread pool, its weight encoding, its cache's element type and
-  // its measured ceilings.
-  for (const char* flag : {"threads", "weights", "kv-dtype", "no-ceilings"})
+  // The CPU engine's options (harness/commands/cpu_options.h) and its measured ceilings.
+  for (const std::string& flag : with_cpu_options({"no-ceilings"}))
     if (args.has(flag))
       throw InputError(std::string("kvbench bench: --") + flag +
                        " is an option of the CPU engine only (--device cpu)");

@@ -139,7 +139,8 @@ int bench(const std::vector<std::string>& argv) {
                           std::to_string(decode_tokens) + " decode tokens exceeds the " +
                           std::to_string(c.max_context) + "-token context of " + c.name);
   }
-  CpuEngine engine(weights, kv_dtype_option(args).value_or(kDefaultCpuKvDtype));
+  const CpuEngineOptions cpu = cpu_engine_options(args);
+  CpuEngine engine(weights, cpu_kv_dtype(cpu), cpu.numerics.value_or(ForwardPrecision::kF32));
   const int64_t params_total = parameter_count(weights);
   // Parameters a prefill multiplies by (FLOPs): every layer's, and the output matrix's for the last
   // token (the embedding table is only indexed, unless it is tied to the output).

@@ -91,9 +91,9 @@ std::vector<TokenId> encode(const Tokenizer& tokenizer, const std::string& text,
 
 int generate(const std::vector<std::string>& argv) {
   Args args("generate", argv, {"json", "chat"});
-  args.allow_only({"model", "prompt", "prompt-file", "chat", "system", "max-new-tokens", "policy",
-                   "budget", "params", "question", "stop", "device", "json", "threads", "weights",
-                   "kv-dtype"});
+  args.allow_only(
+      with_cpu_options({"model", "prompt", "prompt-file", "chat", "system", "max-new-tokens",
+                        "policy", "budget", "params", "question", "stop", "device", "json"}));
   const ThreadLimit threads(args);
   GenerationOptions options;
   options.max_new_tokens = args.get_int("max-new-tokens", 64);
@@ -129,7 +129,8 @@ int generate(const std::vector<std::string>& argv) {
   const std::vector<TokenId> context_ids = encode(*tokenizer, prompt.context, chat, true);
   const std::vector<TokenId> question_ids = encode(*tokenizer, prompt.question, chat, false);
 
-  const std::unique_ptr<Engine> engine = make_engine(device, *model.weights, kv_dtype_option(args));
+  const std::unique_ptr<Engine> engine =
+      make_engine(device, *model.weights, cpu_engine_options(args));
   engine->check_plan(plan);
   const GenerationResult r = generate_cells(*engine, tokenizer.get(), context_ids, question_ids,
                                             {CellRequest{&plan, options}})

@@ -23,8 +23,7 @@ std::string token_text(const Tokenizer* tokenizer, int id) {
 
 int logits(const std::vector<std::string>& argv) {
   Args args("logits", argv, {"json", "all"});
-  args.allow_only(
-      {"model", "ids", "top-k", "all", "device", "json", "threads", "weights", "kv-dtype"});
+  args.allow_only(with_cpu_options({"model", "ids", "top-k", "all", "device", "json"}));
   const ThreadLimit threads(args);
   const std::vector<TokenId> ids = args.get_indices("ids", "token ids");
   const int top_k = args.get_int("top-k", 10);
@@ -39,10 +38,12 @@ int logits(const std::vector<std::string>& argv) {
   if (!tokenizer && args.get("model").rfind("preset:", 0) != 0)
     tokenizer = tokenizer_from_path(args.get("model"));
   // The CPU engine by default (--weights f32: the f32 reference, its KV cache f32 unless
-  // --kv-dtype says otherwise); --device cuda gives the GPU's bf16 logits.
-  const std::optional<KvDtype> kv_dtype = kv_dtype_option(args);
-  const std::unique_ptr<Engine> engine = make_engine(
-      device, *model.weights, device == "cuda" ? kv_dtype : kv_dtype.value_or(KvDtype::kF32));
+  // --kv-dtype or --numerics bf16-device says otherwise); --device cuda gives the GPU's bf16
+  // logits.
+  CpuEngineOptions cpu = cpu_engine_options(args);
+  if (device != "cuda" && !cpu.kv_dtype && cpu.numerics != ForwardPrecision::kBf16Device)
+    cpu.kv_dtype = KvDtype::kF32;
+  const std::unique_ptr<Engine> engine = make_engine(device, *model.weights, cpu);
   engine->reserve(1, static_cast<int>(ids.size()));
   PrefillCapture unused;
   const std::vector<float> logits = engine->prefill(0, ids, CaptureRequest{}, unused);

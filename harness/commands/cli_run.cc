@@ -116,9 +116,9 @@ std::filesystem::path default_report_dir(const std::string& db) {
 
 int run(const std::vector<std::string>& argv) {
   Args args("run", argv, {"resume", "no-prefill-reuse", "no-batch-cells", "no-report", "json"});
-  args.allow_only({"config", "db", "resume", "shard", "no-prefill-reuse", "no-batch-cells",
-                   "device", "report", "no-report", "lock-timeout", "json", "threads", "weights",
-                   "kv-dtype"});
+  args.allow_only(
+      with_cpu_options({"config", "db", "resume", "shard", "no-prefill-reuse", "no-batch-cells",
+                        "device", "report", "no-report", "lock-timeout", "json"}));
   const ThreadLimit threads(args);
   const std::string config_path = args.get("config");
   const std::string db_path = args.get("db");
@@ -139,8 +139,9 @@ int run(const std::vector<std::string>& argv) {
   engine_options.batch_cells = !args.flag("no-batch-cells");
   engine_options.latency_samples = config.latency_samples;
   engine_options.weight_format = weight_format_option(args);
-  engine_options.kv_dtype = kv_dtype_option(args);
-  if (!engine_options.kv_dtype) engine_options.kv_dtype = config.kv_dtype;
+  engine_options.cpu = cpu_engine_options(args);  // the flags win over the config's keys
+  if (!engine_options.cpu.kv_dtype) engine_options.cpu.kv_dtype = config.kv_dtype;
+  if (!engine_options.cpu.numerics) engine_options.cpu.numerics = config.numerics;
   EngineBackend backend(config, data, json ? nullptr : stderr, engine_options);
   backend.check_cells(plan.groups);
   check_group_data(plan.groups, data);

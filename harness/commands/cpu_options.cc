@@ -6,8 +6,13 @@
 namespace kvb {
 
 const std::set<std::string>& cpu_option_names() {
-  static const std::set<std::string> names = {"threads", "weights", "kv-dtype"};
+  static const std::set<std::string> names = {"threads", "weights", "kv-dtype", "numerics"};
   return names;
+}
+
+std::set<std::string> with_cpu_options(std::set<std::string> flags) {
+  flags.insert(cpu_option_names().begin(), cpu_option_names().end());
+  return flags;
 }
 
 ThreadLimit::ThreadLimit(const Args& args) {
@@ -31,12 +36,25 @@ WeightFormat weight_format_option(const Args& args) {
                    "' is not one of stored (the file's encoding) or f32 (the reference)");
 }
 
-std::optional<KvDtype> kv_dtype_option(const Args& args) {
-  const auto value = args.maybe("kv-dtype");
-  if (!value) return std::nullopt;
-  if (auto dtype = parse_kv_dtype(*value)) return dtype;
-  throw InputError("kvbench " + args.command() + ": --kv-dtype '" + *value +
-                   "' is not one of f32, f16 or bf16 (the KV cache's element type)");
+CpuEngineOptions cpu_engine_options(const Args& args) {
+  CpuEngineOptions options;
+  if (const auto value = args.maybe("kv-dtype")) {
+    options.kv_dtype = parse_kv_dtype(*value);
+    if (!options.kv_dtype)
+      throw InputError("kvbench " + args.command() + ": --kv-dtype '" + *value +
+                       "' is not one of f32, f16 or bf16 (the KV cache's element type)");
+  }
+  if (const auto value = args.maybe("numerics")) {
+    options.numerics = parse_forward_precision(*value);
+    if (!options.numerics)
+      throw InputError("kvbench " + args.command() + ": --numerics '" + *value +
+                       "' is not one of f32 or bf16-device (the CUDA engine's rounding points)");
+  }
+  if (options.numerics == ForwardPrecision::kBf16Device && options.kv_dtype == KvDtype::kF16)
+    throw InputError("kvbench " + args.command() +
+                     ": --numerics bf16-device stores bf16 keys and values, which an f16 cache "
+                     "would round again; give --kv-dtype bf16 or f32, or leave it out");
+  return options;
 }
 
 }  // namespace kvb

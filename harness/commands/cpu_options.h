@@ -5,6 +5,9 @@
 //                          f16, bf16) or dequantised to f32 (the reference the NumPy tests compare)
 //   --kv-dtype f32|f16|bf16  the KV cache's element type (default: engine/engine_factory.h's
 //                          kDefaultCpuKvDtype; the CUDA engine's cache is bf16)
+//   --numerics f32|bf16-device  the forward's rounding: f32 (default) or the CUDA engine's bf16
+//                          rounding points (engine/cpu/device_numerics.h), to tell a
+//                          GPU-against-CPU difference that is numerics from one that is code
 #pragma once
 
 #include <tbb/global_control.h>
@@ -14,14 +17,18 @@
 #include <set>
 #include <string>
 
+#include "engine/engine_factory.h"
 #include "engine/kv_store.h"
 #include "engine/weight_matrix.h"
 #include "harness/commands/args.h"
 
 namespace kvb {
 
-// The option names, for Args::allow_only.
+// The CPU options' names (without "--").
 const std::set<std::string>& cpu_option_names();
+
+// `flags` and the CPU options, for Args::allow_only of a command that runs the CPU engine.
+std::set<std::string> with_cpu_options(std::set<std::string> flags);
 
 // Holds the --threads limit for as long as it lives (no limit without --threads).
 class ThreadLimit {
@@ -38,7 +45,7 @@ class ThreadLimit {
 // --weights: WeightFormat::kAsStored (default) or kF32.
 WeightFormat weight_format_option(const Args& args);
 
-// --kv-dtype, or nullopt when absent (the engine's default then).
-std::optional<KvDtype> kv_dtype_option(const Args& args);
+// --kv-dtype and --numerics, each nullopt when absent (the engine's default then).
+CpuEngineOptions cpu_engine_options(const Args& args);
 
 }  // namespace kvb

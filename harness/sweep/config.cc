@@ -314,11 +314,11 @@ SweepConfig parse_sweep_config(const nlohmann::json& json,
                                const std::filesystem::path& config_path) {
   const KeyError err(config_path.string());
   if (!json.is_object()) err.fail("(top level)", "the config must be a JSON object");
-  allow_only_keys(
-      json,
-      {"name", "description", "models", "benchmarks", "policies", "budgets", "prompt_mode",
-       "dense_layers", "max_new_tokens", "data_dir", "device", "latency_samples", "kv_dtype"},
-      "", err);
+  allow_only_keys(json,
+                  {"name", "description", "models", "benchmarks", "policies", "budgets",
+                   "prompt_mode", "dense_layers", "max_new_tokens", "data_dir", "device",
+                   "latency_samples", "kv_dtype", "numerics"},
+                  "", err);
   SweepConfig config;
   config.source = json;
   config.name =
@@ -382,6 +382,15 @@ SweepConfig parse_sweep_config(const nlohmann::json& json,
     const std::string name = get_string(json["kv_dtype"], "kv_dtype", err);
     config.kv_dtype = parse_kv_dtype(name);
     if (!config.kv_dtype) err.fail("kv_dtype", "must be f32, f16 or bf16, got '" + name + "'");
+  }
+  if (json.contains("numerics")) {
+    const std::string name = get_string(json["numerics"], "numerics", err);
+    config.numerics = parse_forward_precision(name);
+    if (!config.numerics) err.fail("numerics", "must be f32 or bf16-device, got '" + name + "'");
+    if (config.numerics == ForwardPrecision::kBf16Device && config.kv_dtype == KvDtype::kF16)
+      err.fail("numerics",
+               "bf16-device stores bf16 keys and values, which the f16 cache of 'kv_dtype' would "
+               "round again; give kv_dtype bf16 or f32, or leave it out");
   }
   if (json.contains("device")) {
     config.device = get_string(json["device"], "device", err);

@@ -21,6 +21,8 @@
 //     "device": "auto",                      // cpu | cuda | auto (GPU when present); --device
 //     "kv_dtype": "f16",                     // optional: the CPU engine's KV cache, f32 | f16 |
 //                                            // bf16 (--kv-dtype overrides; the GPU's is bf16)
+//     "numerics": "bf16-device",             // optional: the CPU engine's forward, f32 |
+//                                            // bf16-device (the GPU's roundings; --numerics)
 //     "latency_samples": 3                   // per group, samples timed with each cell alone
 //   }
 #pragma once
@@ -33,6 +35,7 @@
 
 #include "datasets/registry.h"  // BenchmarkSpec
 #include "engine/cache_policy.h"
+#include "engine/cpu/device_numerics.h"
 
 namespace kvb {
 
@@ -63,6 +66,7 @@ struct SweepConfig {
   std::string data_dir;             // empty: the datasets layer's default search
   std::string device = "auto";      // cpu | cuda | auto (the GPU when one is present)
   std::optional<KvDtype> kv_dtype;  // the CPU engine's cache element type (nullopt: its default)
+  std::optional<ForwardPrecision> numerics;  // the CPU engine's forward (nullopt: f32)
   // The first N samples of each group run every cell alone at batch 1, so that their TTFT and
   // TPOT are a request's latency; the rest decode a sample's cells together (accuracy rows).
   int latency_samples = 3;

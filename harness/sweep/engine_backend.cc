@@ -82,7 +82,7 @@ const LoadedModel& EngineBackend::model(const std::string& path) {
       state->loaded.tokenizer = tokenizer_from_gguf(*GgufFile::open(path));
     if (!state->loaded.tokenizer)
       throw InputError("model " + path + " has no tokenizer this build can read");
-    state->engine = make_engine(device_, *state->loaded.weights, options_.kv_dtype);
+    state->engine = make_engine(device_, *state->loaded.weights, options_.cpu);
     state->chat = &chat_template(chat_template_for_model(path, state->loaded));
     state->frame = frame_of(*state->chat);
     it = models_.emplace(path, std::move(state)).first;
@@ -202,9 +202,8 @@ SampleResult EngineBackend::to_result(const Sample& sample, const Cell& cell,
   const ModelConfig& config = current_->engine->config();
   // kv_bytes is measured before decode starts, so at the cache's element size: bf16 on the GPU,
   // the CPU engine's dtype (engine/cpu/cpu_backend.h's kv_bytes).
-  const int element_bytes = current_->engine->backend_name() == "cuda"
-                                ? 2
-                                : kv_dtype_bytes(options_.kv_dtype.value_or(kDefaultCpuKvDtype));
+  const int element_bytes =
+      current_->engine->backend_name() == "cuda" ? 2 : kv_dtype_bytes(cpu_kv_dtype(options_.cpu));
   const int64_t entry_bytes = int64_t{2} * config.head_dim * element_bytes;
   r.kv_bytes = g.kv_bytes;
   r.kept_entries = entry_bytes > 0 ? g.kv_bytes / entry_bytes : 0;

@@ -13,6 +13,7 @@
 
 #include "datasets/data_paths.h"
 #include "datasets/sample.h"
+#include "engine/engine_factory.h"
 #include "engine/generation.h"
 #include "engine/model.h"
 #include "harness/sweep/config.h"
@@ -26,7 +27,7 @@ struct EngineBackendOptions {
   bool batch_cells = true;      // false: each cell decoded on its own at batch 1
   int latency_samples = 3;      // samples (per group) whose cells all run alone, for latency
   WeightFormat weight_format = WeightFormat::kAsStored;  // how the CPU engine holds the weights
-  std::optional<KvDtype> kv_dtype;  // the CPU engine's cache element type (nullopt: its default)
+  CpuEngineOptions cpu;  // the CPU engine's cache element type and numerics
 };
 
 class EngineBackend : public SweepBackend {

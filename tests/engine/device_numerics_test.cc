@@ -14,6 +14,7 @@
 #include "common/errors.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/forward.h"
+#include "engine/engine_factory.h"
 #include "engine/gguf.h"
 #include "kernels/cpu/dequantize.h"
 #include "tests/engine/tiny_model.h"
@@ -197,6 +198,33 @@ TEST(DeviceNumerics, AnF16CacheIsRefused) {
   EXPECT_EQ(parse_forward_precision("bf16-device"), ForwardPrecision::kBf16Device);
   EXPECT_EQ(forward_precision_name(ForwardPrecision::kF32), "f32");
   EXPECT_FALSE(parse_forward_precision("bf16").has_value());
+}
+
+// The factory's CPU options reach the engine: bf16-device numerics give the device forward's
+// logits, over a bf16 cache unless another is asked for; an f16 cache under them, or f32 numerics
+// on the GPU, is refused.
+TEST(DeviceNumerics, FactoryBuildsTheCpuEngineItIsAskedFor) {
+  const ModelWeights w = test::tiny_model(device_shape(), 61);
+  const auto ids = test::random_token_ids(20, w.config.vocab_size, 13);
+  auto prefill_logits = [&](Engine& engine) {
+    engine.reserve(1, static_cast<int>(ids.size()));
+    PrefillCapture unused;
+    return engine.prefill(0, ids, CaptureRequest{}, unused);
+  };
+  const CpuEngineOptions device_numerics{.numerics = ForwardPrecision::kBf16Device};
+  EXPECT_EQ(cpu_kv_dtype(device_numerics), KvDtype::kBf16);
+  EXPECT_EQ(cpu_kv_dtype({}), kDefaultCpuKvDtype);
+  EXPECT_EQ(cpu_kv_dtype({.kv_dtype = KvDtype::kF32, .numerics = ForwardPrecision::kBf16Device}),
+            KvDtype::kF32);
+  CpuBackend direct(w, KvDtype::kBf16, ForwardPrecision::kBf16Device);
+  const auto from_factory = make_engine("cpu", w, device_numerics);
+  EXPECT_EQ(prefill_logits(*from_factory), prefill_logits(direct));
+  CpuBackend f32(w, kDefaultCpuKvDtype, ForwardPrecision::kF32);
+  EXPECT_EQ(prefill_logits(*make_engine("cpu", w)), prefill_logits(f32));
+  EXPECT_NE(prefill_logits(*from_factory), prefill_logits(f32));
+  EXPECT_THROW(
+      make_engine("cpu", w, {.kv_dtype = KvDtype::kF16, .numerics = ForwardPrecision::kBf16Device}),
+      InputError);
 }
 
 }  // namespace

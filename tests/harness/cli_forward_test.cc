@@ -43,6 +43,26 @@ TEST(CliLogits, PresetLogitsEqualTheEngineInProcess) {
   EXPECT_GE(json["top"][0]["logit"].get<double>(), json["top"][1]["logit"].get<double>());
 }
 
+// --numerics bf16-device prints the CPU forward at the GPU's rounding points over a bf16 cache.
+TEST(CliLogits, DeviceNumericsAreTheDeviceForwardInProcess) {
+  KVB_REQUIRE_FILE(test::kvbench_binary());
+  const CliRun run = kvbench(
+      "logits --model preset:tiny-llama --ids 5,17,99,3 --all --json --numerics bf16-device");
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  const std::vector<float> printed = nlohmann::json::parse(run.out)["logits"];
+  const LoadedModel model = load_model("preset:tiny-llama");
+  const std::vector<TokenId> ids = {5, 17, 99, 3};
+  auto logits = [&](ForwardPrecision precision, KvDtype kv_dtype) {
+    CpuEngine engine(*model.weights, kv_dtype, precision);
+    KvStore store = engine.make_store();
+    return engine.forward_chunk(ids, store, CaptureRequest{}, nullptr, 0);
+  };
+  const auto device = logits(ForwardPrecision::kBf16Device, KvDtype::kBf16);
+  ASSERT_EQ(printed.size(), device.size());
+  for (size_t i = 0; i < device.size(); ++i) EXPECT_FLOAT_EQ(printed[i], device[i]);
+  EXPECT_NE(device, logits(ForwardPrecision::kF32, KvDtype::kF32));
+}
+
 TEST(CliLogits, BadIdsAreInputErrors) {
   KVB_REQUIRE_FILE(test::kvbench_binary());
   CliRun run = kvbench("logits --model preset:tiny-llama --ids 1,x,3");
@@ -179,7 +199,7 @@ TEST(CliBench, CpuOptionsAreInTheFlagSetAndTheGpuNamesThem) {
   EXPECT_EQ(json["threads"], 1);
   EXPECT_EQ(json["measured_read_gbps"], 0.0);  // --no-ceilings
   for (const std::string flag :
-       {"--threads 2", "--weights f32", "--kv-dtype f16", "--no-ceilings"}) {
+       {"--threads 2", "--weights f32", "--kv-dtype f16", "--numerics f32", "--no-ceilings"}) {
     const CliRun refused = kvbench("bench --device cuda --preset llama-3.1-8b --dummy " + flag);
     EXPECT_EQ(refused.exit_code, 2) << flag << ": " << refused.out;
     if (refused.out.find("without CUDA") == std::string::npos)
@@ -248,6 +268,15 @@ TEST(CliGenerate, BadFlagsAreInputErrors) {
   EXPECT_EQ(dtype.exit_code, 2);
   EXPECT_NE(dtype.out.find("--kv-dtype 'fp8' is not one of f32, f16 or bf16"), std::string::npos)
       << dtype.out;
+  const CliRun numerics = kvbench("generate --model preset:tiny-llama --prompt hi --numerics bf16");
+  EXPECT_EQ(numerics.exit_code, 2);
+  EXPECT_NE(numerics.out.find("--numerics 'bf16' is not one of f32 or bf16-device"),
+            std::string::npos)
+      << numerics.out;
+  const CliRun refused = kvbench(
+      "generate --model preset:tiny-llama --prompt hi --numerics bf16-device --kv-dtype f16");
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.out.find("round again"), std::string::npos) << refused.out;
   const CliRun run = kvbench(
       "generate --model preset:tiny-llama --prompt 'hello there' "
       "--max-new-tokens 3 --json");

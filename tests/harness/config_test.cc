@@ -65,6 +65,18 @@ TEST(SweepConfig, KvDtypeIsOptional) {
   EXPECT_NE(error_of(json).find("f32, f16 or bf16"), std::string::npos);
 }
 
+TEST(SweepConfig, NumericsAreOptionalAndCannotRoundIntoAnF16Cache) {
+  EXPECT_FALSE(parse_sweep_config(minimal(), "sweep.json").numerics.has_value());
+  auto json = minimal();
+  json["numerics"] = "bf16-device";
+  EXPECT_EQ(parse_sweep_config(json, "sweep.json").numerics, ForwardPrecision::kBf16Device);
+  json["kv_dtype"] = "f16";
+  EXPECT_NE(error_of(json).find("round again"), std::string::npos) << error_of(json);
+  json.erase("kv_dtype");
+  json["numerics"] = "bf16";
+  EXPECT_NE(error_of(json).find("f32 or bf16-device"), std::string::npos) << error_of(json);
+}
+
 TEST(SweepConfig, ErrorsNameTheKey) {
   auto json = minimal();
   json["benchmarks"][0]["lengths"][1] = -5;
