@@ -132,21 +132,25 @@ std::vector<int32_t> CudaBackend::step(std::span<const DecodeInput> inputs) {
 
 std::vector<TokenId> CudaBackend::extend(std::span<const int> sequences,
                                          std::span<const TokenId> ids, int first_position) {
-  // A question of a few dozen tokens after compaction: one batched step per token, each sequence
-  // attending to its own (ragged) cache, before any decode-time method is set.
+  // The question after compaction, before any decode-time method is set: one forward over every
+  // (token, sequence) row of each run of consecutive sequences, each attending to its own
+  // (ragged) cache.
   engine_->stop_sparse_decode();
   engine_->stop_decode_eviction();  // the CPU engine evicts from the first decode step on, too
   engine_->set_early_exit(std::nullopt);
   decode_configured_ = false;
-  std::vector<int32_t> next;
-  std::vector<DecodeInput> inputs;
-  for (size_t t = 0; t < ids.size(); ++t) {
-    inputs.clear();
-    for (int seq : sequences)
-      inputs.push_back({seq, ids[t], first_position + static_cast<int>(t), 0});
-    next = step(inputs);
+  const std::vector<int32_t> question(ids.begin(), ids.end());
+  std::vector<TokenId> next;
+  next.reserve(sequences.size());
+  for (size_t run = 0; run < sequences.size();) {
+    size_t end = run + 1;
+    while (end < sequences.size() && sequences[end] == sequences[end - 1] + 1) ++end;
+    const int count = static_cast<int>(end - run);
+    for (const int32_t token : engine_->extend(sequences[run], count, question, first_position))
+      next.push_back(token);
+    run = end;
   }
-  return std::vector<TokenId>(next.begin(), next.end());
+  return next;
 }
 
 void CudaBackend::start_decode(int seq, CachePlan& plan, int, int budget_tokens) {

@@ -1,6 +1,7 @@
 // CudaEngine's decode step (engine/cuda/cuda_engine.h): the batched greedy step over the device
 // cache, captured once into a CUDA graph and replayed, with its decode-time methods (ART's walk,
-// kernels/cuda/early_exit_decode.h; decode selection, engine/cuda/cuda_sparse_decode.h).
+// kernels/cuda/early_exit_decode.h; decode selection, engine/cuda/cuda_sparse_decode.h), and the
+// question appended after compaction in one forward (extend) through the same ragged attention.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -352,6 +353,142 @@ std::vector<float> CudaEngine::sparse_selection_bias(int layer, int seq, int q_h
 std::vector<float> CudaEngine::sparse_query(int layer, int seq) const {
   if (!impl_->sparse) return {};
   return impl_->sparse->recorded_query(layer, seq - impl_->sparse_first, impl_->stream);
+}
+
+namespace {
+
+// The rows of one extend chunk: n tokens for `count` sequences, row t * count + s for token t of
+// sequence s, so the chunk's last token rows lie together at the end. Each row is a decode query
+// of its own over its sequence's cache rows: KV head h of row (t, s) starts where the sequence's
+// head does and holds the sequence's entries and the chunk's tokens before t (the append kernel
+// writes row t at that length and advances it by one before the attention reads).
+struct ExtendRows {
+  std::vector<int32_t> ids, positions;
+  std::vector<int64_t> offsets;  // [L][rows * Hkv]
+  std::vector<int32_t> lengths;  // [L][rows * Hkv]
+  int longest = 0;               // longest row's entries once its own token is in
+};
+
+ExtendRows extend_rows(const ModelConfig& c, const std::vector<int64_t>& host_offset,
+                       const std::vector<int32_t>& host_length, int heads_total, int first,
+                       int count, const int32_t* ids, int n, int position) {
+  const int rows = n * count, hkv = c.n_kv_heads;
+  ExtendRows r;
+  r.ids.resize(rows);
+  r.positions.resize(rows);
+  r.offsets.resize(size_t(c.n_layers) * rows * hkv);
+  r.lengths.resize(r.offsets.size());
+  for (int t = 0; t < n; ++t)
+    for (int s = 0; s < count; ++s) {
+      const int row = t * count + s;
+      r.ids[row] = ids[t];
+      r.positions[row] = position + t;
+      for (int l = 0; l < c.n_layers; ++l)
+        for (int h = 0; h < hkv; ++h) {
+          const int64_t slot = int64_t(l) * heads_total + int64_t(first + s) * hkv + h;
+          const size_t at = (size_t(l) * rows + row) * hkv + h;
+          r.offsets[at] = host_offset[slot];
+          r.lengths[at] = host_length[slot] + t;
+          r.longest = std::max(r.longest, host_length[slot] + t + 1);
+        }
+    }
+  return r;
+}
+
+}  // namespace
+
+std::vector<int32_t> CudaEngine::extend(int first, int count, const std::vector<int32_t>& ids,
+                                        int first_position) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.config;
+  check_range(first, count, m.batch, "extend");
+  if (ids.empty()) throw InputError("extend: no tokens to append");
+  if (m.sparse || m.eviction || m.early_exit)
+    throw InputError(
+        "extend: a decode selection, eviction or ART walk is active; stop it first (the question "
+        "goes in before any decode-time method starts)");
+  const int hkv = m.heads_total(), total = static_cast<int>(ids.size());
+  for (int l = 0; l < c.n_layers; ++l)
+    for (int64_t s = int64_t(first) * c.n_kv_heads; s < int64_t(first + count) * c.n_kv_heads; ++s)
+      if (m.host_length[int64_t(l) * hkv + s] + total > m.capacity)
+        throw CapacityError("extend of " + std::to_string(total) + " tokens exceeds the cache " +
+                            "capacity " + std::to_string(m.capacity));
+  // As many tokens per chunk as keep (sequences x tokens) rows within the prefill's activation
+  // budget.
+  const int per_chunk = std::clamp(m.prefill_rows_within_activation_budget() / count, 1, total);
+  try {
+    m.ensure_activations(per_chunk * count);
+  } catch (const cuda::OutOfMemory& e) {
+    throw CapacityError("extend of " + std::to_string(count) + " sequences x " +
+                        std::to_string(per_chunk) + " tokens does not fit: " + e.what());
+  }
+  const int d = c.d_model;
+  int last_chunk_rows = 0;
+  for (int begin = 0; begin < total; begin += per_chunk) {
+    const int n = std::min(per_chunk, total - begin), rows = n * count;
+    const ExtendRows r = extend_rows(c, m.host_offset, m.host_length, hkv, first, count,
+                                     ids.data() + begin, n, first_position + begin);
+    cuda::DeviceBuffer row_ids(rows * 4, "extend ids"), row_positions(rows * 4, "extend positions");
+    cuda::DeviceBuffer offsets(r.offsets.size() * 8, "extend offsets");
+    cuda::DeviceBuffer lengths(r.lengths.size() * 4, "extend lengths");
+    // The attention of every layer but for its cache and rows; its split layout (rows x the
+    // longest row) sizes the workspace, where the decode step's bound over every layout would
+    // reserve a chunk per 64 keys for each of the many rows.
+    cuda::DecodeAttentionArgs attention;
+    attention.q = m.qkv.as<bf16>();
+    attention.q_seq_stride = m.qkv_width();
+    attention.max_kv_length = r.longest;
+    attention.out = m.attn_out.as<bf16>();
+    attention.out_seq_stride = c.n_query_heads * c.head_dim;
+    attention.batch = rows;
+    attention.n_query_heads = c.n_query_heads;
+    attention.n_kv_heads = c.n_kv_heads;
+    attention.head_dim = c.head_dim;
+    attention.scale = 1.f / std::sqrt(float(c.head_dim));
+    cuda::DeviceBuffer workspace(cuda::decode_attention_layout_workspace_floats(attention) * 4,
+                                 "extend attention workspace");
+    attention.workspace = workspace.as<float>();
+    row_ids.upload(r.ids.data(), rows * 4);
+    row_positions.upload(r.positions.data(), rows * 4);
+    offsets.upload(r.offsets.data(), r.offsets.size() * 8);
+    lengths.upload(r.lengths.data(), r.lengths.size() * 4);
+    cuda::embedding_gather(m.embedding.as<bf16>(), row_ids.as<int32_t>(), rows, d,
+                           m.residual.as<float>(), m.stream);
+    m.run_layers(rows, row_positions.as<int32_t>(), true, [&](int l, const cuda::RopeArgs& rope) {
+      const int64_t* layer_offsets = offsets.as<int64_t>() + int64_t(l) * rows * c.n_kv_heads;
+      int32_t* layer_lengths = lengths.as<int32_t>() + int64_t(l) * rows * c.n_kv_heads;
+      // Every row's K and V first (rotating its query in place), then the attention: a row reads
+      // the rows of earlier tokens of its chunk, which one fused kernel could not order.
+      cuda::rope_append_kv_decode(rope, layer_offsets, layer_lengths, m.k_cache[l].as<bf16>(),
+                                  m.v_cache[l].as<bf16>(), m.stream);
+      cuda::DecodeAttentionArgs a = attention;
+      a.k = m.k_cache[l].as<bf16>();
+      a.v = m.v_cache[l].as<bf16>();
+      a.kv_offset = layer_offsets;
+      a.kv_length = layer_lengths;
+      cuda::decode_attention(a, m.stream);
+    });
+    // The buffers above are freed at the end of this iteration: the work that reads them first.
+    cuda::check(cudaStreamSynchronize(m.stream), "extend");
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int64_t s = int64_t(first) * c.n_kv_heads; s < int64_t(first + count) * c.n_kv_heads;
+           ++s)
+        m.host_length[int64_t(l) * hkv + s] += n;
+    last_chunk_rows = rows;
+  }
+  for (int s = first; s < first + count; ++s) m.host_position[s] = first_position + total;
+  m.kv_length.upload(m.host_length.data(), m.host_length.size() * 4);
+  // The greedy next token of each sequence from its last token's row (the chunk's last `count`).
+  const int64_t last = last_chunk_rows - count;
+  bf16* normed_rows = m.normed.as<bf16>() + last * d;
+  cuda::add_rmsnorm(m.residual.as<float>() + last * d,
+                    m.norms_folded ? nullptr : m.ffn_out.as<bf16>() + last * d,
+                    m.output_norm.as<bf16>(), count, d, c.rms_norm_eps, normed_rows, m.stream);
+  cuda::lm_head_argmax(m.cublas, normed_rows, m.lm_head(),
+                       m.logits.as<float>() + int64_t(first) * c.vocab_size, count, d, c.vocab_size,
+                       m.argmax_keys.as<unsigned long long>() + first,
+                       m.tokens.as<int32_t>() + first, m.stream);
+  return next_tokens(first, count);
 }
 
 }  // namespace kvb

@@ -88,6 +88,14 @@ class CudaEngine {
   // batch 1 replays a graph per sequence. Selection (start_sparse_decode) and ART run in any
   // range; ART's walk counts add up over every step, whatever its range.
   void decode_step(int first, int count, bool use_graph);
+  // Appends the same tokens `ids` (a question after compaction) at positions first_position ..
+  // to each of sequences [first, first + count) in one forward instead of a decode step per token:
+  // every (token, sequence) is a row of the layers' products and attends to its own sequence's
+  // cache, ragged per (layer, KV head), up to itself (engine/cpu's forward_chunk over a compacted
+  // store computes the same). Returns each sequence's greedy next token after the last id (also
+  // next_tokens and last_logits). Not while a decode selection, eviction or ART is active.
+  std::vector<int32_t> extend(int first, int count, const std::vector<int32_t>& ids,
+                              int first_position);
   std::vector<int32_t> next_tokens() const;  // argmax of the last step, per sequence
   // Sequences [first, first + count) of next_tokens(): what a sub-batch step computed.
   std::vector<int32_t> next_tokens(int first, int count) const;
