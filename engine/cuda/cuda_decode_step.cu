@@ -40,6 +40,28 @@ void CudaEngine::Impl::drop_graph() {
   for (auto& [range, step] : decode_graphs) drop_graph(step);
 }
 
+cuda::DecodeAttentionArgs CudaEngine::Impl::decode_attention_args(int l, int rows,
+                                                                  const int64_t* kv_offset,
+                                                                  int32_t* kv_length,
+                                                                  int length_bound) const {
+  cuda::DecodeAttentionArgs a;
+  a.q = ptr<bf16>(qkv);
+  a.q_seq_stride = qkv_width();
+  a.k = ptr<bf16>(k_cache[l]);
+  a.v = ptr<bf16>(v_cache[l]);
+  a.kv_offset = kv_offset;
+  a.kv_length = kv_length;
+  a.max_kv_length = length_bound;
+  a.out = ptr<bf16>(attn_out);
+  a.out_seq_stride = config.n_query_heads * config.head_dim;
+  a.batch = rows;
+  a.n_query_heads = config.n_query_heads;
+  a.n_kv_heads = config.n_kv_heads;
+  a.head_dim = config.head_dim;
+  a.scale = 1.f / std::sqrt(float(config.head_dim));
+  return a;
+}
+
 // Sequences [first, first + count) only: the weights are read once for the range's rows, and every
 // per-sequence array (tokens, positions, KV offsets and lengths, the ART walkers' words, logits,
 // argmax keys, a selection's metadata) is addressed from the first sequence on, so the other
@@ -56,21 +78,7 @@ void CudaEngine::Impl::decode_graph_body(int first, int count, int length_bound)
   run_layers(count, step_positions, true, [&](int l, const cuda::RopeArgs& rope) {
     const int64_t* offsets = ptr<int64_t>(kv_offset) + int64_t(l) * hkv + first_slot;
     int32_t* lengths = ptr<int32_t>(kv_length) + int64_t(l) * hkv + first_slot;
-    cuda::DecodeAttentionArgs a;
-    a.q = ptr<bf16>(qkv);
-    a.q_seq_stride = qkv_width();
-    a.k = ptr<bf16>(k_cache[l]);
-    a.v = ptr<bf16>(v_cache[l]);
-    a.kv_offset = offsets;
-    a.kv_length = lengths;
-    a.max_kv_length = length_bound;
-    a.out = ptr<bf16>(attn_out);
-    a.out_seq_stride = config.n_query_heads * config.head_dim;
-    a.batch = count;
-    a.n_query_heads = config.n_query_heads;
-    a.n_kv_heads = config.n_kv_heads;
-    a.head_dim = config.head_dim;
-    a.scale = 1.f / std::sqrt(float(config.head_dim));
+    cuda::DecodeAttentionArgs a = decode_attention_args(l, count, offsets, lengths, length_bound);
     a.workspace = ptr<float>(decode_workspace);
     if (eviction && eviction->evicts(l)) {
       // The statistic needs the rotated query in memory and the attention's log-sum-exp: the
@@ -431,23 +439,18 @@ std::vector<int32_t> CudaEngine::extend(int first, int count, const std::vector<
     cuda::DeviceBuffer row_ids(rows * 4, "extend ids"), row_positions(rows * 4, "extend positions");
     cuda::DeviceBuffer offsets(r.offsets.size() * 8, "extend offsets");
     cuda::DeviceBuffer lengths(r.lengths.size() * 4, "extend lengths");
-    // The attention of every layer but for its cache and rows; its split layout (rows x the
-    // longest row) sizes the workspace, where the decode step's bound over every layout would
-    // reserve a chunk per 64 keys for each of the many rows.
-    cuda::DecodeAttentionArgs attention;
-    attention.q = m.qkv.as<bf16>();
-    attention.q_seq_stride = m.qkv_width();
-    attention.max_kv_length = r.longest;
-    attention.out = m.attn_out.as<bf16>();
-    attention.out_seq_stride = c.n_query_heads * c.head_dim;
-    attention.batch = rows;
-    attention.n_query_heads = c.n_query_heads;
-    attention.n_kv_heads = c.n_kv_heads;
-    attention.head_dim = c.head_dim;
-    attention.scale = 1.f / std::sqrt(float(c.head_dim));
-    cuda::DeviceBuffer workspace(cuda::decode_attention_layout_workspace_floats(attention) * 4,
-                                 "extend attention workspace");
-    attention.workspace = workspace.as<float>();
+    // The rows' split layout (rows x the longest row) sizes the workspace, where the decode step's
+    // bound over every layout would reserve a chunk per 64 keys for each of the many rows.
+    const int64_t* all_offsets = offsets.as<int64_t>();
+    int32_t* all_lengths = lengths.as<int32_t>();
+    auto layer_at = [&](int l) { return int64_t(l) * rows * c.n_kv_heads; };
+    auto attention_of = [&](int l) {
+      return m.decode_attention_args(l, rows, all_offsets + layer_at(l), all_lengths + layer_at(l),
+                                     r.longest);
+    };
+    cuda::DeviceBuffer workspace(
+        cuda::decode_attention_layout_workspace_floats(attention_of(0)) * 4,
+        "extend attention workspace");
     row_ids.upload(r.ids.data(), rows * 4);
     row_positions.upload(r.positions.data(), rows * 4);
     offsets.upload(r.offsets.data(), r.offsets.size() * 8);
@@ -455,17 +458,12 @@ std::vector<int32_t> CudaEngine::extend(int first, int count, const std::vector<
     cuda::embedding_gather(m.embedding.as<bf16>(), row_ids.as<int32_t>(), rows, d,
                            m.residual.as<float>(), m.stream);
     m.run_layers(rows, row_positions.as<int32_t>(), true, [&](int l, const cuda::RopeArgs& rope) {
-      const int64_t* layer_offsets = offsets.as<int64_t>() + int64_t(l) * rows * c.n_kv_heads;
-      int32_t* layer_lengths = lengths.as<int32_t>() + int64_t(l) * rows * c.n_kv_heads;
+      cuda::DecodeAttentionArgs a = attention_of(l);
+      a.workspace = workspace.as<float>();
       // Every row's K and V first (rotating its query in place), then the attention: a row reads
       // the rows of earlier tokens of its chunk, which one fused kernel could not order.
-      cuda::rope_append_kv_decode(rope, layer_offsets, layer_lengths, m.k_cache[l].as<bf16>(),
-                                  m.v_cache[l].as<bf16>(), m.stream);
-      cuda::DecodeAttentionArgs a = attention;
-      a.k = m.k_cache[l].as<bf16>();
-      a.v = m.v_cache[l].as<bf16>();
-      a.kv_offset = layer_offsets;
-      a.kv_length = layer_lengths;
+      cuda::rope_append_kv_decode(rope, all_offsets + layer_at(l), all_lengths + layer_at(l),
+                                  m.k_cache[l].as<bf16>(), m.v_cache[l].as<bf16>(), m.stream);
       cuda::decode_attention(a, m.stream);
     });
     // The buffers above are freed at the end of this iteration: the work that reads them first.

@@ -21,6 +21,7 @@
 #include "engine/cuda/cuda_sparse_decode.h"
 #include "engine/cuda/device_weights.h"
 #include "kernels/cpu/rope.h"
+#include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/early_exit_decode.h"
 #include "kernels/cuda/transformer_ops.h"
@@ -130,6 +131,11 @@ struct CudaEngine::Impl {
   void fit_decode_length_bound(DecodeGraph& step, int longest);
   void drop_graph(DecodeGraph& step);
   void drop_graph();
+  // The decode attention of `rows` query rows of qkv into attn_out over layer l's ragged cache at
+  // kv_offset / kv_length (per row and KV head), lengths bounded by length_bound; the caller adds
+  // the workspace (cuda_decode_step.cu).
+  cuda::DecodeAttentionArgs decode_attention_args(int l, int rows, const int64_t* kv_offset,
+                                                  int32_t* kv_length, int length_bound) const;
   // The step of sequences [first, first + count) with KV lengths bounded by `length_bound`.
   void decode_graph_body(int first, int count, int length_bound);
 
