@@ -422,8 +422,10 @@ std::vector<int32_t> CudaEngine::extend(int first, int count, const std::vector<
         throw CapacityError("extend of " + std::to_string(total) + " tokens exceeds the cache " +
                             "capacity " + std::to_string(m.capacity));
   // As many tokens per chunk as keep (sequences x tokens) rows within the prefill's activation
-  // budget.
-  const int per_chunk = std::clamp(m.prefill_rows_within_activation_budget() / count, 1, total);
+  // budget and the decode attention's grid (a row per grid z index: at most 65,535).
+  constexpr int kMaxAttentionRows = 65535;
+  const int per_chunk = std::clamp(
+      std::min(m.prefill_rows_within_activation_budget(), kMaxAttentionRows) / count, 1, total);
   try {
     m.ensure_activations(per_chunk * count);
   } catch (const cuda::OutOfMemory& e) {
