@@ -1,9 +1,12 @@
 // The question appended after compaction (question-agnostic mode) on the CUDA engine: one forward
 // over every (token, sequence) row (CudaEngine::extend) against
-// - the CPU engine's chunked forward over the same compacted caches (CpuBackend::extend), and
+// - the CPU engine's chunked forward over the same compacted caches (CpuBackend::extend) at the
+//   GPU's rounding points (engine/cpu/device_numerics.h), and
 // - a decode step per token on the GPU (what CudaBackend::extend did before),
 // on random weights with kept sets of a different length for every (layer, KV head), three
 // sequences of different prompts, and decode steps after it that read what the extend appended.
+// The steps take the CPU's tokens as their inputs (teacher forcing), so that one near-tie flip
+// costs one token of the count rather than every later token of its sequence.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -65,13 +68,16 @@ LogitGap logit_gap(const std::vector<float>& a, const std::vector<float>& b) {
   return {worst / scale, top[0] - top[1] > 2 * worst};
 }
 
-// prepare, the question through `append`, then kSteps greedy steps of all sequences together.
-// The tokens after the question and after every step.
+using Tokens = std::vector<std::vector<TokenId>>;  // [after the question, after step i][sequence]
+
+// prepare, the question through `append`, then kSteps greedy steps of all sequences together, each
+// step's input the token `forced` holds (the engine's own when null). The tokens after the
+// question and after every step.
 template <typename Append>
-std::vector<std::vector<TokenId>> run(Engine& engine, const std::vector<TokenId>& question,
-                                      Append append) {
+Tokens run(Engine& engine, const std::vector<TokenId>& question, Append append,
+           const Tokens* forced = nullptr) {
   prepare(engine, static_cast<int>(question.size()));
-  std::vector<std::vector<TokenId>> tokens;
+  Tokens tokens;
   tokens.push_back(append(engine));
   CachePlan plan;
   for (int s = 0; s < kSequences; ++s) engine.start_decode(s, plan, kPrompt, 0);
@@ -79,8 +85,8 @@ std::vector<std::vector<TokenId>> run(Engine& engine, const std::vector<TokenId>
   for (int step = 0; step < kSteps; ++step) {
     std::vector<DecodeInput> inputs;
     for (int s = 0; s < kSequences; ++s)
-      inputs.push_back(
-          {s, tokens.back()[s], kPrompt + static_cast<int>(question.size()) + step, step});
+      inputs.push_back({s, (forced ? *forced : tokens)[step][s],
+                        kPrompt + static_cast<int>(question.size()) + step, step});
     tokens.push_back(engine.decode(inputs));
   }
   for (int s = 0; s < kSequences; ++s) engine.finish_decode(s);
@@ -98,24 +104,27 @@ TEST(CudaExtend, OneForwardEqualsTheCpuChunkAndADecodeStepPerToken) {
   const std::vector<int> all = {0, 1, 2};
   auto extend = [&](Engine& engine) { return engine.extend(all, question, kPrompt); };
 
+  CpuBackend cpu(*weights, KvDtype::kBf16, ForwardPrecision::kBf16Device);
+  const Tokens on_cpu = run(cpu, question, extend);
   CudaBackend gpu(*weights);
-  const auto on_gpu = run(gpu, question, extend);
-  CpuBackend cpu(*weights);
-  const auto on_cpu = run(cpu, question, extend);
+  const Tokens on_gpu = run(gpu, question, extend, &on_cpu);
   // The previous path: a batched decode step per question token.
   CudaBackend stepwise(*weights);
-  const auto per_token = run(stepwise, question, [&](Engine&) {
-    CudaEngine& device = stepwise.device();
-    std::vector<int32_t> next;
-    for (size_t t = 0; t < question.size(); ++t) {
-      const int position = kPrompt + static_cast<int>(t);
-      device.set_next_tokens(0, std::vector<int32_t>(kSequences, question[t]),
-                             std::vector<int32_t>(kSequences, position));
-      device.decode_step(0, kSequences, /*use_graph=*/true);
-      next = device.next_tokens(0, kSequences);
-    }
-    return std::vector<TokenId>(next.begin(), next.end());
-  });
+  const Tokens per_token = run(
+      stepwise, question,
+      [&](Engine&) {
+        CudaEngine& device = stepwise.device();
+        std::vector<int32_t> next;
+        for (size_t t = 0; t < question.size(); ++t) {
+          const int position = kPrompt + static_cast<int>(t);
+          device.set_next_tokens(0, std::vector<int32_t>(kSequences, question[t]),
+                                 std::vector<int32_t>(kSequences, position));
+          device.decode_step(0, kSequences, /*use_graph=*/true);
+          next = device.next_tokens(0, kSequences);
+        }
+        return std::vector<TokenId>(next.begin(), next.end());
+      },
+      &on_cpu);
 
   int same_as_cpu = 0, same_as_steps = 0, total = 0;
   for (size_t i = 0; i < on_gpu.size(); ++i)
