@@ -20,6 +20,7 @@
 
 #include "engine/device_eviction.h"
 #include "engine/device_selection.h"
+#include "engine/model_config.h"
 #include "engine/kv_store.h"
 #include "kernels/cpu/early_exit_decode.h"
 
@@ -205,10 +206,11 @@ class DecodeSelector {
 
   // The same selection in a device engine's decode step, as the generic operations it is built
   // from (engine/device_selection.h: scores, top-k, gathered attention) with this selector's
-  // parameters, for the prompt's cache `prompt` at `budget_tokens`. nullopt: the selector runs on
-  // the CPU engine only; runs_on_device() says the same without a cache (a backend's plan check).
+  // parameters, for a model of shape `model` at `budget_tokens`: whatever reads the prompt's
+  // cache runs on the device. nullopt: the selector runs on the CPU engine only; runs_on_device()
+  // says the same without a model (a backend's plan check).
   virtual bool runs_on_device() const { return false; }
-  virtual std::optional<DeviceSelectionSpec> device_selection(const KvStore& /*prompt*/,
+  virtual std::optional<DeviceSelectionSpec> device_selection(const ModelConfig& /*model*/,
                                                               int /*budget_tokens*/) const {
     return std::nullopt;
   }

@@ -50,8 +50,17 @@ struct DeviceSelectionSpec {
 
   struct SignCodes {
     // [n_layers, Hkv, 64, d] shared by every sequence, or [batch, n_layers, Hkv, 64, d] (one set
-    // of rows per sequence). Rows of dense layers are unused. Empty: the caller has none yet.
+    // of rows per sequence). Rows of dense layers are unused. Empty: fitted on the device (below).
     std::vector<float> projection;
+    // Without rows: the rows fitted on the device to the first sequence's prompt keys by
+    // binary_fit_projection (kernels/cuda/binary_hash.h) from these start vectors, one set per
+    // (layer, KV head), [n_layers, Hkv, 64, d], and shared by the batch (its sequences replay one
+    // prompt).
+    struct Fit {
+      int iterations = 4;
+      bool recompute_signs = false;
+      std::vector<float> starts;
+    } fit;
     // Whether the prompt entries whose keys the codes reconstruct worst, ||k - sum_i h_i P_i||,
     // are always kept (inside k): min(max(int(forced_error_ratio * k), 1), prompt length) of them.
     bool force_worst_reconstructed = false;

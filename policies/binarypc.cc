@@ -116,10 +116,7 @@ class BinaryPcSelector : public ParamDecodeSelector {
     heads_.assign(store.n_layers(), std::vector<HashedKvHead>(store.n_kv_heads()));
     const std::vector<std::pair<int, int>> hashed =
         hashed_heads(store.n_layers(), store.n_kv_heads());
-    // Heads are independent: one task each, with OpenBLAS single-threaded inside. A threaded
-    // gemv over an L x d residual hands each of the 64 x 9 products per head to a second thread,
-    // and on busy cores that hand-off, not the arithmetic, was most of BinaryPC's prefill time.
-    const kernels::SingleThreadedBlas single_threaded_blas;
+    // Heads are independent: one task each.
     tbb::parallel_for(size_t{0}, hashed.size(), [&](size_t i) {
       const auto [layer, h] = hashed[i];
       heads_[layer][h] = hash_head(store, layer, h);
@@ -129,38 +126,30 @@ class BinaryPcSelector : public ParamDecodeSelector {
   void on_append(const KvStore&, int) override {}  // decode tokens are never hashed
 
   bool runs_on_device() const override { return true; }
-  // The device hashes with the same projection rows: the OPC file's, or fitted here on the
-  // prompt's keys with the seeds start() uses, so both engines select from the same codes.
-  std::optional<DeviceSelectionSpec> device_selection(const KvStore& prompt,
+  // The device hashes with the same rows as start(): the OPC file's, or fitted there to the
+  // prompt's keys from the start vectors start() draws (the same bits: binary_fit_projection).
+  std::optional<DeviceSelectionSpec> device_selection(const ModelConfig& model,
                                                       int budget_tokens) const override {
     DeviceSelectionSpec spec =
         device_selection_of(DeviceSelectionSpec::Scores::kSignCodes, budget_tokens, dense_layers_);
     spec.shared_group = true;
     spec.sign_codes.force_worst_reconstructed = eas_;
     spec.sign_codes.forced_error_ratio = err_ratio_;
-    // A given projection needs no cache; an online fit reads the prompt's keys (none: no rows).
-    const int n_layers = projection_ ? projection_->n_layers : prompt.n_layers();
-    const int n_kv_heads = projection_ ? projection_->n_kv_heads : prompt.n_kv_heads();
-    const int d = projection_ ? projection_->head_dim : prompt.head_dim();
+    if (projection_) {
+      spec.sign_codes.projection = projection_->rows;
+      return spec;
+    }
+    const int n_layers = model.n_layers, n_kv_heads = model.n_kv_heads, d = model.head_dim;
     const size_t rows = static_cast<size_t>(kBinaryHashBits) * d;
-    std::vector<float>& projection = spec.sign_codes.projection;
-    projection.assign(rows * n_layers * n_kv_heads, 0.0f);
-    // One task per head with OpenBLAS single-threaded inside, as start() fits them, so that both
-    // engines code with the same rows whatever the host's core count. Fitted one after another
-    // with threaded gemv's, they were nearly all of a GPU cell's preparation, and from 3 BLAS
-    // threads on their last bits differed from start()'s (results/binarypc-online-fit.md).
-    const std::vector<std::pair<int, int>> heads = hashed_heads(n_layers, n_kv_heads);
-    const kernels::SingleThreadedBlas single_threaded_blas;
-    tbb::parallel_for(size_t{0}, heads.size(), [&](size_t i) {
-      const auto [layer, h] = heads[i];
-      float* out = &projection[(static_cast<size_t>(layer) * n_kv_heads + h) * rows];
-      if (projection_) {
-        std::copy_n(projection_->head(layer, h), rows, out);
-      } else if (prompt.length(layer, h) > 0) {
-        fit_binary_projection(prompt.keys(layer, h), prompt.length(layer, h), d, head_fit(layer, h),
-                              out);
-      }
-    });
+    DeviceSelectionSpec::SignCodes::Fit& fit = spec.sign_codes.fit;
+    fit.iterations = fit_.iterations;
+    fit.recompute_signs = fit_.recompute_signs;
+    fit.starts.assign(rows * n_layers * n_kv_heads, 0.0f);
+    for (const auto& [layer, h] : hashed_heads(n_layers, n_kv_heads)) {
+      const std::vector<float> starts = kernels::binary_fit_starts(head_fit(layer, h).seed, d);
+      std::copy(starts.begin(), starts.end(),
+                fit.starts.begin() + (static_cast<size_t>(layer) * n_kv_heads + h) * rows);
+    }
     return spec;
   }
 

@@ -1,17 +1,14 @@
 #include "policies/binarypc_projection.h"
 
-#include <cblas.h>
 #include <tbb/parallel_for.h>
 
 #include <cstring>
 #include <fstream>
-#include <random>
 #include <stdexcept>
 #include <string>
 
 #include "common/errors.h"
 #include "kernels/cpu/binary_hash.h"
-#include "kernels/cpu/matmul.h"
 
 namespace kvb {
 
@@ -22,7 +19,6 @@ void fit_binary_projections(std::vector<std::vector<float>>& keys, int64_t token
   const int n_heads = set.n_layers * set.n_kv_heads;
   if (static_cast<int>(keys.size()) != n_heads)
     throw std::logic_error("fit_binary_projections: one key list per (layer, KV head) expected");
-  const kernels::SingleThreadedBlas single_threaded_blas;
   tbb::parallel_for(0, n_heads, [&](int i) {
     BinaryProjectionFit head_fit = fit;
     head_fit.seed = fit.seed * 1000003u + static_cast<uint64_t>(i);
@@ -37,43 +33,15 @@ namespace {
 constexpr char kMagic[8] = {'K', 'V', 'B', 'B', 'P', 'C', 'P', '\0'};
 constexpr uint32_t kVersion = 1;
 
-float torch_sign(float x) { return x > 0 ? 1.0f : (x < 0 ? -1.0f : 0.0f); }
-
-// u = sign(R v) for R [n, d].
-void signs_of_projection(const std::vector<float>& residual, int64_t n, int d, const float* v,
-                         std::vector<float>& u) {
-  cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(n), d, 1.0f, residual.data(), d, v, 1,
-              0.0f, u.data(), 1);
-  for (float& x : u) x = torch_sign(x);
-}
-
 }  // namespace
 
 void fit_binary_projection(const float* keys, int64_t n, int head_dim,
                            const BinaryProjectionFit& fit, float* projection) {
   if (n <= 0) throw InputError("BinaryPC projection: no keys to fit (empty prompt)");
-  const int d = head_dim;
-  std::vector<float> residual(keys, keys + n * d);
-  std::vector<float> u(n);
-  std::vector<float> v(d);
-  std::mt19937_64 generator(fit.seed);
-  std::normal_distribution<float> gaussian(0.0f, 1.0f);
-  for (int bit = 0; bit < kBinaryHashBits; ++bit) {
-    for (float& x : v) x = gaussian(generator);
-    for (int iteration = 0; iteration < fit.iterations; ++iteration) {
-      signs_of_projection(residual, n, d, v.data(), u);
-      // v = R^T u
-      cblas_sgemv(CblasRowMajor, CblasTrans, static_cast<int>(n), d, 1.0f, residual.data(), d,
-                  u.data(), 1, 0.0f, v.data(), 1);
-    }
-    float* row = projection + static_cast<int64_t>(bit) * d;
-    for (int i = 0; i < d; ++i) row[i] = v[i] / static_cast<float>(n);
-    if (fit.iterations == 0) signs_of_projection(residual, n, d, v.data(), u);
-    if (fit.recompute_signs) signs_of_projection(residual, n, d, row, u);
-    // R <- R - u P[i]^T
-    cblas_sger(CblasRowMajor, static_cast<int>(n), d, -1.0f, u.data(), 1, row, 1, residual.data(),
-               d);
-  }
+  const std::vector<float> starts = kernels::binary_fit_starts(fit.seed, head_dim);
+  kernels::binary_fit_projection(
+      keys, n, head_dim, starts.data(),
+      {.iterations = fit.iterations, .recompute_signs = fit.recompute_signs}, projection);
 }
 
 BinaryProjectionSet::BinaryProjectionSet(int layers, int kv_heads, int dim)

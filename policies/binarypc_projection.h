@@ -5,7 +5,9 @@
 //   P[i] = v / n;  [OPC only: u = sign(R P[i])];  R <- R - u P[i]^T
 // with PyTorch's sign(0) = 0. Online BinaryPC fits per prompt, per (layer, KV head), over the
 // prompt's keys; OPC fits once over calibration keys and recomputes u before the residual update.
-// The official code runs this in bf16; the harness runs it in f32 (ranking-level equivalence).
+// The official code runs this in bf16; the harness runs it in f32 with its sums in f64 in a fixed
+// order (kernels/cpu/binary_hash.h, binary_fit_projection), so that the GPU engine's fit on the
+// device gives the same rows.
 //
 // File format of `kvbench calibrate --out proj.bin` (little-endian):
 //   offset 0   char[8]  magic "KVBBPCP\0"
@@ -38,10 +40,8 @@ void fit_binary_projection(const float* keys, int64_t n, int head_dim,
 struct BinaryProjectionSet;
 
 // Fits every (layer, KV head) of `set` from keys[layer * n_kv_heads + head] ([tokens, d] each,
-// freed as each head is done), one task per head with BLAS single-threaded inside (threaded gemv
-// hand-offs inside the tasks would oversubscribe the cores, and from 3 BLAS threads on, OpenBLAS
-// splits gemv's sum over the keys so that the rows' last bits depend on the thread count). Head i's
-// start vectors are seeded with fit.seed * 1000003 + i.
+// freed as each head is done), one task per head. Head i's start vectors are seeded with
+// fit.seed * 1000003 + i.
 void fit_binary_projections(std::vector<std::vector<float>>& keys, int64_t tokens,
                             const BinaryProjectionFit& fit, BinaryProjectionSet& set);
 

@@ -125,7 +125,7 @@ class MagicPigSelector : public ParamDecodeSelector {
   // The device samples with the same rows, exact set and probabilities (the engine's LSH
   // sampling, engine/device_selection.h), so both engines attend to the same entries.
   bool runs_on_device() const override { return true; }
-  std::optional<DeviceSelectionSpec> device_selection(const KvStore&,
+  std::optional<DeviceSelectionSpec> device_selection(const ModelConfig&,
                                                       int budget_tokens) const override {
     DeviceSelectionSpec spec = device_selection_of(DeviceSelectionSpec::Scores::kLshSampling,
                                                    budget_tokens, dense_layers_);

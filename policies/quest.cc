@@ -43,7 +43,7 @@ class QuestSelector : public ParamDecodeSelector {
   }
 
   bool runs_on_device() const override { return true; }
-  std::optional<DeviceSelectionSpec> device_selection(const KvStore&,
+  std::optional<DeviceSelectionSpec> device_selection(const ModelConfig&,
                                                       int budget_tokens) const override {
     DeviceSelectionSpec spec =
         device_selection_of(DeviceSelectionSpec::Scores::kPageBounds, budget_tokens, dense_layers_);

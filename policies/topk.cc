@@ -37,7 +37,7 @@ class TopkOracleSelector : public ParamDecodeSelector {
   // Per head, the device ranks the same exact logits; the group-shared form (a sum of softmax
   // weights over the group) has no device building block and stays on the CPU.
   bool runs_on_device() const override { return gqa_ == GqaSelection::kPerHead; }
-  std::optional<DeviceSelectionSpec> device_selection(const KvStore&, int) const override {
+  std::optional<DeviceSelectionSpec> device_selection(const ModelConfig&, int) const override {
     if (!runs_on_device()) return std::nullopt;
     // The budget applies to the current length at every step, as select() does.
     DeviceSelectionSpec spec = device_selection_of(

@@ -192,13 +192,10 @@ void CudaBackend::configure_decode() {
   engine_->set_early_exit(first->early_exit);
   engine_->reset_early_exit_counts();
   if (first->selector) {
-    // Without the prompt first: only sign codes whose rows are fitted to the prompt's keys (an
-    // empty projection) need a host copy of the cache, and of its keys alone.
-    std::optional<DeviceSelectionSpec> device =
-        first->selector->device_selection(KvStore(), budget);
-    if (device && device->scores == DeviceSelectionSpec::Scores::kSignCodes &&
-        device->sign_codes.projection.empty())
-      device = first->selector->device_selection(host_keys(first_seq), budget);
+    // No cache crosses to the host: what reads the prompt (rows fitted to its keys) runs on the
+    // device.
+    const std::optional<DeviceSelectionSpec> device =
+        first->selector->device_selection(config(), budget);
     if (!device) throw std::logic_error("CudaBackend: selector without a device form");
     engine_->start_sparse_decode(*device, first_seq, count);
   }

@@ -140,17 +140,73 @@ struct CudaSparseDecode::State {
           "group has no device form (select per head, or run on the CPU engine)");
   }
 
+  // The rows [n_layers, Hkv, 64, d] fitted to the first sequence's prompt keys (the batch
+  // replays one prompt), consecutive selecting layers at a time within kFitWorkspaceBytes.
+  DeviceBuffer fit_rows_on_device(cudaStream_t stream) {
+    static constexpr size_t kFitWorkspaceBytes = size_t{1} << 30;
+    const int d = model.head_dim, hkv = model.n_kv_heads;
+    const int64_t head_floats = int64_t(cuda::kSignCodeBits) * d;
+    const DeviceSelectionSpec::SignCodes::Fit& fit = spec.sign_codes.fit;
+    if (fit.starts.size() != size_t(model.n_layers) * hkv * head_floats)
+      throw InputError("GPU sign codes: neither projection rows nor start vectors for the fit (" +
+                       std::to_string(fit.starts.size()) + " floats; expected n_layers x Hkv x " +
+                       "64 x d = " + std::to_string(model.n_layers * hkv * head_floats) + ")");
+    DeviceBuffer starts(fit.starts.size() * 4, "fit start vectors");
+    cuda::check(cudaMemcpyAsync(starts.data(), fit.starts.data(), starts.bytes(),
+                                cudaMemcpyHostToDevice, stream),
+                "start vectors upload");
+    DeviceBuffer rows(fit.starts.size() * 4, "fitted projection");
+    cuda::check(cudaMemsetAsync(rows.data(), 0, rows.bytes(), stream), "memset");
+    const size_t per_layer = cuda::binary_fit_projection_workspace_bytes(hkv, prompt_length, d);
+    const int layers_per_group = int(std::max<size_t>(1, kFitWorkspaceBytes / per_layer));
+    DeviceBuffer workspace, key_pointers(size_t(model.n_layers) * hkv * sizeof(void*), "keys");
+    std::vector<const bf16*> pointers;
+    for (int l = 0; l < model.n_layers;) {
+      if (!selecting[l]) {
+        ++l;
+        continue;
+      }
+      int end = l;
+      while (end < model.n_layers && selecting[end] && end - l < layers_per_group) ++end;
+      pointers.clear();
+      for (int layer = l; layer < end; ++layer)
+        for (int h = 0; h < hkv; ++h) pointers.push_back(keys[layer] + h * key_slot_stride());
+      const int n_slots = (end - l) * hkv;
+      const size_t bytes = cuda::binary_fit_projection_workspace_bytes(n_slots, prompt_length, d);
+      if (workspace.bytes() < bytes) workspace = DeviceBuffer(bytes, "fit workspace");
+      const bf16** device_pointers = key_pointers.as<const bf16*>() + int64_t(l) * hkv;
+      cuda::check(cudaMemcpyAsync(device_pointers, pointers.data(), pointers.size() * sizeof(void*),
+                                  cudaMemcpyHostToDevice, stream),
+                  "key pointers upload");
+      cuda::binary_fit_projection({.keys = device_pointers,
+                                   .n_slots = n_slots,
+                                   .head_dim = d,
+                                   .length = prompt_length,
+                                   .iterations = fit.iterations,
+                                   .recompute_signs = fit.recompute_signs,
+                                   .starts = starts.as<float>() + int64_t(l) * hkv * head_floats,
+                                   .projection = rows.as<float>() + int64_t(l) * hkv * head_floats,
+                                   .workspace = workspace.data()},
+                                  stream);
+      // The pointer list is reused by the next group: the upload must not overtake this fit.
+      cuda::check(cudaStreamSynchronize(stream), "projection fit");
+      l = end;
+    }
+    return rows;
+  }
+
   void build_sign_codes(cudaStream_t stream) {
     const int d = model.head_dim;
     const int64_t per_sequence =
         int64_t(model.n_layers) * model.n_kv_heads * cuda::kSignCodeBits * d;
     const std::vector<float>& projection = spec.sign_codes.projection;
     const size_t given = projection.size();
-    if (given != size_t(per_sequence) && given != size_t(per_sequence * batch))
+    if (given != 0 && given != size_t(per_sequence) && given != size_t(per_sequence * batch))
       throw InputError("GPU sign codes: the projection holds " + std::to_string(given) +
                        " floats; expected n_layers x Hkv x 64 x d = " +
                        std::to_string(per_sequence) + " (or that per sequence of the batch)");
-    const bool per_prompt = given != size_t(per_sequence);
+    const bool per_prompt = given != 0 && given != size_t(per_sequence);
+    const DeviceBuffer fitted = given == 0 ? fit_rows_on_device(stream) : DeviceBuffer();
     k = step_budget(prompt_length);
     index_stride = k + (capacity - prompt_length);
     mask_words = (prompt_length + 31) / 32;
@@ -171,17 +227,22 @@ struct CudaSparseDecode::State {
     for (int l = 0; l < model.n_layers; ++l) {
       if (!selecting[l]) continue;
       LayerState& layer = layers[l];
-      for (int b = 0; b < batch; ++b)
-        for (int h = 0; h < model.n_kv_heads; ++h) {
-          const float* source = projection.data() + (per_prompt ? b * per_sequence : 0) +
-                                (int64_t(l) * model.n_kv_heads + h) * head_floats;
-          std::copy(source, source + head_floats,
-                    rows.begin() + (int64_t(b) * model.n_kv_heads + h) * head_floats);
-        }
       layer.projection = DeviceBuffer(rows.size() * 4, "code projection");
-      cuda::check(cudaMemcpyAsync(layer.projection.data(), rows.data(), rows.size() * 4,
-                                  cudaMemcpyHostToDevice, stream),
-                  "projection upload");
+      const int64_t layer_floats = model.n_kv_heads * head_floats;
+      if (given == 0) {  // the fitted rows, for every sequence of the batch
+        for (int b = 0; b < batch; ++b)
+          cuda::check(cudaMemcpyAsync(layer.projection.as<float>() + b * layer_floats,
+                                      fitted.as<float>() + l * layer_floats, layer_floats * 4,
+                                      cudaMemcpyDeviceToDevice, stream),
+                      "fitted projection copy");
+      } else {
+        for (int b = 0; b < batch; ++b)
+          std::copy_n(projection.data() + (per_prompt ? b * per_sequence : 0) + l * layer_floats,
+                      layer_floats, rows.begin() + b * layer_floats);
+        cuda::check(cudaMemcpyAsync(layer.projection.data(), rows.data(), rows.size() * 4,
+                                    cudaMemcpyHostToDevice, stream),
+                    "projection upload");
+      }
       layer.codes = DeviceBuffer(size_t(slots) * prompt_length * 8, "sign codes");
       layer.forced_mask = DeviceBuffer(size_t(slots) * mask_words * 4, "forced mask");
       cuda::check(cudaMemsetAsync(layer.forced_mask.data(), 0, layer.forced_mask.bytes(), stream),

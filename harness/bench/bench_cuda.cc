@@ -131,15 +131,16 @@ std::vector<float> random_projection(const ModelConfig& config) {
 }
 
 // TPOT of one decode selector on a cache of `keep` entries per head (the Full figure's cache,
-// refilled), with its start (hashing / page bounds of every layer) timed apart.
+// refilled), with its start (hashing / page bounds of every layer) timed apart. Rows fitted to the
+// prompt (online BinaryPC) are random rows here: the bench's keys are random too.
 nlohmann::json measure_selector(CudaEngine& engine, const CudaBenchOptions& options,
                                 const SparseDecodeBench& selector,
                                 const std::function<void()>& reset_cache, int context, int keep,
                                 double full_tpot_ms) {
   const int batch = engine.batch();
   reset_cache();
-  DeviceSelectionSpec spec = selector.spec;
   const int budget_tokens = std::max(1, std::min(keep, selector.budget.tokens_for(keep)));
+  DeviceSelectionSpec spec = *selector.selector->device_selection(engine.config(), budget_tokens);
   if (spec.budget_fraction == 0) spec.budget_tokens = budget_tokens;
   const bool random_rows =
       spec.scores == DeviceSelectionSpec::Scores::kSignCodes && spec.sign_codes.projection.empty();

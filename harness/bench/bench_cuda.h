@@ -18,9 +18,9 @@ namespace kvb {
 
 // A decode selector (kind D) measured on the full cache beside Full: TPOT and its ratio.
 struct SparseDecodeBench {
-  std::string policy;        // the plan's label
-  DeviceSelectionSpec spec;  // a token budget (no fraction) is set per context from `budget`
-  Budget budget;
+  std::string policy;                              // the plan's label
+  std::shared_ptr<const DecodeSelector> selector;  // runs_on_device(); its spec per context
+  Budget budget;  // a token budget (no fraction) is set per context from it
 };
 
 struct CudaBenchOptions {

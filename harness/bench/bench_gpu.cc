@@ -78,23 +78,19 @@ bool selects_at_decode(const std::string& policy) {
   return false;
 }
 
-// The device form of a plan's decode selector, timed on the full cache beside Full. No prompt
-// cache exists here: a selector that fits its rows to the prompt gets none (random rows then).
+// The device form of a plan's decode selector, timed on the full cache beside Full.
 SparseDecodeBench selector_bench(const std::string& policy, const CachePlan& plan,
                                  const Budget& budget) {
   if (plan.prefill || plan.early_exit || plan.decode_eviction)
     throw InputError("bench on the GPU times a decode selector on the full cache, alone; '" +
                      policy + "' composes it with other methods (bench those apart)");
-  const std::optional<DeviceSelectionSpec> spec =
-      plan.selector->runs_on_device() ? plan.selector->device_selection(KvStore(), 4096)
-                                      : std::nullopt;
-  if (!spec) {
+  if (!plan.selector->runs_on_device()) {
     const std::string name = plan.selector->name();
     throw InputError("bench on the GPU: decode selector '" + name + "'" +
                      (name == policy ? "" : " of '" + policy + "'") +
                      " has no device form; bench it with --device cpu");
   }
-  return {plan.label.empty() ? policy : plan.label, *spec, budget};
+  return {plan.label.empty() ? policy : plan.label, plan.selector, budget};
 }
 
 // What --policy asks for, from the plan the sweep builds for the same string: a prefill policy

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <vector>
 
 #include "kernels/cpu/exact_dot.h"
@@ -100,6 +101,64 @@ void binary_score_keys(const QuantizedQuery* queries, int n_heads, const uint64_
       best = std::max(best, binary_hash_score(queries[a], codes[j]));
     scores[j] = best;
   }
+}
+
+namespace {
+
+float sign_of(double x) { return x > 0 ? 1.0f : (x < 0 ? -1.0f : 0.0f); }
+
+// u = sign(R v) over the n rows of R.
+void signs_along(const std::vector<float>& residual, int64_t n, int d, const float* v,
+                 std::vector<float>& u) {
+  for (int64_t i = 0; i < n; ++i) u[i] = sign_of(binary_fit_dot(residual.data() + i * d, v, d));
+}
+
+// One iteration in one pass over R: u = sign(R v) key by key, and v <- R^T u in f64, per block of
+// kBinaryFitChunk keys in key order, then the blocks in order (u * r is exact, fused or not).
+void iterate(const std::vector<float>& residual, int64_t n, int d, std::vector<float>& u,
+             std::vector<double>& block, std::vector<double>& total, float* v) {
+  std::fill(total.begin(), total.end(), 0.0);
+  for (int64_t first = 0; first < n; first += kBinaryFitChunk) {
+    std::fill(block.begin(), block.end(), 0.0);
+    const int64_t last = std::min<int64_t>(first + kBinaryFitChunk, n);
+    for (int64_t i = first; i < last; ++i) {
+      const float* row = residual.data() + i * d;
+      u[i] = sign_of(binary_fit_dot(row, v, d));
+      const double sign = u[i];
+      for (int j = 0; j < d; ++j) block[j] += sign * row[j];
+    }
+    for (int j = 0; j < d; ++j) total[j] += block[j];
+  }
+  for (int j = 0; j < d; ++j) v[j] = static_cast<float>(total[j]);
+}
+
+}  // namespace
+
+void binary_fit_projection(const float* keys, int64_t n, int head_dim, const float* start,
+                           const BinaryFitOptions& options, float* projection) {
+  const int d = head_dim;
+  std::vector<float> residual(keys, keys + n * d), u(n), v(d);
+  std::vector<double> block(d), total(d);
+  for (int bit = 0; bit < kBinaryHashBits; ++bit) {
+    std::copy_n(start + static_cast<int64_t>(bit) * d, d, v.begin());
+    for (int iteration = 0; iteration < options.iterations; ++iteration)
+      iterate(residual, n, d, u, block, total, v.data());
+    float* row = projection + static_cast<int64_t>(bit) * d;
+    for (int j = 0; j < d; ++j) row[j] = v[j] / static_cast<float>(n);
+    if (options.iterations == 0) signs_along(residual, n, d, v.data(), u);
+    if (options.recompute_signs) signs_along(residual, n, d, row, u);
+    for (int64_t i = 0; i < n; ++i)  // R <- R - u P[i]^T (u is -1, 0 or 1: one rounding)
+      if (u[i] != 0)
+        for (int j = 0; j < d; ++j) residual[i * d + j] -= u[i] * row[j];
+  }
+}
+
+std::vector<float> binary_fit_starts(uint64_t seed, int head_dim) {
+  std::vector<float> starts(static_cast<size_t>(kBinaryHashBits) * head_dim);
+  std::mt19937_64 generator(seed);
+  std::normal_distribution<float> gaussian(0.0f, 1.0f);
+  for (float& x : starts) x = gaussian(generator);
+  return starts;
 }
 
 }  // namespace kvb::kernels

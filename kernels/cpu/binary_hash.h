@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstdint>
+#include <vector>
 
 namespace kvb::kernels {
 
@@ -68,5 +69,36 @@ inline int binary_hash_score(const QuantizedQuery& query, uint64_t code) {
 // Group score per token: max over the group's queries of binary_hash_score (Algorithm 3 step 4).
 void binary_score_keys(const QuantizedQuery* queries, int n_heads, const uint64_t* codes, int n,
                        int* scores);
+
+// Algorithm 1, the projection fit (docs/methods.md §12), for one set of keys K [n, d]:
+//   R <- K;  for bit i:  v <- start[i];  `iterations` times:  u = sign(R v), v = R^T u;
+//   P[i] = v / n;  [recompute_signs (OPC): u = sign(R P[i])];  R <- R - u P[i]^T
+// with sign(0) = 0 (and u = sign(R start[i]) when iterations is 0). The order of every sum is
+// fixed so that the device twin (kernels/cuda/binary_hash.h) gets the same bits: each r . v is a
+// binary_fit_dot; each R^T u sums in f64 over blocks of kBinaryFitChunk keys in key order, then
+// over the blocks in order; v and P are those sums rounded to f32.
+inline constexpr int kBinaryFitChunk = 256;
+
+// r . v in f64 (each product exact) as eight running sums, sum l over the indices j = l mod 8 in
+// order, added as ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)): a fixed order that a device
+// thread repeats, with eight independent chains instead of one.
+inline double binary_fit_dot(const float* r, const float* v, int n) {
+  double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int j = 0;
+  for (; j + 8 <= n; j += 8)  // written out so that the compiler keeps the lanes in vectors
+    for (int l = 0; l < 8; ++l) s[l] += static_cast<double>(r[j + l]) * v[j + l];
+  for (; j < n; ++j) s[j % 8] += static_cast<double>(r[j]) * v[j];
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+struct BinaryFitOptions {
+  int iterations = 4;            // num_iters of the official code
+  bool recompute_signs = false;  // OPC
+};
+void binary_fit_projection(const float* keys, int64_t n, int head_dim, const float* start,
+                           const BinaryFitOptions& options, float* projection);
+
+// The start vectors [64, d] of a fit seeded with `seed`: N(0, 1) draws of std::normal_distribution
+// over std::mt19937_64, bit after bit (the seeds of policies/binarypc_projection.h).
+std::vector<float> binary_fit_starts(uint64_t seed, int head_dim);
 
 }  // namespace kvb::kernels

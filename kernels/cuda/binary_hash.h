@@ -24,6 +24,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace kvb::cuda {
@@ -71,6 +72,25 @@ struct BinaryScoreKeysArgs {
   int64_t key_slot_stride = 0;
 };
 void binary_score_keys(const BinaryScoreKeysArgs& args, cudaStream_t stream);
+
+// Algorithm 1, the projection fit, for every slot's keys [0, length) at once: the CPU twin's
+// (kernels/cpu/binary_hash.h, binary_fit_projection) sums in the same order (r . v per key as
+// binary_fit_dot; R^T u in f64 per block of kBinaryFitChunk keys in key order, then over the
+// blocks in order), so the rows are the same bits. The residual lives in `workspace` as f32.
+struct BinaryFitProjectionArgs {
+  const __nv_bfloat16* const* keys = nullptr;  // device array: slot s, token j at keys[s] + j * d
+  int n_slots = 0;
+  int head_dim = 0;  // 64 or 128
+  int length = 0;
+  int iterations = 4;
+  bool recompute_signs = false;
+  const float* starts = nullptr;  // [n_slots, 64, head_dim] start vectors
+  float* projection = nullptr;    // [n_slots, 64, head_dim] out
+  void* workspace = nullptr;      // binary_fit_projection_workspace_bytes
+};
+inline constexpr int kBinaryFitChunk = 256;  // kernels/cpu/binary_hash.h's, the same order
+size_t binary_fit_projection_workspace_bytes(int n_slots, int length, int head_dim);
+void binary_fit_projection(const BinaryFitProjectionArgs& args, cudaStream_t stream);
 
 // Sets bit j of slot s's mask for each of the `count` indices at indices + s * index_stride
 // (the mask must be zeroed first; mask_slot_stride >= ceil(length / 32) words).

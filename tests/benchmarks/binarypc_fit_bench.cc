@@ -2,11 +2,9 @@
 // layers 0-1 dense, so 22 fitted layers x 2 KV heads, d = 64), with deterministic N(0, 1) keys:
 //   fit_one_head/L           fit_binary_projection of one (layer, KV head): the unit of work
 //   fit_binary_projections/L the per-head fit as `kvbench calibrate` runs it (TBB over heads)
-//   device_selection/L       BinaryPcSelector::device_selection(store, budget 1024): what
-//                            CudaBackend::configure_decode waits for before a cell's first token
 //   host_store/L, host_keys/L  CudaBackend's host copy of the prompt from the device's per-layer
 //                            downloads ([Hkv, capacity, d]): keys and values, or the keys alone
-//                            (what configure_decode copies for an online fit)
+//                            (Engine::host_keys; the GPU engine fits on the device instead)
 // Each prints its wall time, and the fits their ratio to 44 x fit_one_head / cores (the time if
 // the heads were spread perfectly over the cores of this machine).
 //
@@ -23,7 +21,6 @@
 #include "engine/kv_store.h"
 #include "kernels/cpu/matmul.h"
 #include "policies/binarypc_projection.h"
-#include "policies/decode_selectors.h"
 
 namespace {
 
@@ -120,23 +117,9 @@ kvb::KvStore prompt_store(int length) {
   return store;
 }
 
-void device_selection(benchmark::State& state) {
-  const int length = static_cast<int>(state.range(0));
-  const kvb::KvStore store = prompt_store(length);
-  const auto selector = kvb::make_binarypc_selector({}, kvb::Budget::parse("1024"));
-  double seconds = 0;
-  for (auto _ : state) {
-    const auto start = std::chrono::steady_clock::now();
-    benchmark::DoNotOptimize(selector->device_selection(store, 1024));
-    seconds = seconds_since(start);
-  }
-  report(state, "device_selection", length, seconds, true);
-}
-
 // CudaBackend's host copy on host vectors in place of the device's downloads: per layer, the keys
 // (and values) [Hkv, capacity, d] as CudaEngine::cached_sequence returns them, appended to a host
-// store head by head (KvStore::append_rows). `values` false: Engine::host_keys, what
-// configure_decode copies for an online fit; true: host_store.
+// store head by head (KvStore::append_rows). `values` false: Engine::host_keys; true: host_store.
 void host_copy(benchmark::State& state, bool values) {
   const int length = static_cast<int>(state.range(0));
   const int capacity = length + 64;  // the engine reserves room for the decode tokens
@@ -172,5 +155,4 @@ BENCHMARK(fit_one_head)->Arg(16384)->Arg(32768)->Iterations(1)->Unit(benchmark::
 BENCHMARK(host_store)->Arg(16384)->Arg(32768)->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(host_keys)->Arg(16384)->Arg(32768)->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(fit_projections)->Arg(16384)->Arg(32768)->Iterations(1)->Unit(benchmark::kMillisecond);
-BENCHMARK(device_selection)->Arg(16384)->Arg(32768)->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();

@@ -74,6 +74,52 @@ inline void check_binary_hash_keys(int slots, int length, int d) {
     ASSERT_NEAR(errors[n], expected_error[n], 1e-5f * (1.0f + expected_error[n])) << "token " << n;
 }
 
+// The projection fit on the device against the CPU twin, bit for bit: every slot's rows equal
+// (the same f64 sums in the same order), with the slots' keys at separate addresses and a few
+// exactly-zero keys (sign 0 leaves a residual row as it is).
+inline void check_binary_fit_projection(int slots, int length, int d, int iterations,
+                                        bool recompute_signs) {
+  const std::vector<float> keys = test_keys(slots, length, d, 11);
+  std::vector<float> starts(size_t(slots) * kBinaryHashBits * d), expected(starts.size());
+  for (int s = 0; s < slots; ++s) {
+    const std::vector<float> one = kernels::binary_fit_starts(40 + s, d);
+    std::copy(one.begin(), one.end(), starts.begin() + int64_t(s) * kBinaryHashBits * d);
+    kernels::binary_fit_projection(keys.data() + int64_t(s) * length * d, length, d, one.data(),
+                                   {.iterations = iterations, .recompute_signs = recompute_signs},
+                                   expected.data() + int64_t(s) * kBinaryHashBits * d);
+  }
+  // Slot s's keys stored in reverse slot order with a gap, so that a slot read as another shows.
+  const int64_t slot_stride = int64_t(length + 3) * d;
+  std::vector<float> stored(size_t(slots) * slot_stride, 7.0f);
+  for (int s = 0; s < slots; ++s)
+    std::copy_n(keys.begin() + int64_t(s) * length * d, int64_t(length) * d,
+                stored.begin() + (slots - 1 - s) * slot_stride);
+  auto d_keys = to_device_bf16(stored);
+  std::vector<const __nv_bfloat16*> pointers(slots);
+  for (int s = 0; s < slots; ++s)
+    pointers[s] = d_keys.as<__nv_bfloat16>() + (slots - 1 - s) * slot_stride;
+  cuda::DeviceBuffer d_pointers(pointers.size() * sizeof(void*));
+  d_pointers.upload(pointers.data(), d_pointers.bytes());
+  auto d_starts = to_device(starts);
+  cuda::DeviceBuffer d_rows(expected.size() * 4),
+      workspace(cuda::binary_fit_projection_workspace_bytes(slots, length, d));
+  cuda::binary_fit_projection({.keys = d_pointers.as<const __nv_bfloat16*>(),
+                               .n_slots = slots,
+                               .head_dim = d,
+                               .length = length,
+                               .iterations = iterations,
+                               .recompute_signs = recompute_signs,
+                               .starts = d_starts.as<float>(),
+                               .projection = d_rows.as<float>(),
+                               .workspace = workspace.data()},
+                              nullptr);
+  cuda::check(cudaDeviceSynchronize(), "sync");
+  const auto rows = from_device<float>(d_rows, expected.size());
+  int mismatches = 0;
+  for (size_t n = 0; n < rows.size(); ++n) mismatches += rows[n] != expected[n];
+  EXPECT_EQ(mismatches, 0) << "of " << rows.size() << " projection values";
+}
+
 // One backend row of binary_score_keys: `sinks` sinks in every slot, and (with `mask`) tokens 7,
 // 100 and length - 1 of the last slot forced through the EAS mask. Codes hashed from keys with
 // fitted projections (a few keys exactly zero); or, with `random`, random codes and projection
@@ -227,6 +273,21 @@ inline std::vector<OpCase> selection_cases() {
     cases.push_back(
         {case_name("binary_hash_keys_slots", s.slots, "_length", s.length, "_d", s.head_dim),
          [s] { check_binary_hash_keys(s.slots, s.length, s.head_dim); }});
+  // The fit: one and several blocks of kBinaryFitChunk keys (a last block partly filled), both
+  // head dimensions, no iterations (the start vectors' signs) and OPC's recomputed signs.
+  struct FitShape {
+    int slots, length, head_dim, iterations;
+    bool recompute_signs;
+  };
+  for (const FitShape s : {FitShape{3, 700, 64, 4, false}, FitShape{2, 1025, 128, 4, false},
+                           FitShape{1, 100, 64, 0, false}, FitShape{2, 257, 128, 2, true}})
+    cases.push_back(
+        {case_name("binary_fit_projection_slots", s.slots, "_length", s.length, "_d", s.head_dim,
+                   "_iterations", s.iterations, s.recompute_signs ? "_opc" : ""),
+         [s] {
+           check_binary_fit_projection(s.slots, s.length, s.head_dim, s.iterations,
+                                       s.recompute_signs);
+         }});
   // Groups 1 to 8 at both head dimensions (the tensor-core columns past the group must never win;
   // odd groups project with a padded head, groups above 4 fold four lanes' columns), one to three
   // sequences, lengths off the 16-key tiles, the 128-key warp stages and the 2,048-key block steps;

@@ -141,7 +141,7 @@ void check_against_cpu(const SelectorFactory& make_selector, const Budget& budge
   KvStore mirror = mirror_of(*gpu, c);
   const int budget_tokens = budget.tokens_for(kPromptLength);
   ASSERT_TRUE(cpu_selector->runs_on_device());
-  std::optional<DeviceSelectionSpec> spec = cpu_selector->device_selection(mirror, budget_tokens);
+  std::optional<DeviceSelectionSpec> spec = cpu_selector->device_selection(c, budget_tokens);
   ASSERT_TRUE(spec.has_value());
   spec->record_queries = true;
   gpu->start_sparse_decode(*spec);
@@ -298,7 +298,7 @@ TEST(CudaSparseEngine, BatchOfTwoSelectsPerSequence) {
     auto selector =
         quest ? make_quest_selector({{"dense_layers", {0}}}, Budget::parse("64"))
               : make_binarypc_selector({{"dense_layers", {0}}}, Budget::parse("64"), projection);
-    gpu->start_sparse_decode(*selector->device_selection(KvStore(), 64));
+    gpu->start_sparse_decode(*selector->device_selection(c, 64));
     const int position = gpu->length(0, 0, 0);
     gpu->set_next_tokens({token, token}, {position, position});
     for (int step = 0; step < 3; ++step) {
@@ -321,10 +321,10 @@ TEST(CudaSparseEngine, BatchOfTwoSelectsPerSequence) {
 TEST(CudaSparseEngine, RefusesSelectorsWithoutGpuPath) {
   auto shared_topk = make_topk_selector({{"gqa", "shared"}}, Budget::parse("64"));
   EXPECT_FALSE(shared_topk->runs_on_device());
-  EXPECT_FALSE(shared_topk->device_selection(KvStore(), 64).has_value());
+  EXPECT_FALSE(shared_topk->device_selection(ModelConfig{}, 64).has_value());
   auto magicpig = make_magicpig_selector(nlohmann::json::object(), Budget::parse("64"));
   EXPECT_TRUE(magicpig->runs_on_device());
-  EXPECT_TRUE(magicpig->device_selection(KvStore(), 64).has_value());
+  EXPECT_TRUE(magicpig->device_selection(ModelConfig{}, 64).has_value());
 }
 
 }  // namespace

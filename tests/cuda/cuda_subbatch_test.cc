@@ -95,7 +95,7 @@ std::vector<DecodeMethod> decode_methods() {
       [](std::function<std::shared_ptr<DescribedDecodeSelector>(const CudaEngine&)> make,
          int budget) {
         return [make, budget](const CudaEngine& engine) {
-          return *make(engine)->device_selection(KvStore(), budget);
+          return *make(engine)->device_selection(engine.config(), budget);
         };
       };
   methods.push_back({"binarypc", std::nullopt,

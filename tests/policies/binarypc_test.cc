@@ -230,37 +230,52 @@ TEST(BinaryPcSelector, KeepsBudgetPlusDecodeTokensSharedAcrossTheGroup) {
   }
 }
 
-// The device form's online rows are each (layer, KV head)'s Algorithm 1 fit with its own seed
-// (seed * 1000003 + 131 layer + head), bit for bit as the fits ran one after another before they
-// became one single-threaded task per head: with OpenBLAS at 1 thread (as start() fits) or 2 (this
-// machine's default). From 3 threads on, OpenBLAS splits gemv's sum over the keys differently and
-// the rows differ in their last bits (measured: relative 1e-4 at most, the same codes).
-TEST(BinaryPcSelector, DeviceRowsAreEachHeadsSerialFitBitForBit) {
-  const int layers = 4, kv_heads = 2, d = 64, prompt = 2048;  // gemv's large enough to thread
-  const KvStore store = test::random_store(layers, kv_heads, d, prompt, 31);
-  auto selector = make_binarypc_selector({{"seed", 3}}, Budget::parse("100"));
-  const std::optional<DeviceSelectionSpec> spec = selector->device_selection(store, 100);
+// The device form: online, no rows but each selecting (layer, KV head)'s start vectors, drawn
+// with the seed start() fits that head with (seed * 1000003 + 131 layer + head), so that the
+// device's fit (kernels/cuda/binary_hash.h, binary_fit_projection, the same sums in the same
+// order) gives start()'s rows; dense layers {0, 1} get zeros. With an OPC file: its rows.
+TEST(BinaryPcSelector, DeviceSpecCarriesEachHeadsStartVectorsOrTheGivenRows) {
+  ModelConfig model;
+  model.n_layers = 4;
+  model.n_kv_heads = 2;
+  model.head_dim = 64;
+  auto selector = make_binarypc_selector({{"seed", 3}, {"iterations", 5}}, Budget::parse("100"));
+  const std::optional<DeviceSelectionSpec> spec = selector->device_selection(model, 100);
   ASSERT_TRUE(spec.has_value());
-  const std::vector<float>& rows = spec->sign_codes.projection;
-  const size_t head_rows = static_cast<size_t>(kBinaryHashBits) * d;
-  ASSERT_EQ(rows.size(), head_rows * layers * kv_heads);
-  const int threads_before = blas_threads();
-  for (int threads : {1, 2}) {
-    set_blas_threads(threads);
-    for (int layer = 0; layer < layers; ++layer)
-      for (int h = 0; h < kv_heads; ++h) {
-        std::vector<float> expected(head_rows, 0.0f);  // dense layers {0, 1}: zero rows
-        BinaryProjectionFit fit;
-        fit.seed = 3u * 1000003u + static_cast<uint64_t>(layer) * 131u + h;
-        if (layer >= 2)
-          fit_binary_projection(store.keys(layer, h), prompt, d, fit, expected.data());
-        EXPECT_EQ(std::memcmp(expected.data(), &rows[(layer * kv_heads + h) * head_rows],
-                              head_rows * sizeof(float)),
-                  0)
-            << "layer " << layer << " head " << h << ", " << threads << " BLAS threads";
-      }
-  }
-  set_blas_threads(threads_before);
+  EXPECT_TRUE(spec->sign_codes.projection.empty());
+  const DeviceSelectionSpec::SignCodes::Fit& fit = spec->sign_codes.fit;
+  EXPECT_EQ(fit.iterations, 5);
+  EXPECT_FALSE(fit.recompute_signs);
+  const size_t head_rows = static_cast<size_t>(kBinaryHashBits) * model.head_dim;
+  ASSERT_EQ(fit.starts.size(), head_rows * model.n_layers * model.n_kv_heads);
+  for (int layer = 0; layer < model.n_layers; ++layer)
+    for (int h = 0; h < model.n_kv_heads; ++h) {
+      std::vector<float> expected(head_rows, 0.0f);
+      if (layer >= 2)
+        expected =
+            kernels::binary_fit_starts(3u * 1000003u + uint64_t(layer) * 131u + h, model.head_dim);
+      EXPECT_TRUE(std::equal(expected.begin(), expected.end(),
+                             fit.starts.begin() + (layer * model.n_kv_heads + h) * head_rows))
+          << "layer " << layer << " head " << h;
+    }
+  // The fit from those starts is the one start() runs (policies/binarypc_projection.h).
+  const KvStore store = test::random_store(1, 1, model.head_dim, 300, 31);
+  BinaryProjectionFit seeded;
+  seeded.seed = 77;
+  std::vector<float> by_policy(head_rows), by_kernel(head_rows);
+  fit_binary_projection(store.keys(0, 0), 300, model.head_dim, seeded, by_policy.data());
+  const std::vector<float> starts = kernels::binary_fit_starts(77, model.head_dim);
+  kernels::binary_fit_projection(store.keys(0, 0), 300, model.head_dim, starts.data(), {},
+                                 by_kernel.data());
+  EXPECT_EQ(by_policy, by_kernel);
+
+  auto given = std::make_shared<BinaryProjectionSet>(model.n_layers, model.n_kv_heads, 64);
+  for (size_t i = 0; i < given->rows.size(); ++i) given->rows[i] = 0.001f * float(i % 97);
+  auto with_rows = make_binarypc_selector({}, Budget::parse("100"), given);
+  const auto opc = with_rows->device_selection(model, 100);
+  ASSERT_TRUE(opc.has_value());
+  EXPECT_EQ(opc->sign_codes.projection, given->rows);
+  EXPECT_TRUE(opc->sign_codes.fit.starts.empty());
 }
 
 // EAS: the err_k = int(0.1 k) keys with the largest reconstruction error are always selected,

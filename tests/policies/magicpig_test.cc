@@ -102,7 +102,7 @@ TEST(MagicPigSelector, DeviceFormSelectsWhatTheSelectorSelects) {
                                  {"sinks", 5}, {"local", 30}, {"dense_layers", {1}}};
   auto selector = make_magicpig_selector(params, Budget::parse("10%"));
   ASSERT_TRUE(selector->runs_on_device());
-  const std::optional<DeviceSelectionSpec> spec = selector->device_selection(KvStore(), 100);
+  const std::optional<DeviceSelectionSpec> spec = selector->device_selection(ModelConfig{}, 100);
   ASSERT_TRUE(spec.has_value());
   ASSERT_EQ(spec->scores, DeviceSelectionSpec::Scores::kLshSampling);
   EXPECT_EQ(spec->dense_layers, std::vector<int>{1});
