@@ -91,8 +91,8 @@ class Engine {
                                    const CaptureRequest& request, KvStore& host_copy) const = 0;
   // The prompt as a host store (policies that read the cache on the host).
   virtual KvStore host_store(int seq) const = 0;
-  // The prompt's keys as a host store, for readers of the keys alone (decode selectors that fit on
-  // them, `kvbench calibrate`): a backend whose cache is not in host memory copies no values
+  // The prompt's keys as a host store, for readers of the keys alone (`kvbench calibrate`): a
+  // backend whose cache is not in host memory copies no values
   // (KvStore::keys_only); the others may hand over a whole store.
   virtual KvStore host_keys(int seq) const { return host_store(seq); }
   // Sequence `to` becomes a copy of sequence `from`.
