@@ -188,7 +188,7 @@ struct CudaSparseDecode::State {
                                    .projection = rows.as<float>() + int64_t(l) * hkv * head_floats,
                                    .workspace = workspace.data()},
                                   stream);
-      // The pointer list is reused by the next group: the upload must not overtake this fit.
+      // The next group reuses the host pointer list and may replace the workspace: finish first.
       cuda::check(cudaStreamSynchronize(stream), "projection fit");
       l = end;
     }
