@@ -20,8 +20,8 @@
 
 #include "engine/device_eviction.h"
 #include "engine/device_selection.h"
-#include "engine/model_config.h"
 #include "engine/kv_store.h"
+#include "engine/model_config.h"
 #include "kernels/cpu/early_exit_decode.h"
 
 namespace kvb {
