@@ -70,13 +70,7 @@ inline int binary_hash_score(const QuantizedQuery& query, uint64_t code) {
 void binary_score_keys(const QuantizedQuery* queries, int n_heads, const uint64_t* codes, int n,
                        int* scores);
 
-// Algorithm 1, the projection fit (docs/methods.md §12), for one set of keys K [n, d]:
-//   R <- K;  for bit i:  v <- start[i];  `iterations` times:  u = sign(R v), v = R^T u;
-//   P[i] = v / n;  [recompute_signs (OPC): u = sign(R P[i])];  R <- R - u P[i]^T
-// with sign(0) = 0 (and u = sign(R start[i]) when iterations is 0). The order of every sum is
-// fixed so that the device twin (kernels/cuda/binary_hash.h) gets the same bits: each r . v is a
-// binary_fit_dot; each R^T u sums in f64 over blocks of kBinaryFitChunk keys in key order, then
-// over the blocks in order; v and P are those sums rounded to f32.
+// The blocks of keys the fit's R^T u sums over (binary_fit_projection below; the device twin's).
 inline constexpr int kBinaryFitChunk = 256;
 
 // r . v in f64 (each product exact) as eight running sums, sum l over the indices j = l mod 8 in
@@ -90,6 +84,14 @@ inline double binary_fit_dot(const float* r, const float* v, int n) {
   for (; j < n; ++j) s[j % 8] += static_cast<double>(r[j]) * v[j];
   return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
+
+// Algorithm 1, the projection fit (docs/methods.md §12), for one set of keys K [n, d]:
+//   R <- K;  for bit i:  v <- start[i];  `iterations` times:  u = sign(R v), v = R^T u;
+//   P[i] = v / n;  [recompute_signs (OPC): u = sign(R P[i])];  R <- R - u P[i]^T
+// with sign(0) = 0 (and u = sign(R start[i]) when iterations is 0). The order of every sum is
+// fixed so that the device twin (kernels/cuda/binary_hash.h) gets the same bits: each r . v is a
+// binary_fit_dot; each R^T u sums in f64 over blocks of kBinaryFitChunk keys in key order, then
+// over the blocks in order; v and P are those sums rounded to f32.
 struct BinaryFitOptions {
   int iterations = 4;            // num_iters of the official code
   bool recompute_signs = false;  // OPC
