@@ -50,10 +50,6 @@ CpuEngineOptions cpu_engine_options(const Args& args) {
       throw InputError("kvbench " + args.command() + ": --numerics '" + *value +
                        "' is not one of f32 or bf16-device (the CUDA engine's rounding points)");
   }
-  if (options.numerics == ForwardPrecision::kBf16Device && options.kv_dtype == KvDtype::kF16)
-    throw InputError("kvbench " + args.command() +
-                     ": --numerics bf16-device stores bf16 keys and values, which an f16 cache "
-                     "would round again; give --kv-dtype bf16 or f32, or leave it out");
   return options;
 }
 

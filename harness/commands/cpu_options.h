@@ -45,7 +45,8 @@ class ThreadLimit {
 // --weights: WeightFormat::kAsStored (default) or kF32.
 WeightFormat weight_format_option(const Args& args);
 
-// --kv-dtype and --numerics, each nullopt when absent (the engine's default then).
+// --kv-dtype and --numerics, each nullopt when absent (the engine's default then). The CPU engine
+// refuses an f16 cache under bf16-device numerics itself (engine/cpu/forward.cc).
 CpuEngineOptions cpu_engine_options(const Args& args);
 
 }  // namespace kvb
