@@ -178,8 +178,8 @@ std::vector<TextTable> length_summary_tables(const std::vector<StoredRow>& rows,
         std::vector<double> task_means;
         for (const auto& [task, task_scores] : it->second)
           task_means.push_back(mean_of(task_scores));
-        line.push_back(fixed(100 * mean_of(task_means), 1));
         length_means.push_back(mean_of(task_means));
+        line.push_back(fixed(100 * length_means.back(), 1));
       }
       line.push_back(
           length_means.size() == lengths[g].size() ? fixed(100 * mean_of(length_means), 1) : "-");
