@@ -114,9 +114,7 @@ void CudaEngine::Impl::decode_graph_body(int first, int count, int length_bound)
     cuda::lm_head_argmax(folded_norm(output_norm, 0), lm_head(), step_logits, count, d,
                          config.vocab_size, step_argmax_keys, step_tokens, stream);
   } else {
-    cuda::add_rmsnorm(ptr<float>(residual), ptr<bf16>(ffn_out), ptr<bf16>(output_norm), count, d,
-                      config.rms_norm_eps, ptr<bf16>(normed), stream);
-    cuda::lm_head_argmax(cublas, ptr<bf16>(normed), lm_head(), step_logits, count, d,
+    cuda::lm_head_argmax(cublas, output_normed_rows(0, count), lm_head(), step_logits, count, d,
                          config.vocab_size, step_argmax_keys, step_tokens, stream);
   }
   cuda::advance_lengths(nullptr, 0, step_positions, count, 1, stream);
@@ -416,11 +414,18 @@ std::vector<int32_t> CudaEngine::extend(int first, int count, const std::vector<
         "extend: a decode selection, eviction or ART walk is active; stop it first (the question "
         "goes in before any decode-time method starts)");
   const int hkv = m.heads_total(), total = static_cast<int>(ids.size());
-  for (int l = 0; l < c.n_layers; ++l)
-    for (int64_t s = int64_t(first) * c.n_kv_heads; s < int64_t(first + count) * c.n_kv_heads; ++s)
-      if (m.host_length[int64_t(l) * hkv + s] + total > m.capacity)
-        throw CapacityError("extend of " + std::to_string(total) + " tokens exceeds the cache " +
-                            "capacity " + std::to_string(m.capacity));
+  // The host lengths of the range's (layer, KV head) slots.
+  auto for_each_length = [&](auto&& fn) {
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int64_t s = int64_t(first) * c.n_kv_heads; s < int64_t(first + count) * c.n_kv_heads;
+           ++s)
+        fn(m.host_length[int64_t(l) * hkv + s]);
+  };
+  for_each_length([&](int32_t length) {
+    if (length + total > m.capacity)
+      throw CapacityError("extend of " + std::to_string(total) + " tokens exceeds the cache " +
+                          "capacity " + std::to_string(m.capacity));
+  });
   // As many tokens per chunk as keep (sequences x tokens) rows within the prefill's activation
   // budget and the decode attention's grid (a row per grid z index: at most 65,535).
   constexpr int kMaxAttentionRows = 65535;
@@ -470,21 +475,13 @@ std::vector<int32_t> CudaEngine::extend(int first, int count, const std::vector<
     });
     // The buffers above are freed at the end of this iteration: the work that reads them first.
     cuda::check(cudaStreamSynchronize(m.stream), "extend");
-    for (int l = 0; l < c.n_layers; ++l)
-      for (int64_t s = int64_t(first) * c.n_kv_heads; s < int64_t(first + count) * c.n_kv_heads;
-           ++s)
-        m.host_length[int64_t(l) * hkv + s] += n;
+    for_each_length([&](int32_t& length) { length += n; });
     last_chunk_rows = rows;
   }
   for (int s = first; s < first + count; ++s) m.host_position[s] = first_position + total;
   m.kv_length.upload(m.host_length.data(), m.host_length.size() * 4);
   // The greedy next token of each sequence from its last token's row (the chunk's last `count`).
-  const int64_t last = last_chunk_rows - count;
-  bf16* normed_rows = m.normed.as<bf16>() + last * d;
-  cuda::add_rmsnorm(m.residual.as<float>() + last * d,
-                    m.norms_folded ? nullptr : m.ffn_out.as<bf16>() + last * d,
-                    m.output_norm.as<bf16>(), count, d, c.rms_norm_eps, normed_rows, m.stream);
-  cuda::lm_head_argmax(m.cublas, normed_rows, m.lm_head(),
+  cuda::lm_head_argmax(m.cublas, m.output_normed_rows(last_chunk_rows - count, count), m.lm_head(),
                        m.logits.as<float>() + int64_t(first) * c.vocab_size, count, d, c.vocab_size,
                        m.argmax_keys.as<unsigned long long>() + first,
                        m.tokens.as<int32_t>() + first, m.stream);

@@ -109,13 +109,18 @@ void CudaEngine::Impl::ensure_activations(int rows) {
   drop_graph();
 }
 
-void CudaEngine::Impl::logits_for_rows(int first_row, int rows, float* out) {
+bf16* CudaEngine::Impl::output_normed_rows(int first_row, int rows) {
   const int d = config.d_model;
   bf16* norm_out = ptr<bf16>(normed) + int64_t(first_row) * d;
   cuda::add_rmsnorm(ptr<float>(residual) + int64_t(first_row) * d,
                     norms_folded ? nullptr : ptr<bf16>(ffn_out) + int64_t(first_row) * d,
                     ptr<bf16>(output_norm), rows, d, config.rms_norm_eps, norm_out, stream);
-  cuda::matmul_f32out(cublas, norm_out, lm_head(), out, rows, d, config.vocab_size, stream);
+  return norm_out;
+}
+
+void CudaEngine::Impl::logits_for_rows(int first_row, int rows, float* out) {
+  cuda::matmul_f32out(cublas, output_normed_rows(first_row, rows), lm_head(), out, rows,
+                      config.d_model, config.vocab_size, stream);
 }
 
 CudaEngine::CudaEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -212,6 +212,9 @@ struct CudaEngine::Impl {
                              config.rms_norm_eps);
   }
 
+  // The final norm of rows [first_row, first_row + rows) of `residual` (after the last layer's
+  // unfolded delta, if any) into the same rows of `normed`; returns their first (cuda_engine.cu).
+  bf16* output_normed_rows(int first_row, int rows);
   // Final norm of the given rows (they must be contiguous in `residual`) and the LM head
   // (cuda_engine.cu).
   void logits_for_rows(int first_row, int rows, float* out);
