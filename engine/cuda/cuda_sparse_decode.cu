@@ -205,8 +205,15 @@ struct CudaSparseDecode::State {
       throw InputError("GPU sign codes: the projection holds " + std::to_string(given) +
                        " floats; expected n_layers x Hkv x 64 x d = " +
                        std::to_string(per_sequence) + " (or that per sequence of the batch)");
-    const bool per_prompt = given != 0 && given != size_t(per_sequence);
-    const DeviceBuffer fitted = given == 0 ? fit_rows_on_device(stream) : DeviceBuffer();
+    // Every (layer, KV head)'s rows on the device: fitted there, or the given ones uploaded, one
+    // set for the whole batch (sequence stride 0) or one per sequence.
+    const DeviceBuffer rows =
+        given == 0 ? fit_rows_on_device(stream) : DeviceBuffer(given * 4, "code projections");
+    if (given != 0)
+      cuda::check(cudaMemcpyAsync(rows.data(), projection.data(), given * 4, cudaMemcpyHostToDevice,
+                                  stream),
+                  "projection upload");
+    const int64_t sequence_stride = given > size_t(per_sequence) ? per_sequence : 0;
     k = step_budget(prompt_length);
     index_stride = k + (capacity - prompt_length);
     mask_words = (prompt_length + 31) / 32;
@@ -222,27 +229,16 @@ struct CudaSparseDecode::State {
       errors = DeviceBuffer(size_t(slots) * prompt_length * 4, "code errors");
       forced_set = DeviceBuffer(size_t(slots) * err_k * 4, "forced set");
     }
-    const int64_t head_floats = int64_t(cuda::kSignCodeBits) * d;
-    std::vector<float> rows(size_t(slots) * head_floats);
+    const int64_t layer_floats = int64_t(model.n_kv_heads) * cuda::kSignCodeBits * d;
     for (int l = 0; l < model.n_layers; ++l) {
       if (!selecting[l]) continue;
       LayerState& layer = layers[l];
-      layer.projection = DeviceBuffer(rows.size() * 4, "code projection");
-      const int64_t layer_floats = model.n_kv_heads * head_floats;
-      if (given == 0) {  // the fitted rows, for every sequence of the batch
-        for (int b = 0; b < batch; ++b)
-          cuda::check(cudaMemcpyAsync(layer.projection.as<float>() + b * layer_floats,
-                                      fitted.as<float>() + l * layer_floats, layer_floats * 4,
-                                      cudaMemcpyDeviceToDevice, stream),
-                      "fitted projection copy");
-      } else {
-        for (int b = 0; b < batch; ++b)
-          std::copy_n(projection.data() + (per_prompt ? b * per_sequence : 0) + l * layer_floats,
-                      layer_floats, rows.begin() + b * layer_floats);
-        cuda::check(cudaMemcpyAsync(layer.projection.data(), rows.data(), rows.size() * 4,
-                                    cudaMemcpyHostToDevice, stream),
-                    "projection upload");
-      }
+      layer.projection = DeviceBuffer(size_t(batch) * layer_floats * 4, "code projection");
+      for (int b = 0; b < batch; ++b)  // the layer's [slots, 64, d], sequence after sequence
+        cuda::check(cudaMemcpyAsync(layer.projection.as<float>() + b * layer_floats,
+                                    rows.as<float>() + b * sequence_stride + l * layer_floats,
+                                    layer_floats * 4, cudaMemcpyDeviceToDevice, stream),
+                    "projection copy");
       layer.codes = DeviceBuffer(size_t(slots) * prompt_length * 8, "sign codes");
       layer.forced_mask = DeviceBuffer(size_t(slots) * mask_words * 4, "forced mask");
       cuda::check(cudaMemsetAsync(layer.forced_mask.data(), 0, layer.forced_mask.bytes(), stream),
