@@ -3,9 +3,9 @@
 // kernels below keep, so that both engines hash with the same rows.
 //
 // Per bit: each iteration is one pass over the residual R [length, d] of every slot (a block per
-// kBinaryFitChunk keys: a thread per key takes u = sign(r . v), then a thread per dimension sums
-// u r over the block's keys) and a reduction over the blocks (v = R^T u); the first pass of a bit
-// also applies the previous bit's update R <- R - u P^T, so each iteration reads R once.
+// kBinaryFitChunk keys: eight threads per key take u = sign(r . v), then a thread per dimension
+// sums u r over the block's keys) and a reduction over the blocks (v = R^T u); the first pass of a
+// bit also applies the previous bit's update R <- R - u P^T, so each iteration reads R once.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -18,7 +18,7 @@
 namespace kvb::cuda {
 namespace {
 
-constexpr int kFitThreads = kBinaryFitChunk;  // one thread per key of the block's chunk
+constexpr int kFitThreads = kBinaryFitChunk;  // a block per chunk of keys
 
 struct FitWorkspace {
   float* residual;  // [n_slots, length, d]
@@ -54,49 +54,101 @@ __global__ void init_residual_kernel(const __nv_bfloat16* const* keys, int64_t p
     out[i] = __bfloat162float(key[i]);
 }
 
-// One pass of a bit. `vec`: slot s's vector at vec + s * vec_stride. With `update`, row i of R
-// first loses signs[i] * previous (slot s's previous row at previous + s * 64 * D). With
-// `accumulate`, the block's sum over its keys of u r goes to partial.
+// One pass of a bit over a block's kBinaryFitChunk keys, kFitTileKeys keys at a time: the tile's
+// rows come through registers and shared memory in coalesced float4s (losing, with `update`,
+// signs[i] * previous, and written back); eight threads per key take binary_fit_dot's eight lanes
+// and add them with shuffles in its tree order (f64 addition commutes, so either thread of a pair
+// holds the same bits); then a thread per dimension adds u r over the tile's keys in key order,
+// carrying its sum from tile to tile. `vec`: slot s's vector at vec + s * vec_stride; with
+// `accumulate`, the block's sum goes to partial.
+constexpr int kFitLanes = 8;                           // binary_fit_dot's running sums
+constexpr int kFitTileKeys = kFitThreads / kFitLanes;  // keys in shared memory at a time
+static_assert(kBinaryFitChunk % kFitTileKeys == 0, "a chunk is whole tiles");
+
 template <int D>
 __global__ void __launch_bounds__(kFitThreads)
     fit_pass_kernel(FitWorkspace w, int length, const float* vec, int64_t vec_stride,
                     const float* previous, bool update, bool accumulate) {
-  __shared__ float s_vec[D];
+  static_assert(D <= kFitThreads && D % 4 == 0, "a thread per dimension; float4 rows");
+  constexpr int kStride = D + kFitLanes;  // the lanes of a warp's four keys in distinct banks
+  __shared__ __align__(16) float tile[kFitTileKeys * kStride];
+  __shared__ double s_vec[D];  // converted once per block
   __shared__ float s_previous[D];
-  __shared__ float s_sign[kFitThreads];
+  __shared__ float s_sign[kFitTileKeys];
   const int slot = blockIdx.y, chunk = blockIdx.x;
   for (int j = threadIdx.x; j < D; j += kFitThreads) {
-    s_vec[j] = vec[slot * vec_stride + j];
+    s_vec[j] = static_cast<double>(vec[slot * vec_stride + j]);
     if (update) s_previous[j] = previous[int64_t(slot) * kSignCodeBits * D + j];
   }
+  const int chunk_first = chunk * kBinaryFitChunk;
+  const int chunk_count = min(kBinaryFitChunk, length - chunk_first);
+  float* chunk_rows = w.residual + (int64_t(slot) * length + chunk_first) * D;
+  int8_t* chunk_signs = w.signs + int64_t(slot) * length + chunk_first;
+  const int key = threadIdx.x / kFitLanes, lane = threadIdx.x % kFitLanes;
+  double column_sum = 0;  // key order, as the CPU twin's block sum (u * r is exact)
   __syncthreads();
-  const int first = chunk * kBinaryFitChunk;
-  const int count = min(kBinaryFitChunk, length - first);
-  float* rows = w.residual + (int64_t(slot) * length + first) * D;
-  int8_t* signs = w.signs + int64_t(slot) * length + first;
-  if (threadIdx.x < count) {
-    float* row = rows + int64_t(threadIdx.x) * D;
-    const int8_t before = signs[threadIdx.x];
-    if (update && before != 0) {
-      const float u = before;
-      for (int j = 0; j < D; ++j) row[j] = row[j] - u * s_previous[j];
+  // Each thread's float4s of a tile (and their rows' signs from the previous bit), fetched into
+  // registers one tile ahead so that the loads overlap the current tile's sums.
+  constexpr int kLoads = kFitTileKeys * (D / 4) / kFitThreads;
+  static_assert(kLoads * kFitThreads == kFitTileKeys * (D / 4), "whole float4s per thread");
+  const int column = (threadIdx.x % (D / 4)) * 4;
+  auto row_of = [](int n) { return (threadIdx.x + n * kFitThreads) / (D / 4); };
+  float4 staged[kLoads];
+  int8_t staged_sign[kLoads];
+  auto fetch = [&](int first) {
+    const int count = min(kFitTileKeys, chunk_count - first);
+#pragma unroll
+    for (int n = 0; n < kLoads; ++n) {
+      const int row = row_of(n);
+      if (row >= count) continue;
+      staged[n] = *reinterpret_cast<const float4*>(chunk_rows + int64_t(first + row) * D + column);
+      staged_sign[n] = update ? chunk_signs[first + row] : 0;
     }
-    double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // binary_fit_dot's order (kernels/cpu/binary_hash.h)
-#pragma unroll 8
-    for (int j = 0; j < D; ++j) s[j % 8] += static_cast<double>(row[j]) * s_vec[j];
-    const double dot = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-    const int8_t sign = dot > 0 ? 1 : (dot < 0 ? -1 : 0);
-    signs[threadIdx.x] = sign;
-    s_sign[threadIdx.x] = sign;
+  };
+  fetch(0);
+  for (int first = 0; first < chunk_count; first += kFitTileKeys) {
+    const int count = min(kFitTileKeys, chunk_count - first);
+    int8_t* signs = chunk_signs + first;
+#pragma unroll
+    for (int n = 0; n < kLoads; ++n) {
+      const int row = row_of(n);
+      if (row >= count) continue;
+      float4 x = staged[n];
+      if (staged_sign[n] != 0) {
+        const float u = staged_sign[n];
+        x.x = x.x - u * s_previous[column];
+        x.y = x.y - u * s_previous[column + 1];
+        x.z = x.z - u * s_previous[column + 2];
+        x.w = x.w - u * s_previous[column + 3];
+        *reinterpret_cast<float4*>(chunk_rows + int64_t(first + row) * D + column) = x;
+      }
+      *reinterpret_cast<float4*>(tile + row * kStride + column) = x;
+    }
+    __syncthreads();
+    if (first + kFitTileKeys < chunk_count) fetch(first + kFitTileKeys);
+    double s = 0;
+    if (key < count) {
+      const float* row = tile + key * kStride;
+#pragma unroll
+      for (int j = lane; j < D; j += kFitLanes) s += static_cast<double>(row[j]) * s_vec[j];
+    }
+    s += __shfl_xor_sync(0xffffffffu, s, 1);  // (s0 + s1), (s2 + s3), ...
+    s += __shfl_xor_sync(0xffffffffu, s, 2);  // ((s0 + s1) + (s2 + s3)), ...
+    s += __shfl_xor_sync(0xffffffffu, s, 4);
+    if (key < count && lane == 0) {
+      const int8_t sign = s > 0 ? 1 : (s < 0 ? -1 : 0);
+      signs[key] = sign;
+      s_sign[key] = sign;
+    }
+    __syncthreads();
+    if (accumulate && threadIdx.x < D) {
+      for (int t = 0; t < count; ++t)  // u r is exact in f32: one conversion instead of two
+        column_sum += static_cast<double>(s_sign[t] * tile[t * kStride + threadIdx.x]);
+    }
+    __syncthreads();  // the next tile overwrites this one
   }
-  __syncthreads();
-  if (!accumulate) return;
-  for (int j = threadIdx.x; j < D; j += kFitThreads) {
-    double sum = 0;  // key order, as the CPU twin's block sum (u * r is exact)
-    for (int t = 0; t < count; ++t)
-      sum += static_cast<double>(s_sign[t]) * rows[int64_t(t) * D + j];
-    w.partial[(int64_t(slot) * gridDim.x + chunk) * D + j] = sum;
-  }
+  if (accumulate && threadIdx.x < D)
+    w.partial[(int64_t(slot) * gridDim.x + chunk) * D + threadIdx.x] = column_sum;
 }
 
 // v = the blocks' sums in block order, rounded to f32; with `row`, also P[bit] = v / length.
@@ -104,6 +156,7 @@ __global__ void fit_reduce_kernel(FitWorkspace w, int chunks, int d, int length,
   const int slot = blockIdx.x;
   for (int j = threadIdx.x; j < d; j += blockDim.x) {
     double total = 0;
+#pragma unroll 8
     for (int c = 0; c < chunks; ++c) total += w.partial[(int64_t(slot) * chunks + c) * d + j];
     const float v = static_cast<float>(total);
     w.vector[slot * d + j] = v;
