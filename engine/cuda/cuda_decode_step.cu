@@ -336,9 +336,14 @@ void CudaEngine::start_sparse_decode(const DeviceSelectionSpec& spec, int first,
   view.length = length;
   const int64_t first_row = slot_begin * m.capacity * m.config.head_dim;
   for (const auto& k : m.k_cache) view.keys.push_back(k.as<bf16>() + first_row);
+  view.fits = &m.fit_memo;
   m.sparse = std::make_unique<CudaSparseDecode>(spec, view, m.stream);
   m.sparse_first = first;
   m.sparse_count = count;
+}
+
+CudaEngine::ProjectionFitCounts CudaEngine::projection_fit_counts() const {
+  return {.fits = impl_->fit_memo.fits, .reuses = impl_->fit_memo.reuses};
 }
 
 void CudaEngine::stop_sparse_decode() {

@@ -126,6 +126,13 @@ class CudaEngine {
   // within that range (InputError otherwise).
   void start_sparse_decode(const DeviceSelectionSpec& spec, int first, int count);
   void stop_sparse_decode();
+  // Sign-code projections fitted on the device since the engine was made, and fits reused: a
+  // selection whose prompt keys (their bits), start vectors and fit options equal the last fit's
+  // takes its rows instead of fitting again (engine/cuda/cuda_sparse_decode.h, ProjectionFitMemo).
+  struct ProjectionFitCounts {
+    int fits = 0, reuses = 0;
+  };
+  ProjectionFitCounts projection_fit_counts() const;
   // Decode-time eviction (kind C) from a policy's generic operations (engine/device_eviction.h,
   // engine/cuda/cuda_decode_eviction.h): from the next step on, each evicting layer of every
   // sequence scores its entries from the step's attention and evicts down to its keep count on the

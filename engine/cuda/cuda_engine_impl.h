@@ -70,7 +70,8 @@ struct CudaEngine::Impl {
   DeviceBuffer walker_state;                               // [B * Hkv * kStateWords] int32
   DeviceBuffer walk_counts;                                // visited, total, loaded (u64)
   std::unique_ptr<CudaSparseDecode> sparse;                // kind-D selection in the decode step
-  int sparse_first = 0, sparse_count = 0;        // the sequences the selection was built for
+  ProjectionFitMemo fit_memo;              // the last sign-code fit, reused on the same prompt keys
+  int sparse_first = 0, sparse_count = 0;  // the sequences the selection was built for
   std::unique_ptr<CudaDecodeEviction> eviction;  // kind-C eviction in the decode step
 
   // The decode step of one range of sequences [first, first + count) (the whole batch, or a

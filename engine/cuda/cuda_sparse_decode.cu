@@ -5,8 +5,10 @@
 
 #include "common/errors.h"
 #include "engine/cuda/cuda_sparse_decode.h"
+#include "kernels/cpu/fingerprint.h"
 #include "kernels/cuda/binary_hash.h"
 #include "kernels/cuda/cuda_utils.h"
+#include "kernels/cuda/fingerprint.h"
 #include "kernels/cuda/lsh_sampling.h"
 #include "kernels/cuda/page_bounds.h"
 #include "kernels/cuda/query_key_scores.h"
@@ -51,6 +53,7 @@ struct CudaSparseDecode::State {
   int batch = 0, capacity = 0, prompt_length = 0;
   int slots = 0, group = 0;
   std::vector<const bf16*> keys;
+  ProjectionFitMemo* fits = nullptr;
   std::vector<bool> selecting;
   std::vector<LayerState> layers;
   // Sign codes.
@@ -195,6 +198,58 @@ struct CudaSparseDecode::State {
     return rows;
   }
 
+  // What fit_rows_on_device's rows are a function of: the bits of the first sequence's prompt
+  // keys in every selecting layer (summed on the device), the start vectors, the options and
+  // the shapes.
+  uint64_t fit_fingerprint(cudaStream_t stream) const {
+    const int hkv = model.n_kv_heads;
+    std::vector<const bf16*> pointers;
+    uint64_t fingerprint = kernels::fingerprint_combine(0, uint64_t(model.n_layers));
+    for (int l = 0; l < model.n_layers; ++l) {
+      fingerprint = kernels::fingerprint_combine(fingerprint, selecting[l]);
+      if (!selecting[l]) continue;
+      for (int h = 0; h < hkv; ++h) pointers.push_back(keys[l] + h * key_slot_stride());
+    }
+    const int n_slots = int(pointers.size());
+    DeviceBuffer device_pointers(pointers.size() * sizeof(void*), "key pointers"),
+        sums(pointers.size() * 8, "key fingerprints");
+    cuda::check(cudaMemcpyAsync(device_pointers.data(), pointers.data(), device_pointers.bytes(),
+                                cudaMemcpyHostToDevice, stream),
+                "key pointers upload");
+    cuda::fingerprint_rows(device_pointers.as<const bf16*>(), n_slots,
+                           int64_t(prompt_length) * model.head_dim, sums.as<uint64_t>(), stream);
+    std::vector<uint64_t> per_slot(n_slots);
+    cuda::check(
+        cudaMemcpyAsync(per_slot.data(), sums.data(), sums.bytes(), cudaMemcpyDeviceToHost, stream),
+        "key fingerprints download");
+    cuda::check(cudaStreamSynchronize(stream), "key fingerprints");
+    for (uint64_t value : per_slot) fingerprint = kernels::fingerprint_combine(fingerprint, value);
+    const DeviceSelectionSpec::SignCodes::Fit& fit = spec.sign_codes.fit;
+    for (uint64_t value :
+         {uint64_t(hkv), uint64_t(model.head_dim), uint64_t(prompt_length),
+          uint64_t(fit.iterations), uint64_t(fit.recompute_signs),
+          kernels::fingerprint_rows(reinterpret_cast<const uint16_t*>(fit.starts.data()),
+                                    int64_t(fit.starts.size()) * 2)})
+      fingerprint = kernels::fingerprint_combine(fingerprint, value);
+    return fingerprint;
+  }
+
+  // The fitted rows: the engine's memo when it holds this fit already, else a new fit (kept in
+  // the memo for the next selection, or in `own` without one).
+  const DeviceBuffer& fitted_rows(DeviceBuffer& own, cudaStream_t stream) {
+    if (!fits) return own = fit_rows_on_device(stream);
+    const uint64_t fingerprint = fit_fingerprint(stream);
+    if (fits->rows.bytes() != 0 && fits->fingerprint == fingerprint) {
+      ++fits->reuses;
+      return fits->rows;
+    }
+    fits->rows = DeviceBuffer();  // free the last fit's rows before fitting
+    fits->rows = fit_rows_on_device(stream);
+    fits->fingerprint = fingerprint;
+    ++fits->fits;
+    return fits->rows;
+  }
+
   void build_sign_codes(cudaStream_t stream) {
     const int d = model.head_dim;
     const int64_t per_sequence =
@@ -207,12 +262,13 @@ struct CudaSparseDecode::State {
                        std::to_string(per_sequence) + " (or that per sequence of the batch)");
     // Every (layer, KV head)'s rows on the device: fitted there, or the given ones uploaded, one
     // set for the whole batch (sequence stride 0) or one per sequence.
-    const DeviceBuffer rows =
-        given == 0 ? fit_rows_on_device(stream) : DeviceBuffer(given * 4, "code projections");
+    DeviceBuffer own;
+    const DeviceBuffer& rows =
+        given == 0 ? fitted_rows(own, stream) : (own = DeviceBuffer(given * 4, "code projections"));
     if (given != 0)
-      cuda::check(cudaMemcpyAsync(rows.data(), projection.data(), given * 4, cudaMemcpyHostToDevice,
-                                  stream),
-                  "projection upload");
+      cuda::check(
+          cudaMemcpyAsync(own.data(), projection.data(), given * 4, cudaMemcpyHostToDevice, stream),
+          "projection upload");
     const int64_t sequence_stride = given > size_t(per_sequence) ? per_sequence : 0;
     k = step_budget(prompt_length);
     index_stride = k + (capacity - prompt_length);
@@ -594,6 +650,7 @@ CudaSparseDecode::CudaSparseDecode(DeviceSelectionSpec spec, const SparseCacheVi
   s.slots = cache.batch * s.model.n_kv_heads;
   s.group = s.model.n_query_heads / std::max(1, s.model.n_kv_heads);
   s.keys = cache.keys;
+  s.fits = cache.fits;
   s.check_shapes();
   s.selecting.assign(s.model.n_layers, true);
   for (int layer : s.spec.dense_layers)

@@ -28,8 +28,19 @@
 #include "engine/device_selection.h"
 #include "engine/model_config.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_utils.h"
 
 namespace kvb {
+
+// The last projection rows a sign-code selection fitted on the device, under a fingerprint of
+// what they are a function of (the prompt keys' bits, the start vectors, the fit's options and
+// shapes). The engine keeps one across selections, so that a sample's cells at another budget
+// (or with EAS) reuse the fit of the same keys instead of repeating it.
+struct ProjectionFitMemo {
+  uint64_t fingerprint = 0;
+  cuda::DeviceBuffer rows;   // [n_layers, Hkv, 64, d] f32; empty until a first fit
+  int fits = 0, reuses = 0;  // for tests and logs
+};
 
 // The engine's cache as the selectors read it. Slot s = b * Hkv + h holds rows
 // s * capacity .. s * capacity + length - 1 of each layer's K buffer.
@@ -39,6 +50,7 @@ struct SparseCacheView {
   int capacity = 0;
   int length = 0;                          // of every slot at the start (the prompt length L)
   std::vector<const __nv_bfloat16*> keys;  // per layer
+  ProjectionFitMemo* fits = nullptr;       // the engine's; nullptr: every selection fits anew
 };
 
 class CudaSparseDecode {

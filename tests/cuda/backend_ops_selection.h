@@ -12,14 +12,17 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/binary_hash.h"
 #include "kernels/cpu/dropkv_scores.h"
+#include "kernels/cpu/fingerprint.h"
 #include "kernels/cpu/page_bounds.h"
 #include "kernels/cpu/topk_select.h"
 #include "kernels/cuda/binary_hash.h"
 #include "kernels/cuda/dropkv_scores.h"
+#include "kernels/cuda/fingerprint.h"
 #include "kernels/cuda/page_bounds.h"
 #include "tests/cuda/backend_ops.h"
 #include "tests/cuda/binary_hash_check.h"
@@ -118,6 +121,30 @@ inline void check_binary_fit_projection(int slots, int length, int d, int iterat
   int mismatches = 0;
   for (size_t n = 0; n < rows.size(); ++n) mismatches += rows[n] != expected[n];
   EXPECT_EQ(mismatches, 0) << "of " << rows.size() << " projection values";
+}
+
+// The fingerprint of each slot's rows on the device against the CPU twin (equal integers), with
+// the slots at separate addresses in reverse order so that a slot read as another shows.
+inline void check_fingerprint_rows(int slots, int64_t per_slot) {
+  std::mt19937 rng(17);
+  const int64_t slot_stride = per_slot + 5;
+  std::vector<uint16_t> stored(size_t(slots) * slot_stride);
+  for (uint16_t& v : stored) v = static_cast<uint16_t>(rng());
+  cuda::DeviceBuffer d_values(stored.size() * 2), d_out(size_t(slots) * 8);
+  d_values.upload(stored.data(), d_values.bytes());
+  std::vector<const __nv_bfloat16*> pointers(slots);
+  for (int s = 0; s < slots; ++s)
+    pointers[s] = d_values.as<__nv_bfloat16>() + (slots - 1 - s) * slot_stride;
+  cuda::DeviceBuffer d_pointers(pointers.size() * sizeof(void*));
+  d_pointers.upload(pointers.data(), d_pointers.bytes());
+  cuda::fingerprint_rows(d_pointers.as<const __nv_bfloat16*>(), slots, per_slot,
+                         d_out.as<uint64_t>(), nullptr);
+  cuda::check(cudaDeviceSynchronize(), "fingerprint_rows");
+  const auto got = from_device<uint64_t>(d_out, slots);
+  for (int s = 0; s < slots; ++s)
+    EXPECT_EQ(got[s],
+              kernels::fingerprint_rows(stored.data() + (slots - 1 - s) * slot_stride, per_slot))
+        << "slot " << s;
 }
 
 // One backend row of binary_score_keys: `sinks` sinks in every slot, and (with `mask`) tokens 7,
@@ -288,6 +315,12 @@ inline std::vector<OpCase> selection_cases() {
            check_binary_fit_projection(s.slots, s.length, s.head_dim, s.iterations,
                                        s.recompute_signs);
          }});
+  // One element, a partial warp, and more elements than the grid's threads (each thread adds
+  // several).
+  for (const auto& [slots, per_slot] :
+       {std::pair{1, int64_t{1}}, std::pair{3, int64_t{1000}}, std::pair{2, int64_t{300000}}})
+    cases.push_back({case_name("fingerprint_rows_slots", slots, "_elements", per_slot),
+                     [slots, per_slot] { check_fingerprint_rows(slots, per_slot); }});
   // Groups 1 to 8 at both head dimensions (the tensor-core columns past the group must never win;
   // odd groups project with a padded head, groups above 4 fold four lanes' columns), one to three
   // sequences, lengths off the 16-key tiles, the 128-key warp stages and the 2,048-key block steps;

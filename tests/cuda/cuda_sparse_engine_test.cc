@@ -317,6 +317,60 @@ TEST(CudaSparseEngine, BatchOfTwoSelectsPerSequence) {
   }
 }
 
+// Online BinaryPC fits on the device. A second selection over the same prompt keys with the same
+// start vectors (a sample's cells at another budget) takes the first one's rows: one fit, and the
+// lists a fresh engine's own fit gives. Another prompt, or another seed, fits anew.
+TEST(CudaSparseEngine, OnlineFitIsReusedOnlyForTheSameKeysAndStartVectors) {
+  KVB_REQUIRE_GPU();
+  const ModelConfig c = small_config();
+  auto weights = random_weights(c, 42);
+  const std::vector<int32_t> prompt = prompt_ids();
+  const std::vector<int32_t> other_prompt = test::strided_token_ids(kPromptLength, 53, 7, 1000);
+  auto online = [&](int seed, int budget) {
+    return *make_binarypc_selector({{"dense_layers", {0}}, {"seed", seed}},
+                                   Budget::parse(std::to_string(budget)))
+                ->device_selection(c, budget);
+  };
+  // Sequence `seq`'s lists (every selecting layer and query head) after one step under `spec`.
+  auto lists_of = [&](CudaEngine& engine, int seq, const DeviceSelectionSpec& spec) {
+    engine.start_sparse_decode(spec, seq, 1);
+    engine.set_next_tokens(seq, {7}, {kPromptLength});
+    engine.decode_step(seq, 1, /*use_graph=*/false);
+    std::vector<std::vector<int32_t>> lists;
+    for (int l = 1; l < c.n_layers; ++l)
+      for (int a = 0; a < c.n_query_heads; ++a) lists.push_back(engine.sparse_selection(l, seq, a));
+    engine.stop_sparse_decode();
+    return lists;
+  };
+  auto gpu = CudaEngine::from_weights(*weights);
+  gpu->allocate_cache(5, kPromptLength + 4);
+  gpu->prefill(0, prompt);
+  for (int seq : {1, 2, 4}) gpu->copy_sequence(0, seq);
+  gpu->prefill(3, other_prompt);
+
+  lists_of(*gpu, 1, online(5, 64));
+  EXPECT_EQ(gpu->projection_fit_counts().fits, 1);
+  const auto reused = lists_of(*gpu, 2, online(5, 128));
+  EXPECT_EQ(gpu->projection_fit_counts().fits, 1);
+  EXPECT_EQ(gpu->projection_fit_counts().reuses, 1);
+  lists_of(*gpu, 3, online(5, 128));  // other keys
+  EXPECT_EQ(gpu->projection_fit_counts().fits, 2);
+  lists_of(*gpu, 4, online(6, 128));  // the first keys again, other start vectors
+  EXPECT_EQ(gpu->projection_fit_counts().fits, 3);
+  EXPECT_EQ(gpu->projection_fit_counts().reuses, 1);
+
+  auto fresh = CudaEngine::from_weights(*weights);
+  fresh->allocate_cache(1, kPromptLength + 4);
+  fresh->prefill(0, prompt);
+  const auto own_fit = lists_of(*fresh, 0, online(5, 128));
+  EXPECT_EQ(fresh->projection_fit_counts().fits, 1);
+  ASSERT_EQ(reused.size(), own_fit.size());
+  for (size_t i = 0; i < own_fit.size(); ++i) {
+    EXPECT_LT(own_fit[i].size(), size_t(kPromptLength)) << "list " << i;
+    EXPECT_EQ(reused[i], own_fit[i]) << "list " << i;
+  }
+}
+
 // Selectors whose building blocks the device lacks say so before any cache exists.
 TEST(CudaSparseEngine, RefusesSelectorsWithoutGpuPath) {
   auto shared_topk = make_topk_selector({{"gqa", "shared"}}, Budget::parse("64"));
