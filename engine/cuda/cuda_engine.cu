@@ -306,6 +306,7 @@ std::vector<float> CudaEngine::prefill_with_captures(int seq, const std::vector<
   const int hkv = m.heads_total();
   const int start_length = m.host_length[int64_t(seq) * c.n_kv_heads];
   m.forget_stale_selection();
+  m.fit_memo.forget();  // fits are shared by the cells of one prefill only
   if (start_length + int64_t(ids.size()) > m.capacity)
     throw CapacityError("prefill of " + std::to_string(ids.size()) + " tokens exceeds the cache " +
                         "capacity " + std::to_string(m.capacity));

@@ -128,7 +128,8 @@ class CudaEngine {
   void stop_sparse_decode();
   // Sign-code projections fitted on the device since the engine was made, and fits reused: a
   // selection whose prompt keys (their bits), start vectors and fit options equal the last fit's
-  // takes its rows instead of fitting again (engine/cuda/cuda_sparse_decode.h, ProjectionFitMemo).
+  // since the last prefill takes its rows instead of fitting again (a prefill forgets them;
+  // engine/cuda/cuda_sparse_decode.h, ProjectionFitMemo).
   struct ProjectionFitCounts {
     int fits = 0, reuses = 0;
   };

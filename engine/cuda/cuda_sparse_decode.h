@@ -34,12 +34,17 @@ namespace kvb {
 
 // The last projection rows a sign-code selection fitted on the device, under a fingerprint of
 // what they are a function of (the prompt keys' bits, the start vectors, the fit's options and
-// shapes). The engine keeps one across selections, so that a sample's cells at another budget
-// (or with EAS) reuse the fit of the same keys instead of repeating it.
+// shapes). The engine keeps them from one selection to the next until its next prefill, so that
+// the cells forked from one prefill (a sample's budgets, with or without EAS) fit once, while a
+// cell that prefills on its own (a latency row: a request alone) pays its whole fit.
 struct ProjectionFitMemo {
   uint64_t fingerprint = 0;
-  cuda::DeviceBuffer rows;   // [n_layers, Hkv, 64, d] f32; empty until a first fit
+  cuda::DeviceBuffer rows;   // [n_layers, Hkv, 64, d] f32; empty: nothing to reuse
   int fits = 0, reuses = 0;  // for tests and logs
+  void forget() {
+    rows = cuda::DeviceBuffer();
+    fingerprint = 0;
+  }
 };
 
 // The engine's cache as the selectors read it. Slot s = b * Hkv + h holds rows

@@ -319,7 +319,8 @@ TEST(CudaSparseEngine, BatchOfTwoSelectsPerSequence) {
 
 // Online BinaryPC fits on the device. A second selection over the same prompt keys with the same
 // start vectors (a sample's cells at another budget) takes the first one's rows: one fit, and the
-// lists a fresh engine's own fit gives. Another prompt, or another seed, fits anew.
+// lists a fresh engine's own fit gives. Another prompt, or another seed, fits anew; so does any
+// selection after a prefill (a latency row's cell prefills alone and pays its own fit).
 TEST(CudaSparseEngine, OnlineFitIsReusedOnlyForTheSameKeysAndStartVectors) {
   KVB_REQUIRE_GPU();
   const ModelConfig c = small_config();
@@ -360,10 +361,14 @@ TEST(CudaSparseEngine, OnlineFitIsReusedOnlyForTheSameKeysAndStartVectors) {
   EXPECT_EQ(gpu->projection_fit_counts().reuses, 1);
 
   auto fresh = CudaEngine::from_weights(*weights);
-  fresh->allocate_cache(1, kPromptLength + 4);
+  fresh->allocate_cache(2, kPromptLength + 4);
   fresh->prefill(0, prompt);
   const auto own_fit = lists_of(*fresh, 0, online(5, 128));
   EXPECT_EQ(fresh->projection_fit_counts().fits, 1);
+  fresh->prefill(1, prompt);  // the same keys, but after a prefill: fitted again
+  EXPECT_EQ(lists_of(*fresh, 1, online(5, 128)), own_fit);
+  EXPECT_EQ(fresh->projection_fit_counts().fits, 2);
+  EXPECT_EQ(fresh->projection_fit_counts().reuses, 0);
   ASSERT_EQ(reused.size(), own_fit.size());
   for (size_t i = 0; i < own_fit.size(); ++i) {
     EXPECT_LT(own_fit[i].size(), size_t(kPromptLength)) << "list " << i;
