@@ -143,6 +143,16 @@ struct CudaSparseDecode::State {
           "group has no device form (select per head, or run on the CPU engine)");
   }
 
+  // The first sequence's key slots of the selecting layers in [first_layer, end_layer), layer
+  // after layer, KV head after KV head (the prompt keys the sign codes' rows are fitted to).
+  std::vector<const bf16*> prompt_key_slots(int first_layer, int end_layer) const {
+    std::vector<const bf16*> slots;
+    for (int l = first_layer; l < end_layer; ++l)
+      if (selecting[l])
+        for (int h = 0; h < model.n_kv_heads; ++h) slots.push_back(keys[l] + h * key_slot_stride());
+    return slots;
+  }
+
   // The rows [n_layers, Hkv, 64, d] fitted to the first sequence's prompt keys (the batch
   // replays one prompt), consecutive selecting layers at a time within kFitWorkspaceBytes.
   DeviceBuffer fit_rows_on_device(cudaStream_t stream) {
@@ -163,7 +173,6 @@ struct CudaSparseDecode::State {
     const size_t per_layer = cuda::binary_fit_projection_workspace_bytes(hkv, prompt_length, d);
     const int layers_per_group = int(std::max<size_t>(1, kFitWorkspaceBytes / per_layer));
     DeviceBuffer workspace, key_pointers(size_t(model.n_layers) * hkv * sizeof(void*), "keys");
-    std::vector<const bf16*> pointers;
     for (int l = 0; l < model.n_layers;) {
       if (!selecting[l]) {
         ++l;
@@ -171,9 +180,7 @@ struct CudaSparseDecode::State {
       }
       int end = l;
       while (end < model.n_layers && selecting[end] && end - l < layers_per_group) ++end;
-      pointers.clear();
-      for (int layer = l; layer < end; ++layer)
-        for (int h = 0; h < hkv; ++h) pointers.push_back(keys[layer] + h * key_slot_stride());
+      const std::vector<const bf16*> pointers = prompt_key_slots(l, end);
       const int n_slots = (end - l) * hkv;
       const size_t bytes = cuda::binary_fit_projection_workspace_bytes(n_slots, prompt_length, d);
       if (workspace.bytes() < bytes) workspace = DeviceBuffer(bytes, "fit workspace");
@@ -191,7 +198,7 @@ struct CudaSparseDecode::State {
                                    .projection = rows.as<float>() + int64_t(l) * hkv * head_floats,
                                    .workspace = workspace.data()},
                                   stream);
-      // The next group reuses the host pointer list and may replace the workspace: finish first.
+      // Done before the host pointer list leaves scope and the next group replaces the workspace.
       cuda::check(cudaStreamSynchronize(stream), "projection fit");
       l = end;
     }
@@ -203,13 +210,10 @@ struct CudaSparseDecode::State {
   // the shapes.
   uint64_t fit_fingerprint(cudaStream_t stream) const {
     const int hkv = model.n_kv_heads;
-    std::vector<const bf16*> pointers;
     uint64_t fingerprint = kernels::fingerprint_combine(0, uint64_t(model.n_layers));
-    for (int l = 0; l < model.n_layers; ++l) {
+    for (int l = 0; l < model.n_layers; ++l)
       fingerprint = kernels::fingerprint_combine(fingerprint, selecting[l]);
-      if (!selecting[l]) continue;
-      for (int h = 0; h < hkv; ++h) pointers.push_back(keys[l] + h * key_slot_stride());
-    }
+    const std::vector<const bf16*> pointers = prompt_key_slots(0, model.n_layers);
     const int n_slots = int(pointers.size());
     DeviceBuffer device_pointers(pointers.size() * sizeof(void*), "key pointers"),
         sums(pointers.size() * 8, "key fingerprints");

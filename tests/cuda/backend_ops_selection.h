@@ -77,6 +77,17 @@ inline void check_binary_hash_keys(int slots, int length, int d) {
     ASSERT_NEAR(errors[n], expected_error[n], 1e-5f * (1.0f + expected_error[n])) << "token " << n;
 }
 
+// A device array of `slots` pointers, slot s at base + (slots - 1 - s) * stride: the slots stored
+// in reverse order, so that a kernel reading one slot for another shows.
+inline cuda::DeviceBuffer reversed_slot_pointers(const __nv_bfloat16* base, int slots,
+                                                 int64_t stride) {
+  std::vector<const __nv_bfloat16*> pointers(slots);
+  for (int s = 0; s < slots; ++s) pointers[s] = base + (slots - 1 - s) * stride;
+  cuda::DeviceBuffer device(pointers.size() * sizeof(void*));
+  device.upload(pointers.data(), device.bytes());
+  return device;
+}
+
 // The projection fit on the device against the CPU twin, bit for bit: every slot's rows equal
 // (the same f64 sums in the same order), with the slots' keys at separate addresses and a few
 // exactly-zero keys (sign 0 leaves a residual row as it is).
@@ -98,11 +109,8 @@ inline void check_binary_fit_projection(int slots, int length, int d, int iterat
     std::copy_n(keys.begin() + int64_t(s) * length * d, int64_t(length) * d,
                 stored.begin() + (slots - 1 - s) * slot_stride);
   auto d_keys = to_device_bf16(stored);
-  std::vector<const __nv_bfloat16*> pointers(slots);
-  for (int s = 0; s < slots; ++s)
-    pointers[s] = d_keys.as<__nv_bfloat16>() + (slots - 1 - s) * slot_stride;
-  cuda::DeviceBuffer d_pointers(pointers.size() * sizeof(void*));
-  d_pointers.upload(pointers.data(), d_pointers.bytes());
+  const cuda::DeviceBuffer d_pointers =
+      reversed_slot_pointers(d_keys.as<__nv_bfloat16>(), slots, slot_stride);
   auto d_starts = to_device(starts);
   cuda::DeviceBuffer d_rows(expected.size() * 4),
       workspace(cuda::binary_fit_projection_workspace_bytes(slots, length, d));
@@ -132,11 +140,8 @@ inline void check_fingerprint_rows(int slots, int64_t per_slot) {
   for (uint16_t& v : stored) v = static_cast<uint16_t>(rng());
   cuda::DeviceBuffer d_values(stored.size() * 2), d_out(size_t(slots) * 8);
   d_values.upload(stored.data(), d_values.bytes());
-  std::vector<const __nv_bfloat16*> pointers(slots);
-  for (int s = 0; s < slots; ++s)
-    pointers[s] = d_values.as<__nv_bfloat16>() + (slots - 1 - s) * slot_stride;
-  cuda::DeviceBuffer d_pointers(pointers.size() * sizeof(void*));
-  d_pointers.upload(pointers.data(), d_pointers.bytes());
+  const cuda::DeviceBuffer d_pointers =
+      reversed_slot_pointers(d_values.as<__nv_bfloat16>(), slots, slot_stride);
   cuda::fingerprint_rows(d_pointers.as<const __nv_bfloat16*>(), slots, per_slot,
                          d_out.as<uint64_t>(), nullptr);
   cuda::check(cudaDeviceSynchronize(), "fingerprint_rows");
