@@ -45,22 +45,6 @@ test::TinyShape device_shape() {
   return shape;
 }
 
-// The share of the engine's keys and values (every layer and token) equal to the reference's.
-double share_of_kv_equal(KvStore& store, const test::ReferenceKv& reference) {
-  store.widen();
-  const int d = store.head_dim();
-  int64_t equal = 0, total = 0;
-  for (int l = 0; l < store.n_layers(); ++l)
-    for (int h = 0; h < store.n_kv_heads(); ++h)
-      for (int t = 0; t < store.length(l, h); ++t)
-        for (int i = 0; i < d; ++i) {
-          equal += store.keys(l, h)[t * d + i] == reference.keys[l][t][h * d + i];
-          equal += store.values(l, h)[t * d + i] == reference.values[l][t][h * d + i];
-          total += 2;
-        }
-  return static_cast<double>(equal) / static_cast<double>(total);
-}
-
 struct Agreement {
   double kv_share = 0;             // share_of_kv_equal
   std::vector<double> logit_gaps;  // the rows of the prompt, the chunk and the last decode step
@@ -87,7 +71,7 @@ Agreement agreement_with_rounded_reference(const ModelWeights& w, const std::vec
   for (int t = 73; t < static_cast<int>(ids.size()); ++t)
     logits = engine.decode_step(ids[t], t, t - 73, store, full);
   gap(logits, static_cast<int>(ids.size()) - 1);
-  a.kv_share = share_of_kv_equal(store, reference_kv);
+  a.kv_share = test::share_of_kv_equal(store, reference_kv);
   return a;
 }
 

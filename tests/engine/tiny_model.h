@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "engine/kv_store.h"
 #include "engine/weights.h"
 
 namespace kvb::test {
@@ -98,6 +99,22 @@ using AllowedPositions = std::vector<std::vector<std::vector<int>>>;
 struct ReferenceKv {
   std::vector<std::vector<std::vector<double>>> keys, values;
 };
+
+// The share of the engine's keys and values (every layer and token) equal to the reference's.
+inline double share_of_kv_equal(KvStore& store, const ReferenceKv& reference) {
+  store.widen();
+  const int d = store.head_dim();
+  int64_t equal = 0, total = 0;
+  for (int l = 0; l < store.n_layers(); ++l)
+    for (int h = 0; h < store.n_kv_heads(); ++h)
+      for (int t = 0; t < store.length(l, h); ++t)
+        for (int i = 0; i < d; ++i) {
+          equal += store.keys(l, h)[t * d + i] == reference.keys[l][t][h * d + i];
+          equal += store.values(l, h)[t * d + i] == reference.values[l][t][h * d + i];
+          total += 2;
+        }
+  return static_cast<double>(equal) / static_cast<double>(total);
+}
 
 // Naive forward of the whole sequence; returns logits for every position [T][vocab].
 // When `allowed` is given, query t attends to allowed positions < t0 plus every position in
