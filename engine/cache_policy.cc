@@ -78,6 +78,7 @@ void CaptureRequest::merge(const CaptureRequest& other) {
   key_norms |= other.key_norms;
   projected_value_norms |= other.projected_value_norms;
   host_keys_values |= other.host_keys_values;
+  layer_inputs |= other.layer_inputs;
 }
 
 const float* LayerPrefillView::window_sums_for(const WindowSumsRequest& request) const {

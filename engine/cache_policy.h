@@ -86,6 +86,11 @@ struct CaptureRequest {
   // view exposes W_o and the values for the policy to compute it.
   bool projected_value_norms = false;
   bool host_keys_values = false;  // the policy reads the prompt's keys and values themselves
+  // The f32 residual stream entering each layer (layer 0: the embeddings), n_layers x L x d_model
+  // floats on the host. No policy reads it: a comparison of two backends forces one's layer inputs
+  // into the other (CpuEngine::force_layer_inputs), so that each layer's results differ by that
+  // layer's arithmetic alone.
+  bool layer_inputs = false;
   void merge(const CaptureRequest& other);
 };
 

@@ -31,6 +31,7 @@ struct PrefillCapture {
   std::vector<Perturbation> output_perturbations;
   std::vector<std::vector<float>> key_norms;  // per layer [Hkv, L]; empty when not computed
   std::vector<std::vector<float>> projected_value_norms;  // per layer [Hkv, L]; likewise
+  std::vector<std::vector<float>> layer_inputs;  // per layer [L, d_model]; empty unless requested
 };
 
 // Builds the view of every layer. `store` (nullptr: a device backend's view without the prompt's

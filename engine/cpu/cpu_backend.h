@@ -45,6 +45,11 @@ class CpuBackend final : public Engine {
   int64_t peak_memory_bytes() const override;
   void reset_peak_memory() override {}  // the process's peak RSS cannot be reset
 
+  // Teacher-forced layer inputs for every prefill and extension (CpuEngine::force_layer_inputs).
+  void force_layer_inputs(const std::vector<std::vector<float>>* inputs) {
+    engine_.force_layer_inputs(inputs);
+  }
+
   // The sequence's store (tests compare it with the single-sequence Generator's).
   const KvStore& store(int seq) const { return stores_.at(seq); }
 

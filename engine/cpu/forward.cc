@@ -247,6 +247,20 @@ void CpuEngine::feed_forward_chunk(const LayerWeights& layer, int rows, float* x
   for (size_t i = 0; i < x_size; ++i) x[i] += down[i];
 }
 
+void CpuEngine::take_forced_input(int layer, int p0, int T, std::vector<float>& x) const {
+  const auto D = static_cast<size_t>(config().d_model);
+  const size_t end = (static_cast<size_t>(p0) + T) * D;
+  if (forced_inputs_->size() != static_cast<size_t>(config().n_layers) ||
+      (*forced_inputs_)[layer].size() < end)
+    throw InputError("force_layer_inputs: the forced inputs (" +
+                     std::to_string(forced_inputs_->size()) + " layers) lack layer " +
+                     std::to_string(layer) + "'s positions " + std::to_string(p0) + ".." +
+                     std::to_string(p0 + T - 1) +
+                     "; capture them with CaptureRequest::layer_inputs from a prefill of the same "
+                     "prompt on this model");
+  std::copy_n((*forced_inputs_)[layer].begin() + static_cast<int64_t>(p0 * D), T * D, x.begin());
+}
+
 std::vector<float> CpuEngine::forward_chunk(std::span<const TokenId> ids, KvStore& store,
                                             const CaptureRequest& request, PrefillCapture* capture,
                                             int start_position) {
@@ -271,6 +285,7 @@ std::vector<float> CpuEngine::forward_chunk(std::span<const TokenId> ids, KvStor
     capture->window = std::min(request.window_queries, T);
     capture->query_window.resize(c.n_layers);
     if (request.attention_column_sums) capture->column_sums.resize(c.n_layers);
+    if (request.layer_inputs) capture->layer_inputs.resize(c.n_layers);
   }
 
   std::vector<float> normed(x.size()), q(T * q_width), k(T * kv_width), v(T * kv_width);
@@ -278,6 +293,8 @@ std::vector<float> CpuEngine::forward_chunk(std::span<const TokenId> ids, KvStor
   KvRowScratch rows;
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& layer = weights_.layers[l];
+    if (forced_inputs_ != nullptr) take_forced_input(l, p0, T, x);
+    if (capturing && request.layer_inputs) capture->layer_inputs[l] = x;
     kernels::rmsnorm(x.data(), layer.attn_norm.data(), T, D, c.rms_norm_eps, normed.data());
     round_as_device(normed);
     project(layer.wq, q_width, D, normed.data(), T, product_bias(layer.bq), q.data());

@@ -42,6 +42,16 @@ class CpuEngine final : public InferenceEngine {
   std::vector<float> decode_step(TokenId token, int position, int step, KvStore& store,
                                  CachePlan& plan) override;
 
+  // Teacher forcing, for a layer-aligned comparison with another backend: while set, layer l of
+  // every forward_chunk starts from the rows of its chunk's positions in inputs[l] ([positions,
+  // d_model]: a PrefillCapture's layer_inputs, CaptureRequest::layer_inputs) in place of the
+  // previous layer's output. Each layer's keys, values and statistics then differ from the other
+  // backend's by that layer's own arithmetic, not by the drift of the layers before it. nullptr:
+  // the free-running forward. `inputs` must outlive its use.
+  void force_layer_inputs(const std::vector<std::vector<float>>* inputs) {
+    forced_inputs_ = inputs;
+  }
+
  private:
   struct DecodeScratch;
   void check_token(TokenId id) const;
@@ -49,6 +59,8 @@ class CpuEngine final : public InferenceEngine {
   void feed_forward_rows(const LayerWeights& layer, int rows, std::vector<float>& x) const;
   void feed_forward_chunk(const LayerWeights& layer, int rows, float* x) const;
   std::vector<float> output_logits(const float* hidden) const;
+  // x (the chunk's T rows from position p0) becomes layer `layer`'s forced input rows.
+  void take_forced_input(int layer, int p0, int T, std::vector<float>& x) const;
   // Under kBf16Device: x[0, n) rounded to bf16, where the CUDA engine stores a bf16 buffer.
   void round_as_device(float* x, size_t n) const;
   void round_as_device(std::vector<float>& x) const { round_as_device(x.data(), x.size()); }
@@ -78,6 +90,7 @@ class CpuEngine final : public InferenceEngine {
   KvDtype kv_dtype_;
   std::vector<float> inv_freq_;
   kernels::RopePairing rope_pairing_;
+  const std::vector<std::vector<float>>* forced_inputs_ = nullptr;
 };
 
 }  // namespace kvb

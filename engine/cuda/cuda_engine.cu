@@ -322,6 +322,9 @@ std::vector<float> CudaEngine::prefill_with_captures(int seq, const std::vector<
   DeviceBuffer chunk_ids(chunk * 4, "ids"), chunk_positions(chunk * 4, "positions");
   DeviceBuffer last_logits(int64_t(c.vocab_size) * 4, "logits");
   PrefillStatistics statistics(c, request, total, chunk, start_length, m.stream, m.cublas);
+  // CaptureRequest::layer_inputs: the residual rows entering each layer, copied out as they pass.
+  std::vector<std::vector<float>> layer_inputs(request.layer_inputs ? c.n_layers : 0);
+  for (std::vector<float>& rows : layer_inputs) rows.resize(size_t(total) * c.d_model);
   for (int begin = 0; begin < total; begin += chunk) {
     const int n = std::min(chunk, total - begin);
     const int offset = m.host_position[seq];
@@ -337,6 +340,11 @@ std::vector<float> CudaEngine::prefill_with_captures(int seq, const std::vector<
                            ptr<float>(m.residual), m.stream);
     float* lse = statistics.lse_for_chunk(begin, n);
     m.run_layers(n, chunk_positions.as<int32_t>(), false, [&](int l, const cuda::RopeArgs&) {
+      if (!layer_inputs.empty())  // the residual holds layer l's input until its o product adds
+        cuda::check(cudaMemcpyAsync(layer_inputs[l].data() + int64_t(begin) * c.d_model,
+                                    m.residual.data(), int64_t(n) * c.d_model * sizeof(float),
+                                    cudaMemcpyDeviceToHost, m.stream),
+                    "layer inputs download");
       const int64_t* offsets =
           ptr<int64_t>(m.kv_offset) + int64_t(l) * hkv + int64_t(seq) * c.n_kv_heads;
       int32_t* lengths = ptr<int32_t>(m.kv_length) + int64_t(l) * hkv + int64_t(seq) * c.n_kv_heads;
@@ -376,6 +384,7 @@ std::vector<float> CudaEngine::prefill_with_captures(int seq, const std::vector<
   cuda::check(cudaStreamSynchronize(m.stream), "prefill");
   capture = PrefillCapture{};
   statistics.download(capture);
+  capture.layer_inputs = std::move(layer_inputs);
   return out;
 }
 
