@@ -36,6 +36,9 @@
 // bf16(x · gain) is rounded before the 1/rms scale) and its decode attention splits the keys into
 // chunks merged afterwards; the CPU decode step applies the prefill's rounding points above, with
 // exact probabilities.
+// A rounding that the two summation orders put on different sides is carried by every later
+// layer; CpuEngine::force_layer_inputs (engine/cpu/forward.h) starts each layer from the device's
+// input to it, so that a comparison sees one layer's arithmetic at a time.
 #pragma once
 
 #include <optional>

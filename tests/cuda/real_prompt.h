@@ -115,6 +115,7 @@ struct KeptSetsOptions {
   bool* copied_keys = nullptr;  // whether a view copied the prompt's keys and values to the host
   std::vector<float>* logits = nullptr;  // the prompt's last logits
   PrefillCapture* capture = nullptr;     // what the prefill captured
+  bool layer_inputs = false;  // the prefill also captures its layer inputs (into `capture`)
 };
 
 // The kept sets of several plans from one prefill: the plans' capture requests merged, each plan's
@@ -125,6 +126,7 @@ inline std::vector<KeptIndices> kept_sets_on(Engine& engine, const std::vector<T
                                              const KeptSetsOptions& options = {}) {
   CaptureRequest merged;
   for (const CachePlan& plan : plans) merged.merge(plan.prefill->capture());
+  merged.layer_inputs = options.layer_inputs;
   const CaptureRequest* fixed = options.request;
   engine.reserve(1, static_cast<int>(ids.size()) + options.spare);
   PrefillCapture captured;
