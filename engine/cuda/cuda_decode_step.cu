@@ -62,6 +62,22 @@ cuda::DecodeAttentionArgs CudaEngine::Impl::decode_attention_args(int l, int row
   return a;
 }
 
+CudaEngine::Impl::DenseSplitLengths::DenseSplitLengths(const Impl& m, int first, int count,
+                                                       int length_bound)
+    : rows(count * m.config.n_kv_heads) {
+  const int hkv = m.heads_total();
+  const int64_t first_slot = int64_t(first) * m.config.n_kv_heads;
+  int longest = 0;
+  for (int l = 0; l < m.config.n_layers; ++l)
+    for (int i = 0; i < rows; ++i)
+      longest = std::max(longest, m.host_length[int64_t(l) * hkv + first_slot + i] + 1);
+  const int grow = std::max(0, length_bound - longest);
+  lengths.resize(size_t(m.config.n_layers) * rows);
+  for (int l = 0; l < m.config.n_layers; ++l)
+    for (int i = 0; i < rows; ++i)
+      lengths[size_t(l) * rows + i] = m.host_length[int64_t(l) * hkv + first_slot + i] + 1 + grow;
+}
+
 // Sequences [first, first + count) only: the weights are read once for the range's rows, and every
 // per-sequence array (tokens, positions, KV offsets and lengths, the ART walkers' words, logits,
 // argmax keys, a selection's metadata) is addressed from the first sequence on, so the other
@@ -75,6 +91,7 @@ void CudaEngine::Impl::decode_graph_body(int first, int count, int length_bound)
   float* step_logits = ptr<float>(logits) + int64_t(first) * config.vocab_size;
   unsigned long long* step_argmax_keys = ptr<unsigned long long>(argmax_keys) + first;
   cuda::embedding_gather(ptr<bf16>(embedding), step_tokens, count, d, ptr<float>(residual), stream);
+  const DenseSplitLengths split_lengths(*this, first, count, length_bound);
   run_layers(count, step_positions, true, [&](int l, const cuda::RopeArgs& rope) {
     const int64_t* offsets = ptr<int64_t>(kv_offset) + int64_t(l) * hkv + first_slot;
     int32_t* lengths = ptr<int32_t>(kv_length) + int64_t(l) * hkv + first_slot;
@@ -107,6 +124,7 @@ void CudaEngine::Impl::decode_graph_body(int first, int count, int length_bound)
       walk.totals = ptr<unsigned long long>(walk_counts);
       cuda::early_exit_decode(walk, stream);
     } else {
+      a.chunk_size = cuda::dense_decode_chunk(a, split_lengths.layer(l), split_lengths.rows);
       cuda::decode_attention(a, stream);
     }
   });

@@ -139,6 +139,15 @@ struct CudaEngine::Impl {
                                                   int32_t* kv_length, int length_bound) const;
   // The step of sequences [first, first + count) with KV lengths bounded by `length_bound`.
   void decode_graph_body(int first, int count, int length_bound);
+  // Each (sequence, KV head) row's length bound over a captured step's life, per layer: its length
+  // with the step's token, plus what the step's length bound leaves the range's longest row. The
+  // dense attention splits each layer's ragged rows by them (cuda::dense_decode_chunk).
+  struct DenseSplitLengths {
+    DenseSplitLengths(const Impl& m, int first, int count, int length_bound);
+    const int32_t* layer(int l) const { return lengths.data() + size_t(l) * rows; }
+    int rows = 0;
+    std::vector<int32_t> lengths;  // [n_layers][rows]
+  };
 
   // `rows` cache rows of `buffer` from `first_row` on, as f32 [rows, head_dim].
   std::vector<float> download_rows(const DeviceBuffer& buffer, int64_t first_row,

@@ -111,5 +111,13 @@ size_t decode_attention_layout_workspace_floats(const DecodeAttentionArgs& args)
 // (no index lists), the RoPE frequencies, the writable caches and the same lengths as args.
 void check_decode_append(const DecodeAttentionArgs& args, const char* kernel);
 void decode_attention(const DecodeAttentionArgs& args, cudaStream_t stream);
+// The split of a dense decode_attention call (no index lists) over rows of these lengths, one per
+// (sequence, KV head) in order, each an upper bound over the call's life: the shortest chunk (a
+// multiple of the 64-key tile) whose busy blocks, Σ ceil(length / chunk), fill the resident places
+// the automatic split fills at most once. Rows of one length get the automatic split; ragged rows
+// (compressed caches of several budgets, per-layer budgets) get more splits of the long rows where
+// the automatic split, cut by the longest row, leaves the places of the short ones idle. 0 (the
+// automatic split) for index lists, or for rows too many for one wave.
+int dense_decode_chunk(const DecodeAttentionArgs& args, const int32_t* lengths, int rows);
 
 }  // namespace kvb::cuda

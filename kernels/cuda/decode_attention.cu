@@ -340,7 +340,9 @@ __global__ void decode_merge_kernel(DecodeAttentionArgs args, int n_chunks, int 
 
 // Chunks give every SM `resident` blocks (dense: as many as fit at once, so never a second wave —
 // a few blocks more than the resident places double the time; results/gpu-kernel-tuning.md §4.3);
-// index mode rounds up.
+// index mode rounds up. The split is cut by the longest row: where the rows are ragged, a caller
+// that knows their lengths passes the chunk dense_decode_chunk finds for them (the engine's decode
+// step does).
 int choose_chunk(const DecodeAttentionArgs& args, int blocks_per_chunk_row, int sm_count,
                  int granule, bool within_one_wave, int resident) {
   if (args.chunk_size > 0) return args.chunk_size;
@@ -411,6 +413,14 @@ DecodeLayout decode_layout(const DecodeAttentionArgs& args) {
   return layout;
 }
 
+// The blocks the dense kernel's one wave holds (the automatic split fills them), or 0 when the
+// call takes many waves.
+template <int D>
+int64_t one_wave_places(const DecodeAttentionArgs& args) {
+  if (decode_layout<D>(args).many_waves) return 0;
+  return int64_t(dense_blocks_per_sm<D, kWaveStages>()) * device_info().sm_count;
+}
+
 template <int D>
 void launch_decode(const DecodeAttentionArgs& args, cudaStream_t stream) {
   const bool indexed = per_head_lists(args);
@@ -459,6 +469,31 @@ void check_decode_append(const DecodeAttentionArgs& args, const char* kernel) {
     throw std::invalid_argument(std::string(kernel) +
                                 ": the step's append runs in dense mode only and needs inv_freq, "
                                 "the writable cache buffers and the same kv_length");
+}
+
+int dense_decode_chunk(const DecodeAttentionArgs& args, const int32_t* lengths, int rows) {
+  if (args.indices != nullptr || rows <= 0) return 0;
+  const int64_t places =
+      with_constant<64, 128>(args.head_dim, "dense_decode_chunk: head_dim",
+                             [&](auto dim) { return one_wave_places<decltype(dim)::value>(args); });
+  if (places == 0) return 0;
+  auto busy_blocks = [&](int chunk) {
+    int64_t blocks = 0;
+    for (int r = 0; r < rows; ++r) blocks += (std::max(lengths[r], 1) + chunk - 1) / chunk;
+    return blocks;
+  };
+  // Σ ceil(length / chunk) falls as the chunk grows: the smallest tile count that fits.
+  const int longest = std::max(1, *std::max_element(lengths, lengths + rows));
+  int low = 1, high = (longest + kTileKeys - 1) / kTileKeys;  // in tiles: one chunk a row
+  if (busy_blocks(high * kTileKeys) > places) return 0;
+  while (low < high) {
+    const int mid = (low + high) / 2;
+    if (busy_blocks(mid * kTileKeys) <= places)
+      high = mid;
+    else
+      low = mid + 1;
+  }
+  return high * kTileKeys;
 }
 
 void decode_attention(const DecodeAttentionArgs& args, cudaStream_t stream) {

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 #include <vector>
 
@@ -68,6 +69,46 @@ TEST(FlashPrefill, RefusesRowsOffThe16ByteGrid) {
     a.kernel = kernel;
     EXPECT_THROW(cuda::prefill_attention(a, nullptr), std::invalid_argument);
   }
+}
+
+// cuda::dense_decode_chunk: rows of one length get the automatic split (the same chunk count);
+// ragged rows (a few long, many short: cells of several budgets) get a shorter chunk whose busy
+// blocks still fit the places the uniform split shows the GPU holds, and the next shorter one
+// would not; index lists keep the automatic split.
+TEST(DecodeSplit, RaggedRowsSplitTheirLongRowsFurtherWithinOneWave) {
+  KVB_REQUIRE_GPU();
+  cuda::DecodeAttentionArgs a;
+  a.batch = 10;
+  a.n_query_heads = 32;
+  a.n_kv_heads = 8;
+  a.head_dim = 128;
+  a.max_kv_length = 14000;
+  const int rows = a.batch * a.n_kv_heads;
+  const std::vector<int32_t> uniform(rows, 14000);
+  std::vector<int32_t> ragged(rows, 1400);
+  for (int r = 0; r < rows; r += 10) ragged[r] = 14000;
+  auto busy = [&](const std::vector<int32_t>& lengths, int chunk) {
+    int64_t blocks = 0;
+    for (int32_t n : lengths) blocks += (n + chunk - 1) / chunk;
+    return blocks;
+  };
+  const int by_uniform = cuda::dense_decode_chunk(a, uniform.data(), rows);
+  const int by_ragged = cuda::dense_decode_chunk(a, ragged.data(), rows);
+  ASSERT_GT(by_uniform, 64);
+  EXPECT_EQ(by_uniform % 64, 0);
+  EXPECT_EQ(by_ragged % 64, 0);
+  const size_t automatic_chunks =
+      cuda::decode_attention_layout_workspace_floats(a) / (size_t(a.batch) * 32 * (128 + 2));
+  EXPECT_EQ(size_t((14000 + by_uniform - 1) / by_uniform), automatic_chunks);
+  // The places: at least the uniform split's busy blocks, fewer than the next shorter chunk's.
+  const int64_t places_at_least = busy(uniform, by_uniform);
+  const int64_t places_below = busy(uniform, by_uniform - 64);
+  EXPECT_LT(by_ragged, by_uniform / 2);
+  EXPECT_LT(busy(ragged, by_ragged), places_below);
+  EXPECT_GT(busy(ragged, by_ragged - 64), places_at_least);
+  std::vector<int32_t> indices{0};
+  a.indices = indices.data();  // host pointer: only its presence matters here
+  EXPECT_EQ(cuda::dense_decode_chunk(a, ragged.data(), rows), 0);
 }
 
 // Both kernels on one long causal prefill (several KV heads, 32 query tiles): they agree within

@@ -232,8 +232,10 @@ inline void check_decode_attention(const DecodeShape& s) {
   gpu.head_dim = d;
   gpu.scale = 1.0f / std::sqrt(float(d));
   gpu.workspace = workspace.as<float>();
-  // The automatic split, and 64-key chunks (many partials to merge).
-  for (int chunk : {0, 64}) {
+  // The automatic split, 64-key chunks (many partials to merge), and the split by the rows' own
+  // lengths (dense only; ragged batches give it more chunks than the automatic one).
+  const int by_lengths = cuda::dense_decode_chunk(gpu, length.data(), batch * hkv);
+  for (int chunk : {0, 64, by_lengths}) {
     gpu.chunk_size = chunk;
     cuda::check(cudaMemset(d_out.data(), 0xff, d_out.bytes()), "memset");
     // NaN in every partial slot: a merge that folds in a split no kernel wrote this call shows it.
