@@ -77,12 +77,12 @@ TEST(FlashPrefill, RefusesRowsOffThe16ByteGrid) {
 // would not; index lists keep the automatic split.
 TEST(DecodeSplit, RaggedRowsSplitTheirLongRowsFurtherWithinOneWave) {
   KVB_REQUIRE_GPU();
-  cuda::DecodeAttentionArgs a;
-  a.batch = 10;
-  a.n_query_heads = 32;
-  a.n_kv_heads = 8;
-  a.head_dim = 128;
-  a.max_kv_length = 14000;
+  cuda::DecodeAttentionArgs a{.max_kv_length = 14000,
+                              .batch = 10,
+                              .n_query_heads = 32,
+                              .n_kv_heads = 8,
+                              .head_dim = 128,
+                              .append = {}};
   const int rows = a.batch * a.n_kv_heads;
   const std::vector<int32_t> uniform(rows, 14000);
   std::vector<int32_t> ragged(rows, 1400);
