@@ -1,12 +1,15 @@
 // GPU kernel lab figures: prefill flash attention in TFLOP/s against the measured bf16 GEMM rate,
 // H2O's attention column sums in TFLOP/s (of q·k) and in time against that prefill's, the window
 // sums with the bf16 reference's casts against the fp32 ones, decode
-// attention in GB/s against the measured read bandwidth (Llama-3.1-8B head shapes).
+// attention in GB/s against the measured read bandwidth (Llama-3.1-8B head shapes), and over ragged
+// rows the split by the rows' lengths against the automatic one.
 // Run on the GPU machine: ./cuda_kernels_bench --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
 #include <cublas_v2.h>
 
 #include <cmath>
+#include <cstdint>
+#include <vector>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_column_sums.h"
@@ -254,6 +257,82 @@ BENCHMARK(BM_DecodeAttention)
     ->Args({32768, 1})
     ->Args({131072, 1})
     ->Args({4096, 16})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// A batched decode step's attention over ragged rows: `batch` cells of a 32K prompt compressed to
+// 10% (even cells) and 20% (odd cells), as configs/gpu-throughput.json's cells are. The automatic
+// split (cut by the longest row) against the split by the rows' own lengths
+// (cuda::dense_decode_chunk), alternated in each iteration; the figure is the latter's.
+void BM_DecodeAttentionRagged(benchmark::State& state) {
+  if (!cuda::device_available()) return state.SkipWithError("no CUDA device");
+  const int batch = static_cast<int>(state.range(0));
+  const int hq = 32, hkv = 8, d = 128;
+  std::vector<int64_t> offsets(batch * hkv);
+  std::vector<int32_t> lengths(batch * hkv);
+  int64_t rows = 0;
+  for (int i = 0; i < batch * hkv; ++i) {
+    offsets[i] = rows;
+    lengths[i] = (i / hkv) % 2 == 0 ? 3277 : 6554;
+    rows += lengths[i];
+  }
+  const int longest = 6554;
+  cuda::DeviceBuffer q(size_t(batch) * hq * d * 2), k(rows * d * 2), v(rows * d * 2),
+      out(size_t(batch) * hq * d * 2),
+      workspace(cuda::decode_attention_workspace_floats(batch, hq, d, longest) * 4);
+  cuda::fill_random_bf16(q.as<bf16>(), size_t(batch) * hq * d, 1, 1.f, nullptr);
+  cuda::fill_random_bf16(k.as<bf16>(), rows * d, 2, 1.f, nullptr);
+  cuda::fill_random_bf16(v.as<bf16>(), rows * d, 3, 1.f, nullptr);
+  cuda::DeviceBuffer d_off(offsets.size() * 8), d_len(lengths.size() * 4);
+  d_off.upload(offsets.data(), offsets.size() * 8);
+  d_len.upload(lengths.data(), lengths.size() * 4);
+  cuda::DecodeAttentionArgs a{.q = q.as<bf16>(),
+                              .q_seq_stride = hq * d,
+                              .k = k.as<bf16>(),
+                              .v = v.as<bf16>(),
+                              .kv_offset = d_off.as<int64_t>(),
+                              .kv_length = d_len.as<int32_t>(),
+                              .max_kv_length = longest,
+                              .out = out.as<bf16>(),
+                              .out_seq_stride = hq * d,
+                              .batch = batch,
+                              .n_query_heads = hq,
+                              .n_kv_heads = hkv,
+                              .head_dim = d,
+                              .scale = 1.f / std::sqrt(float(d)),
+                              .workspace = workspace.as<float>(),
+                              .append = {}};
+  const int by_lengths = cuda::dense_decode_chunk(a, lengths.data(), batch * hkv);
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  auto timed = [&](int chunk) {
+    a.chunk_size = chunk;
+    cudaEventRecord(start);
+    cuda::decode_attention(a, nullptr);
+    cudaEventRecord(stop);
+    return time_ms(start, stop);
+  };
+  timed(0);
+  timed(by_lengths);
+  double automatic_ms = 0, split_ms = 0;
+  for (auto _ : state) {
+    automatic_ms += timed(0);
+    const float ms = timed(by_lengths);
+    split_ms += ms;
+    state.SetIterationTime(ms / 1e3);
+  }
+  const double bytes = double(rows) * d * 2 * 2;
+  state.counters["chunk"] = by_lengths;
+  state.counters["GB/s"] =
+      benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["ratio_to_read_bw"] = benchmark::Counter(
+      bytes / 1e9 / ceilings().bandwidth_gbs, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["speedup_vs_automatic"] = automatic_ms / split_ms;
+}
+BENCHMARK(BM_DecodeAttentionRagged)
+    ->Arg(10)
+    ->Arg(16)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
