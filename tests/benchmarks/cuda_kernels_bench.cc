@@ -7,6 +7,7 @@
 #include <benchmark/benchmark.h>
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -202,40 +203,63 @@ BENCHMARK(BM_WindowAttentionSums)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 
+// Random bf16 queries, keys and values of Llama-3.1-8B's heads (32 query heads, 8 KV heads, head
+// dim 128) for `batch` sequences whose (sequence, KV head) rows hold `lengths` keys each, laid out
+// one after another, and the decode_attention arguments over them.
+struct DecodeAttentionInputs {
+  static constexpr int kQueryHeads = 32, kKvHeads = 8, kHeadDim = 128;
+  DecodeAttentionInputs(int batch, const std::vector<int32_t>& lengths) {
+    std::vector<int64_t> offsets(lengths.size());
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      offsets[i] = rows;
+      rows += lengths[i];
+    }
+    const int longest = *std::max_element(lengths.begin(), lengths.end());
+    const size_t query_elements = size_t(batch) * kQueryHeads * kHeadDim;
+    q = cuda::DeviceBuffer(query_elements * 2);
+    k = cuda::DeviceBuffer(size_t(rows) * kHeadDim * 2);
+    v = cuda::DeviceBuffer(size_t(rows) * kHeadDim * 2);
+    out = cuda::DeviceBuffer(query_elements * 2);
+    workspace = cuda::DeviceBuffer(
+        cuda::decode_attention_workspace_floats(batch, kQueryHeads, kHeadDim, longest) * 4);
+    cuda::fill_random_bf16(q.as<bf16>(), query_elements, 1, 1.f, nullptr);
+    cuda::fill_random_bf16(k.as<bf16>(), size_t(rows) * kHeadDim, 2, 1.f, nullptr);
+    cuda::fill_random_bf16(v.as<bf16>(), size_t(rows) * kHeadDim, 3, 1.f, nullptr);
+    kv_offset = cuda::DeviceBuffer(offsets.size() * 8);
+    kv_length = cuda::DeviceBuffer(lengths.size() * 4);
+    kv_offset.upload(offsets.data(), offsets.size() * 8);
+    kv_length.upload(lengths.data(), lengths.size() * 4);
+    args = {.q = q.as<bf16>(),
+            .q_seq_stride = kQueryHeads * kHeadDim,
+            .k = k.as<bf16>(),
+            .v = v.as<bf16>(),
+            .kv_offset = kv_offset.as<int64_t>(),
+            .kv_length = kv_length.as<int32_t>(),
+            .max_kv_length = longest,
+            .out = out.as<bf16>(),
+            .out_seq_stride = kQueryHeads * kHeadDim,
+            .batch = batch,
+            .n_query_heads = kQueryHeads,
+            .n_kv_heads = kKvHeads,
+            .head_dim = kHeadDim,
+            .scale = 1.f / std::sqrt(float(kHeadDim)),
+            .workspace = workspace.as<float>(),
+            .append = {}};
+  }
+  double bytes() const { return double(rows) * kHeadDim * 2 * 2; }  // every key and value once
+
+  int64_t rows = 0;
+  cuda::DeviceBuffer q, k, v, out, workspace, kv_offset, kv_length;
+  cuda::DecodeAttentionArgs args;
+};
+
 void BM_DecodeAttention(benchmark::State& state) {
   if (!cuda::device_available()) return state.SkipWithError("no CUDA device");
   const int length = static_cast<int>(state.range(0));
   const int batch = static_cast<int>(state.range(1));
-  const int hq = 32, hkv = 8, d = 128;
-  const size_t rows = size_t(batch) * hkv * length;
-  cuda::DeviceBuffer q(size_t(batch) * hq * d * 2), k(rows * d * 2), v(rows * d * 2),
-      out(size_t(batch) * hq * d * 2),
-      workspace(cuda::decode_attention_workspace_floats(batch, hq, d, length) * 4);
-  cuda::fill_random_bf16(q.as<bf16>(), size_t(batch) * hq * d, 1, 1.f, nullptr);
-  cuda::fill_random_bf16(k.as<bf16>(), rows * d, 2, 1.f, nullptr);
-  cuda::fill_random_bf16(v.as<bf16>(), rows * d, 3, 1.f, nullptr);
-  std::vector<int64_t> offsets(batch * hkv);
-  std::vector<int32_t> lengths(batch * hkv, length);
-  for (int i = 0; i < batch * hkv; ++i) offsets[i] = int64_t(i) * length;
-  cuda::DeviceBuffer d_off(offsets.size() * 8), d_len(lengths.size() * 4);
-  d_off.upload(offsets.data(), offsets.size() * 8);
-  d_len.upload(lengths.data(), lengths.size() * 4);
-  cuda::DecodeAttentionArgs a;
-  a.q = q.as<bf16>();
-  a.q_seq_stride = hq * d;
-  a.k = k.as<bf16>();
-  a.v = v.as<bf16>();
-  a.kv_offset = d_off.as<int64_t>();
-  a.kv_length = d_len.as<int32_t>();
-  a.max_kv_length = length;
-  a.out = out.as<bf16>();
-  a.out_seq_stride = hq * d;
-  a.batch = batch;
-  a.n_query_heads = hq;
-  a.n_kv_heads = hkv;
-  a.head_dim = d;
-  a.scale = 1.f / std::sqrt(float(d));
-  a.workspace = workspace.as<float>();
+  DecodeAttentionInputs inputs(
+      batch, std::vector<int32_t>(batch * DecodeAttentionInputs::kKvHeads, length));
+  cuda::DecodeAttentionArgs& a = inputs.args;
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
@@ -246,7 +270,7 @@ void BM_DecodeAttention(benchmark::State& state) {
     cudaEventRecord(stop);
     state.SetIterationTime(time_ms(start, stop) / 1e3);
   }
-  const double bytes = double(rows) * d * 2 * 2;
+  const double bytes = inputs.bytes();
   state.counters["GB/s"] =
       benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["ratio_to_read_bw"] = benchmark::Counter(
@@ -267,42 +291,12 @@ BENCHMARK(BM_DecodeAttention)
 void BM_DecodeAttentionRagged(benchmark::State& state) {
   if (!cuda::device_available()) return state.SkipWithError("no CUDA device");
   const int batch = static_cast<int>(state.range(0));
-  const int hq = 32, hkv = 8, d = 128;
-  std::vector<int64_t> offsets(batch * hkv);
-  std::vector<int32_t> lengths(batch * hkv);
-  int64_t rows = 0;
-  for (int i = 0; i < batch * hkv; ++i) {
-    offsets[i] = rows;
-    lengths[i] = (i / hkv) % 2 == 0 ? 3277 : 6554;
-    rows += lengths[i];
-  }
-  const int longest = 6554;
-  cuda::DeviceBuffer q(size_t(batch) * hq * d * 2), k(rows * d * 2), v(rows * d * 2),
-      out(size_t(batch) * hq * d * 2),
-      workspace(cuda::decode_attention_workspace_floats(batch, hq, d, longest) * 4);
-  cuda::fill_random_bf16(q.as<bf16>(), size_t(batch) * hq * d, 1, 1.f, nullptr);
-  cuda::fill_random_bf16(k.as<bf16>(), rows * d, 2, 1.f, nullptr);
-  cuda::fill_random_bf16(v.as<bf16>(), rows * d, 3, 1.f, nullptr);
-  cuda::DeviceBuffer d_off(offsets.size() * 8), d_len(lengths.size() * 4);
-  d_off.upload(offsets.data(), offsets.size() * 8);
-  d_len.upload(lengths.data(), lengths.size() * 4);
-  cuda::DecodeAttentionArgs a{.q = q.as<bf16>(),
-                              .q_seq_stride = hq * d,
-                              .k = k.as<bf16>(),
-                              .v = v.as<bf16>(),
-                              .kv_offset = d_off.as<int64_t>(),
-                              .kv_length = d_len.as<int32_t>(),
-                              .max_kv_length = longest,
-                              .out = out.as<bf16>(),
-                              .out_seq_stride = hq * d,
-                              .batch = batch,
-                              .n_query_heads = hq,
-                              .n_kv_heads = hkv,
-                              .head_dim = d,
-                              .scale = 1.f / std::sqrt(float(d)),
-                              .workspace = workspace.as<float>(),
-                              .append = {}};
-  const int by_lengths = cuda::dense_decode_chunk(a, lengths.data(), batch * hkv);
+  std::vector<int32_t> lengths(batch * DecodeAttentionInputs::kKvHeads);
+  for (size_t i = 0; i < lengths.size(); ++i)
+    lengths[i] = (i / DecodeAttentionInputs::kKvHeads) % 2 == 0 ? 3277 : 6554;
+  DecodeAttentionInputs inputs(batch, lengths);
+  cuda::DecodeAttentionArgs& a = inputs.args;
+  const int by_lengths = cuda::dense_decode_chunk(a, lengths.data(), int(lengths.size()));
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
@@ -322,7 +316,7 @@ void BM_DecodeAttentionRagged(benchmark::State& state) {
     split_ms += ms;
     state.SetIterationTime(ms / 1e3);
   }
-  const double bytes = double(rows) * d * 2 * 2;
+  const double bytes = inputs.bytes();
   state.counters["chunk"] = by_lengths;
   state.counters["GB/s"] =
       benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
