@@ -37,11 +37,11 @@ bool ends_with(const std::string& text, const std::string& tail) {
          text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-RulerDataPaths fixture_paths() {
+RulerDataPaths fixture_paths(const fs::path& qa_dir) {
   RulerDataPaths paths;
   paths.essays_dir = test::fixture("haystack/pg_essays");
   paths.wordlists_dir = test::fixture("wordlists");
-  paths.qa_dir = fs::temp_directory_path() / "kvb_ruler_test_qa";
+  paths.qa_dir = qa_dir;
   return paths;
 }
 
@@ -87,6 +87,19 @@ void write_synthetic_qa(const fs::path& folder) {
   std::ofstream(folder / "hotpotqa.json") << hotpot.dump();
 }
 
+// The synthetic QA files in a folder of this test process's own, removed with it: ctest runs this
+// file's tests side by side, and one test rewriting a shared squad.json while another parsed it
+// failed the reader ("missing closing quote").
+struct SyntheticQa {
+  SyntheticQa() { write_synthetic_qa(folder); }
+  ~SyntheticQa() {
+    std::error_code ignored;
+    fs::remove_all(folder, ignored);
+  }
+  const fs::path folder =
+      fs::temp_directory_path() / ("kvb_ruler_test_qa_" + std::to_string(::getpid()));
+};
+
 // Checks every task's invariants on a set of samples.
 void check_samples(const std::string& task, int length, const std::vector<Sample>& samples,
                    const Tokenizer& tokenizer, const ChatFrame& frame) {
@@ -114,8 +127,8 @@ TEST_P(RulerFakeTokenizerTest, FitsBudgetContainsAnswersFollowsTemplate) {
   const auto& [task, length] = GetParam();
   KVB_REQUIRE_FILE(test::fixture("haystack/pg_essays"));
   KVB_REQUIRE_FILE(test::fixture("wordlists/nounlist.txt"));
-  RulerDataPaths paths = fixture_paths();
-  write_synthetic_qa(paths.qa_dir);
+  const SyntheticQa qa;
+  const RulerDataPaths paths = fixture_paths(qa.folder);
   test::FakeTokenizer tokenizer;
   GenerationRequest request{task, length, 3, 42, {}};
   const std::vector<Sample> samples = generate_ruler(request, tokenizer, kChatMl, paths);
@@ -131,12 +144,12 @@ class RulerTemplateTest : public ::testing::Test {
   void SetUp() override {
     KVB_REQUIRE_FILE(test::fixture("haystack/pg_essays"));
     KVB_REQUIRE_FILE(test::fixture("wordlists/nounlist.txt"));
-    paths_ = fixture_paths();
-    write_synthetic_qa(paths_.qa_dir);
+    paths_ = fixture_paths(qa_.folder);
   }
   Sample one(const std::string& task, int length = 4096) {
     return generate_ruler({task, length, 1, 7, {}}, tokenizer_, kChatMl, paths_).front();
   }
+  const SyntheticQa qa_;
   RulerDataPaths paths_;
   test::FakeTokenizer tokenizer_;
 };
