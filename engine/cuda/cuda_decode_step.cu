@@ -67,15 +67,13 @@ CudaEngine::Impl::DenseSplitLengths::DenseSplitLengths(const Impl& m, int first,
     : rows(count * m.config.n_kv_heads) {
   const int hkv = m.heads_total();
   const int64_t first_slot = int64_t(first) * m.config.n_kv_heads;
-  int longest = 0;
-  for (int l = 0; l < m.config.n_layers; ++l)
-    for (int i = 0; i < rows; ++i)
-      longest = std::max(longest, m.host_length[int64_t(l) * hkv + first_slot + i] + 1);
-  const int grow = std::max(0, length_bound - longest);
   lengths.resize(size_t(m.config.n_layers) * rows);
   for (int l = 0; l < m.config.n_layers; ++l)
     for (int i = 0; i < rows; ++i)
-      lengths[size_t(l) * rows + i] = m.host_length[int64_t(l) * hkv + first_slot + i] + 1 + grow;
+      lengths[size_t(l) * rows + i] = m.host_length[int64_t(l) * hkv + first_slot + i] + 1;
+  const int longest = *std::max_element(lengths.begin(), lengths.end());
+  const int grow = std::max(0, length_bound - longest);
+  for (int32_t& length : lengths) length += grow;
 }
 
 // Sequences [first, first + count) only: the weights are read once for the range's rows, and every
