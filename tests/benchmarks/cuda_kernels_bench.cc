@@ -245,12 +245,37 @@ struct DecodeAttentionInputs {
             .scale = 1.f / std::sqrt(float(kHeadDim)),
             .workspace = workspace.as<float>(),
             .append = {}};
+    cudaEventCreate(&start);
+    cudaEventCreate(&stop);
   }
-  double bytes() const { return double(rows) * kHeadDim * 2 * 2; }  // every key and value once
+  ~DecodeAttentionInputs() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+  DecodeAttentionInputs(const DecodeAttentionInputs&) = delete;
+  DecodeAttentionInputs& operator=(const DecodeAttentionInputs&) = delete;
+
+  // One decode_attention call split into `chunk`-key chunks (0: the automatic split), in ms.
+  float timed_ms(int chunk) {
+    args.chunk_size = chunk;
+    cudaEventRecord(start);
+    cuda::decode_attention(args, nullptr);
+    cudaEventRecord(stop);
+    return time_ms(start, stop);
+  }
+  // GB/s of every key and value read once, and its ratio to the measured read bandwidth.
+  void set_read_counters(benchmark::State& state) const {
+    const double gigabytes = double(rows) * kHeadDim * 2 * 2 / 1e9;
+    state.counters["GB/s"] =
+        benchmark::Counter(gigabytes, benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["ratio_to_read_bw"] = benchmark::Counter(
+        gigabytes / ceilings().bandwidth_gbs, benchmark::Counter::kIsIterationInvariantRate);
+  }
 
   int64_t rows = 0;
   cuda::DeviceBuffer q, k, v, out, workspace, kv_offset, kv_length;
   cuda::DecodeAttentionArgs args;
+  cudaEvent_t start = nullptr, stop = nullptr;
 };
 
 void BM_DecodeAttention(benchmark::State& state) {
@@ -259,22 +284,9 @@ void BM_DecodeAttention(benchmark::State& state) {
   const int batch = static_cast<int>(state.range(1));
   DecodeAttentionInputs inputs(
       batch, std::vector<int32_t>(batch * DecodeAttentionInputs::kKvHeads, length));
-  cuda::DecodeAttentionArgs& a = inputs.args;
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  cuda::decode_attention(a, nullptr);
-  for (auto _ : state) {
-    cudaEventRecord(start);
-    cuda::decode_attention(a, nullptr);
-    cudaEventRecord(stop);
-    state.SetIterationTime(time_ms(start, stop) / 1e3);
-  }
-  const double bytes = inputs.bytes();
-  state.counters["GB/s"] =
-      benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["ratio_to_read_bw"] = benchmark::Counter(
-      bytes / 1e9 / ceilings().bandwidth_gbs, benchmark::Counter::kIsIterationInvariantRate);
+  inputs.timed_ms(0);
+  for (auto _ : state) state.SetIterationTime(inputs.timed_ms(0) / 1e3);
+  inputs.set_read_counters(state);
 }
 BENCHMARK(BM_DecodeAttention)
     ->Args({4096, 1})
@@ -295,33 +307,18 @@ void BM_DecodeAttentionRagged(benchmark::State& state) {
   for (size_t i = 0; i < lengths.size(); ++i)
     lengths[i] = (i / DecodeAttentionInputs::kKvHeads) % 2 == 0 ? 3277 : 6554;
   DecodeAttentionInputs inputs(batch, lengths);
-  cuda::DecodeAttentionArgs& a = inputs.args;
-  const int by_lengths = cuda::dense_decode_chunk(a, lengths.data(), int(lengths.size()));
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  auto timed = [&](int chunk) {
-    a.chunk_size = chunk;
-    cudaEventRecord(start);
-    cuda::decode_attention(a, nullptr);
-    cudaEventRecord(stop);
-    return time_ms(start, stop);
-  };
-  timed(0);
-  timed(by_lengths);
+  const int by_lengths = cuda::dense_decode_chunk(inputs.args, lengths.data(), int(lengths.size()));
+  inputs.timed_ms(0);
+  inputs.timed_ms(by_lengths);
   double automatic_ms = 0, split_ms = 0;
   for (auto _ : state) {
-    automatic_ms += timed(0);
-    const float ms = timed(by_lengths);
+    automatic_ms += inputs.timed_ms(0);
+    const float ms = inputs.timed_ms(by_lengths);
     split_ms += ms;
     state.SetIterationTime(ms / 1e3);
   }
-  const double bytes = inputs.bytes();
   state.counters["chunk"] = by_lengths;
-  state.counters["GB/s"] =
-      benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["ratio_to_read_bw"] = benchmark::Counter(
-      bytes / 1e9 / ceilings().bandwidth_gbs, benchmark::Counter::kIsIterationInvariantRate);
+  inputs.set_read_counters(state);
   state.counters["speedup_vs_automatic"] = automatic_ms / split_ms;
 }
 BENCHMARK(BM_DecodeAttentionRagged)
