@@ -1,9 +1,12 @@
 // Where a bf16 decode step's time goes: every kernel of the CUDA engine's decode step at
-// Llama-3.1-8B shapes (B=1), each captured in a CUDA graph over 32 layers' own weights (so weights
+// Llama-3.1-8B shapes, each captured in a CUDA graph over 32 layers' own weights (so weights
 // stream from HBM as in the engine, not from L2), timed per launch and set against the bytes it
 // must read and the device's read bandwidth measured in the same run. The last rows time the whole
 // step (all kernels of all layers in one graph) against the sum of its parts: the difference is
-// what sits between kernels. Run on the GPU machine: ./cuda_decode_breakdown_bench [context]
+// what sits between kernels. `batch` rows of `context` keys each: up to kDecodeGemvMaxRows rows
+// the engine folds its norms into the GEMVs; beyond, it runs the norm kernels and cuBLAS
+// (CudaEngine::Impl::run_layers), and so does this breakdown — a sweep's cells decoded together
+// take that path. Run on the GPU machine: ./cuda_decode_breakdown_bench [context] [batch]
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -67,7 +70,7 @@ double time_in_graph(const std::function<void(int, cudaStream_t)>& launch, int l
   return samples[samples.size() / 2] * 1000.0 / launches_per_graph;
 }
 
-int run(int context) {
+int run(int context, int batch) {
   if (!cuda::device_available()) {
     std::printf("no CUDA device: nothing to measure\n");
     return 0;
@@ -99,33 +102,38 @@ int run(int context) {
   }
   cuda::DeviceBuffer lm_head = random_bf16(size_t(kVocab) * kModel, "lm head");
   cuda::DeviceBuffer output_norm = random_bf16(kModel, "output norm");
-  cuda::DeviceBuffer residual(kModel * 4),
-      normed = random_bf16(kModel, "x"), qkv = random_bf16(kQkvWidth, "qkv"),
-      attn = random_bf16(kHeadsQ * kHeadDim, "attn"), delta = random_bf16(kModel, "delta"),
-      gate_up = random_bf16(2 * kFfn, "gate_up"), act = random_bf16(kFfn, "act"),
-      logits(size_t(kVocab) * 4), next(4), positions(4);
+  const int rows = batch;
+  cuda::DeviceBuffer residual(size_t(rows) * kModel * 4),
+      normed = random_bf16(size_t(rows) * kModel, "x"),
+      qkv = random_bf16(size_t(rows) * kQkvWidth, "qkv"),
+      attn = random_bf16(size_t(rows) * kHeadsQ * kHeadDim, "attn"),
+      delta = random_bf16(size_t(rows) * kModel, "delta"),
+      gate_up = random_bf16(size_t(rows) * 2 * kFfn, "gate_up"),
+      act = random_bf16(size_t(rows) * kFfn, "act"), logits(size_t(rows) * kVocab * 4),
+      next(rows * 4), positions(rows * 4);
   cudaMemsetAsync(residual.data(), 0, residual.bytes(), stream);
   cudaMemsetAsync(positions.data(), 0, positions.bytes(), stream);
   std::vector<float> inv_freq(kHeadDim / 2);
   for (int i = 0; i < kHeadDim / 2; ++i) inv_freq[i] = std::pow(500000.f, -2.f * i / kHeadDim);
   cuda::DeviceBuffer inv_freq_dev(inv_freq.size() * 4);
   inv_freq_dev.upload(inv_freq.data(), inv_freq.size() * 4);
-  std::vector<int64_t> offsets(kHeadsKv);
-  for (int h = 0; h < kHeadsKv; ++h) offsets[h] = int64_t(h) * capacity;
-  cuda::DeviceBuffer kv_offset(kHeadsKv * 8), kv_length(kHeadsKv * 4);
+  const int kv_rows = rows * kHeadsKv;  // one cache row per (sequence, KV head)
+  std::vector<int64_t> offsets(kv_rows);
+  for (int r = 0; r < kv_rows; ++r) offsets[r] = int64_t(r) * capacity;
+  cuda::DeviceBuffer kv_offset(kv_rows * 8), kv_length(kv_rows * 4);
   kv_offset.upload(offsets.data(), offsets.size() * 8);
-  std::vector<int32_t> lengths(kHeadsKv, context);
+  std::vector<int32_t> lengths(kv_rows, context);
   kv_length.upload(lengths.data(), lengths.size() * 4);
   cuda::DeviceBuffer workspace(
-      cuda::decode_attention_workspace_floats(1, kHeadsQ, kHeadDim, capacity) * 4);
+      cuda::decode_attention_workspace_floats(rows, kHeadsQ, kHeadDim, capacity) * 4);
 
-  cuda::DeviceBuffer argmax_keys(8);  // lm_head_argmax's keys: zero, and left zero by every call
+  cuda::DeviceBuffer argmax_keys(rows * 8);  // lm_head_argmax's keys: zero, left zero by each call
   cudaMemsetAsync(argmax_keys.data(), 0, argmax_keys.bytes(), stream);
   int attention_chunk = 0;  // 0: the kernel's own choice
   // The engine's dense path appends the step's token inside the attention kernel; the separate
   // forms are timed too. The appends use their own lengths (one set per layer), since every replay
   // advances them: capacity leaves room for the replays.
-  std::vector<int32_t> append_lengths_host(size_t(kLayers) * kHeadsKv, context);
+  std::vector<int32_t> append_lengths_host(size_t(kLayers) * kv_rows, context);
   cuda::DeviceBuffer append_lengths(append_lengths_host.size() * 4);
   append_lengths.upload(append_lengths_host.data(), append_lengths_host.size() * 4);
   auto attention_args = [&](int l) {
@@ -139,7 +147,7 @@ int run(int context) {
     a.max_kv_length = capacity;
     a.out = attn.as<bf16>();
     a.out_seq_stride = kHeadsQ * kHeadDim;
-    a.batch = 1;
+    a.batch = rows;
     a.n_query_heads = kHeadsQ;
     a.n_kv_heads = kHeadsKv;
     a.head_dim = kHeadDim;
@@ -151,12 +159,12 @@ int run(int context) {
   auto attention = [&](int l, cudaStream_t s) { cuda::decode_attention(attention_args(l), s); };
   auto attention_appending = [&](int l, cudaStream_t s) {
     cuda::DecodeAttentionArgs a = attention_args(l);
-    a.kv_length = append_lengths.as<int32_t>() + l * kHeadsKv;
+    a.kv_length = append_lengths.as<int32_t>() + l * kv_rows;
     a.append.positions = positions.as<int32_t>();
     a.append.inv_freq = inv_freq_dev.as<float>();
     a.append.k_cache = layers[l].k_cache.as<bf16>();
     a.append.v_cache = layers[l].v_cache.as<bf16>();
-    a.append.kv_length = append_lengths.as<int32_t>() + l * kHeadsKv;
+    a.append.kv_length = append_lengths.as<int32_t>() + l * kv_rows;
     cuda::decode_attention(a, s);
   };
   auto rope_append = [&](int l, cudaStream_t s) {
@@ -164,15 +172,15 @@ int run(int context) {
     r.qkv = qkv.as<bf16>();
     r.positions = positions.as<int32_t>();
     r.inv_freq = inv_freq_dev.as<float>();
-    r.n = 1;
+    r.n = rows;
     r.n_query_heads = kHeadsQ;
     r.n_kv_heads = kHeadsKv;
     r.head_dim = kHeadDim;
     cuda::rope_append_kv_decode(r, kv_offset.as<int64_t>(),
-                                append_lengths.as<int32_t>() + l * kHeadsKv,
+                                append_lengths.as<int32_t>() + l * kv_rows,
                                 layers[l].k_cache.as<bf16>(), layers[l].v_cache.as<bf16>(), s);
   };
-  const double kv_bytes = 2.0 * kHeadsKv * context * kHeadDim * 2;
+  const double kv_bytes = 2.0 * kv_rows * context * kHeadDim * 2;
   // The engine's step: the norms folded into the products around them (cuda::FoldedNorm), slot 0
   // before the attention and the LM head, slot 1 before the MLP.
   cuda::DeviceBuffer norm_sums(cuda::kFoldedNormSumsDoubles * sizeof(double));
@@ -181,103 +189,167 @@ int run(int context) {
     return cuda::folded_norm(normed.as<bf16>(), norm_sums.as<double>(), slot, gain.as<bf16>(),
                              1e-5f);
   };
-  std::vector<Step> steps = {
-      {"gemv qkv (folded norm)", 2.0 * kQkvWidth * kModel,
-       [&](int l, cudaStream_t s) {
-         cuda::matmul(folded(layers[l].norm1, 0), layers[l].wqkv.as<bf16>(), qkv.as<bf16>(), 1,
-                      kModel, kQkvWidth, s);
-       }},
-      {"attention + append", kv_bytes, attention_appending},
-      {"gemv o + residual", 2.0 * kModel * kModel,
-       [&](int l, cudaStream_t s) {
-         cuda::matmul_into_residual(attn.as<bf16>(), layers[l].wo.as<bf16>(), residual.as<float>(),
-                                    1, kModel, kModel, folded(layers[l].norm2, 1), s);
-       }},
-      {"gate_up + swiglu (folded)", 2.0 * 2 * kFfn * kModel,
-       [&](int l, cudaStream_t s) {
-         cuda::gate_up_swiglu(folded(layers[l].norm2, 1), layers[l].w_gate_up.as<bf16>(),
-                              act.as<bf16>(), 1, kModel, kFfn, s);
-       }},
-      {"gemv down + residual", 2.0 * kModel * kFfn,
-       [&](int l, cudaStream_t s) {
-         cuda::matmul_into_residual(act.as<bf16>(), layers[l].w_down.as<bf16>(),
-                                    residual.as<float>(), 1, kFfn, kModel,
-                                    folded(layers[(l + 1) % kLayers].norm1, 0), s);
-       }},
+  const bool folded_norms = cuda::norms_fold(rows, {kModel, kHeadsQ * kHeadDim, kFfn});
+  auto add_rmsnorm = [&](const cuda::DeviceBuffer& gain) {
+    const cuda::DeviceBuffer* weight = &gain;
+    return [&, weight](int, cudaStream_t s) {
+      cuda::add_rmsnorm(residual.as<float>(), delta.as<bf16>(), weight->as<bf16>(), rows, kModel,
+                        1e-5f, normed.as<bf16>(), s);
+    };
   };
-  std::printf("Llama-3.1-8B shapes, B=1, context %d; measured read bandwidth %.0f GB/s\n", context,
-              bandwidth_gbs);
+  const double qkv_bytes = 2.0 * kQkvWidth * kModel, o_bytes = 2.0 * kModel * kModel;
+  const double gate_up_bytes = 2.0 * 2 * kFfn * kModel, down_bytes = 2.0 * kModel * kFfn;
+  std::vector<Step> steps;
+  if (folded_norms) {
+    steps = {
+        {"gemv qkv (folded norm)", qkv_bytes,
+         [&](int l, cudaStream_t s) {
+           cuda::matmul(folded(layers[l].norm1, 0), layers[l].wqkv.as<bf16>(), qkv.as<bf16>(), rows,
+                        kModel, kQkvWidth, s);
+         }},
+        {"attention + append", kv_bytes, attention_appending},
+        {"gemv o + residual", o_bytes,
+         [&](int l, cudaStream_t s) {
+           cuda::matmul_into_residual(attn.as<bf16>(), layers[l].wo.as<bf16>(),
+                                      residual.as<float>(), rows, kModel, kModel,
+                                      folded(layers[l].norm2, 1), s);
+         }},
+        {"gate_up + swiglu (folded)", gate_up_bytes,
+         [&](int l, cudaStream_t s) {
+           cuda::gate_up_swiglu(folded(layers[l].norm2, 1), layers[l].w_gate_up.as<bf16>(),
+                                act.as<bf16>(), rows, kModel, kFfn, s);
+         }},
+        {"gemv down + residual", down_bytes,
+         [&](int l, cudaStream_t s) {
+           cuda::matmul_into_residual(act.as<bf16>(), layers[l].w_down.as<bf16>(),
+                                      residual.as<float>(), rows, kFfn, kModel,
+                                      folded(layers[(l + 1) % kLayers].norm1, 0), s);
+         }},
+    };
+  } else {  // the engine's step beyond kDecodeGemvMaxRows rows: norm kernels and cuBLAS
+    steps = {
+        {"add_rmsnorm (attention)", 0,
+         [&](int l, cudaStream_t s) { add_rmsnorm(layers[l].norm1)(l, s); }},
+        {"gemm qkv", qkv_bytes,
+         [&](int l, cudaStream_t s) {
+           cuda::matmul(cublas, normed.as<bf16>(), layers[l].wqkv.as<bf16>(), qkv.as<bf16>(), rows,
+                        kModel, kQkvWidth, s);
+         }},
+        {"attention + append", kv_bytes, attention_appending},
+        {"gemm o", o_bytes,
+         [&](int l, cudaStream_t s) {
+           cuda::matmul(cublas, attn.as<bf16>(), layers[l].wo.as<bf16>(), delta.as<bf16>(), rows,
+                        kModel, kModel, s);
+         }},
+        {"add_rmsnorm (mlp)", 0,
+         [&](int l, cudaStream_t s) { add_rmsnorm(layers[l].norm2)(l, s); }},
+        {"gemm gate_up + swiglu", gate_up_bytes,
+         [&](int l, cudaStream_t s) {
+           cuda::gate_up_swiglu(cublas, normed.as<bf16>(), layers[l].w_gate_up.as<bf16>(),
+                                gate_up.as<bf16>(), act.as<bf16>(), rows, kModel, kFfn, s);
+         }},
+        {"gemm down", down_bytes,
+         [&](int l, cudaStream_t s) {
+           cuda::matmul(cublas, act.as<bf16>(), layers[l].w_down.as<bf16>(), delta.as<bf16>(), rows,
+                        kFfn, kModel, s);
+         }},
+    };
+  }
+  std::printf(
+      "Llama-3.1-8B shapes, batch %d, context %d, norms %s; measured read bandwidth %.0f GB/s\n",
+      rows, context, folded_norms ? "folded" : "as kernels", bandwidth_gbs);
   std::printf("%-24s %10s %10s %10s %8s\n", "kernel", "us/layer", "floor us", "GB/s", "ratio");
+  auto report = [&](const Step& step) {  // prints the step's line and returns its floor
+    const double us = time_in_graph(step.launch, kLayers, stream);
+    const double floor_us = step.bytes_per_launch / (bandwidth_gbs * 1e3);
+    std::printf("%-24s %10.2f %10.2f %10.0f %8s\n", step.name.c_str(), us, floor_us,
+                step.bytes_per_launch > 0 ? step.bytes_per_launch / (us * 1e3) : 0.0,
+                floor_us > 0 ? std::to_string(us / floor_us).substr(0, 5).c_str() : "-");
+    return std::pair(us, floor_us);
+  };
   double sum_us = 0, floor_sum_us = 0;
   for (const Step& step : steps) {
-    const double us = time_in_graph(step.launch, kLayers, stream);
-    const double floor_us = step.bytes_per_launch / (bandwidth_gbs * 1e3);
+    const auto [us, floor_us] = report(step);
     sum_us += us;
     floor_sum_us += floor_us;
-    std::printf("%-24s %10.2f %10.2f %10.0f %8s\n", step.name.c_str(), us, floor_us,
-                step.bytes_per_launch > 0 ? step.bytes_per_launch / (us * 1e3) : 0.0,
-                floor_us > 0 ? std::to_string(us / floor_us).substr(0, 5).c_str() : "-");
   }
-  // The unfused forms, for comparison (not part of the whole step): the norm kernel and the plain
-  // products, the append then the attention, the gate/up product then SwiGLU, and the LM head then
-  // its argmax, as two kernels each.
-  const std::vector<Step> unfused = {
-      {"(add_rmsnorm)", 0,
-       [&](int l, cudaStream_t s) {
-         cuda::add_rmsnorm(residual.as<float>(), delta.as<bf16>(), layers[l].norm1.as<bf16>(), 1,
-                           kModel, 1e-5f, normed.as<bf16>(), s);
-       }},
-      {"(gemv qkv)", 2.0 * kQkvWidth * kModel,
-       [&](int l, cudaStream_t s) {
-         cuda::matmul(cublas, normed.as<bf16>(), layers[l].wqkv.as<bf16>(), qkv.as<bf16>(), 1,
-                      kModel, kQkvWidth, s);
-       }},
-      {"(gemv o)", 2.0 * kModel * kModel,
-       [&](int l, cudaStream_t s) {
-         cuda::matmul(cublas, attn.as<bf16>(), layers[l].wo.as<bf16>(), delta.as<bf16>(), 1, kModel,
-                      kModel, s);
-       }},
-      {"(gate_up + swiglu)", 2.0 * 2 * kFfn * kModel,
-       [&](int l, cudaStream_t s) {
-         cuda::gate_up_swiglu(cublas, normed.as<bf16>(), layers[l].w_gate_up.as<bf16>(),
-                              gate_up.as<bf16>(), act.as<bf16>(), 1, kModel, kFfn, s);
-       }},
-      {"(gemv down)", 2.0 * kModel * kFfn,
-       [&](int l, cudaStream_t s) {
-         cuda::matmul(cublas, act.as<bf16>(), layers[l].w_down.as<bf16>(), delta.as<bf16>(), 1,
-                      kFfn, kModel, s);
-       }},
+  // Other forms, for comparison (not part of the whole step): the append then the attention, the
+  // gate/up product then SwiGLU as two kernels; with folded norms also the norm kernel and the
+  // plain products; beyond the GEMV's rows the tensor-core kernel the engine leaves opt-in.
+  std::vector<Step> others = {
       {"(rope + append_kv)", 0, rope_append},
       {"(decode_attention)", kv_bytes, attention},
-      {"(gemv gate_up)", 2.0 * 2 * kFfn * kModel,
+      {"(gemm gate_up)", gate_up_bytes,
        [&](int l, cudaStream_t s) {
          cuda::matmul(cublas, normed.as<bf16>(), layers[l].w_gate_up.as<bf16>(), gate_up.as<bf16>(),
-                      1, kModel, 2 * kFfn, s);
+                      rows, kModel, 2 * kFfn, s);
        }},
       {"(swiglu)", 0,
-       [&](int, cudaStream_t s) { cuda::swiglu(gate_up.as<bf16>(), 1, kFfn, act.as<bf16>(), s); }},
+       [&](int, cudaStream_t s) {
+         cuda::swiglu(gate_up.as<bf16>(), rows, kFfn, act.as<bf16>(), s);
+       }},
   };
-  for (const Step& step : unfused) {
-    const double us = time_in_graph(step.launch, kLayers, stream);
-    const double floor_us = step.bytes_per_launch / (bandwidth_gbs * 1e3);
-    std::printf("%-24s %10.2f %10.2f %10.0f %8s\n", step.name.c_str(), us, floor_us,
-                step.bytes_per_launch > 0 ? step.bytes_per_launch / (us * 1e3) : 0.0,
-                floor_us > 0 ? std::to_string(us / floor_us).substr(0, 5).c_str() : "-");
+  if (folded_norms) {
+    others.insert(others.begin(),
+                  {{"(add_rmsnorm)", 0, add_rmsnorm(layers[0].norm1)},
+                   {"(gemv qkv)", qkv_bytes,
+                    [&](int l, cudaStream_t s) {
+                      cuda::matmul(cublas, normed.as<bf16>(), layers[l].wqkv.as<bf16>(),
+                                   qkv.as<bf16>(), rows, kModel, kQkvWidth, s);
+                    }},
+                   {"(gemv o)", o_bytes,
+                    [&](int l, cudaStream_t s) {
+                      cuda::matmul(cublas, attn.as<bf16>(), layers[l].wo.as<bf16>(),
+                                   delta.as<bf16>(), rows, kModel, kModel, s);
+                    }},
+                   {"(gemv down)", down_bytes, [&](int l, cudaStream_t s) {
+                      cuda::matmul(cublas, act.as<bf16>(), layers[l].w_down.as<bf16>(),
+                                   delta.as<bf16>(), rows, kFfn, kModel, s);
+                    }}});
   }
-  auto head_unfused = [&](int, cudaStream_t s) {
-    cuda::matmul_f32out(cublas, normed.as<bf16>(), lm_head.as<bf16>(), logits.as<float>(), 1,
-                        kModel, kVocab, s);
-    cuda::argmax_rows(logits.as<float>(), 1, kVocab, next.as<int32_t>(), s);
-  };
-  std::printf("%-24s %10.2f\n", "(lm head, argmax)", time_in_graph(head_unfused, 1, stream));
-  auto head = [&](int, cudaStream_t s) {
-    cuda::lm_head_argmax(folded(output_norm, 0), lm_head.as<bf16>(), logits.as<float>(), 1, kModel,
-                         kVocab, argmax_keys.as<unsigned long long>(), next.as<int32_t>(), s);
+  cuda::DeviceBuffer mma_out;
+  if (rows > cuda::kDecodeGemvMaxRows && rows <= cuda::kSkinnyMaxRows) {
+    mma_out = cuda::DeviceBuffer(size_t(rows) * 2 * kFfn * 4, "tensor-core output");
+    auto mma = [&](const char* name, double bytes, cuda::DeviceBuffer LayerBuffers::*weight,
+                   const cuda::DeviceBuffer& x, int in, int out) {
+      const cuda::DeviceBuffer* input = &x;
+      others.push_back({name, bytes, [&, input, weight, in, out](int l, cudaStream_t s) {
+                          cuda::matmul_skinny_mma(input->as<bf16>(), (layers[l].*weight).as<bf16>(),
+                                                  mma_out.as<float>(), rows, in, out, s);
+                        }});
+    };
+    mma("(tensor-core qkv)", qkv_bytes, &LayerBuffers::wqkv, normed, kModel, kQkvWidth);
+    mma("(tensor-core o)", o_bytes, &LayerBuffers::wo, attn, kModel, kModel);
+    mma("(tensor-core gate_up)", gate_up_bytes, &LayerBuffers::w_gate_up, normed, kModel, 2 * kFfn);
+    mma("(tensor-core down)", down_bytes, &LayerBuffers::w_down, act, kFfn, kModel);
+  }
+  for (const Step& step : others) report(step);
+  const auto add_output_norm = add_rmsnorm(output_norm);
+  if (folded_norms) {
+    auto head_unfused = [&](int, cudaStream_t s) {
+      cuda::matmul_f32out(cublas, normed.as<bf16>(), lm_head.as<bf16>(), logits.as<float>(), rows,
+                          kModel, kVocab, s);
+      cuda::argmax_rows(logits.as<float>(), rows, kVocab, next.as<int32_t>(), s);
+    };
+    std::printf("%-24s %10.2f\n", "(lm head, argmax)", time_in_graph(head_unfused, 1, stream));
+  }
+  auto head = [&](int l, cudaStream_t s) {
+    if (folded_norms) {
+      cuda::lm_head_argmax(folded(output_norm, 0), lm_head.as<bf16>(), logits.as<float>(), rows,
+                           kModel, kVocab, argmax_keys.as<unsigned long long>(), next.as<int32_t>(),
+                           s);
+    } else {
+      add_output_norm(l, s);
+      cuda::lm_head_argmax(cublas, normed.as<bf16>(), lm_head.as<bf16>(), logits.as<float>(), rows,
+                           kModel, kVocab, argmax_keys.as<unsigned long long>(), next.as<int32_t>(),
+                           s);
+    }
   };
   const double head_us = time_in_graph(head, 1, stream);
   const double head_floor_us = 2.0 * kVocab * kModel / (bandwidth_gbs * 1e3);
-  std::printf("%-24s %10.2f %10.2f %10s %8.3f\n", "lm head + argmax", head_us, head_floor_us, "",
-              head_us / head_floor_us);
+  std::printf("%-24s %10.2f %10.2f %10s %8.3f\n",
+              folded_norms ? "lm head + argmax" : "norm, lm head, argmax", head_us, head_floor_us,
+              "", head_us / head_floor_us);
   auto whole = [&](int l, cudaStream_t s) {
     for (const Step& step : steps) step.launch(l, s);
     if (l == kLayers - 1) head(l, s);
@@ -309,5 +381,11 @@ int run(int context) {
 
 int main(int argc, char** argv) {
   const int context = argc > 1 ? std::atoi(argv[1]) : 4096;
-  return kvb::run(context);
+  const int batch = argc > 2 ? std::atoi(argv[2]) : 1;
+  if (context < 1 || batch < 1) {
+    std::fprintf(stderr, "usage: %s [context >= 1, default 4096] [batch >= 1, default 1]\n",
+                 argv[0]);
+    return 2;
+  }
+  return kvb::run(context, batch);
 }
