@@ -30,6 +30,7 @@
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/early_exit_decode.h"
 #include "kernels/cuda/transformer_ops.h"
+#include "tests/benchmarks/cuda_event_timer.h"
 
 namespace kvb {
 namespace {
@@ -148,24 +149,13 @@ struct Setup {
   }
 };
 
-float elapsed_ms(cudaEvent_t start, cudaEvent_t stop) {
-  float ms = 0;
-  cudaEventSynchronize(stop);
-  cudaEventElapsedTime(&ms, start, stop);
-  return ms;
-}
-
 template <typename Launch>
 double time_us(Setup& setup, Launch launch) {
-  static cudaEvent_t start = nullptr, stop = nullptr;
-  if (!start) {
-    cudaEventCreate(&start);
-    cudaEventCreate(&stop);
-  }
-  cudaEventRecord(start);
-  for (int r = 0; r < kRepeats; ++r) launch(r % setup.copies);
-  cudaEventRecord(stop);
-  return elapsed_ms(start, stop) * 1e3 / kRepeats;
+  bench::CudaEventTimer timer;
+  return timer.time_ms([&] {
+    for (int r = 0; r < kRepeats; ++r) launch(r % setup.copies);
+  }) * 1e3 /
+         kRepeats;
 }
 
 // Args: model (index into kShapes), n, mode (0 stop off, 1 stop on over random K/V, 2 stop on

@@ -20,6 +20,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/transformer_ops.h"
+#include "tests/benchmarks/cuda_event_timer.h"
 
 namespace kvb {
 namespace {
@@ -49,22 +50,13 @@ double time_in_graph(const std::function<void(int, cudaStream_t)>& launch, int l
   for (int l = 0; l < launches_per_graph; ++l) launch(l, stream);
   cuda::check(cudaStreamEndCapture(stream, &graph), "end capture");
   cuda::check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
+  bench::CudaEventTimer timer;
   std::vector<float> samples;
   for (int rep = 0; rep < 23; ++rep) {
-    cudaEventRecord(start, stream);
-    cudaGraphLaunch(exec, stream);
-    cudaEventRecord(stop, stream);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
+    const float ms = timer.time_ms([&] { cudaGraphLaunch(exec, stream); }, stream);
     if (rep >= 3) samples.push_back(ms);
   }
   std::sort(samples.begin(), samples.end());
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   return samples[samples.size() / 2] * 1000.0 / launches_per_graph;

@@ -14,6 +14,7 @@
 #include "kernels/cuda/dropkv_scores.h"
 #include "kernels/cuda/topk_select.h"
 #include "kernels/cuda/transformer_ops.h"
+#include "tests/benchmarks/cuda_event_timer.h"
 
 namespace kvb {
 namespace {
@@ -96,19 +97,10 @@ double read_bandwidth_gbs() {
   return measured;
 }
 
-double event_ms(cudaEvent_t start, cudaEvent_t stop) {
-  float ms = 0;
-  cudaEventSynchronize(stop);
-  cudaEventElapsedTime(&ms, start, stop);
-  return ms;
-}
-
 void BM_DropKvFused(benchmark::State& state) {
   if (!cuda::device_available()) return state.SkipWithError("no CUDA device");
   LayerInputs in(static_cast<int>(state.range(0)));
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
+  bench::CudaEventTimer timer;
   auto select = [&] {
     cuda::pool_and_protect(in.scores.as<float>(), in.scores.as<float>(), kHkv, in.length,
                            kPoolKernel, true, kWindow, in.pool.data(), nullptr);
@@ -130,19 +122,9 @@ void BM_DropKvFused(benchmark::State& state) {
     select();
   };
   run();
-  for (auto _ : state) {
-    cudaEventRecord(start);
-    run();
-    cudaEventRecord(stop);
-    state.SetIterationTime(event_ms(start, stop) / 1e3);
-  }
+  for (auto _ : state) state.SetIterationTime(timer.time_ms(run) / 1e3);
   // Each stage alone (one launch each, after the timed loop): where the fused path's time goes.
-  auto stage_ms = [&](const std::function<void()>& stage) {
-    cudaEventRecord(start);
-    stage();
-    cudaEventRecord(stop);
-    return event_ms(start, stop);
-  };
+  auto stage_ms = [&](const std::function<void()>& stage) { return timer.time_ms(stage); };
   state.counters["window_ms"] = stage_ms([&] { in.window_forward(); });
   // The split-KV window forward reads each KV head's keys and values once: its floor, and the
   // scorer's.
@@ -165,16 +147,14 @@ BENCHMARK(BM_DropKvFused)
 void BM_DropKvMaterialised(benchmark::State& state) {
   if (!cuda::device_available()) return state.SkipWithError("no CUDA device");
   LayerInputs in(static_cast<int>(state.range(0)));
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
+  bench::CudaEventTimer timer;
   size_t scratch = 0;
   for (auto _ : state) {
-    cudaEventRecord(start);
-    in.window_forward();
-    scratch = cuda::dropkv_scores_materialised(in.score_args(), nullptr);
-    cudaEventRecord(stop);
-    state.SetIterationTime(event_ms(start, stop) / 1e3);
+    const float ms = timer.time_ms([&] {
+      in.window_forward();
+      scratch = cuda::dropkv_scores_materialised(in.score_args(), nullptr);
+    });
+    state.SetIterationTime(ms / 1e3);
   }
   state.counters["scratch_MB"] = scratch / 1e6;
 }

@@ -17,6 +17,7 @@
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/transformer_ops.h"
 #include "kernels/cuda/window_attention_sums.h"
+#include "tests/benchmarks/cuda_event_timer.h"
 
 namespace kvb {
 namespace {
@@ -39,13 +40,6 @@ const Ceilings& ceilings() {
     return c;
   }();
   return measured;
-}
-
-float time_ms(cudaEvent_t start, cudaEvent_t stop) {
-  float ms = 0;
-  cudaEventSynchronize(stop);
-  cudaEventElapsedTime(&ms, start, stop);
-  return ms;
 }
 
 struct PrefillInputs {
@@ -80,16 +74,10 @@ struct PrefillInputs {
 // Mean milliseconds of `reps` consecutive calls of `call`.
 template <class Call>
 float mean_ms(Call call, int reps) {
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  cudaEventRecord(start);
-  for (int i = 0; i < reps; ++i) call();
-  cudaEventRecord(stop);
-  const float ms = time_ms(start, stop) / reps;
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return ms;
+  bench::CudaEventTimer timer;
+  return timer.time_ms([&] {
+    for (int i = 0; i < reps; ++i) call();
+  }) / reps;
 }
 
 void BM_FlashPrefill(benchmark::State& state) {
@@ -245,23 +233,12 @@ struct DecodeAttentionInputs {
             .scale = 1.f / std::sqrt(float(kHeadDim)),
             .workspace = workspace.as<float>(),
             .append = {}};
-    cudaEventCreate(&start);
-    cudaEventCreate(&stop);
   }
-  ~DecodeAttentionInputs() {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-  }
-  DecodeAttentionInputs(const DecodeAttentionInputs&) = delete;
-  DecodeAttentionInputs& operator=(const DecodeAttentionInputs&) = delete;
 
   // One decode_attention call split into `chunk`-key chunks (0: the automatic split), in ms.
   float timed_ms(int chunk) {
     args.chunk_size = chunk;
-    cudaEventRecord(start);
-    cuda::decode_attention(args, nullptr);
-    cudaEventRecord(stop);
-    return time_ms(start, stop);
+    return timer.time_ms([&] { cuda::decode_attention(args, nullptr); });
   }
   // GB/s of every key and value read once, and its ratio to the measured read bandwidth.
   void set_read_counters(benchmark::State& state) const {
@@ -275,7 +252,7 @@ struct DecodeAttentionInputs {
   int64_t rows = 0;
   cuda::DeviceBuffer q, k, v, out, workspace, kv_offset, kv_length;
   cuda::DecodeAttentionArgs args;
-  cudaEvent_t start = nullptr, stop = nullptr;
+  bench::CudaEventTimer timer;
 };
 
 void BM_DecodeAttention(benchmark::State& state) {

@@ -17,6 +17,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/transformer_ops.h"
+#include "tests/benchmarks/cuda_event_timer.h"
 
 namespace kvb {
 namespace {
@@ -29,24 +30,13 @@ constexpr int kQkvWidth = (kHeadsQ + 2 * kHeadsKv) * kHeadDim;
 
 // Median milliseconds of `launch` over a few repetitions (after one warm-up).
 double time_ms(const std::function<void(cudaStream_t)>& launch, cudaStream_t stream, int reps = 5) {
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
+  bench::CudaEventTimer timer;
   launch(stream);
   std::vector<float> samples;
-  for (int rep = 0; rep < reps; ++rep) {
-    cudaEventRecord(start, stream);
-    launch(stream);
-    cudaEventRecord(stop, stream);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    samples.push_back(ms);
-  }
+  for (int rep = 0; rep < reps; ++rep)
+    samples.push_back(timer.time_ms([&] { launch(stream); }, stream));
   cuda::check(cudaGetLastError(), "timed launch");
   std::sort(samples.begin(), samples.end());
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   return samples[samples.size() / 2];
 }
 
