@@ -75,6 +75,8 @@ int run(int context, int batch) {
   cublasSetStream(cublas, stream);
 
   const int capacity = context + 256;  // room for the appends of every replay
+  const int rows = batch;
+  const int kv_rows = rows * kHeadsKv;  // one cache row per (sequence, KV head)
   std::vector<LayerBuffers> layers(kLayers);
   uint64_t seed = 1;
   auto random_bf16 = [&](size_t count, const char* label) {
@@ -89,12 +91,11 @@ int run(int context, int batch) {
     l.wo = random_bf16(size_t(kModel) * kModel, "wo");
     l.w_gate_up = random_bf16(size_t(2) * kFfn * kModel, "gate/up");
     l.w_down = random_bf16(size_t(kModel) * kFfn, "down");
-    l.k_cache = random_bf16(size_t(kHeadsKv) * capacity * kHeadDim, "k");
-    l.v_cache = random_bf16(size_t(kHeadsKv) * capacity * kHeadDim, "v");
+    l.k_cache = random_bf16(size_t(kv_rows) * capacity * kHeadDim, "k");
+    l.v_cache = random_bf16(size_t(kv_rows) * capacity * kHeadDim, "v");
   }
   cuda::DeviceBuffer lm_head = random_bf16(size_t(kVocab) * kModel, "lm head");
   cuda::DeviceBuffer output_norm = random_bf16(kModel, "output norm");
-  const int rows = batch;
   cuda::DeviceBuffer residual(size_t(rows) * kModel * 4),
       normed = random_bf16(size_t(rows) * kModel, "x"),
       qkv = random_bf16(size_t(rows) * kQkvWidth, "qkv"),
@@ -109,7 +110,6 @@ int run(int context, int batch) {
   for (int i = 0; i < kHeadDim / 2; ++i) inv_freq[i] = std::pow(500000.f, -2.f * i / kHeadDim);
   cuda::DeviceBuffer inv_freq_dev(inv_freq.size() * 4);
   inv_freq_dev.upload(inv_freq.data(), inv_freq.size() * 4);
-  const int kv_rows = rows * kHeadsKv;  // one cache row per (sequence, KV head)
   std::vector<int64_t> offsets(kv_rows);
   for (int r = 0; r < kv_rows; ++r) offsets[r] = int64_t(r) * capacity;
   cuda::DeviceBuffer kv_offset(kv_rows * 8), kv_length(kv_rows * 4);
