@@ -100,23 +100,6 @@ void fit_projections(benchmark::State& state) {
   report(state, "fit_binary_projections", length, seconds, true);
 }
 
-// The prompt store the benchmarks below read (values are copies of the keys: never read).
-kvb::KvStore prompt_store(int length) {
-  kvb::KvStore store(kLayers, kKvHeads, kHeadDim);
-  store.reserve(length);
-  for (int l = 0; l < kLayers; ++l) {
-    std::vector<std::vector<float>> keys;
-    for (int h = 0; h < kKvHeads; ++h) keys.push_back(random_keys(length, l, h));
-    std::vector<float> row(kKvHeads * kHeadDim);
-    for (int t = 0; t < length; ++t) {
-      for (int h = 0; h < kKvHeads; ++h)
-        std::copy_n(&keys[h][static_cast<size_t>(t) * kHeadDim], kHeadDim, &row[h * kHeadDim]);
-      store.append(l, t, row.data(), row.data());
-    }
-  }
-  return store;
-}
-
 // CudaBackend's host copy on host vectors in place of the device's downloads: per layer, the keys
 // (and values) [Hkv, capacity, d] as CudaEngine::cached_sequence returns them, appended to a host
 // store head by head (KvStore::append_rows). `values` false: Engine::host_keys; true: host_store.

@@ -30,7 +30,7 @@
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/early_exit_decode.h"
 #include "kernels/cuda/transformer_ops.h"
-#include "tests/benchmarks/cuda_event_timer.h"
+#include "tests/benchmarks/cuda_timing.h"
 
 namespace kvb {
 namespace {

@@ -20,7 +20,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/transformer_ops.h"
-#include "tests/benchmarks/cuda_event_timer.h"
+#include "tests/benchmarks/cuda_timing.h"
 
 namespace kvb {
 namespace {
@@ -40,27 +40,6 @@ struct Step {
   double bytes_per_launch;  // what the kernel must read (weights, cache) — its floor
   std::function<void(int layer, cudaStream_t)> launch;
 };
-
-// Median microseconds per layer of `launch` replayed from a graph over all layers.
-double time_in_graph(const std::function<void(int, cudaStream_t)>& launch, int launches_per_graph,
-                     cudaStream_t stream) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  cuda::check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "capture");
-  for (int l = 0; l < launches_per_graph; ++l) launch(l, stream);
-  cuda::check(cudaStreamEndCapture(stream, &graph), "end capture");
-  cuda::check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  bench::CudaEventTimer timer;
-  std::vector<float> samples;
-  for (int rep = 0; rep < 23; ++rep) {
-    const float ms = timer.time_ms([&] { cudaGraphLaunch(exec, stream); }, stream);
-    if (rep >= 3) samples.push_back(ms);
-  }
-  std::sort(samples.begin(), samples.end());
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  return samples[samples.size() / 2] * 1000.0 / launches_per_graph;
-}
 
 int run(int context, int batch) {
   if (!cuda::device_available()) {
@@ -252,7 +231,7 @@ int run(int context, int batch) {
       rows, context, folded_norms ? "folded" : "as kernels", bandwidth_gbs);
   std::printf("%-24s %10s %10s %10s %8s\n", "kernel", "us/layer", "floor us", "GB/s", "ratio");
   auto report = [&](const Step& step) {  // prints the step's line and returns its floor
-    const double us = time_in_graph(step.launch, kLayers, stream);
+    const double us = bench::graph_median_us(step.launch, kLayers, stream);
     const double floor_us = step.bytes_per_launch / (bandwidth_gbs * 1e3);
     std::printf("%-24s %10.2f %10.2f %10.0f %8s\n", step.name.c_str(), us, floor_us,
                 step.bytes_per_launch > 0 ? step.bytes_per_launch / (us * 1e3) : 0.0,
@@ -323,7 +302,8 @@ int run(int context, int batch) {
                           kModel, kVocab, s);
       cuda::argmax_rows(logits.as<float>(), rows, kVocab, next.as<int32_t>(), s);
     };
-    std::printf("%-24s %10.2f\n", "(lm head, argmax)", time_in_graph(head_unfused, 1, stream));
+    std::printf("%-24s %10.2f\n", "(lm head, argmax)",
+                bench::graph_median_us(head_unfused, 1, stream));
   }
   auto head = [&](int l, cudaStream_t s) {
     if (folded_norms) {
@@ -337,7 +317,7 @@ int run(int context, int batch) {
                            s);
     }
   };
-  const double head_us = time_in_graph(head, 1, stream);
+  const double head_us = bench::graph_median_us(head, 1, stream);
   const double head_floor_us = 2.0 * kVocab * kModel / (bandwidth_gbs * 1e3);
   std::printf("%-24s %10.2f %10.2f %10s %8.3f\n",
               folded_norms ? "lm head + argmax" : "norm, lm head, argmax", head_us, head_floor_us,
@@ -346,7 +326,7 @@ int run(int context, int batch) {
     for (const Step& step : steps) step.launch(l, s);
     if (l == kLayers - 1) head(l, s);
   };
-  const double step_us = time_in_graph(whole, kLayers, stream) * kLayers;
+  const double step_us = bench::graph_median_us(whole, kLayers, stream) * kLayers;
   const double parts_us = sum_us * kLayers + head_us;
   const double floor_us = floor_sum_us * kLayers + head_floor_us;
   std::printf("sum of parts: %.0f us; whole step in one graph: %.0f us; bandwidth floor %.0f us\n",
@@ -360,7 +340,7 @@ int run(int context, int batch) {
   for (int chunk : {64, 128, 256, 512, 1024, 2048, 4096}) {
     if (chunk > capacity) break;
     attention_chunk = chunk;
-    std::printf(" %d:%.2f", chunk, time_in_graph(attention, kLayers, stream));
+    std::printf(" %d:%.2f", chunk, bench::graph_median_us(attention, kLayers, stream));
   }
   std::printf("\n");
   cublasDestroy(cublas);

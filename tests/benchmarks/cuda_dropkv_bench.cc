@@ -14,7 +14,7 @@
 #include "kernels/cuda/dropkv_scores.h"
 #include "kernels/cuda/topk_select.h"
 #include "kernels/cuda/transformer_ops.h"
-#include "tests/benchmarks/cuda_event_timer.h"
+#include "tests/benchmarks/cuda_timing.h"
 
 namespace kvb {
 namespace {

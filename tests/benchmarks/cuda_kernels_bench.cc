@@ -17,7 +17,7 @@
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/transformer_ops.h"
 #include "kernels/cuda/window_attention_sums.h"
-#include "tests/benchmarks/cuda_event_timer.h"
+#include "tests/benchmarks/cuda_timing.h"
 
 namespace kvb {
 namespace {

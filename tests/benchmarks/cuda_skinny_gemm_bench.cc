@@ -15,7 +15,7 @@
 
 #include "kernels/cuda/cuda_utils.h"
 #include "kernels/cuda/transformer_ops.h"
-#include "tests/benchmarks/cuda_event_timer.h"
+#include "tests/benchmarks/cuda_timing.h"
 
 namespace kvb {
 namespace {
@@ -41,27 +41,6 @@ void check_lt(cublasStatus_t status, const char* what) {
   }
 }
 
-// Median µs per product of `launch(copy)` over the weight copies, replayed from one graph.
-double median_us(const std::function<void(int, cudaStream_t)>& launch, int copies,
-                 cudaStream_t stream) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  cuda::check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "capture");
-  for (int c = 0; c < copies; ++c) launch(c, stream);
-  cuda::check(cudaStreamEndCapture(stream, &graph), "end capture");
-  cuda::check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  bench::CudaEventTimer timer;
-  std::vector<float> samples;
-  for (int rep = 0; rep < 13; ++rep) {
-    const float ms = timer.time_ms([&] { cudaGraphLaunch(exec, stream); }, stream);
-    if (rep >= 3) samples.push_back(ms);
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  std::sort(samples.begin(), samples.end());
-  return samples[samples.size() / 2] * 1000.0 / copies;
-}
-
 void run_shape(const Shape& shape, int rows, double bandwidth_gbs, cublasHandle_t cublas,
                cublasLtHandle_t lt, const cuda::DeviceBuffer& workspace, cudaStream_t stream) {
   const size_t weight_elems = size_t(shape.in_features) * shape.out_features;
@@ -76,7 +55,7 @@ void run_shape(const Shape& shape, int rows, double bandwidth_gbs, cublasHandle_
   cuda::fill_random_bf16(x.as<bf16>(), size_t(rows) * shape.in_features, 3, 1.f, stream);
   const double floor_us = weight_elems * 2.0 / (bandwidth_gbs * 1e3);
   const float one = 1.f, zero = 0.f;
-  const double default_us = median_us(
+  const double default_us = bench::graph_median_us(
       [&](int c, cudaStream_t s) {
         cuda::matmul(cublas, x.as<bf16>(), weights[c].as<bf16>(), y.as<bf16>(), rows,
                      shape.in_features, shape.out_features, s);
@@ -113,7 +92,7 @@ void run_shape(const Shape& shape, int rows, double bandwidth_gbs, cublasHandle_
   int best = -1;
   for (int i = 0; i < found; ++i) {
     if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
-    const double us = median_us(
+    const double us = bench::graph_median_us(
         [&](int c, cudaStream_t s) {
           check_lt(cublasLtMatmul(lt, desc, &one, weights[c].data(), a_layout, x.data(), b_layout,
                                   &zero, y.data(), c_layout, y.data(), c_layout, &results[i].algo,
