@@ -170,6 +170,19 @@ int run(int context, int batch) {
   };
   const double qkv_bytes = 2.0 * kQkvWidth * kModel, o_bytes = 2.0 * kModel * kModel;
   const double gate_up_bytes = 2.0 * 2 * kFfn * kModel, down_bytes = 2.0 * kModel * kFfn;
+  // The plain products (cuda::matmul: the GEMV up to kDecodeGemvMaxRows rows, cuBLAS beyond).
+  auto qkv_product = [&](int l, cudaStream_t s) {
+    cuda::matmul(cublas, normed.as<bf16>(), layers[l].wqkv.as<bf16>(), qkv.as<bf16>(), rows, kModel,
+                 kQkvWidth, s);
+  };
+  auto o_product = [&](int l, cudaStream_t s) {
+    cuda::matmul(cublas, attn.as<bf16>(), layers[l].wo.as<bf16>(), delta.as<bf16>(), rows, kModel,
+                 kModel, s);
+  };
+  auto down_product = [&](int l, cudaStream_t s) {
+    cuda::matmul(cublas, act.as<bf16>(), layers[l].w_down.as<bf16>(), delta.as<bf16>(), rows, kFfn,
+                 kModel, s);
+  };
   std::vector<Step> steps;
   if (folded_norms) {
     steps = {
@@ -201,17 +214,9 @@ int run(int context, int batch) {
     steps = {
         {"add_rmsnorm (attention)", 0,
          [&](int l, cudaStream_t s) { add_rmsnorm(layers[l].norm1)(l, s); }},
-        {"gemm qkv", qkv_bytes,
-         [&](int l, cudaStream_t s) {
-           cuda::matmul(cublas, normed.as<bf16>(), layers[l].wqkv.as<bf16>(), qkv.as<bf16>(), rows,
-                        kModel, kQkvWidth, s);
-         }},
+        {"gemm qkv", qkv_bytes, qkv_product},
         {"attention + append", kv_bytes, attention_appending},
-        {"gemm o", o_bytes,
-         [&](int l, cudaStream_t s) {
-           cuda::matmul(cublas, attn.as<bf16>(), layers[l].wo.as<bf16>(), delta.as<bf16>(), rows,
-                        kModel, kModel, s);
-         }},
+        {"gemm o", o_bytes, o_product},
         {"add_rmsnorm (mlp)", 0,
          [&](int l, cudaStream_t s) { add_rmsnorm(layers[l].norm2)(l, s); }},
         {"gemm gate_up + swiglu", gate_up_bytes,
@@ -219,18 +224,14 @@ int run(int context, int batch) {
            cuda::gate_up_swiglu(cublas, normed.as<bf16>(), layers[l].w_gate_up.as<bf16>(),
                                 gate_up.as<bf16>(), act.as<bf16>(), rows, kModel, kFfn, s);
          }},
-        {"gemm down", down_bytes,
-         [&](int l, cudaStream_t s) {
-           cuda::matmul(cublas, act.as<bf16>(), layers[l].w_down.as<bf16>(), delta.as<bf16>(), rows,
-                        kFfn, kModel, s);
-         }},
+        {"gemm down", down_bytes, down_product},
     };
   }
   std::printf(
       "Llama-3.1-8B shapes, batch %d, context %d, norms %s; measured read bandwidth %.0f GB/s\n",
       rows, context, folded_norms ? "folded" : "as kernels", bandwidth_gbs);
   std::printf("%-24s %10s %10s %10s %8s\n", "kernel", "us/layer", "floor us", "GB/s", "ratio");
-  auto report = [&](const Step& step) {  // prints the step's line and returns its floor
+  auto report = [&](const Step& step) {  // prints the step's line; returns its µs and floor µs
     const double us = bench::graph_median_us(step.launch, kLayers, stream);
     const double floor_us = step.bytes_per_launch / (bandwidth_gbs * 1e3);
     std::printf("%-24s %10.2f %10.2f %10.0f %8s\n", step.name.c_str(), us, floor_us,
@@ -261,22 +262,10 @@ int run(int context, int batch) {
        }},
   };
   if (folded_norms) {
-    others.insert(others.begin(),
-                  {{"(add_rmsnorm)", 0, add_rmsnorm(layers[0].norm1)},
-                   {"(gemv qkv)", qkv_bytes,
-                    [&](int l, cudaStream_t s) {
-                      cuda::matmul(cublas, normed.as<bf16>(), layers[l].wqkv.as<bf16>(),
-                                   qkv.as<bf16>(), rows, kModel, kQkvWidth, s);
-                    }},
-                   {"(gemv o)", o_bytes,
-                    [&](int l, cudaStream_t s) {
-                      cuda::matmul(cublas, attn.as<bf16>(), layers[l].wo.as<bf16>(),
-                                   delta.as<bf16>(), rows, kModel, kModel, s);
-                    }},
-                   {"(gemv down)", down_bytes, [&](int l, cudaStream_t s) {
-                      cuda::matmul(cublas, act.as<bf16>(), layers[l].w_down.as<bf16>(),
-                                   delta.as<bf16>(), rows, kFfn, kModel, s);
-                    }}});
+    others.insert(others.begin(), {{"(add_rmsnorm)", 0, add_rmsnorm(layers[0].norm1)},
+                                   {"(gemv qkv)", qkv_bytes, qkv_product},
+                                   {"(gemv o)", o_bytes, o_product},
+                                   {"(gemv down)", down_bytes, down_product}});
   }
   cuda::DeviceBuffer mma_out;
   if (rows > cuda::kDecodeGemvMaxRows && rows <= cuda::kSkinnyMaxRows) {

@@ -1,9 +1,10 @@
 // The decode step's products at a sweep's batch sizes (5–16 rows: a sample's cells decoded
-// together) — cuBLAS's default choice against every algorithm cuBLASLt's heuristic offers for the
-// same shape, each timed over enough copies of the weight that it streams from HBM (not L2), and
-// set against its weight bytes at the read bandwidth measured in the same run. It answers whether a
-// per-shape algorithm choice would close the gap results/gpu-kernel-tuning.md §10 measures.
-// Run on the GPU machine: ./cuda_skinny_gemm_bench [rows...]   (default 5 10 16)
+// together) — the engine's product (cuda::matmul: the GEMV up to four rows, cuBLAS's default
+// algorithm beyond) against every algorithm cuBLASLt's heuristic offers for the same shape, each
+// timed over enough copies of the weight that it streams from HBM (not L2), and set against its
+// weight bytes at the read bandwidth measured in the same run. It answers whether a per-shape
+// algorithm choice would close the gap results/gpu-kernel-tuning.md §10 measures. Run on the GPU
+// machine: ./cuda_skinny_gemm_bench [rows...]   (default 5 10 16)
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
@@ -66,8 +67,11 @@ void run_shape(const Shape& shape, int rows, double bandwidth_gbs, cublasHandle_
   cublasLtMatmulDesc_t desc;
   check_lt(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
   const cublasOperation_t transpose = CUBLAS_OP_T, plain = CUBLAS_OP_N;
-  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose));
-  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &plain, sizeof(plain));
+  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose,
+                                          sizeof(transpose)),
+           "transpose A");
+  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &plain, sizeof(plain)),
+           "transpose B");
   cublasLtMatrixLayout_t a_layout, b_layout, c_layout;
   check_lt(cublasLtMatrixLayoutCreate(&a_layout, CUDA_R_16BF, shape.in_features, shape.out_features,
                                       shape.in_features),
@@ -79,17 +83,19 @@ void run_shape(const Shape& shape, int rows, double bandwidth_gbs, cublasHandle_
                                       shape.out_features),
            "layout C");
   cublasLtMatmulPreference_t preference;
-  cublasLtMatmulPreferenceCreate(&preference);
-  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                       &kWorkspaceBytes, sizeof(kWorkspaceBytes));
+  check_lt(cublasLtMatmulPreferenceCreate(&preference), "preference");
+  check_lt(
+      cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                           &kWorkspaceBytes, sizeof(kWorkspaceBytes)),
+      "workspace preference");
   constexpr int kWanted = 32;
   cublasLtMatmulHeuristicResult_t results[kWanted];
   int found = 0;
   check_lt(cublasLtMatmulAlgoGetHeuristic(lt, desc, a_layout, b_layout, c_layout, c_layout,
                                           preference, kWanted, results, &found),
            "heuristic");
-  double best_us = 1e30, first_us = 0;
-  int best = -1;
+  double best_us = 0, first_us = 0;
+  int best = -1, first = -1;
   for (int i = 0; i < found; ++i) {
     if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
     const double us = bench::graph_median_us(
@@ -100,14 +106,19 @@ void run_shape(const Shape& shape, int rows, double bandwidth_gbs, cublasHandle_
                    "cublasLtMatmul");
         },
         copies, stream);
-    if (i == 0) first_us = us;
-    if (us < best_us) best_us = us, best = i;
+    if (first < 0) first = i, first_us = us;
+    if (best < 0 || us < best_us) best = i, best_us = us;
   }
-  std::printf(
-      "%-8s rows %2d  floor %7.2f us  default %7.2f (%.3f)  Lt first %7.2f (%.3f)  "
-      "Lt best #%d of %d %7.2f (%.3f)  best/default %.3f\n",
-      shape.name, rows, floor_us, default_us, default_us / floor_us, first_us, first_us / floor_us,
-      best, found, best_us, best_us / floor_us, best_us / default_us);
+  if (best < 0) {
+    std::printf("%-8s rows %2d  floor %7.2f us  default %7.2f (%.3f)  no cuBLASLt algorithm\n",
+                shape.name, rows, floor_us, default_us, default_us / floor_us);
+  } else {
+    std::printf(
+        "%-8s rows %2d  floor %7.2f us  default %7.2f (%.3f)  Lt first %7.2f (%.3f)  "
+        "Lt best #%d of %d %7.2f (%.3f)  best/default %.3f\n",
+        shape.name, rows, floor_us, default_us, default_us / floor_us, first_us,
+        first_us / floor_us, best, found, best_us, best_us / floor_us, best_us / default_us);
+  }
   cublasLtMatmulPreferenceDestroy(preference);
   cublasLtMatrixLayoutDestroy(a_layout);
   cublasLtMatrixLayoutDestroy(b_layout);
